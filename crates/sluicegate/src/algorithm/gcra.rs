@@ -1,0 +1,130 @@
+//! The generic cell rate algorithm: a token bucket kept as one number, the theoretical arrival
+//! time (TAT) of the next permit.
+
+use std::num::NonZeroU64;
+
+use crate::algorithm::bucket::BucketShape;
+use crate::cell::{MAX_WORD, WordCell};
+use crate::clock::Micros;
+use crate::decision::Decision;
+use crate::error::{CheckError, ConfigError};
+use crate::rate::Rate;
+use crate::state_machine::{Algorithm, AlgorithmState, Op, ensure_capacity, unsupported};
+
+/// GCRA: `rate` with bursts of up to `burst` permits, deciding exactly as a
+/// [`TokenBucket`](crate::TokenBucket) of the same rate and burst, in one word of state.
+///
+/// ```
+/// use sluicegate::{Algorithm, Gcra, Op, Rate};
+/// use std::num::NonZeroU64;
+///
+/// let gcra = Gcra::new(Rate::per_second(10)?, 2)?;
+/// let mut tat = gcra.initial_state(0);
+/// let one = NonZeroU64::MIN;
+/// assert!(gcra.decide(&mut tat, 0, one, Op::Check)?.allowed);
+/// assert!(gcra.decide(&mut tat, 0, one, Op::Check)?.allowed);
+/// let denied = gcra.decide(&mut tat, 0, one, Op::Check)?;
+/// assert_eq!(denied.retry_after, Some(std::time::Duration::from_millis(100)));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Gcra {
+    shape: BucketShape,
+}
+
+/// The theoretical arrival time, in ticks of the rate's [`Pace`](crate::Pace).
+pub type Tat = u64;
+
+impl AlgorithmState for Tat {
+    type Cell = WordCell;
+}
+
+impl Gcra {
+    /// A full bucket of `burst` permits refilled at `rate`.
+    pub fn new(rate: Rate, burst: u64) -> Result<Gcra, ConfigError> {
+        Ok(Gcra {
+            shape: BucketShape::new(rate, burst, None)?,
+        })
+    }
+
+    /// Like [`Gcra::new`], but starting with `initial` permits instead of a full bucket.
+    pub fn with_initial(rate: Rate, burst: u64, initial: u64) -> Result<Gcra, ConfigError> {
+        Ok(Gcra {
+            shape: BucketShape::new(rate, burst, Some(initial))?,
+        })
+    }
+
+    /// The refill rate.
+    pub fn rate(&self) -> Rate {
+        self.shape.rate
+    }
+
+    /// The bucket size.
+    pub fn burst(&self) -> u64 {
+        self.shape.burst
+    }
+}
+
+impl Algorithm for Gcra {
+    type State = Tat;
+
+    fn name(&self) -> &'static str {
+        "gcra"
+    }
+
+    fn limit(&self) -> u64 {
+        self.shape.burst
+    }
+
+    fn capacity(&self) -> u64 {
+        self.shape.burst
+    }
+
+    fn initial_state(&self, created_at: Micros) -> Tat {
+        let s = &self.shape;
+        s.pace.to_ticks(created_at) + (s.burst - s.initial) * s.pace.interval
+    }
+
+    #[inline]
+    fn decide(
+        &self,
+        tat: &mut Tat,
+        now: Micros,
+        permits: NonZeroU64,
+        op: Op,
+    ) -> Result<Decision, CheckError> {
+        let s = &self.shape;
+        let n = ensure_capacity(permits, s.burst)?;
+        if op == Op::Release {
+            return Err(unsupported(self.name(), op));
+        }
+        let now_t = s.pace.to_ticks(now);
+        // Ticks by which the bucket is short of full, before and after this request.
+        let debt = tat.saturating_sub(now_t);
+        let debt_after = debt.saturating_add(n * s.pace.interval);
+        if debt_after <= s.tolerance {
+            if op.consumes() {
+                *tat = now_t + debt_after;
+            }
+            return Ok(s.allow(debt_after));
+        }
+        let wait = s.pace.to_micros_ceil(debt_after - s.tolerance);
+        if let Op::Reserve { max_wait } = op {
+            if max_wait.is_none_or(|limit| wait <= limit) {
+                *tat = now_t.saturating_add(debt_after).min(MAX_WORD);
+                return Ok(s.allow(debt_after).with_wait(wait));
+            }
+        }
+        Ok(s.deny(debt, wait))
+    }
+
+    fn is_fresh(&self, tat: &Tat, now: Micros) -> bool {
+        *tat <= self.shape.pace.to_ticks(now)
+    }
+
+    fn carry_over(&self, new: &Self, tat: &mut Tat, now: Micros) {
+        let debt = tat.saturating_sub(self.shape.pace.to_ticks(now));
+        let new_debt = self.shape.rescale_debt(&new.shape, debt);
+        *tat = new.shape.pace.to_ticks(now).saturating_add(new_debt);
+    }
+}

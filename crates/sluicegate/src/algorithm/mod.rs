@@ -1,0 +1,8 @@
+//! Every algorithm of the design, each a pure state machine behind [`Algorithm`](crate::Algorithm).
+
+mod bucket;
+mod gcra;
+mod token_bucket;
+
+pub use gcra::{Gcra, Tat};
+pub use token_bucket::{TokenBucket, TokenBucketState};

@@ -1,0 +1,39 @@
+//! Sluicegate: exact, fast rate limiting algorithms.
+//!
+//! Every algorithm is a pure state machine ([`Algorithm`]): a function of its parameters, the
+//! previous state, the current time and the permits asked for, returning a [`Decision`] and
+//! the next state. Limiters ([`DirectLimiter`], [`KeyedLimiter`]) hold the state, read a
+//! [`Clock`] and apply the algorithm atomically; the same algorithms run in Redis in the
+//! `sluicegate-redis` crate, with the same answers.
+//!
+//! Times are integer microseconds ([`Micros`]); rates are exact fractions ([`Rate`]), so a limit
+//! of 3 per second admits exactly 3 per second, forever, with no rounding drift.
+//!
+//! ```
+//! use sluicegate::{Gcra, KeyedLimiter, Rate};
+//!
+//! // 10 requests per second per user, in bursts of up to 20.
+//! let limiter = KeyedLimiter::new(Gcra::new(Rate::per_second(10)?, 20)?);
+//! let decision = limiter.check(&"user-42")?;
+//! assert!(decision.allowed);
+//! assert_eq!(decision.remaining, 19);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+mod algorithm;
+mod cell;
+mod clock;
+mod decision;
+mod error;
+mod limiter;
+mod rate;
+mod state_machine;
+
+pub use algorithm::*;
+pub use cell::{LockedCell, StateCell, WordCell};
+pub use clock::{Clock, ManualClock, Micros, SystemClock, micros_ceil};
+pub use decision::Decision;
+pub use error::{CheckError, ConfigError};
+pub use limiter::{DirectLimiter, KeyedLimiter};
+pub use rate::{MAX_TICKS_PER_MICRO, Pace, Rate, format_duration_micros, parse_duration};
+pub use state_machine::{Algorithm, AlgorithmState, Op};

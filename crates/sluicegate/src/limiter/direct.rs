@@ -1,0 +1,126 @@
+//! One limiter, one state: a global limit, or a limit per object the caller already holds.
+
+use std::num::NonZeroU64;
+
+use crate::cell::StateCell;
+use crate::clock::{Clock, Micros, SystemClock};
+use crate::decision::Decision;
+use crate::error::CheckError;
+use crate::state_machine::{Algorithm, AlgorithmState, Op};
+
+type CellOf<A> = <<A as Algorithm>::State as AlgorithmState>::Cell;
+
+/// A limiter with a single state, applied atomically: lock-free for one-word states (GCRA),
+/// under a small mutex otherwise.
+///
+/// ```
+/// use sluicegate::{DirectLimiter, Gcra, ManualClock, Rate};
+///
+/// let clock = ManualClock::new(0);
+/// let limiter = DirectLimiter::with_clock(Gcra::new(Rate::per_second(2)?, 2)?, clock.clone());
+/// assert!(limiter.check()?.allowed);
+/// assert!(limiter.check()?.allowed);
+/// assert!(!limiter.check()?.allowed);
+/// clock.advance(std::time::Duration::from_millis(500));
+/// assert!(limiter.check()?.allowed);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct DirectLimiter<A: Algorithm, C: Clock = SystemClock> {
+    algorithm: A,
+    state: CellOf<A>,
+    clock: C,
+}
+
+impl<A: Algorithm> DirectLimiter<A, SystemClock> {
+    /// A limiter on the system clock, fresh from now.
+    pub fn new(algorithm: A) -> Self {
+        Self::with_clock(algorithm, SystemClock::new())
+    }
+}
+
+impl<A: Algorithm, C: Clock> DirectLimiter<A, C> {
+    /// A limiter on `clock`, created at the clock's current time.
+    pub fn with_clock(algorithm: A, clock: C) -> Self {
+        let state = <CellOf<A> as StateCell<A::State>>::new(algorithm.initial_state(clock.now()));
+        DirectLimiter {
+            algorithm,
+            state,
+            clock,
+        }
+    }
+
+    /// The algorithm and its parameters.
+    pub fn algorithm(&self) -> &A {
+        &self.algorithm
+    }
+
+    /// The clock.
+    pub fn clock(&self) -> &C {
+        &self.clock
+    }
+
+    /// Asks for one permit, consuming it if allowed.
+    #[inline]
+    pub fn check(&self) -> Result<Decision, CheckError> {
+        self.decide(NonZeroU64::MIN, Op::Check)
+    }
+
+    /// Asks for `permits` at once, consuming them only if all are allowed.
+    #[inline]
+    pub fn check_n(&self, permits: NonZeroU64) -> Result<Decision, CheckError> {
+        self.decide(permits, Op::Check)
+    }
+
+    /// What [`check_n`](Self::check_n) would answer, consuming nothing.
+    pub fn peek(&self, permits: NonZeroU64) -> Result<Decision, CheckError> {
+        self.decide(permits, Op::Peek)
+    }
+
+    /// Gives back permits (concurrency limits); other algorithms answer `Unsupported`.
+    pub fn release(&self, permits: NonZeroU64) -> Result<Decision, CheckError> {
+        self.decide(permits, Op::Release)
+    }
+
+    /// Applies `op` for `permits` at the clock's current time.
+    #[inline]
+    pub fn decide(&self, permits: NonZeroU64, op: Op) -> Result<Decision, CheckError> {
+        self.decide_at(self.clock.now(), permits, op)
+    }
+
+    /// Applies `op` for `permits` at `now` (a time from this limiter's clock).
+    #[inline]
+    pub fn decide_at(
+        &self,
+        now: Micros,
+        permits: NonZeroU64,
+        op: Op,
+    ) -> Result<Decision, CheckError> {
+        let algorithm = &self.algorithm;
+        self.state
+            .update(|state| algorithm.decide(state, now, permits, op))
+    }
+
+    /// Replaces the algorithm's parameters (a new rate, say), carrying the state over at the
+    /// current time: buckets keep their fill ratio, windows their counts, Guava's limiters
+    /// follow Guava's `setRate`.
+    pub fn set_algorithm(&mut self, new: A) {
+        let now = self.clock.now();
+        let mut state = self.state.snapshot();
+        self.algorithm.carry_over(&new, &mut state, now);
+        self.state.replace(state);
+        self.algorithm = new;
+    }
+
+    /// A copy of the current state, for inspection and tests.
+    pub fn state(&self) -> A::State {
+        self.state.snapshot()
+    }
+}
+
+impl<A: Algorithm + std::fmt::Debug, C: Clock> std::fmt::Debug for DirectLimiter<A, C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DirectLimiter")
+            .field("algorithm", &self.algorithm)
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,253 @@
+//! One limiter, a state per key (per user, per IP, per route), in a sharded table that forgets
+//! keys once their state is back to fresh.
+
+use std::hash::{BuildHasher, Hash};
+use std::num::NonZeroU64;
+
+use hashbrown::HashTable;
+use parking_lot::Mutex;
+
+use crate::clock::{Clock, Micros, SystemClock};
+use crate::decision::Decision;
+use crate::error::CheckError;
+use crate::state_machine::{Algorithm, Op};
+
+const SHARDS: usize = 64;
+/// Shard by hash bits that hashbrown uses for neither the bucket position (low bits) nor the
+/// control byte (top seven), so each shard's table still sees well-spread hashes.
+const SHARD_BITS_AT: u32 = 48;
+
+/// Only one shard in this many refused insertions pays for a sweep, so a stream of new keys at
+/// the cap costs amortised constant time, not a scan per request.
+const SWEEP_EVERY_FRACTION: usize = 16;
+
+type Table<K, S> = HashTable<(K, S)>;
+
+#[repr(align(64))]
+struct Shard<K, S> {
+    table: Mutex<Table<K, S>>,
+    refused_since_sweep: Mutex<usize>,
+}
+
+/// A limiter keeping one state per key.
+///
+/// Memory stays bounded without anyone calling a cleanup method: when a shard's table is about
+/// to grow, it first drops every key whose state is back to fresh (which is exactly as if the
+/// key had never been seen). With [`with_max_keys`](Self::with_max_keys), a shard that is at
+/// its share of the cap after that sweep refuses *new* keys with
+/// [`CheckError::KeyCapacityReached`]: an attacker spraying unique keys can neither grow memory
+/// nor evict (and so reset) a key that is still limited.
+///
+/// ```
+/// use sluicegate::{Gcra, KeyedLimiter, ManualClock, Rate};
+///
+/// let limiter = KeyedLimiter::with_clock(Gcra::new(Rate::per_minute(1)?, 1)?, ManualClock::new(0));
+/// assert!(limiter.check(&"alice")?.allowed);
+/// assert!(!limiter.check(&"alice")?.allowed);
+/// assert!(limiter.check(&"bob")?.allowed);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct KeyedLimiter<K, A: Algorithm, C: Clock = SystemClock> {
+    algorithm: A,
+    shards: Box<[Shard<K, A::State>]>,
+    hasher: foldhash::fast::RandomState,
+    clock: C,
+    created_at: Micros,
+    max_keys: Option<usize>,
+    max_keys_per_shard: usize,
+}
+
+impl<K: Hash + Eq + Clone, A: Algorithm> KeyedLimiter<K, A, SystemClock> {
+    /// A keyed limiter on the system clock.
+    pub fn new(algorithm: A) -> Self {
+        Self::with_clock(algorithm, SystemClock::new())
+    }
+}
+
+impl<K: Hash + Eq + Clone, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
+    /// A keyed limiter on `clock`. Every key behaves as if its limiter had been created now.
+    pub fn with_clock(algorithm: A, clock: C) -> Self {
+        let shards = (0..SHARDS)
+            .map(|_| Shard {
+                table: Mutex::new(HashTable::new()),
+                refused_since_sweep: Mutex::new(0),
+            })
+            .collect();
+        KeyedLimiter {
+            created_at: clock.now(),
+            algorithm,
+            shards,
+            hasher: foldhash::fast::RandomState::default(),
+            clock,
+            max_keys: None,
+            max_keys_per_shard: usize::MAX,
+        }
+    }
+
+    /// Caps the number of keys held at about `max_keys` (each shard holds its share). At the
+    /// cap, fresh keys are dropped first; if none are, new keys are refused.
+    pub fn with_max_keys(mut self, max_keys: usize) -> Self {
+        self.max_keys = Some(max_keys);
+        self.max_keys_per_shard = max_keys.div_ceil(SHARDS).max(1);
+        self
+    }
+
+    /// The algorithm and its parameters.
+    pub fn algorithm(&self) -> &A {
+        &self.algorithm
+    }
+
+    /// The clock.
+    pub fn clock(&self) -> &C {
+        &self.clock
+    }
+
+    /// Asks for one permit for `key`.
+    #[inline]
+    pub fn check(&self, key: &K) -> Result<Decision, CheckError> {
+        self.decide(key, NonZeroU64::MIN, Op::Check)
+    }
+
+    /// Asks for `permits` for `key`, all or none.
+    #[inline]
+    pub fn check_n(&self, key: &K, permits: NonZeroU64) -> Result<Decision, CheckError> {
+        self.decide(key, permits, Op::Check)
+    }
+
+    /// What [`check_n`](Self::check_n) would answer, consuming nothing.
+    pub fn peek(&self, key: &K, permits: NonZeroU64) -> Result<Decision, CheckError> {
+        self.decide(key, permits, Op::Peek)
+    }
+
+    /// Applies `op` for `key` at the clock's current time.
+    #[inline]
+    pub fn decide(&self, key: &K, permits: NonZeroU64, op: Op) -> Result<Decision, CheckError> {
+        self.decide_at(key, self.clock.now(), permits, op)
+    }
+
+    /// Applies `op` for `key` at `now` (a time from this limiter's clock).
+    pub fn decide_at(
+        &self,
+        key: &K,
+        now: Micros,
+        permits: NonZeroU64,
+        op: Op,
+    ) -> Result<Decision, CheckError> {
+        let hash = self.hasher.hash_one(key);
+        let shard = self.shard(hash);
+        let mut table = shard.table.lock();
+        if let Ok(mut entry) = table.find_entry(hash, |(k, _)| k == key) {
+            let decision = self
+                .algorithm
+                .decide(&mut entry.get_mut().1, now, permits, op)?;
+            if op == Op::Release && self.algorithm.is_fresh(&entry.get().1, now) {
+                entry.remove();
+            }
+            return Ok(decision);
+        }
+        let mut state = self.algorithm.initial_state(self.created_at);
+        let decision = self.algorithm.decide(&mut state, now, permits, op)?;
+        if decision.allowed && op.consumes() {
+            self.make_room(shard, &mut table, now)?;
+            table.insert_unique(hash, (key.clone(), state), |(k, _)| self.hasher.hash_one(k));
+        }
+        Ok(decision)
+    }
+
+    #[inline]
+    fn shard_index(hash: u64) -> usize {
+        (hash >> SHARD_BITS_AT) as usize % SHARDS
+    }
+
+    #[inline]
+    fn shard(&self, hash: u64) -> &Shard<K, A::State> {
+        &self.shards[Self::shard_index(hash)]
+    }
+
+    /// Makes room for one more key: drops fresh keys when the table would otherwise grow or is
+    /// at its cap, and refuses the key if the cap still holds.
+    fn make_room(
+        &self,
+        shard: &Shard<K, A::State>,
+        table: &mut Table<K, A::State>,
+        now: Micros,
+    ) -> Result<(), CheckError> {
+        let at_cap = table.len() >= self.max_keys_per_shard;
+        if !at_cap && table.len() < table.capacity() {
+            return Ok(());
+        }
+        if at_cap {
+            let mut refused = shard.refused_since_sweep.lock();
+            if *refused < table.len() / SWEEP_EVERY_FRACTION {
+                *refused += 1;
+                return Err(self.key_capacity_error());
+            }
+            *refused = 0;
+        }
+        self.sweep(table, now);
+        if table.len() >= self.max_keys_per_shard {
+            return Err(self.key_capacity_error());
+        }
+        Ok(())
+    }
+
+    fn sweep(&self, table: &mut Table<K, A::State>, now: Micros) {
+        table.retain(|(_, state)| !self.algorithm.is_fresh(state, now));
+        if table.capacity() > 64 && table.len() < table.capacity() / 4 {
+            table.shrink_to(table.len() * 2, |(k, _)| self.hasher.hash_one(k));
+        }
+    }
+
+    fn key_capacity_error(&self) -> CheckError {
+        CheckError::KeyCapacityReached {
+            max_keys: self.max_keys.unwrap_or(usize::MAX),
+        }
+    }
+
+    /// Drops every key whose state is fresh now. Never needed for boundedness (tables sweep
+    /// themselves before growing); useful to release memory after a traffic spike.
+    pub fn retain_recent(&self) {
+        let now = self.clock.now();
+        for shard in self.shards.iter() {
+            self.sweep(&mut shard.table.lock(), now);
+        }
+    }
+
+    /// The number of keys held.
+    pub fn len(&self) -> usize {
+        self.shards.iter().map(|s| s.table.lock().len()).sum()
+    }
+
+    /// Whether no key is held.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Replaces the algorithm's parameters, carrying every key's state over at the current
+    /// time (see [`DirectLimiter::set_algorithm`](crate::DirectLimiter::set_algorithm)).
+    pub fn set_algorithm(&mut self, new: A) {
+        let now = self.clock.now();
+        for shard in self.shards.iter() {
+            for (_, state) in shard.table.lock().iter_mut() {
+                self.algorithm.carry_over(&new, state, now);
+            }
+        }
+        self.algorithm = new;
+    }
+
+    /// A copy of `key`'s state, if the key is held.
+    pub fn state_of(&self, key: &K) -> Option<A::State> {
+        let hash = self.hasher.hash_one(key);
+        let table = self.shard(hash).table.lock();
+        table.find(hash, |(k, _)| k == key).map(|(_, s)| s.clone())
+    }
+}
+
+impl<K, A: Algorithm + std::fmt::Debug, C: Clock> std::fmt::Debug for KeyedLimiter<K, A, C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KeyedLimiter")
+            .field("algorithm", &self.algorithm)
+            .field("max_keys", &self.max_keys)
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,119 @@
+//! The contract every algorithm keeps: a pure function of (parameters, state, now, permits).
+
+use std::num::NonZeroU64;
+
+use crate::cell::StateCell;
+use crate::clock::Micros;
+use crate::decision::Decision;
+use crate::error::CheckError;
+
+/// What a request asks of a limiter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op {
+    /// Take the permits if they are available now; otherwise a denial with `retry_after`.
+    Check,
+    /// Report what [`Op::Check`] would answer, consuming nothing.
+    Peek,
+    /// Reserve the permits and report how long to wait before using them (`acquire`). With
+    /// `max_wait`, reserve only if that wait is at most `max_wait` (Guava's
+    /// `tryAcquire(permits, timeout)`); otherwise deny and consume nothing. Only the algorithms
+    /// that reserve support it.
+    Reserve {
+        /// The longest acceptable wait, or `None` to reserve whatever the wait.
+        max_wait: Option<Micros>,
+    },
+    /// Give back permits taken earlier (concurrency limits only).
+    Release,
+}
+
+impl Op {
+    /// The name used in traces and error messages.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Op::Check => "check",
+            Op::Peek => "peek",
+            Op::Reserve { max_wait: None } => "acquire",
+            Op::Reserve { max_wait: Some(_) } => "try_acquire",
+            Op::Release => "release",
+        }
+    }
+
+    /// Whether an allowed decision for this op changes the state.
+    pub fn consumes(&self) -> bool {
+        !matches!(self, Op::Peek)
+    }
+}
+
+/// State an algorithm keeps per limiter (or per key), and how a store holds it.
+pub trait AlgorithmState: Clone + Send + Sync + 'static {
+    /// The cell a direct limiter keeps it in: a lock-free atomic word for one-word states, a
+    /// small lock otherwise.
+    type Cell: StateCell<Self>;
+}
+
+/// A rate limiting algorithm as a pure state machine.
+///
+/// `decide` must be deterministic in its arguments and must leave `state` untouched when it
+/// denies, when `op` is [`Op::Peek`], and when it returns an error: a denied request consumes
+/// nothing. Stores call it under their own atomicity (a compare-and-swap loop or a lock), so it
+/// may be called more than once for one request.
+pub trait Algorithm: Send + Sync + 'static {
+    /// The per-limiter (or per-key) state.
+    type State: AlgorithmState;
+
+    /// The algorithm's name as written in specs and rule files (`gcra`, `token-bucket`, ...).
+    fn name(&self) -> &'static str;
+
+    /// The quota's size reported as [`Decision::limit`].
+    fn limit(&self) -> u64;
+
+    /// The most permits a single request can ever be granted; more is
+    /// [`CheckError::InsufficientCapacity`].
+    fn capacity(&self) -> u64;
+
+    /// The state of a limiter created at `created_at` that has not been used yet.
+    fn initial_state(&self, created_at: Micros) -> Self::State;
+
+    /// Answers a request for `permits` at `now`, updating `state` if and only if permits are
+    /// consumed (or, for [`Op::Release`], given back).
+    fn decide(
+        &self,
+        state: &mut Self::State,
+        now: Micros,
+        permits: NonZeroU64,
+        op: Op,
+    ) -> Result<Decision, CheckError>;
+
+    /// Whether `state` is back to fresh at `now`: indistinguishable, from now on, from the
+    /// initial state of a limiter created long ago. Keyed limiters drop such keys.
+    fn is_fresh(&self, state: &Self::State, now: Micros) -> bool;
+
+    /// Carries `state`, kept under `self`'s parameters, over to `new`'s parameters at `now`
+    /// (`set_rate`): buckets keep their fill ratio, windows keep their counts. The default
+    /// keeps the state as it is.
+    fn carry_over(&self, new: &Self, state: &mut Self::State, now: Micros) {
+        let _ = (new, state, now);
+    }
+}
+
+/// Rejects `permits` above `capacity` with the error callers can tell from a denial.
+#[inline]
+pub(crate) fn ensure_capacity(permits: NonZeroU64, capacity: u64) -> Result<u64, CheckError> {
+    let requested = permits.get();
+    if requested > capacity {
+        Err(CheckError::InsufficientCapacity {
+            requested,
+            capacity,
+        })
+    } else {
+        Ok(requested)
+    }
+}
+
+/// The error for an op the algorithm does not support.
+pub(crate) fn unsupported(algorithm: &'static str, op: Op) -> CheckError {
+    CheckError::Unsupported {
+        algorithm,
+        operation: op.name(),
+    }
+}

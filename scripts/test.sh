@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# The whole test suite, on a fresh machine: installs what the tests need, then runs the format
+# check, clippy with warnings as errors, and every test of the workspace.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need_apt=()
+command -v redis-server >/dev/null 2>&1 || need_apt+=(redis-server)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  echo "installing: ${need_apt[*]}"
+  if [ "$(id -u)" -eq 0 ]; then sudo=""; else sudo="sudo"; fi
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${need_apt[@]}" >/dev/null
+fi
+rustup component add rustfmt clippy >/dev/null 2>&1 || true
+
+echo "== cargo fmt --check"
+cargo fmt --all --check
+echo "== cargo clippy"
+cargo clippy --workspace --all-targets --all-features -- -D warnings
+echo "== cargo test"
+cargo test --workspace --all-features
