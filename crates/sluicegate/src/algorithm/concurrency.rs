@@ -1,0 +1,128 @@
+//! A semaphore per key (nginx `limit_conn`): at most `limit` permits held at once.
+
+use std::num::NonZeroU64;
+
+use crate::clock::Micros;
+use crate::decision::Decision;
+use crate::error::{CheckError, ConfigError};
+use crate::state_machine::{Algorithm, Op, ensure_capacity, unsupported};
+
+/// At most `limit` permits held at once; [`Op::Check`] takes, [`Op::Release`] gives back.
+///
+/// Time plays no part, so a denial carries no `retry_after` (`None`): the request can pass once
+/// a holder releases. Use [`ConcurrencyLimiter`](crate::ConcurrencyLimiter) to get permits that
+/// release themselves when dropped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Concurrency {
+    limit: u64,
+}
+
+/// Permits currently held (shares `u64`'s lock-free cell with GCRA's arrival time).
+pub type Held = u64;
+
+impl Concurrency {
+    /// At most `limit` (at least 1) held at once.
+    pub fn new(limit: u64) -> Result<Concurrency, ConfigError> {
+        if limit == 0 {
+            return Err(ConfigError::invalid("limit", limit, "must be at least 1"));
+        }
+        if limit >= 1 << 62 {
+            return Err(ConfigError::invalid("limit", limit, "must be below 2^62"));
+        }
+        Ok(Concurrency { limit })
+    }
+}
+
+impl Algorithm for Concurrency {
+    type State = Held;
+
+    fn name(&self) -> &'static str {
+        "concurrency"
+    }
+
+    fn limit(&self) -> u64 {
+        self.limit
+    }
+
+    fn capacity(&self) -> u64 {
+        self.limit
+    }
+
+    fn initial_state(&self, _created_at: Micros) -> Held {
+        0
+    }
+
+    fn decide(
+        &self,
+        held: &mut Held,
+        _now: Micros,
+        permits: NonZeroU64,
+        op: Op,
+    ) -> Result<Decision, CheckError> {
+        let n = ensure_capacity(permits, self.limit)?;
+        let decision = |allowed: bool, held: u64| Decision {
+            allowed,
+            limit: self.limit,
+            remaining: self.limit.saturating_sub(held),
+            reset_after: std::time::Duration::ZERO,
+            retry_after: None,
+            wait: std::time::Duration::ZERO,
+        };
+        match op {
+            Op::Check | Op::Peek => {
+                let after = *held + n;
+                if after > self.limit {
+                    return Ok(decision(false, *held));
+                }
+                if op == Op::Check {
+                    *held = after;
+                }
+                Ok(decision(true, after))
+            }
+            Op::Release => {
+                if n > *held {
+                    return Err(CheckError::ReleaseExceedsHeld {
+                        released: n,
+                        held: *held,
+                    });
+                }
+                *held -= n;
+                Ok(decision(true, *held))
+            }
+            Op::Reserve { .. } => Err(unsupported(self.name(), op)),
+        }
+    }
+
+    fn is_fresh(&self, held: &Held, _now: Micros) -> bool {
+        *held == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn takes_and_releases() -> Result<(), Box<dyn std::error::Error>> {
+        let c = Concurrency::new(2)?;
+        let mut held = c.initial_state(0);
+        let one = NonZeroU64::MIN;
+        assert!(c.decide(&mut held, 0, one, Op::Check)?.allowed);
+        assert!(c.decide(&mut held, 0, one, Op::Check)?.allowed);
+        let denied = c.decide(&mut held, 0, one, Op::Check)?;
+        assert!(!denied.allowed);
+        assert_eq!(denied.retry_after, None);
+        assert_eq!(held, 2);
+        c.decide(&mut held, 0, one, Op::Release)?;
+        assert_eq!(held, 1);
+        let two = NonZeroU64::new(2).ok_or("2")?;
+        assert!(matches!(
+            c.decide(&mut held, 0, two, Op::Release),
+            Err(CheckError::ReleaseExceedsHeld {
+                released: 2,
+                held: 1
+            })
+        ));
+        Ok(())
+    }
+}
