@@ -111,6 +111,9 @@ pub(crate) fn parse(text: &str) -> Result<Option<Node>, SyntaxError> {
     Ok(builder.root)
 }
 
+/// The position of a value left empty, until it is known whose value it is.
+const IMPLICIT: Position = Position { line: 0, column: 0 };
+
 enum Open {
     Seq(Position, Vec<Node>),
     Map(Position, Vec<(Node, Node)>, Option<Node>),
@@ -124,17 +127,36 @@ struct TreeBuilder {
 }
 
 impl TreeBuilder {
-    fn push_node(&mut self, node: Node) {
+    fn push_node(&mut self, mut node: Node) {
         match self.stack.last_mut() {
             None => {
+                if node.pos == IMPLICIT {
+                    node.pos = Position { line: 1, column: 1 };
+                }
                 if self.root.is_none() {
                     self.root = Some(node);
                 }
             }
-            Some(Open::Seq(_, items)) => items.push(node),
-            Some(Open::Map(_, entries, pending_key)) => match pending_key.take() {
-                None => *pending_key = Some(node),
-                Some(key) => entries.push((key, node)),
+            Some(Open::Seq(pos, items)) => {
+                if node.pos == IMPLICIT {
+                    node.pos = *pos;
+                }
+                items.push(node);
+            }
+            Some(Open::Map(pos, entries, pending_key)) => match pending_key.take() {
+                None => {
+                    if node.pos == IMPLICIT {
+                        node.pos = *pos;
+                    }
+                    *pending_key = Some(node);
+                }
+                Some(key) => {
+                    let mut value = node;
+                    if value.pos == IMPLICIT {
+                        value.pos = key.pos;
+                    }
+                    entries.push((key, value));
+                }
             },
         }
     }
@@ -145,6 +167,13 @@ impl MarkedEventReceiver for TreeBuilder {
         let pos = Position::from_marker(mark);
         match event {
             Event::Scalar(text, style, _, tag) => {
+                // An empty value (`name:`) is marked where the next token starts; it is
+                // placed at its key instead.
+                let pos = if text.is_empty() && style == TScalarStyle::Plain {
+                    IMPLICIT
+                } else {
+                    pos
+                };
                 let scalar = if style == TScalarStyle::Plain && tag.is_none() {
                     resolve_plain(&text)
                 } else {
@@ -163,9 +192,11 @@ impl MarkedEventReceiver for TreeBuilder {
                         value: Value::Seq(items),
                         pos,
                     },
+                    // The parser marks a block map's start after its first key; the first
+                    // key is where a reader sees the map begin.
                     Some(Open::Map(pos, entries, _)) => Node {
+                        pos: entries.first().map_or(pos, |(key, _)| key.pos),
                         value: Value::Map(entries),
-                        pos,
                     },
                     None => return,
                 };
