@@ -48,6 +48,8 @@ pub(crate) struct Spanned<T> {
 #[derive(Debug, Default)]
 pub(crate) struct RawFile {
     pub(crate) domain: Option<Spanned<String>>,
+    /// `domain` was given but could not be read (already reported).
+    pub(crate) domain_unreadable: bool,
     pub(crate) descriptors: Vec<RawDescriptor>,
 }
 
@@ -97,7 +99,10 @@ pub(crate) fn read_file(root: Option<&Node>, report: &mut Report) -> RawFile {
     };
     for (key, value) in entries {
         match key_name(key, report).as_deref() {
-            Some("domain") => file.domain = string(value, "domain", report),
+            Some("domain") => {
+                file.domain = string(value, "domain", report);
+                file.domain_unreadable = file.domain.is_none();
+            }
             Some("descriptors") => file.descriptors = descriptors(value, report),
             Some(other) => misplaced(key.pos, other, "the top level", ROOT_KEYS, report),
             None => {}

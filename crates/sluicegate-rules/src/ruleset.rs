@@ -101,6 +101,8 @@ impl RuleSet {
         for (file, text) in sources {
             let mut report = Report::new(file.clone());
             set.add_file(text, options, &mut report);
+            // Shape errors are found before meaning errors; a reader wants them in file order.
+            report.errors.sort_by_key(|e| e.position);
             errors.append(&mut report.errors);
             set.warnings.append(&mut report.warnings);
         }
@@ -127,6 +129,9 @@ impl RuleSet {
         let raw = read_file(root.as_ref(), report);
         let domain = raw.domain.as_ref().filter(|d| !d.value.is_empty());
         let Some(domain) = domain else {
+            if raw.domain_unreadable {
+                return;
+            }
             let pos = raw
                 .domain
                 .as_ref()
