@@ -302,3 +302,23 @@ fn flags_and_metadata_are_accepted() -> TestResult {
     assert!(m.rule.quota_mode);
     Ok(())
 }
+
+#[test]
+fn composite_keys_collide_as_upstream() -> TestResult {
+    // envoyproxy/ratelimit keys a level by `key` or `key_value`: key `a_b` and key `a` with
+    // value `b` are the same descriptor there, so defining both is a duplicate...
+    let found = common::errors(
+        "domain: d\ndescriptors:\n  - key: a_b\n    rate_limit: {unit: second, requests_per_unit: 1}\n  - key: a\n    value: b\n    rate_limit: {unit: second, requests_per_unit: 2}\n",
+    );
+    assert!(
+        found[0].contains("duplicate descriptor composite key 'd.a_b'"),
+        "{found:?}"
+    );
+    // ...and a request entry (a, b) finds the key-only descriptor `a_b`.
+    let set = rules(
+        "domain: d\ndescriptors:\n  - key: a_b\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
+    )?;
+    assert_eq!(rpu(&set, "d", &[("a", "b")]), Some(1));
+    assert_eq!(rpu(&set, "d", &[("a_b", "anything")]), Some(1));
+    Ok(())
+}

@@ -3,7 +3,7 @@
 use std::io::Write;
 use std::path::PathBuf;
 
-use sluicegate_rules::{LoadOptions, RuleSet};
+use sluicegate_rules::{LoadErrors, LoadOptions, RuleSet};
 
 /// Arguments of `check-config`.
 #[derive(Debug, clap::Args)]
@@ -28,24 +28,39 @@ pub(crate) fn run(
     err: &mut impl Write,
 ) -> anyhow::Result<bool> {
     let options = LoadOptions::default().merge_domains(args.merge_domains);
-    match RuleSet::load(&args.path, &options) {
+    let loaded = RuleSet::load(&args.path, &options);
+    let valid = loaded.is_ok();
+    match print(args, &loaded, out, err) {
+        // A reader that stops early (`| head`) is not a failure of the check.
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(valid),
+        Err(e) => Err(e.into()),
+        Ok(()) => Ok(valid),
+    }
+}
+
+fn print(
+    args: &CheckConfigArgs,
+    loaded: &Result<RuleSet, LoadErrors>,
+    out: &mut impl Write,
+    err: &mut impl Write,
+) -> std::io::Result<()> {
+    match loaded {
         Ok(rules) => {
             for warning in rules.warnings() {
                 writeln!(err, "warning: {warning}")?;
             }
             if args.json {
-                serde_json::to_writer_pretty(&mut *out, &rules)?;
+                serde_json::to_writer_pretty(&mut *out, rules)?;
                 writeln!(out)?;
             } else {
                 write!(out, "{rules}")?;
             }
-            Ok(true)
         }
         Err(errors) => {
             for error in errors.errors() {
                 writeln!(err, "{error}")?;
             }
-            Ok(false)
         }
     }
+    out.flush()
 }
