@@ -27,6 +27,7 @@ mod decision;
 mod error;
 mod limiter;
 mod rate;
+mod spec;
 mod state_machine;
 
 pub use algorithm::*;
@@ -36,4 +37,5 @@ pub use decision::Decision;
 pub use error::{CheckError, ConfigError};
 pub use limiter::{DirectLimiter, KeyedLimiter};
 pub use rate::{MAX_TICKS_PER_MICRO, Pace, Rate, format_duration_micros, parse_duration};
+pub use spec::{AlgorithmSpec, AnyAlgorithm, AnyState};
 pub use state_machine::{Algorithm, AlgorithmState, Op};
