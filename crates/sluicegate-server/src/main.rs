@@ -1,8 +1,11 @@
 //! The `sluicegate` command.
 
-use clap::Parser;
-
+mod check_config;
 mod simulate;
+
+use std::process::ExitCode;
+
+use clap::Parser;
 
 /// Sluicegate: rate limiting as a library, on Redis, and as a service.
 #[derive(Debug, Parser)]
@@ -10,14 +13,24 @@ mod simulate;
 enum Command {
     /// Print the version and exit.
     Version,
+    /// Validate rule files and print the resolved rules (exit 1 and every error otherwise).
+    CheckConfig(check_config::CheckConfigArgs),
     /// Run limiters over a trace or generated traffic; one JSON line per decision.
     Simulate(simulate::SimulateArgs),
 }
 
-fn main() -> anyhow::Result<()> {
+fn main() -> anyhow::Result<ExitCode> {
     match Command::parse() {
         Command::Version => println!("sluicegate {}", env!("CARGO_PKG_VERSION")),
+        Command::CheckConfig(args) => {
+            let valid = check_config::run(&args, &mut std::io::stdout(), &mut std::io::stderr())?;
+            return Ok(if valid {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            });
+        }
         Command::Simulate(args) => simulate::run(args)?,
     }
-    Ok(())
+    Ok(ExitCode::SUCCESS)
 }

@@ -3,7 +3,11 @@
 
 use std::num::NonZeroU64;
 
-use crate::algorithm::{Concurrency, Gcra, Held, Tat, TokenBucket, TokenBucketState};
+use crate::algorithm::{
+    Concurrency, FixedWindow, FixedWindowState, Gcra, Held, LeakyBucket, LeakyBucketState,
+    LeakyQueue, SlidingLog, SlidingLogState, SlidingWindow, SlidingWindowState, SmoothBursty,
+    SmoothState, SmoothWarmup, Tat, TokenBucket, TokenBucketState,
+};
 use crate::cell::LockedCell;
 use crate::clock::Micros;
 use crate::decision::Decision;
@@ -108,6 +112,20 @@ any_algorithm! {
     TokenBucket(TokenBucket, TokenBucketState),
     /// [`Gcra`].
     Gcra(Gcra, Tat),
+    /// [`FixedWindow`].
+    FixedWindow(FixedWindow, FixedWindowState),
+    /// [`SlidingLog`].
+    SlidingLog(SlidingLog, SlidingLogState),
+    /// [`SlidingWindow`].
+    SlidingWindow(SlidingWindow, SlidingWindowState),
+    /// [`LeakyBucket`].
+    LeakyBucket(LeakyBucket, LeakyBucketState),
+    /// [`LeakyQueue`].
+    LeakyQueue(LeakyQueue, Tat),
+    /// [`SmoothBursty`].
+    SmoothBursty(SmoothBursty, SmoothState),
+    /// [`SmoothWarmup`].
+    SmoothWarmup(SmoothWarmup, SmoothState),
     /// [`Concurrency`].
     Concurrency(Concurrency, Held),
 }

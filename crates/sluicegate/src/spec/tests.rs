@@ -30,6 +30,19 @@ fn reads_the_specs_of_the_design() -> TestResult {
             2,
         ),
         ("gcra:rate=1/s,capacity=4", "gcra", 4),
+        ("fixed-window:limit=100,window=60s", "fixed-window", 100),
+        ("sliding-log:limit=5,window=1s", "sliding-log", 5),
+        ("sliding-window:limit=100,window=60s,buckets=6", "sliding-window", 100),
+        ("sliding-window:limit=100,window=1.5s", "sliding-window", 100),
+        ("leaky-bucket:rate=10/s,capacity=5", "leaky-bucket", 5),
+        ("leaky-bucket:rate=10/s,burst=5", "leaky-bucket", 5),
+        ("leaky-queue:rate=10/s,burst=5,delay=2", "leaky-queue", 6),
+        ("leaky-queue:rate=10/s,burst=5,nodelay", "leaky-queue", 6),
+        ("leaky-queue:rate=10/s", "leaky-queue", 1),
+        ("smooth-bursty:rate=5", "smooth-bursty", 6),
+        ("smooth-bursty:rate=5,burst_seconds=2", "smooth-bursty", 11),
+        ("smooth-warmup:rate=2,warmup=4s,cold_factor=3", "smooth-warmup", 2),
+        ("smooth-warmup:rate=2.5,warmup=4s", "smooth-warmup", 3),
     ];
     for (text, name, limit) in cases {
         let algorithm = spec(text)?;
@@ -100,6 +113,18 @@ fn parameter_errors_name_the_parameter() {
         ("concurrency:limit=0", "limit"),
         ("concurrency:limit", "limit"),
         ("concurrency:limit=99999999999999999999999", "limit"),
+        ("fixed-window:limit=10,window=0s", "window"),
+        ("fixed-window:limit=10,window=soon", "window"),
+        ("sliding-window:limit=10,window=1s,buckets=0", "buckets"),
+        ("sliding-window:limit=10,window=1s,buckets=99999999999", "buckets"),
+        ("leaky-queue:rate=1/s,delay=1,nodelay", "delay"),
+        ("leaky-queue:rate=1/s,nodelay=yes", "nodelay"),
+        ("smooth-bursty:rate=0", "rate"),
+        ("smooth-bursty:rate=nan", "rate"),
+        ("smooth-bursty:rate=-5", "rate"),
+        ("smooth-bursty:rate=5,burst_seconds=inf", "burst_seconds"),
+        ("smooth-warmup:rate=2,warmup=0s", "warmup"),
+        ("smooth-warmup:rate=2,warmup=4s,cold_factor=0.5", "cold_factor"),
     ] {
         let err = spec(text).expect_err(text);
         assert!(
@@ -180,6 +205,23 @@ fn set_rate_keeps_the_other_parameters_and_carries_the_state() -> TestResult {
 
     let gcra = spec("gcra:rate=10/s,burst=7")?.with_rate("0.5/s")?;
     assert_eq!(gcra.limit(), 7);
+    let window = spec("sliding-window:limit=10,window=1s,buckets=4")?;
+    assert_eq!(window.with_rate("20")?.limit(), 20);
+    let per_minute = window.with_rate("30/1m")?;
+    assert!(
+        matches!(&per_minute, AnyAlgorithm::SlidingWindow(w) if w.window() == Duration::from_secs(60) && w.buckets() == Some(4)),
+        "{per_minute:?}"
+    );
+    let smooth = spec("smooth-warmup:rate=2,warmup=4s,cold_factor=5")?.with_rate("2.5")?;
+    assert!(
+        matches!(&smooth, AnyAlgorithm::SmoothWarmup(s) if s.permits_per_second() == 2.5 && s.cold_factor() == 5.0),
+        "{smooth:?}"
+    );
+    let queue = spec("leaky-queue:rate=1/s,burst=3,delay=1")?.with_rate("4/s")?;
+    assert!(
+        matches!(&queue, AnyAlgorithm::LeakyQueue(q) if q.burst() == 3 && q.delay() == crate::algorithm::QueueDelay::After(1)),
+        "{queue:?}"
+    );
     let concurrency = spec("concurrency:limit=3")?.with_rate("5")?;
     assert_eq!(concurrency.limit(), 5);
     let err = gcra.with_rate("fast").expect_err("bad rate");
@@ -233,11 +275,17 @@ proptest! {
 
     #[test]
     fn spec_shaped_text_never_panics(
-        name in prop::sample::select(vec!["gcra", "token-bucket", "concurrency", "x"]),
+        name in prop::sample::select(vec![
+            "gcra", "token-bucket", "fixed-window", "sliding-log", "sliding-window",
+            "leaky-bucket", "leaky-queue", "smooth-bursty", "smooth-warmup", "concurrency", "x",
+        ]),
         items in prop::collection::vec(
             (
-                prop::sample::select(vec!["rate", "burst", "initial", "limit", "capacity", "?"]),
-                "[0-9./a-z:=]{0,12}",
+                prop::sample::select(vec![
+                    "rate", "burst", "initial", "limit", "capacity", "window", "buckets", "delay",
+                    "nodelay", "burst_seconds", "warmup", "cold_factor", "?",
+                ]),
+                "[0-9./a-z:=]{0,12}|[0-9]{1,3}(/s|/1m|ms|s)?",
             ),
             0..5,
         ),

@@ -29,7 +29,6 @@ pub(super) fn rate(name: &'static str, text: &str) -> Result<Rate, ConfigError> 
 }
 
 /// A duration such as `250ms`, `4s`, `1.5s`, `1m`.
-#[allow(dead_code)] // for the windows and smooth limiters, merged next
 pub(super) fn duration(name: &'static str, text: &str) -> Result<Duration, ConfigError> {
     parse_duration(text).map_err(|e| {
         ConfigError::invalid(
@@ -59,7 +58,6 @@ pub(super) fn count(name: &'static str, text: &str) -> Result<u64, ConfigError> 
 }
 
 /// A plain non-negative decimal number such as `2`, `0.5` or `2.5`.
-#[allow(dead_code)] // for the windows and smooth limiters, merged next
 pub(super) fn number(name: &'static str, text: &str) -> Result<f64, ConfigError> {
     let decimal = Decimal::parse(text.trim()).map_err(|reason| {
         ConfigError::invalid(
@@ -73,7 +71,6 @@ pub(super) fn number(name: &'static str, text: &str) -> Result<f64, ConfigError>
 
 /// Permits per second for the smooth limiters: a plain number as Guava takes it (`5`, `0.5`),
 /// or a rate (`300/1m`) converted to one.
-#[allow(dead_code)] // for the windows and smooth limiters, merged next
 pub(super) fn per_second(name: &'static str, text: &str) -> Result<f64, ConfigError> {
     if text.contains('/') {
         return rate(name, text).map(|r| r.per_second_f64());
