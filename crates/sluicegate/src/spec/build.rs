@@ -3,8 +3,8 @@
 use std::time::Duration;
 
 use crate::algorithm::{
-    Concurrency, FixedWindow, Gcra, LeakyBucket, LeakyQueue, QueueDelay, SlidingLog,
-    SlidingWindow, SmoothBursty, SmoothWarmup, TokenBucket,
+    Concurrency, FixedWindow, Gcra, LeakyBucket, LeakyQueue, QueueDelay, SlidingLog, SlidingWindow,
+    SmoothBursty, SmoothWarmup, TokenBucket,
 };
 use crate::error::ConfigError;
 use crate::rate::Rate;
@@ -313,7 +313,9 @@ impl AnyAlgorithm {
             AnyAlgorithm::TokenBucket(bucket) => {
                 TokenBucket::new(values::rate("rate", text)?, bucket.limit())?.into()
             }
-            AnyAlgorithm::Gcra(gcra) => Gcra::new(values::rate("rate", text)?, gcra.burst())?.into(),
+            AnyAlgorithm::Gcra(gcra) => {
+                Gcra::new(values::rate("rate", text)?, gcra.burst())?.into()
+            }
             AnyAlgorithm::FixedWindow(window) => {
                 let (limit, length) = window_rate(text, window.window())?;
                 FixedWindow::new(limit, length)?.into()

@@ -32,8 +32,16 @@ fn reads_the_specs_of_the_design() -> TestResult {
         ("gcra:rate=1/s,capacity=4", "gcra", 4),
         ("fixed-window:limit=100,window=60s", "fixed-window", 100),
         ("sliding-log:limit=5,window=1s", "sliding-log", 5),
-        ("sliding-window:limit=100,window=60s,buckets=6", "sliding-window", 100),
-        ("sliding-window:limit=100,window=1.5s", "sliding-window", 100),
+        (
+            "sliding-window:limit=100,window=60s,buckets=6",
+            "sliding-window",
+            100,
+        ),
+        (
+            "sliding-window:limit=100,window=1.5s",
+            "sliding-window",
+            100,
+        ),
         ("leaky-bucket:rate=10/s,capacity=5", "leaky-bucket", 5),
         ("leaky-bucket:rate=10/s,burst=5", "leaky-bucket", 5),
         ("leaky-queue:rate=10/s,burst=5,delay=2", "leaky-queue", 6),
@@ -41,7 +49,11 @@ fn reads_the_specs_of_the_design() -> TestResult {
         ("leaky-queue:rate=10/s", "leaky-queue", 1),
         ("smooth-bursty:rate=5", "smooth-bursty", 6),
         ("smooth-bursty:rate=5,burst_seconds=2", "smooth-bursty", 11),
-        ("smooth-warmup:rate=2,warmup=4s,cold_factor=3", "smooth-warmup", 2),
+        (
+            "smooth-warmup:rate=2,warmup=4s,cold_factor=3",
+            "smooth-warmup",
+            2,
+        ),
         ("smooth-warmup:rate=2.5,warmup=4s", "smooth-warmup", 3),
     ];
     for (text, name, limit) in cases {
@@ -116,7 +128,10 @@ fn parameter_errors_name_the_parameter() {
         ("fixed-window:limit=10,window=0s", "window"),
         ("fixed-window:limit=10,window=soon", "window"),
         ("sliding-window:limit=10,window=1s,buckets=0", "buckets"),
-        ("sliding-window:limit=10,window=1s,buckets=99999999999", "buckets"),
+        (
+            "sliding-window:limit=10,window=1s,buckets=99999999999",
+            "buckets",
+        ),
         ("leaky-queue:rate=1/s,delay=1,nodelay", "delay"),
         ("leaky-queue:rate=1/s,nodelay=yes", "nodelay"),
         ("smooth-bursty:rate=0", "rate"),
@@ -124,7 +139,10 @@ fn parameter_errors_name_the_parameter() {
         ("smooth-bursty:rate=-5", "rate"),
         ("smooth-bursty:rate=5,burst_seconds=inf", "burst_seconds"),
         ("smooth-warmup:rate=2,warmup=0s", "warmup"),
-        ("smooth-warmup:rate=2,warmup=4s,cold_factor=0.5", "cold_factor"),
+        (
+            "smooth-warmup:rate=2,warmup=4s,cold_factor=0.5",
+            "cold_factor",
+        ),
     ] {
         let err = spec(text).expect_err(text);
         assert!(
