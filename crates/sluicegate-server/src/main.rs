@@ -1,6 +1,7 @@
 //! The `sluicegate` command.
 
 mod check_config;
+mod simulate;
 
 use std::process::ExitCode;
 
@@ -14,6 +15,8 @@ enum Command {
     Version,
     /// Validate rule files and print the resolved rules (exit 1 and every error otherwise).
     CheckConfig(check_config::CheckConfigArgs),
+    /// Run limiters over a trace or generated traffic; one JSON line per decision.
+    Simulate(simulate::SimulateArgs),
 }
 
 fn main() -> anyhow::Result<ExitCode> {
@@ -27,6 +30,7 @@ fn main() -> anyhow::Result<ExitCode> {
                 ExitCode::from(1)
             });
         }
+        Command::Simulate(args) => simulate::run(args)?,
     }
     Ok(ExitCode::SUCCESS)
 }
