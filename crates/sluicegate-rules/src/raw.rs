@@ -67,6 +67,7 @@ pub(crate) struct RawDescriptor {
     pub(crate) detailed_metric: bool,
     pub(crate) value_to_metric: bool,
     pub(crate) share_threshold: Option<Spanned<bool>>,
+    pub(crate) metadata: Option<serde_json::Value>,
 }
 
 /// A `rate_limit` map (or one entry of `rate_limits`).
@@ -131,6 +132,7 @@ fn descriptor(node: &Node, report: &mut Report) -> RawDescriptor {
         detailed_metric: false,
         value_to_metric: false,
         share_threshold: None,
+        metadata: None,
     };
     let Some(entries) = map_entries(node, "a descriptor", report) else {
         return out;
@@ -169,8 +171,12 @@ fn descriptor(node: &Node, report: &mut Report) -> RawDescriptor {
                     pos: key.pos,
                 });
             }
-            // Free-form data for the client (envoyproxy/ratelimit does not look inside).
-            Some("metadata") => {}
+            // Free-form data handed back to the client; its keys are not checked.
+            Some("metadata") => match &value.value {
+                Value::Map(_) => out.metadata = Some(to_json(value)),
+                Value::Scalar(Scalar::Null) => {}
+                _ => wrong_type(value, "metadata", "a map", report),
+            },
             Some(other) => misplaced(key.pos, other, "a descriptor", DESCRIPTOR_KEYS, report),
             None => {}
         }
@@ -440,5 +446,28 @@ fn scalar_text(node: &Node) -> String {
     match &node.value {
         Value::Scalar(scalar) => scalar.to_string(),
         _ => node.describe(),
+    }
+}
+
+/// Free-form YAML as JSON (map keys as their text).
+fn to_json(node: &Node) -> serde_json::Value {
+    use serde_json::Value as Json;
+    match &node.value {
+        Value::Scalar(Scalar::Null) => Json::Null,
+        Value::Scalar(Scalar::Bool(b)) => Json::Bool(*b),
+        Value::Scalar(Scalar::Int(i)) => Json::from(*i),
+        Value::Scalar(Scalar::Float(text)) => text
+            .parse::<f64>()
+            .ok()
+            .and_then(serde_json::Number::from_f64)
+            .map_or_else(|| Json::String(text.clone()), Json::Number),
+        Value::Scalar(Scalar::Str(text)) => Json::String(text.clone()),
+        Value::Seq(items) => Json::Array(items.iter().map(to_json).collect()),
+        Value::Map(entries) => Json::Object(
+            entries
+                .iter()
+                .map(|(key, value)| (scalar_text(key), to_json(value)))
+                .collect(),
+        ),
     }
 }

@@ -127,6 +127,7 @@ fn resolve_rule(raw: &RawDescriptor, full_key: &str, report: &mut Report) -> Opt
         quota_mode: raw.quota_mode,
         detailed_metric: raw.detailed_metric,
         value_to_metric: raw.value_to_metric,
+        metadata: raw.metadata.clone(),
         source,
     };
     match (&raw.rate_limit, &raw.rate_limits) {

@@ -251,6 +251,9 @@ pub struct Rule {
     pub detailed_metric: bool,
     /// Stats keyed by the request's value where the rule matched a wildcard or a key only.
     pub value_to_metric: bool,
+    /// The descriptor's `metadata`, free-form, for the service to hand back to the client.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<serde_json::Value>,
     /// Where the rule was written.
     pub source: Source,
 }

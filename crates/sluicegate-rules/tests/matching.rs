@@ -300,6 +300,21 @@ fn flags_and_metadata_are_accepted() -> TestResult {
     )?;
     let m = set.find("d", &[("k", "v")]).ok_or("k")?;
     assert!(m.rule.quota_mode);
+    assert_eq!(
+        m.rule.metadata,
+        Some(serde_json::json!({"anything": {"nested": [1, 2.5]}}))
+    );
+    let corpus = load_corpus("valid/metadata/metadata.yaml", &LoadOptions::default())?;
+    let key2 = corpus.find("test-domain", &[("key2", "x")]).ok_or("key2")?;
+    assert_eq!(
+        key2.rule.metadata,
+        Some(serde_json::json!({"service_with_quota": {"name": "service_2"}}))
+    );
+    let found = common::errors("domain: d\ndescriptors:\n  - key: k\n    metadata: [1]\n");
+    assert!(
+        found[0].contains("4:15: metadata must be a map"),
+        "{found:?}"
+    );
     Ok(())
 }
 
