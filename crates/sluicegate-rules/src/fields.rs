@@ -96,7 +96,7 @@ pub(crate) fn string(node: &Node, what: &str, report: &mut Report) -> Option<Spa
     let text = match &node.value {
         Value::Scalar(Scalar::Null) => String::new(),
         Value::Scalar(Scalar::Str(text)) => text.clone(),
-        Value::Scalar(scalar @ (Scalar::Int(_) | Scalar::Bool(_))) => scalar.to_string(),
+        Value::Scalar(Scalar::Int(_) | Scalar::Bool(_)) => node.text.clone(),
         Value::Scalar(Scalar::Float(text)) => {
             report.at(
                 node.pos,
@@ -183,7 +183,7 @@ pub(crate) fn wrong_type(node: &Node, what: &str, expected: &'static str, report
 
 pub(crate) fn scalar_text(node: &Node) -> String {
     match &node.value {
-        Value::Scalar(scalar) => scalar.to_string(),
+        Value::Scalar(_) => node.text.clone(),
         _ => node.describe(),
     }
 }

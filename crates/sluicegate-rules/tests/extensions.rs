@@ -240,6 +240,13 @@ fn upstream_quirks_are_kept() -> TestResult {
         "domain: d\ndescriptors:\n  - key: code\n    value: 429\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
     )?;
     assert!(set.find("d", &[("code", "429")]).is_some());
+    let set = rules(
+        "domain: d\ndescriptors:\n  - key: flag\n    value: True\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
+    )?;
+    assert!(
+        set.find("d", &[("flag", "True")]).is_some(),
+        "the text as written"
+    );
     Ok(())
 }
 
