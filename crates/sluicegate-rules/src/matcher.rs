@@ -96,11 +96,7 @@ impl RuleSet {
         let replaced: Vec<&str> = matches
             .iter()
             .flatten()
-            .flat_map(|m| {
-                m.limits
-                    .iter()
-                    .flat_map(|l| l.replaces.iter().map(String::as_str))
-            })
+            .flat_map(|m| m.rule.replaces.iter().map(String::as_str))
             .collect();
         if replaced.is_empty() {
             return matches;

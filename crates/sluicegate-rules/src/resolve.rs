@@ -118,10 +118,11 @@ fn resolve_rule(raw: &RawDescriptor, full_key: &str, report: &mut Report) -> Opt
         file: report.file.clone(),
         position: raw.pos,
     };
-    let rule = |limits: Vec<Limit>, unlimited: bool| Rule {
+    let rule = |limits: Vec<Limit>, unlimited: bool, replaces: Vec<String>| Rule {
         id: full_key.to_owned(),
         limits,
         unlimited,
+        replaces,
         shadow_mode: raw.shadow_mode,
         quota_mode: raw.quota_mode,
         detailed_metric: raw.detailed_metric,
@@ -141,9 +142,12 @@ fn resolve_rule(raw: &RawDescriptor, full_key: &str, report: &mut Report) -> Opt
         (Some(one), None) => {
             let unlimited = one.unlimited.as_ref().is_some_and(|u| u.value);
             let limit = resolve_limit(one, unlimited, report);
+            // An unlimited rule has no limit, but its `replaces` still count (upstream
+            // collects them before it sets unlimited descriptors aside).
+            let replaces = one.replaces.iter().map(|r| r.value.clone()).collect();
             match (unlimited, limit) {
-                (true, _) => Some(rule(Vec::new(), true)),
-                (false, Some(limit)) => Some(rule(vec![limit], false)),
+                (true, _) => Some(rule(Vec::new(), true, replaces)),
+                (false, Some(limit)) => Some(rule(vec![limit], false, replaces)),
                 (false, None) => None,
             }
         }
@@ -163,7 +167,24 @@ fn resolve_rule(raw: &RawDescriptor, full_key: &str, report: &mut Report) -> Opt
                 }
                 limits.extend(resolve_limit(entry, false, report));
             }
-            (limits.len() == list.value.len()).then(|| rule(limits, false))
+            let names: Vec<&str> = limits.iter().filter_map(|l| l.name.as_deref()).collect();
+            let mut sibling_replaced = false;
+            for replaced in list.value.iter().flat_map(|entry| &entry.replaces) {
+                if names.contains(&replaced.value.as_str()) {
+                    sibling_replaced = true;
+                    report.extension(
+                        replaced.pos,
+                        format!(
+                            "'{}' is a limit of the same descriptor: limits in rate_limits are \
+                             enforced together and cannot replace one another",
+                            replaced.value
+                        ),
+                    );
+                }
+            }
+            let replaces = limits.iter().flat_map(|l| l.replaces.clone()).collect();
+            (!sibling_replaced && limits.len() == list.value.len())
+                .then(|| rule(limits, false, replaces))
         }
     }
 }

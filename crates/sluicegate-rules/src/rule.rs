@@ -243,6 +243,10 @@ pub struct Rule {
     pub limits: Vec<Limit>,
     /// `unlimited: true`: matched, counted in stats, never limited.
     pub unlimited: bool,
+    /// Every limit name this rule's `replaces` lists (also for an unlimited rule, whose
+    /// `replaces` still apply).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub replaces: Vec<String>,
     /// Report over-limit in stats and headers but allow the request.
     pub shadow_mode: bool,
     /// `quota_mode: true`, passed on to the service.

@@ -121,6 +121,16 @@ fn replaces_removes_the_named_limit_only_when_both_apply() -> TestResult {
         Some(10)
     );
 
+    // An unlimited rule's replaces apply too.
+    let vip = rules(
+        "domain: d\ndescriptors:\n  - key: user\n    rate_limit: {unit: second, requests_per_unit: 5, name: per_user}\n  - key: vip\n    rate_limit:\n      unlimited: true\n      replaces: [{name: per_user}]\n",
+    )?;
+    let user: &[(&str, &str)] = &[("user", "u1")];
+    let pass: &[(&str, &str)] = &[("vip", "yes")];
+    let found = vip.find_all("d", &[user, pass]);
+    assert!(found[0].is_none());
+    assert!(found[1].as_ref().is_some_and(|m| m.unlimited()));
+
     let only_second = set.find_all("example7", &[second]);
     assert_eq!(
         only_second[0]
