@@ -1,3 +1,13 @@
+// Records the waits of Guava's real RateLimiter for a script (see ../../guava_vectors.rs for the
+// format), to check sluicegate's smooth limiters against. It lives in Guava's package to reach
+// the package-private constructors that take a stopwatch. With Debian's libguava-java (31.1):
+//
+//   javac -cp /usr/share/java/guava.jar -d /tmp/oracle Oracle.java
+//   (echo "# Recorded from Guava 31.1's RateLimiter with guava-oracle/Oracle.java; do not edit by hand."
+//    echo "# Random part: python3 gen.py 2026 20. Then hand-written extremes."
+//    python3 gen.py 2026 20; cat extremes.txt) |
+//     java -cp /usr/share/java/guava.jar:/tmp/oracle com.google.common.util.concurrent.Oracle \
+//     > ../guava_traces.txt
 package com.google.common.util.concurrent;
 
 import java.io.BufferedReader;
