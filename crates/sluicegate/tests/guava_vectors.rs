@@ -9,7 +9,8 @@
 //! `DirectLimiter` on a `ManualClock`.
 //!
 //! `data/guava_traces.txt` was recorded from Guava 31.1's own classes by
-//! `data/guava-oracle/Oracle.java` (see the commands at the top of that file).
+//! `data/guava-oracle/Oracle.java` (see the commands at the top of that file), which also
+//! confirms the hand-written vectors here and in `data/guava_rate_limiter_test.txt`.
 
 use std::error::Error;
 use std::num::NonZeroU64;
@@ -372,189 +373,6 @@ acquire 1 = 200000
 acquire 1 = 200000
 ";
 
-/// More of Guava's `RateLimiterTest`, with its printed waits in the comments.
-const RATE_LIMITER_TEST: &str = "
-# testSimpleAcquireEarliestAvailableIsInPast
-bursty 5.0 1.0
-acquire 1 = 0
-sleep 400000
-acquire 1 = 0
-acquire 1 = 0
-acquire 1 = 200000
-
-# testImmediateTryAcquire: create(1): tryAcquire() true, then false
-bursty 1.0 1.0
-check 1 = 0
-check 1 = deny
-
-# testDoubleMinValueCanAcquireExactlyOnce: the interval is infinite, the ticket saturates
-bursty 4.9E-324 1.0
-check 1 = 0
-check 1 = deny
-sleep 2147483647000
-check 1 = deny
-
-# testTryAcquire_noWaitAllowed
-bursty 5.0 1.0
-try 1 0 = 0
-try 1 0 = deny
-try 1 0 = deny
-sleep 100000
-try 1 0 = deny
-
-# testTryAcquire_someWaitAllowed
-bursty 5.0 1.0
-try 1 0 = 0
-try 1 200000 = 200000
-try 1 100000 = deny
-sleep 100000
-try 1 100000 = 100000
-
-# testTryAcquire_overflow: a timeout of Long.MAX_VALUE microseconds
-bursty 5.0 1.0
-try 1 0 = 0
-sleep 100000
-try 1 9223372036854775807 = 100000
-
-# testTryAcquire_negative (negative timeouts count as zero: here, checks)
-bursty 5.0 1.0
-try 5 0 = 0
-sleep 900000
-check 1 = deny
-sleep 100000
-check 1 = 0
-
-# testSimpleWeights
-bursty 1.0 1.0
-acquire 1 = 0
-acquire 1 = 1000000
-acquire 2 = 1000000
-acquire 4 = 2000000
-acquire 8 = 4000000
-acquire 1 = 8000000
-
-# testWarmUpWithColdFactor: R0.00, R1.75, R1.26, R0.76, R0.30, R0.20, R0.20, R0.20 ...
-warmup 5.0 4000000 10.0
-acquire 1 = 0
-acquire 1 = 1752500
-acquire 1 = 1257500
-acquire 1 = 762500
-acquire 1 = 300227
-acquire 1 = 200000
-acquire 1 = 200000
-acquire 1 = 200000
-sleep 200000
-sleep 4000000
-acquire 1 = 0
-acquire 1 = 1752500
-acquire 1 = 1257500
-acquire 1 = 762500
-acquire 1 = 300227
-acquire 1 = 200000
-acquire 1 = 200000
-acquire 1 = 200000
-sleep 200000
-sleep 1000000
-acquire 1 = 0
-acquire 1 = 200000
-acquire 1 = 200000
-acquire 1 = 200000
-acquire 1 = 200000
-acquire 1 = 200000
-acquire 1 = 200000
-acquire 1 = 200000
-
-# testWarmUpWithColdFactor1: a cold factor of 1 is no warm-up at all
-warmup 5.0 4000000 1.0
-acquire 1 = 0
-acquire 1 = 200000
-acquire 1 = 200000
-acquire 1 = 200000
-acquire 1 = 200000
-acquire 1 = 200000
-acquire 1 = 200000
-acquire 1 = 200000
-sleep 340000
-acquire 1 = 0
-acquire 1 = 200000
-acquire 1 = 200000
-acquire 1 = 200000
-acquire 1 = 200000
-acquire 1 = 200000
-acquire 1 = 200000
-acquire 1 = 200000
-
-# testWarmUpAndUpdate: R0.00, R1.38, R1.13, R0.88, R0.63, R0.50, R0.50, R0.50; U4.50;
-# R0.00, R1.38, R1.13; setRate(4); R0.88; R0.34, R0.28, R0.25, R0.25; U4.25;
-# R0.00, R0.72, R0.66, R0.59, R0.53, R0.47, R0.41, R0.34, R0.28, R0.25, R0.25
-warmup 2.0 4000000 3.0
-acquire 1 = 0
-acquire 1 = 1375000
-acquire 1 = 1125000
-acquire 1 = 875000
-acquire 1 = 625000
-acquire 1 = 500000
-acquire 1 = 500000
-acquire 1 = 500000
-sleep 4500000
-acquire 1 = 0
-acquire 1 = 1375000
-acquire 1 = 1125000
-rate 4.0
-acquire 1 = 875000
-acquire 1 = 343750
-acquire 1 = 281250
-acquire 1 = 250000
-acquire 1 = 250000
-sleep 4250000
-acquire 1 = 0
-acquire 1 = 718750
-acquire 1 = 656250
-acquire 1 = 593750
-acquire 1 = 531250
-acquire 1 = 468750
-acquire 1 = 406250
-acquire 1 = 343750
-acquire 1 = 281250
-acquire 1 = 250000
-acquire 1 = 250000
-
-# testWarmUpAndUpdateWithColdFactor: R0.00, R1.75, R1.26, R0.76, R0.30, R0.20 x3; U4.20;
-# R0.00, R1.75, R1.26; setRate(10); R0.76; R0.20, R0.10, R0.10, R0.10; U4.10;
-# R0.00, R0.94, R0.81, R0.69, R0.57, R0.44, R0.32, R0.20, R0.10, R0.10, R0.10
-warmup 5.0 4000000 10.0
-acquire 1 = 0
-acquire 1 = 1752500
-acquire 1 = 1257500
-acquire 1 = 762500
-acquire 1 = 300227
-acquire 1 = 200000
-acquire 1 = 200000
-acquire 1 = 200000
-sleep 4200000
-acquire 1 = 0
-acquire 1 = 1752500
-acquire 1 = 1257500
-rate 10.0
-acquire 1 = 762500
-acquire 1 = 195625
-acquire 1 = 104602
-acquire 1 = 100000
-acquire 1 = 100000
-sleep 4100000
-acquire 1 = 0
-acquire 1 = 938125
-acquire 1 = 814375
-acquire 1 = 690625
-acquire 1 = 566875
-acquire 1 = 443125
-acquire 1 = 319375
-acquire 1 = 195625
-acquire 1 = 104602
-acquire 1 = 100000
-acquire 1 = 100000
-";
-
 #[test]
 fn design_section_9_vectors() -> TestResult {
     assert_eq!(
@@ -564,12 +382,12 @@ fn design_section_9_vectors() -> TestResult {
     Ok(())
 }
 
+/// More of Guava's `RateLimiterTest`: weights, `tryAcquire` with and without timeouts,
+/// `setRate` on warming-up limiters, cold factors 1 and 10, `Double.MIN_VALUE`.
 #[test]
 fn rate_limiter_test_vectors() -> TestResult {
-    assert_eq!(
-        replay_all_modes(RATE_LIMITER_TEST)?,
-        expectations(RATE_LIMITER_TEST)
-    );
+    let script = include_str!("data/guava_rate_limiter_test.txt");
+    assert_eq!(replay_all_modes(script)?, expectations(script));
     Ok(())
 }
 

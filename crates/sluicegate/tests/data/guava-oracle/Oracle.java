@@ -8,6 +8,10 @@
 //    python3 gen.py 2026 20; cat extremes.txt) |
 //     java -cp /usr/share/java/guava.jar:/tmp/oracle com.google.common.util.concurrent.Oracle \
 //     > ../guava_traces.txt
+//
+// Scripts with expected answers (` = WAIT`) can be fed as they are: the answers are recomputed,
+// so `diff` against the input checks hand-written vectors (../guava_rate_limiter_test.txt, the
+// DESIGN_SECTION_9 script in ../../guava_vectors.rs) against Guava.
 package com.google.common.util.concurrent;
 
 import java.io.BufferedReader;
@@ -29,7 +33,8 @@ public class Oracle {
     RateLimiter limiter = null;
     String line;
     while ((line = in.readLine()) != null) {
-      String[] w = line.trim().split("\\s+");
+      // Anything after " = " (an expected answer) is ignored and recomputed.
+      String[] w = line.split(" = ")[0].trim().split("\\s+");
       if (line.trim().isEmpty() || w[0].startsWith("#")) { System.out.println(line); continue; }
       switch (w[0]) {
         case "bursty": {
@@ -59,6 +64,12 @@ public class Oracle {
           clock.lastSleep = -1;
           limiter.acquire(Integer.parseInt(w[1]));
           System.out.println(w[0] + " " + w[1] + " = " + clock.lastSleep);
+          break;
+        }
+        case "check": {
+          clock.lastSleep = -1;
+          boolean ok = limiter.tryAcquire(Integer.parseInt(w[1]));
+          System.out.println(w[0] + " " + w[1] + " = " + (ok ? Long.toString(clock.lastSleep) : "deny"));
           break;
         }
         case "try": {
