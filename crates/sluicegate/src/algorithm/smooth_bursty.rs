@@ -14,9 +14,12 @@ use crate::state_machine::{Algorithm, Op};
 /// One permit every `1 / permits_per_second` seconds. While idle it saves up to
 /// `permits_per_second * max_burst_seconds` permits, which are then handed out at no cost. A
 /// request whose turn has come is granted whatever its size, and the requests after it pay for
-/// it ("pay later"): [`Op::Reserve`] returns the wait Guava's `acquire` returns, and
-/// [`Op::Check`] is Guava's `tryAcquire(n)`. Like Guava's, the limiter exists from its creation:
-/// first used two seconds after it was created, it has already saved permits.
+/// it ("pay later"). [`Op::Reserve`] without `max_wait` is Guava's `acquire(n)` and returns its
+/// wait; with `max_wait: Some(t)` it is `tryAcquire(n, t)`; [`Op::Check`] is `tryAcquire(n)`,
+/// and [`Op::Peek`] tells whether that would pass, changing nothing. A denial changes nothing
+/// either, and its `retry_after` is the time until the next free ticket, from when the same
+/// request passes without waiting. Like Guava's, the limiter exists from its creation: first
+/// used two seconds after it was created, it has already saved permits.
 ///
 /// [`Decision::limit`] is the most single permits a rested limiter grants at one instant: the
 /// saved permits (rounded down) plus the one Guava always lets through when its turn has come.

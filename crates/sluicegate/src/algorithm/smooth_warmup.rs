@@ -16,7 +16,8 @@ use crate::state_machine::{Algorithm, Op};
 /// `cold_factor` stable intervals each, falling linearly to the stable interval as the stored
 /// permits above the threshold are spent, so that going from cold to the stable rate takes
 /// `warmup`. Requests "pay later" as with [`SmoothBursty`](crate::SmoothBursty): a request whose
-/// turn has come is granted whatever its size, and the requests after it wait for its cost.
+/// turn has come is granted whatever its size, and the requests after it wait for its cost. The
+/// ops map to Guava's methods as they do there.
 ///
 /// [`Decision::limit`] is the stable rate per second, rounded up. Stored permits are never free
 /// here, so [`Decision::remaining`] is 1 when a request could pass right now and 0 when the next
