@@ -80,6 +80,8 @@ impl Axes {
             .max()
             .unwrap_or(0)
             .max(1);
+        // Up to the next grid line, so the tallest bar sits under a labelled line.
+        let max_per_bin = max_per_bin.next_multiple_of(count_step(max_per_bin));
         Axes {
             bin,
             bins,
