@@ -13,9 +13,12 @@ use crate::simulate::traffic::TrafficSpec;
 /// acquire, try:SECONDS, set_rate:RATE, release). Output lines are flushed as each event is
 /// read, so another program can drive the command through a pipe one event at a time.
 #[derive(Debug, Args)]
+#[command(after_help = TRACE_HELP)]
 pub(crate) struct SimulateArgs {
     /// A limiter, `ALGORITHM:key=value,...` (e.g. `gcra:rate=10/s,burst=5`); repeat to run
-    /// several side by side (each output line then carries `"limiter": INDEX`).
+    /// several side by side (each output line then carries `"limiter": INDEX`). Algorithms:
+    /// token-bucket, gcra, fixed-window, sliding-log, sliding-window, leaky-bucket, leaky-queue,
+    /// smooth-bursty, smooth-warmup, concurrency.
     #[arg(long = "limiter", value_name = "SPEC", required = true, value_parser = parse_limiter)]
     pub(crate) limiters: Vec<LimiterArg>,
 
@@ -37,6 +40,16 @@ pub(crate) struct SimulateArgs {
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub(crate) seed: u64,
 }
+
+const TRACE_HELP: &str = "\
+A trace is CSV, one event a line: t,key,permits,op (a header line and # comments allowed).
+  t        seconds since the start (decimal, to the microsecond), never decreasing
+  permits  default 1
+  op       check (default) | peek | acquire | try:SECONDS | set_rate:RATE | release
+Each event gets one JSON line per limiter, flushed at once:
+  {\"t\":0.2,\"key\":\"a\",\"permits\":1,\"op\":\"check\",\"allowed\":true,\"limit\":5,\"remaining\":4,
+   \"reset_after\":0.8,\"retry_after\":null,\"wait\":0.0}
+or {\"t\":...,\"error\":\"...\"} for an event the limiter cannot take; the run goes on.";
 
 /// One `--limiter`: the algorithm, and its spec for titles.
 #[derive(Debug, Clone)]

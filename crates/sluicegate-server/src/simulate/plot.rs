@@ -80,6 +80,8 @@ impl Axes {
             .max()
             .unwrap_or(0)
             .max(1);
+        // Up to the next grid line, so the tallest bar sits under a labelled line.
+        let max_per_bin = max_per_bin.next_multiple_of(count_step(max_per_bin));
         Axes {
             bin,
             bins,
@@ -253,15 +255,15 @@ fn draw_panel(svg: &mut String, axes: &Axes, index: usize, panel: &Panel) {
 
 /// A 1-2-5 step giving at most about five grid lines up to `max`.
 fn count_step(max: u64) -> u64 {
-    let mut magnitude = 1;
+    let mut magnitude: u64 = 1;
     loop {
         for factor in [1, 2, 5] {
-            let step = magnitude * factor;
-            if max / step <= 5 {
+            let step = magnitude.saturating_mul(factor);
+            if max / step <= 5 || step == u64::MAX {
                 return step;
             }
         }
-        magnitude *= 10;
+        magnitude = magnitude.saturating_mul(10);
     }
 }
 

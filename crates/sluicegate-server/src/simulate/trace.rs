@@ -155,6 +155,26 @@ mod tests {
         ));
     }
 
+    proptest::proptest! {
+        #[test]
+        fn arbitrary_lines_never_panic(lines in proptest::collection::vec(".{0,40}", 0..6)) {
+            let mut reader = TraceReader::default();
+            for line in &lines {
+                let _ = reader.read(line);
+            }
+        }
+
+        #[test]
+        fn event_shaped_lines_never_panic(
+            t in "[0-9]{0,22}(\\.[0-9]{0,8})?",
+            key in "[a-z\"]{0,3}",
+            permits in "[0-9]{0,21}",
+            op in "(check|peek|acquire|release|try:|set_rate:|x)[0-9./smh]{0,8}",
+        ) {
+            let _ = TraceReader::default().read(&format!("{t},{key},{permits},{op}"));
+        }
+    }
+
     #[test]
     fn bad_lines_say_why() {
         let mut reader = TraceReader::default();

@@ -119,7 +119,7 @@ impl TrafficSpec {
                         / u128::from(rate.permits());
                     exact as f64
                 }
-                Shape::Burst { size, every } => ((index / size) * every) as f64,
+                Shape::Burst { size, every } => (index / size).saturating_mul(*every) as f64,
             };
             if t >= self.duration as f64 {
                 return None;
@@ -187,6 +187,32 @@ mod tests {
         assert_eq!(keys, ["k0", "k1", "k2", "k0"]);
         assert!(spec.events(0).all(|e| e.permits == 2));
         Ok(())
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn arbitrary_generators_never_panic(text in ".{0,48}", seed in 0u64..4) {
+            if let Ok(spec) = TrafficSpec::parse(&text) {
+                let _ = spec.events(seed).take(100).count();
+            }
+        }
+
+        #[test]
+        fn extreme_generators_stay_ordered(
+            name in proptest::sample::select(vec!["poisson", "uniform", "burst"]),
+            rate in "[1-9][0-9]{0,6}/(1us|s|1000000h)",
+            every in "[1-9][0-9]{0,18}us",
+            duration in "[1-9][0-9]{0,18}us",
+        ) {
+            let text = match name {
+                "burst" => format!("burst:size=3,every={every},duration={duration}"),
+                _ => format!("{name}:rate={rate},duration={duration}"),
+            };
+            if let Ok(spec) = TrafficSpec::parse(&text) {
+                let times: Vec<Micros> = spec.events(1).take(200).map(|e| e.t).collect();
+                proptest::prop_assert!(times.windows(2).all(|w| w[0] <= w[1]));
+            }
+        }
     }
 
     #[test]

@@ -29,14 +29,14 @@ macro_rules! any_algorithm {
         /// assert!(!limiter.check(&"a")?.allowed);
         /// # Ok::<(), Box<dyn std::error::Error>>(())
         /// ```
-        #[derive(Debug, Clone)]
+        #[derive(Debug, Clone, PartialEq)]
         #[non_exhaustive]
         pub enum AnyAlgorithm {
             $($(#[$doc])* $variant($algorithm),)*
         }
 
         /// The state of an [`AnyAlgorithm`]: the state of the algorithm of the same variant.
-        #[derive(Debug, Clone)]
+        #[derive(Debug, Clone, PartialEq)]
         #[non_exhaustive]
         pub enum AnyState {
             $(#[doc = concat!("The state of [`AnyAlgorithm::", stringify!($variant), "`].")]

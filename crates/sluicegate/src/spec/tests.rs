@@ -258,13 +258,17 @@ fn another_algorithms_state_counts_as_fresh() -> TestResult {
     // A denial leaves the foreign state untouched.
     let mut taken = gcra.initial_state(0);
     gcra.decide(&mut taken, 0, ONE, Op::Check)?;
-    let before = format!("{taken:?}");
+    let before = taken.clone();
     let denied = concurrency.decide(&mut taken, 0, NonZeroU64::MIN, Op::Peek)?;
     assert!(denied.allowed);
-    assert_eq!(format!("{taken:?}"), before);
+    assert_eq!(taken, before);
     // Switching algorithm starts the new one afresh.
     gcra.carry_over(&concurrency, &mut taken, 5);
-    assert!(matches!(taken, AnyState::Concurrency(0)));
+    assert_eq!(taken, AnyState::Concurrency(0));
+    assert_eq!(
+        spec("gcra:rate=1/s")?,
+        AnyAlgorithm::from(Gcra::new(Rate::per_second(1)?, 1)?)
+    );
     Ok(())
 }
 
