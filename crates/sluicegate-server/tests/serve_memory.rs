@@ -56,7 +56,10 @@ impl Service {
         Self::start_in(dir, EngineOptions::default()).await
     }
 
-    async fn start_in(dir: tempfile::TempDir, engine: EngineOptions) -> Result<Service, Box<dyn std::error::Error>> {
+    async fn start_in(
+        dir: tempfile::TempDir,
+        engine: EngineOptions,
+    ) -> Result<Service, Box<dyn std::error::Error>> {
         let server = start(ServerConfig {
             rules: dir.path().to_owned(),
             load_options: Default::default(),
@@ -79,17 +82,32 @@ impl Service {
         format!("http://{}{path}", self.server.http_addr)
     }
 
-    async fn ask(&mut self, descriptors: &[&[(&str, &str)]], hits: u32) -> Result<RateLimitResponse, tonic::Status> {
+    async fn ask(
+        &mut self,
+        descriptors: &[&[(&str, &str)]],
+        hits: u32,
+    ) -> Result<RateLimitResponse, tonic::Status> {
         let request = RateLimitRequest {
             domain: "shop".into(),
-            descriptors: descriptors.iter().map(|entries| descriptor(entries)).collect(),
+            descriptors: descriptors
+                .iter()
+                .map(|entries| descriptor(entries))
+                .collect(),
             hits_addend: hits,
         };
         Ok(self.grpc.should_rate_limit(request).await?.into_inner())
     }
 
-    async fn json(&self, body: &str) -> Result<(u16, reqwest::header::HeaderMap, String), reqwest::Error> {
-        let response = self.http.post(self.url("/json")).body(body.to_owned()).send().await?;
+    async fn json(
+        &self,
+        body: &str,
+    ) -> Result<(u16, reqwest::header::HeaderMap, String), reqwest::Error> {
+        let response = self
+            .http
+            .post(self.url("/json"))
+            .body(body.to_owned())
+            .send()
+            .await?;
         let status = response.status().as_u16();
         let headers = response.headers().clone();
         Ok((status, headers, response.text().await?))
@@ -104,7 +122,10 @@ fn descriptor(entries: &[(&str, &str)]) -> RateLimitDescriptor {
     RateLimitDescriptor {
         entries: entries
             .iter()
-            .map(|(key, value)| Entry { key: (*key).into(), value: (*value).into() })
+            .map(|(key, value)| Entry {
+                key: (*key).into(),
+                value: (*value).into(),
+            })
             .collect(),
         ..RateLimitDescriptor::default()
     }
@@ -131,10 +152,19 @@ async fn a_limit_allows_its_requests_then_denies_with_statuses() -> TestResult {
         .iter()
         .map(|h| (h.key.as_str(), h.value.as_str()))
         .collect();
-    assert!(headers.contains(&("RateLimit-Policy", "\"default\";q=3;w=60")), "{headers:?}");
-    assert!(headers.iter().any(|(k, _)| *k == "Retry-After"), "{headers:?}");
+    assert!(
+        headers.contains(&("RateLimit-Policy", "\"default\";q=3;w=60")),
+        "{headers:?}"
+    );
+    assert!(
+        headers.iter().any(|(k, _)| *k == "Retry-After"),
+        "{headers:?}"
+    );
     // Each user has a budget of their own.
-    assert_eq!(service.ask(&[&[("user", "bob")]], 0).await?.overall_code, OK);
+    assert_eq!(
+        service.ask(&[&[("user", "bob")]], 0).await?.overall_code,
+        OK
+    );
     service.server.shutdown().await?;
     Ok(())
 }
@@ -142,22 +172,38 @@ async fn a_limit_allows_its_requests_then_denies_with_statuses() -> TestResult {
 #[tokio::test]
 async fn json_and_grpc_share_one_budget_and_agree() -> TestResult {
     let mut service = Service::start(RULES).await?;
-    let body = r#"{"domain":"shop","descriptors":[{"entries":[{"key":"path","value":"/checkout"}]}]}"#;
-    assert_eq!(service.ask(&[&[("path", "/checkout")]], 0).await?.statuses[0].limit_remaining, 1);
+    let body =
+        r#"{"domain":"shop","descriptors":[{"entries":[{"key":"path","value":"/checkout"}]}]}"#;
+    assert_eq!(
+        service.ask(&[&[("path", "/checkout")]], 0).await?.statuses[0].limit_remaining,
+        1
+    );
     let (status, headers, text) = service.json(body).await?;
     assert_eq!(status, 200);
     let json: serde_json::Value = serde_json::from_str(&text)?;
     assert_eq!(json["overallCode"], "OK");
     assert_eq!(json["statuses"][0]["currentLimit"]["name"], "checkout");
     assert_eq!(json["statuses"][0]["currentLimit"]["unit"], "SECOND");
-    assert!(json["statuses"][0].get("limitRemaining").is_none(), "zero is omitted, as protobuf's JSON does");
-    assert_eq!(headers.get("ratelimit").map(|v| v.to_str().ok()), Some(Some("\"checkout\";r=0;t=1")));
+    assert!(
+        json["statuses"][0].get("limitRemaining").is_none(),
+        "zero is omitted, as protobuf's JSON does"
+    );
+    assert_eq!(
+        headers.get("ratelimit").map(|v| v.to_str().ok()),
+        Some(Some("\"checkout\";r=0;t=1"))
+    );
     let (status, headers, text) = service.json(body).await?;
     assert_eq!(status, 429);
     assert!(headers.contains_key("retry-after"));
     let json: serde_json::Value = serde_json::from_str(&text)?;
     assert_eq!(json["overallCode"], "OVER_LIMIT");
-    assert_eq!(service.ask(&[&[("path", "/checkout")]], 0).await?.overall_code, OVER_LIMIT);
+    assert_eq!(
+        service
+            .ask(&[&[("path", "/checkout")]], 0)
+            .await?
+            .overall_code,
+        OVER_LIMIT
+    );
     service.server.shutdown().await?;
     Ok(())
 }
@@ -166,20 +212,49 @@ async fn json_and_grpc_share_one_budget_and_agree() -> TestResult {
 async fn what_no_rule_names_passes_and_blocked_keys_never_do() -> TestResult {
     let mut service = Service::start(RULES).await?;
     // A descriptor no rule matches, an unlimited one, an unknown domain: all allowed.
-    assert_eq!(service.ask(&[&[("nothing", "here")]], 0).await?.overall_code, OK);
-    assert_eq!(service.ask(&[&[("path", "/free")]], 1000).await?.overall_code, OK);
+    assert_eq!(
+        service
+            .ask(&[&[("nothing", "here")]], 0)
+            .await?
+            .overall_code,
+        OK
+    );
+    assert_eq!(
+        service
+            .ask(&[&[("path", "/free")]], 1000)
+            .await?
+            .overall_code,
+        OK
+    );
     let request = RateLimitRequest {
         domain: "elsewhere".into(),
         descriptors: vec![descriptor(&[("user", "x")])],
         hits_addend: 0,
     };
-    assert_eq!(service.grpc.should_rate_limit(request).await?.into_inner().overall_code, OK);
+    assert_eq!(
+        service
+            .grpc
+            .should_rate_limit(request)
+            .await?
+            .into_inner()
+            .overall_code,
+        OK
+    );
     // requests_per_unit 0 blocks; more hits than a limit holds can never pass.
-    assert_eq!(service.ask(&[&[("path", "/blocked")]], 0).await?.overall_code, OVER_LIMIT);
+    assert_eq!(
+        service
+            .ask(&[&[("path", "/blocked")]], 0)
+            .await?
+            .overall_code,
+        OVER_LIMIT
+    );
     let answer = service.ask(&[&[("user", "carol")]], 4).await?;
     assert_eq!(answer.overall_code, OVER_LIMIT);
     // ... and charged nothing: carol still has all three.
-    assert_eq!(service.ask(&[&[("user", "carol")]], 3).await?.overall_code, OK);
+    assert_eq!(
+        service.ask(&[&[("user", "carol")]], 3).await?.overall_code,
+        OK
+    );
     service.server.shutdown().await?;
     Ok(())
 }
@@ -187,12 +262,29 @@ async fn what_no_rule_names_passes_and_blocked_keys_never_do() -> TestResult {
 #[tokio::test]
 async fn descriptors_of_one_request_are_charged_all_or_none() -> TestResult {
     let mut service = Service::start(RULES).await?;
-    assert_eq!(service.ask(&[&[("path", "/checkout")]], 2).await?.overall_code, OK);
+    assert_eq!(
+        service
+            .ask(&[&[("path", "/checkout")]], 2)
+            .await?
+            .overall_code,
+        OK
+    );
     // The checkout limit is spent, so dave's own limit is not charged either.
-    let answer = service.ask(&[&[("user", "dave")], &[("path", "/checkout")]], 0).await?;
+    let answer = service
+        .ask(&[&[("user", "dave")], &[("path", "/checkout")]], 0)
+        .await?;
     assert_eq!(answer.overall_code, OVER_LIMIT);
-    assert_eq!((answer.statuses[0].code, answer.statuses[1].code), (OK, OVER_LIMIT));
-    assert_eq!(answer.statuses[0].limit_remaining, 3);
+    assert_eq!(
+        (answer.statuses[0].code, answer.statuses[1].code),
+        (OK, OVER_LIMIT)
+    );
+    // Dave's status reports what his limit would leave had the request passed ...
+    assert_eq!(answer.statuses[0].limit_remaining, 2);
+    // ... but nothing was taken: all three of his requests are still there.
+    assert_eq!(
+        service.ask(&[&[("user", "dave")]], 3).await?.overall_code,
+        OK
+    );
     // Several limits on one descriptor: the hourly one binds.
     assert_eq!(service.ask(&[&[("api", "k")]], 2).await?.overall_code, OK);
     let answer = service.ask(&[&[("api", "k")]], 0).await?;
@@ -206,11 +298,29 @@ async fn descriptors_of_one_request_are_charged_all_or_none() -> TestResult {
 #[tokio::test]
 async fn shadow_mode_rules_report_but_never_deny() -> TestResult {
     let mut service = Service::start(RULES).await?;
-    assert_eq!(service.ask(&[&[("path", "/shadow")]], 0).await?.overall_code, OK);
-    assert_eq!(service.ask(&[&[("path", "/shadow")]], 0).await?.overall_code, OK);
+    assert_eq!(
+        service
+            .ask(&[&[("path", "/shadow")]], 0)
+            .await?
+            .overall_code,
+        OK
+    );
+    assert_eq!(
+        service
+            .ask(&[&[("path", "/shadow")]], 0)
+            .await?
+            .overall_code,
+        OK
+    );
     let metrics = service.get("/metrics").await?;
-    assert!(metrics.contains("sluicegate_shadow_mode_total"), "{metrics}");
-    assert!(metrics.contains("outcome=\"shadow_over_limit\""), "{metrics}");
+    assert!(
+        metrics.contains("sluicegate_shadow_mode_total"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("outcome=\"shadow_over_limit\""),
+        "{metrics}"
+    );
     service.server.shutdown().await?;
     Ok(())
 }
@@ -219,11 +329,25 @@ async fn shadow_mode_rules_report_but_never_deny() -> TestResult {
 async fn hits_addend_and_limit_override_per_descriptor() -> TestResult {
     let mut service = Service::start(RULES).await?;
     let mut with_override = descriptor(&[("client", "x")]);
-    with_override.limit = Some(RateLimitOverride { requests_per_unit: 4, unit: 1 /* SECOND */ });
+    with_override.limit = Some(RateLimitOverride {
+        requests_per_unit: 4,
+        unit: 1, /* SECOND */
+    });
     with_override.hits_addend = Some(UInt64Value { value: 3 });
-    let request = RateLimitRequest { domain: "shop".into(), descriptors: vec![with_override], hits_addend: 1 };
-    let answer = service.grpc.should_rate_limit(request.clone()).await?.into_inner();
-    assert_eq!((answer.overall_code, answer.statuses[0].limit_remaining), (OK, 1));
+    let request = RateLimitRequest {
+        domain: "shop".into(),
+        descriptors: vec![with_override],
+        hits_addend: 1,
+    };
+    let answer = service
+        .grpc
+        .should_rate_limit(request.clone())
+        .await?
+        .into_inner();
+    assert_eq!(
+        (answer.overall_code, answer.statuses[0].limit_remaining),
+        (OK, 1)
+    );
     let answer = service.grpc.should_rate_limit(request).await?.into_inner();
     assert_eq!(answer.overall_code, OVER_LIMIT);
     service.server.shutdown().await?;
@@ -235,7 +359,11 @@ async fn bad_requests_get_clear_errors() -> TestResult {
     let mut service = Service::start(RULES).await?;
     let status = service
         .grpc
-        .should_rate_limit(RateLimitRequest { domain: String::new(), descriptors: vec![descriptor(&[("a", "b")])], hits_addend: 0 })
+        .should_rate_limit(RateLimitRequest {
+            domain: String::new(),
+            descriptors: vec![descriptor(&[("a", "b")])],
+            hits_addend: 0,
+        })
         .await
         .expect_err("empty domain");
     assert_eq!(status.code(), tonic::Code::InvalidArgument);
@@ -243,7 +371,10 @@ async fn bad_requests_get_clear_errors() -> TestResult {
     for (body, expected) in [
         ("{not json", "malformed"),
         (r#"{"domain":"shop","descriptors":[],"extra":1}"#, "extra"),
-        (r#"{"domain":"shop","descriptors":[]}"#, "descriptor list must not be empty"),
+        (
+            r#"{"domain":"shop","descriptors":[]}"#,
+            "descriptor list must not be empty",
+        ),
     ] {
         let (status, _, text) = service.json(body).await?;
         assert_eq!(status, 400, "{body}");
@@ -256,7 +387,10 @@ async fn bad_requests_get_clear_errors() -> TestResult {
     Ok(())
 }
 
-async fn wait_for_rules(service: &Service, needle: &str) -> Result<String, Box<dyn std::error::Error>> {
+async fn wait_for_rules(
+    service: &Service,
+    needle: &str,
+) -> Result<String, Box<dyn std::error::Error>> {
     // Bounded: the reload loop polls every 20ms; give it up to 10s on a loaded machine.
     for _ in 0..500 {
         let config = service.get("/rlconfig").await?;
@@ -284,20 +418,42 @@ async fn hot_reload_applies_good_rules_and_keeps_the_old_on_bad_ones() -> TestRe
     let file = dir.path().join("rules.yaml");
     std::fs::write(&file, RULES)?;
     let mut service = Service::start_in(dir, EngineOptions::default()).await?;
-    assert_eq!(service.ask(&[&[("user", "erin")]], 3).await?.overall_code, OK);
+    assert_eq!(
+        service.ask(&[&[("user", "erin")]], 3).await?.overall_code,
+        OK
+    );
 
     // A good change: a new rule appears, and unchanged limits keep their counters.
-    write_atomically(&file, &format!("{RULES}  - key: team\n    rate_limit: {{unit: day, requests_per_unit: 9}}\n"))?;
+    write_atomically(
+        &file,
+        &format!("{RULES}  - key: team\n    rate_limit: {{unit: day, requests_per_unit: 9}}\n"),
+    )?;
     wait_for_rules(&service, "shop.team").await?;
-    assert_eq!(service.ask(&[&[("team", "t")]], 0).await?.statuses[0].limit_remaining, 8);
-    assert_eq!(service.ask(&[&[("user", "erin")]], 0).await?.overall_code, OVER_LIMIT);
+    assert_eq!(
+        service.ask(&[&[("team", "t")]], 0).await?.statuses[0].limit_remaining,
+        8
+    );
+    assert_eq!(
+        service.ask(&[&[("user", "erin")]], 0).await?.overall_code,
+        OVER_LIMIT
+    );
 
     // A bad change: reported, and the rules in force stay.
-    write_atomically(&file, "domain: shop\ndescriptors:\n  - key: user\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n")?;
-    wait_for_metric(&service, "sluicegate_config_loads_total{kind=\"failure\"} 1").await?;
+    write_atomically(
+        &file,
+        "domain: shop\ndescriptors:\n  - key: user\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n",
+    )?;
+    wait_for_metric(
+        &service,
+        "sluicegate_config_loads_total{kind=\"failure\"} 1",
+    )
+    .await?;
     let config = service.get("/rlconfig").await?;
     assert!(config.contains("shop.team"), "{config}");
-    assert_eq!(service.ask(&[&[("team", "t")]], 0).await?.statuses[0].limit_remaining, 7);
+    assert_eq!(
+        service.ask(&[&[("team", "t")]], 0).await?.statuses[0].limit_remaining,
+        7
+    );
     service.server.shutdown().await?;
     Ok(())
 }
@@ -312,7 +468,10 @@ fn write_atomically(file: &Path, text: &str) -> std::io::Result<()> {
 async fn global_shadow_mode_answers_ok_but_counts() -> TestResult {
     let dir = tempfile::tempdir()?;
     std::fs::write(dir.path().join("rules.yaml"), RULES)?;
-    let options = EngineOptions { shadow_mode: true, ..EngineOptions::default() };
+    let options = EngineOptions {
+        shadow_mode: true,
+        ..EngineOptions::default()
+    };
     let mut service = Service::start_in(dir, options).await?;
     let answer = service.ask(&[&[("path", "/blocked")]], 0).await?;
     assert_eq!(answer.overall_code, OK);

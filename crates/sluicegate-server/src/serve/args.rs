@@ -35,6 +35,9 @@ pub struct ServeArgs {
     /// Leave out the IETF `RateLimit-Policy` and `RateLimit` headers.
     #[arg(long, env = "SLUICEGATE_NO_IETF_HEADERS")]
     pub no_ietf_headers: bool,
+    /// Write logs as JSON lines (for log collectors) instead of text.
+    #[arg(long, env = "SLUICEGATE_LOG_JSON")]
+    pub log_json: bool,
     /// How often to check the rules for changes, in milliseconds.
     #[arg(long, env = "SLUICEGATE_RELOAD_INTERVAL_MS", default_value_t = 1000, value_parser = clap::value_parser!(u64).range(10..))]
     pub reload_interval_ms: u64,

@@ -44,6 +44,20 @@ pub struct Engine {
     metrics: Arc<Metrics>,
 }
 
+/// What metrics record of a descriptor: its domain, its rule's stats key (empty when no rule
+/// matched), and whether the rule is in shadow mode.
+struct DescriptorStats {
+    domain: String,
+    rule: String,
+    shadow: bool,
+}
+
+/// What a call is checked against.
+struct Plan {
+    checks: Vec<Check>,
+    stats: Vec<DescriptorStats>,
+}
+
 /// One limit a call is checked against.
 struct Check {
     descriptor: usize,
@@ -56,7 +70,11 @@ struct Check {
 
 impl Engine {
     /// An engine enforcing `rules`.
-    pub fn new(rules: RuleSet, options: EngineOptions, metrics: Arc<Metrics>) -> Result<Engine, ConfigError> {
+    pub fn new(
+        rules: RuleSet,
+        options: EngineOptions,
+        metrics: Arc<Metrics>,
+    ) -> Result<Engine, ConfigError> {
         let limiters = LimiterTable::build(&rules, None)?;
         metrics.rules_loaded.set(count_rules(&rules));
         Ok(Engine {
@@ -93,8 +111,11 @@ impl Engine {
 
     fn decide(&self, call: &RateLimitCall) -> Verdict {
         let loaded = self.loaded.load();
-        let (checks, mut statuses, stats) = self.plan(call, &loaded);
-        let never = checks.iter().any(|c| !c.shadow && matches!(c.enforcer, Enforcer::Never));
+        let Plan { checks, stats } = self.plan(call, &loaded);
+        let mut statuses = vec![DescriptorVerdict::unlimited(); call.descriptors.len()];
+        let never = checks
+            .iter()
+            .any(|c| !c.shadow && matches!(c.enforcer, Enforcer::Never));
         let enforced: Vec<&Check> = checks.iter().filter(|c| !c.shadow).collect();
         let shadowed: Vec<&Check> = checks.iter().filter(|c| c.shadow).collect();
 
@@ -125,7 +146,11 @@ impl Engine {
             }
         }
         for check in &shadowed {
-            let op = if enforced_allowed { Op::Check } else { Op::Peek };
+            let op = if enforced_allowed {
+                Op::Check
+            } else {
+                Op::Peek
+            };
             decided.push((check, decide_one(check, op)));
         }
 
@@ -138,23 +163,44 @@ impl Engine {
         }
         let mut overall = Code::Ok;
         for (index, status) in statuses.iter_mut().enumerate() {
-            let (domain, rule, shadow) = &stats[index];
-            let labels = |outcome| DecisionLabels { domain: domain.clone(), rule: rule.clone(), outcome };
+            let DescriptorStats {
+                domain,
+                rule,
+                shadow,
+            } = &stats[index];
+            let labels = |outcome| DecisionLabels {
+                domain: domain.clone(),
+                rule: rule.clone(),
+                outcome,
+            };
             if status.current_limit.is_none() {
-                let outcome = if rule.is_empty() { "no_rule" } else { "unlimited" };
+                let outcome = if rule.is_empty() {
+                    "no_rule"
+                } else {
+                    "unlimited"
+                };
                 self.metrics.decisions.get_or_create(&labels(outcome)).inc();
                 continue;
             }
-            let rule_labels = RuleLabels { domain: domain.clone(), rule: rule.clone() };
+            let rule_labels = RuleLabels {
+                domain: domain.clone(),
+                rule: rule.clone(),
+            };
             if status.code == Code::OverLimit && *shadow {
                 status.code = Code::Ok;
                 self.metrics.shadow_mode.get_or_create(&rule_labels).inc();
-                self.metrics.decisions.get_or_create(&labels("shadow_over_limit")).inc();
+                self.metrics
+                    .decisions
+                    .get_or_create(&labels("shadow_over_limit"))
+                    .inc();
                 continue;
             }
             if status.code == Code::OverLimit {
                 overall = Code::OverLimit;
-                self.metrics.decisions.get_or_create(&labels("over_limit")).inc();
+                self.metrics
+                    .decisions
+                    .get_or_create(&labels("over_limit"))
+                    .inc();
                 continue;
             }
             if let Some(limit) = &status.current_limit {
@@ -168,20 +214,24 @@ impl Engine {
             overall = Code::Ok;
         }
         let headers = headers_for(&statuses, &self.options.headers);
-        Verdict { overall, statuses, headers }
+        Verdict {
+            overall,
+            statuses,
+            headers,
+        }
     }
 
-    /// The limits each descriptor names, the placeholder statuses, and each descriptor's
-    /// (domain, stats key, shadow) for metrics.
-    fn plan(
-        &self,
-        call: &RateLimitCall,
-        loaded: &LoadedRules,
-    ) -> (Vec<Check>, Vec<DescriptorVerdict>, Vec<(String, String, bool)>) {
+    /// The limits each descriptor names, and what metrics record of each descriptor.
+    fn plan(&self, call: &RateLimitCall, loaded: &LoadedRules) -> Plan {
         let entries: Vec<Vec<(&str, &str)>> = call
             .descriptors
             .iter()
-            .map(|d| d.entries.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect())
+            .map(|d| {
+                d.entries
+                    .iter()
+                    .map(|(k, v)| (k.as_str(), v.as_str()))
+                    .collect()
+            })
             .collect();
         let refs: Vec<&[(&str, &str)]> = entries.iter().map(Vec::as_slice).collect();
         let matches = loaded.rules.find_all(&call.domain, &refs);
@@ -191,7 +241,11 @@ impl Engine {
             let permits = NonZeroU64::new(descriptor.hits).unwrap_or(NonZeroU64::MIN);
             if let Some(limit_override) = descriptor.limit_override {
                 let Some(enforcer) = self.override_enforcer(limit_override) else {
-                    stats.push((call.domain.clone(), String::new(), false));
+                    stats.push(DescriptorStats {
+                        domain: call.domain.clone(),
+                        rule: String::new(),
+                        shadow: false,
+                    });
                     continue;
                 };
                 checks.push(Check {
@@ -202,20 +256,37 @@ impl Engine {
                     permits,
                     shadow: false,
                 });
-                stats.push((call.domain.clone(), "limit_override".to_owned(), false));
+                stats.push(DescriptorStats {
+                    domain: call.domain.clone(),
+                    rule: "limit_override".to_owned(),
+                    shadow: false,
+                });
                 continue;
             }
             let Some(found) = found else {
-                stats.push((call.domain.clone(), String::new(), false));
+                stats.push(DescriptorStats {
+                    domain: call.domain.clone(),
+                    rule: String::new(),
+                    shadow: false,
+                });
                 continue;
             };
             let shadow = found.rule.shadow_mode;
-            stats.push((call.domain.clone(), found.stats_key.clone(), shadow));
+            stats.push(DescriptorStats {
+                domain: call.domain.clone(),
+                rule: found.stats_key.clone(),
+                shadow,
+            });
             if found.rule.unlimited {
                 continue;
             }
             for limit in &found.limits {
-                let Some(position) = found.rule.limits.iter().position(|l| std::ptr::eq(l, *limit)) else {
+                let Some(position) = found
+                    .rule
+                    .limits
+                    .iter()
+                    .position(|l| std::ptr::eq(l, *limit))
+                else {
                     continue;
                 };
                 let Some(enforcer) = loaded.limiters.get(&found.rule.id, position) else {
@@ -231,8 +302,7 @@ impl Engine {
                 });
             }
         }
-        let statuses = vec![DescriptorVerdict::unlimited(); call.descriptors.len()];
-        (checks, statuses, stats)
+        Plan { checks, stats }
     }
 
     fn override_enforcer(&self, limit_override: LimitOverride) -> Option<Enforcer> {

@@ -57,17 +57,15 @@ pub fn call_from_proto(request: RateLimitRequest) -> Result<RateLimitCall, CallE
     let request_hits = u64::from(request.hits_addend.max(1));
     let mut descriptors = Vec::with_capacity(request.descriptors.len());
     for (index, descriptor) in request.descriptors.into_iter().enumerate() {
-        if descriptor.is_negative_hits {
-            return Err(CallError::Malformed(format!(
-                "descriptor {index}: is_negative_hits (refunds) is not supported"
-            )));
-        }
         let limit_override = match descriptor.limit {
             None => None,
             Some(o) => Some(LimitOverride {
                 requests_per_unit: o.requests_per_unit,
                 unit: EnvoyUnit::from_proto_number(o.unit).ok_or_else(|| {
-                    CallError::Malformed(format!("descriptor {index}: unknown limit unit {}", o.unit))
+                    CallError::Malformed(format!(
+                        "descriptor {index}: unknown limit unit {}",
+                        o.unit
+                    ))
                 })?,
             }),
         };

@@ -49,13 +49,24 @@ impl Default for LegacyHeaderNames {
 
 /// The headers for an answer, describing its most restrictive descriptor: the one over the
 /// limit with the longest wait, else the one with the fewest requests left.
-pub fn headers_for(statuses: &[DescriptorVerdict], options: &HeaderOptions) -> Vec<(String, String)> {
+pub fn headers_for(
+    statuses: &[DescriptorVerdict],
+    options: &HeaderOptions,
+) -> Vec<(String, String)> {
     let Some(tightest) = statuses
         .iter()
         .filter(|s| s.current_limit.is_some())
         .min_by_key(|s| {
             let over = s.code == Code::OverLimit;
-            (!over, if over { u64::MAX - whole_seconds(s.retry_after) } else { 0 }, s.limit_remaining)
+            (
+                !over,
+                if over {
+                    u64::MAX - whole_seconds(s.retry_after)
+                } else {
+                    0
+                },
+                s.limit_remaining,
+            )
         })
     else {
         return Vec::new();
@@ -63,14 +74,22 @@ pub fn headers_for(statuses: &[DescriptorVerdict], options: &HeaderOptions) -> V
     let Some(limit) = &tightest.current_limit else {
         return Vec::new();
     };
-    let policy = if limit.name.is_empty() { "default" } else { limit.name.as_str() };
+    let policy = if limit.name.is_empty() {
+        "default"
+    } else {
+        limit.name.as_str()
+    };
     let policy = policy.replace(['"', '\\'], "_");
     let reset = whole_seconds(tightest.duration_until_reset);
     let mut headers = Vec::new();
     if options.ietf {
         headers.push((
             "RateLimit-Policy".to_owned(),
-            format!("\"{policy}\";q={};w={}", limit.requests_per_unit, whole_seconds(Some(limit.window)).max(1)),
+            format!(
+                "\"{policy}\";q={};w={}",
+                limit.requests_per_unit,
+                whole_seconds(Some(limit.window)).max(1)
+            ),
         ));
         headers.push((
             "RateLimit".to_owned(),
@@ -79,7 +98,10 @@ pub fn headers_for(statuses: &[DescriptorVerdict], options: &HeaderOptions) -> V
     }
     if let Some(names) = &options.legacy {
         headers.push((names.limit.clone(), limit.requests_per_unit.to_string()));
-        headers.push((names.remaining.clone(), tightest.limit_remaining.to_string()));
+        headers.push((
+            names.remaining.clone(),
+            tightest.limit_remaining.to_string(),
+        ));
         headers.push((names.reset.clone(), reset.to_string()));
     }
     if options.retry_after && tightest.code == Code::OverLimit {
@@ -99,7 +121,12 @@ mod tests {
     use super::*;
     use crate::serve::protocol::{CurrentLimit, EnvoyUnit};
 
-    fn status(code: Code, remaining: u32, reset_ms: u64, retry_ms: Option<u64>) -> DescriptorVerdict {
+    fn status(
+        code: Code,
+        remaining: u32,
+        reset_ms: u64,
+        retry_ms: Option<u64>,
+    ) -> DescriptorVerdict {
         DescriptorVerdict {
             code,
             current_limit: Some(CurrentLimit {
@@ -121,7 +148,10 @@ mod tests {
             ..HeaderOptions::default()
         };
         let headers = headers_for(
-            &[status(Code::Ok, 5, 1000, None), status(Code::Ok, 2, 30_500, None)],
+            &[
+                status(Code::Ok, 5, 1000, None),
+                status(Code::Ok, 2, 30_500, None),
+            ],
             &options,
         );
         assert_eq!(
@@ -139,15 +169,23 @@ mod tests {
     #[test]
     fn over_limit_adds_retry_after_rounded_up() {
         let headers = headers_for(
-            &[status(Code::Ok, 5, 1000, None), status(Code::OverLimit, 0, 9_000, Some(1_200))],
+            &[
+                status(Code::Ok, 5, 1000, None),
+                status(Code::OverLimit, 0, 9_000, Some(1_200)),
+            ],
             &HeaderOptions::default(),
         );
-        assert!(headers.contains(&("Retry-After".into(), "2".into())), "{headers:?}");
+        assert!(
+            headers.contains(&("Retry-After".into(), "2".into())),
+            "{headers:?}"
+        );
         assert!(headers.contains(&("RateLimit".into(), "\"default\";r=0;t=9".into())));
     }
 
     #[test]
     fn no_limit_no_headers() {
-        assert!(headers_for(&[DescriptorVerdict::unlimited()], &HeaderOptions::default()).is_empty());
+        assert!(
+            headers_for(&[DescriptorVerdict::unlimited()], &HeaderOptions::default()).is_empty()
+        );
     }
 }

@@ -120,7 +120,10 @@ pub fn call_from_json(body: &[u8]) -> Result<RateLimitCall, CallError> {
                 .into_iter()
                 .map(|e| (e.key, e.value))
                 .collect(),
-            hits: descriptor.hits_addend.filter(|h| *h > 0).unwrap_or(request_hits),
+            hits: descriptor
+                .hits_addend
+                .filter(|h| *h > 0)
+                .unwrap_or(request_hits),
             limit_override,
         });
     }
@@ -230,17 +233,24 @@ mod tests {
         )?;
         assert_eq!(call.descriptors[0].hits, 2);
         assert_eq!(call.descriptors[1].hits, 7);
-        assert_eq!(call.descriptors[1].entries, vec![("a".to_owned(), String::new())]);
+        assert_eq!(
+            call.descriptors[1].entries,
+            vec![("a".to_owned(), String::new())]
+        );
         assert_eq!(
             call.descriptors[1].limit_override,
-            Some(LimitOverride { requests_per_unit: 5, unit: EnvoyUnit::Second })
+            Some(LimitOverride {
+                requests_per_unit: 5,
+                unit: EnvoyUnit::Second
+            })
         );
         Ok(())
     }
 
     #[test]
     fn names_what_is_wrong() {
-        let err = call_from_json(br#"{"domain":"d","descriptors":[],"bogus":1}"#).expect_err("unknown field");
+        let err = call_from_json(br#"{"domain":"d","descriptors":[],"bogus":1}"#)
+            .expect_err("unknown field");
         assert!(err.to_string().contains("bogus"), "{err}");
         let err = call_from_json(br#"{"domain":"","descriptors":[{"entries":[{"key":"k"}]}]}"#)
             .expect_err("empty domain");
@@ -249,7 +259,8 @@ mod tests {
         assert_eq!(err, CallError::NoDescriptors);
         let err = call_from_json(b"{not json").expect_err("syntax");
         assert!(matches!(err, CallError::Malformed(_)));
-        let err = call_from_json(br#"{"domain":"d","hits_addend":-1,"descriptors":[]}"#).expect_err("negative");
+        let err = call_from_json(br#"{"domain":"d","hits_addend":-1,"descriptors":[]}"#)
+            .expect_err("negative");
         assert!(matches!(err, CallError::Malformed(_)));
     }
 
@@ -257,6 +268,9 @@ mod tests {
     fn durations_as_protobuf_writes_them() {
         assert_eq!(proto_json_duration(Duration::from_secs(52)), "52s");
         assert_eq!(proto_json_duration(Duration::from_millis(1500)), "1.500s");
-        assert_eq!(proto_json_duration(Duration::from_micros(1_000_001)), "1.000001s");
+        assert_eq!(
+            proto_json_duration(Duration::from_micros(1_000_001)),
+            "1.000001s"
+        );
     }
 }

@@ -11,11 +11,11 @@ use sluicegate::{
 use sluicegate_rules::{Algorithm, Limit, RuleSet};
 
 /// A limiter for one configured limit, keyed by counter key.
-pub type Limiter = KeyedLimiter<String, AnyAlgorithm, SystemClock>;
+pub(crate) type Limiter = KeyedLimiter<String, AnyAlgorithm, SystemClock>;
 
 /// What a configured limit is enforced by.
 #[derive(Debug, Clone)]
-pub enum Enforcer {
+pub(crate) enum Enforcer {
     /// A limiter.
     Limiter(Arc<Limiter>),
     /// Nothing ever passes (`requests_per_unit: 0`, the usual way to block a key).
@@ -24,13 +24,16 @@ pub enum Enforcer {
 
 /// The limiters of one rule set, by rule id and limit index.
 #[derive(Debug, Default)]
-pub struct LimiterTable {
+pub(crate) struct LimiterTable {
     by_rule: HashMap<String, Vec<(Limit, Enforcer)>>,
 }
 
 impl LimiterTable {
     /// Limiters for every limit in `rules`, reusing `previous`'s where the limit is unchanged.
-    pub fn build(rules: &RuleSet, previous: Option<&LimiterTable>) -> Result<LimiterTable, ConfigError> {
+    pub(crate) fn build(
+        rules: &RuleSet,
+        previous: Option<&LimiterTable>,
+    ) -> Result<LimiterTable, ConfigError> {
         let mut by_rule = HashMap::new();
         for domain in rules.domains() {
             for rule in rules.rules(domain) {
@@ -54,14 +57,14 @@ impl LimiterTable {
     }
 
     /// The enforcer of limit `index` of rule `rule_id`.
-    pub fn get(&self, rule_id: &str, index: usize) -> Option<&Enforcer> {
+    pub(crate) fn get(&self, rule_id: &str, index: usize) -> Option<&Enforcer> {
         let (_, enforcer) = self.by_rule.get(rule_id)?.get(index)?;
         Some(enforcer)
     }
 }
 
 /// The algorithm enforcing `limit`, or `Never` for a limit of zero.
-pub fn enforcer_for(limit: &Limit) -> Result<Enforcer, ConfigError> {
+pub(crate) fn enforcer_for(limit: &Limit) -> Result<Enforcer, ConfigError> {
     if limit.requests_per_unit == 0 {
         return Ok(Enforcer::Never);
     }

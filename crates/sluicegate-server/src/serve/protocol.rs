@@ -216,7 +216,9 @@ pub enum CallError {
         index: usize,
     },
     /// A descriptor's limit override names no usable unit.
-    #[error("descriptor {index}: limit override needs a unit (SECOND, MINUTE, HOUR, DAY, WEEK, MONTH, YEAR)")]
+    #[error(
+        "descriptor {index}: limit override needs a unit (SECOND, MINUTE, HOUR, DAY, WEEK, MONTH, YEAR)"
+    )]
     OverrideWithoutUnit {
         /// The descriptor's position in the request.
         index: usize,

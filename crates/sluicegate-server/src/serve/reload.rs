@@ -35,15 +35,25 @@ fn fingerprint(path: &Path) -> Fingerprint {
 }
 
 /// Loads the rules at `path`, recording the outcome in the metrics and the log.
-pub fn load_rules(engine_metrics: &crate::serve::metrics::Metrics, path: &Path, options: &LoadOptions) -> Option<RuleSet> {
+pub(crate) fn load_rules(
+    engine_metrics: &crate::serve::metrics::Metrics,
+    path: &Path,
+    options: &LoadOptions,
+) -> Option<RuleSet> {
     match RuleSet::load(path, options) {
         Ok(rules) => {
-            engine_metrics.config_loads.get_or_create(&KindLabel { kind: "success" }).inc();
+            engine_metrics
+                .config_loads
+                .get_or_create(&KindLabel { kind: "success" })
+                .inc();
             tracing::info!(path = %path.display(), "rules loaded");
             Some(rules)
         }
         Err(errors) => {
-            engine_metrics.config_loads.get_or_create(&KindLabel { kind: "failure" }).inc();
+            engine_metrics
+                .config_loads
+                .get_or_create(&KindLabel { kind: "failure" })
+                .inc();
             for error in errors.errors() {
                 tracing::error!(%error, "rule file rejected; the previous rules stay in force");
             }
@@ -53,7 +63,12 @@ pub fn load_rules(engine_metrics: &crate::serve::metrics::Metrics, path: &Path, 
 }
 
 /// Polls `path` every `interval` and reloads the engine's rules when the files change.
-pub async fn watch(engine: Arc<Engine>, path: PathBuf, options: LoadOptions, interval: Duration) {
+pub(crate) async fn watch(
+    engine: Arc<Engine>,
+    path: PathBuf,
+    options: LoadOptions,
+    interval: Duration,
+) {
     let mut seen = fingerprint(&path);
     let mut ticker = tokio::time::interval(interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -68,7 +83,11 @@ pub async fn watch(engine: Arc<Engine>, path: PathBuf, options: LoadOptions, int
             continue;
         };
         if let Err(err) = engine.replace_rules(rules) {
-            engine.metrics().config_loads.get_or_create(&KindLabel { kind: "failure" }).inc();
+            engine
+                .metrics()
+                .config_loads
+                .get_or_create(&KindLabel { kind: "failure" })
+                .inc();
             tracing::error!(%err, "rules rejected; the previous rules stay in force");
         }
     }

@@ -114,7 +114,11 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
 
     let reload_engine = Arc::clone(&engine);
     let mut reload_stopped = stopped;
-    let (path, options, interval) = (config.rules.clone(), config.load_options.clone(), config.reload_interval);
+    let (path, options, interval) = (
+        config.rules.clone(),
+        config.load_options.clone(),
+        config.reload_interval,
+    );
     tasks.spawn(async move {
         tokio::select! {
             () = watch_rules(reload_engine, path, options, interval) => {}
@@ -132,4 +136,3 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
         tasks,
     })
 }
-
