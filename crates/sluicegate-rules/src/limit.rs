@@ -31,28 +31,14 @@ pub(crate) fn resolve_limit(raw: &RawLimit, unlimited: bool, report: &mut Report
         return None;
     }
     let algorithm = resolve_algorithm(raw, report);
-    let window = match (&raw.period, algorithm) {
-        (_, Some(Algorithm::Concurrency)) => {
-            for (given, key) in [
-                (raw.unit.as_ref().map(|u| u.pos), "unit"),
-                (raw.period.as_ref().map(|p| p.pos), "period"),
-            ] {
-                if let Some(pos) = given {
-                    report.extension(
-                        pos,
-                        format!("a concurrency limit has no window: remove {key}"),
-                    );
-                }
-            }
-            None
-        }
-        (Some(period), _) => {
+    let window = match &raw.period {
+        Some(period) => {
             if let Some(u) = &raw.unit {
                 report.extension(u.pos, "give either unit or period, not both");
             }
             resolve_period(period, report).map(Window::Period)
         }
-        (None, _) => match unit {
+        None => match unit {
             Some(unit) => Some(Window::Unit(unit)),
             None => {
                 report.at(
@@ -71,7 +57,7 @@ pub(crate) fn resolve_limit(raw: &RawLimit, unlimited: bool, report: &mut Report
     Some(Limit {
         // yaml.v2 leaves a missing requests_per_unit at 0: such a limit blocks everything.
         requests_per_unit: raw.requests_per_unit.as_ref().map_or(0, |r| r.value),
-        window,
+        window: window?,
         algorithm: algorithm?,
         name: raw
             .name
@@ -163,7 +149,14 @@ fn resolve_algorithm(raw: &RawLimit, report: &mut Report) -> Option<Algorithm> {
             burst: burst.unwrap_or(0),
             delay: raw.delay.as_ref().map(|d| d.value),
         },
-        "concurrency" => Algorithm::Concurrency,
+        "concurrency" => {
+            report.extension(
+                pos,
+                "concurrency limits need a release, which a rate limit call cannot send; \
+                 use the library's concurrency limiter",
+            );
+            return None;
+        }
         other => {
             report.at(
                 pos,

@@ -138,14 +138,12 @@ pub enum Algorithm {
         /// Requests admitted without waiting (`None`: nginx `nodelay`, all of the burst).
         delay: Option<u64>,
     },
-    /// At most `requests_per_unit` held at once; no window.
-    Concurrency,
 }
 
 impl Algorithm {
     /// Names accepted for `algorithm:`.
     pub const NAMES: &'static str = "fixed-window, sliding-log, sliding-window, token-bucket, gcra, \
-         leaky-bucket, leaky-queue, concurrency";
+         leaky-bucket, leaky-queue";
 
     /// The name as written in rule files.
     pub fn name(&self) -> &'static str {
@@ -157,7 +155,6 @@ impl Algorithm {
             Algorithm::Gcra { .. } => "gcra",
             Algorithm::LeakyBucket { .. } => "leaky-bucket",
             Algorithm::LeakyQueue { .. } => "leaky-queue",
-            Algorithm::Concurrency => "concurrency",
         }
     }
 }
@@ -184,8 +181,8 @@ impl fmt::Display for Algorithm {
 pub struct Limit {
     /// Requests per window (`0` blocks every request).
     pub requests_per_unit: u32,
-    /// The window; `None` only for [`Algorithm::Concurrency`].
-    pub window: Option<Window>,
+    /// The window.
+    pub window: Window,
     /// How the limit is enforced.
     pub algorithm: Algorithm,
     /// The limit's `name`, which other limits' `replaces` refer to.
@@ -197,20 +194,19 @@ pub struct Limit {
 }
 
 impl Limit {
-    /// The limit as an exact rate, or `None` when it can never pass (`requests_per_unit: 0`)
-    /// or has no window (concurrency).
+    /// The limit as an exact rate, or `None` when it can never pass (`requests_per_unit: 0`).
     pub fn rate(&self) -> Option<Rate> {
-        let window = self.window?;
-        Rate::new(u64::from(self.requests_per_unit), window.duration()).ok()
+        Rate::new(u64::from(self.requests_per_unit), self.window.duration()).ok()
     }
 }
 
 impl fmt::Display for Limit {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.window {
-            Some(window) => write!(f, "{window} requests_per_unit={}", self.requests_per_unit)?,
-            None => write!(f, "max_concurrent={}", self.requests_per_unit)?,
-        }
+        write!(
+            f,
+            "{} requests_per_unit={}",
+            self.window, self.requests_per_unit
+        )?;
         if self.algorithm != Algorithm::FixedWindow {
             write!(f, " algorithm={}", self.algorithm)?;
         }

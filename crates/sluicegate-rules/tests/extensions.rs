@@ -44,7 +44,7 @@ fn period_algorithm_and_burst() -> TestResult {
     ))?;
     let m = set.find("d", &[("k", "v")]).ok_or("match")?;
     let limit = m.limits[0];
-    assert_eq!(limit.window, Some(Window::Period(Duration::from_secs(30))));
+    assert_eq!(limit.window, Window::Period(Duration::from_secs(30)));
     assert_eq!(limit.algorithm, Algorithm::Gcra { burst: 20 });
     let rate = limit.rate().ok_or("rate")?;
     assert_eq!(
@@ -57,7 +57,7 @@ fn period_algorithm_and_burst() -> TestResult {
 #[test]
 fn algorithm_defaults() -> TestResult {
     let set = rules(
-        "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 5, algorithm: token-bucket}\n  - key: b\n    rate_limit: {unit: minute, requests_per_unit: 60, algorithm: sliding-window, buckets: 6}\n  - key: c\n    rate_limit: {unit: second, requests_per_unit: 10, algorithm: leaky-queue, burst: 5, delay: 2}\n  - key: e\n    rate_limit: {requests_per_unit: 3, algorithm: concurrency}\n  - key: f\n    rate_limit: {unit: second, requests_per_unit: 3}\n",
+        "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 5, algorithm: token-bucket}\n  - key: b\n    rate_limit: {unit: minute, requests_per_unit: 60, algorithm: sliding-window, buckets: 6}\n  - key: c\n    rate_limit: {unit: second, requests_per_unit: 10, algorithm: leaky-queue, burst: 5, delay: 2}\n  - key: f\n    rate_limit: {unit: second, requests_per_unit: 3}\n",
     )?;
     let algorithm = |key: &str| {
         set.find("d", &[(key, "x")])
@@ -78,7 +78,6 @@ fn algorithm_defaults() -> TestResult {
             delay: Some(2)
         })
     );
-    assert_eq!(algorithm("e"), Some((Algorithm::Concurrency, None)));
     assert_eq!(algorithm("f").map(|a| a.0), Some(Algorithm::FixedWindow));
     Ok(())
 }
@@ -161,7 +160,7 @@ fn invalid_extension_combinations_are_explained() {
         ),
         (
             "      unit: second\n      requests_per_unit: 5\n      algorithm: concurrency\n",
-            "5:13: a concurrency limit has no window: remove unit",
+            "7:18: concurrency limits need a release",
         ),
         (
             "      unlimited: true\n      period: 10s\n",

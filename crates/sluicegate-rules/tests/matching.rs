@@ -173,9 +173,9 @@ fn units_including_week_month_year_in_any_case() -> TestResult {
     ] {
         let m = set.find("units", &[("u", value)]).ok_or(value)?;
         let l = m.limits[0];
-        assert_eq!(l.window, Some(Window::Unit(unit)), "{value}");
+        assert_eq!(l.window, Window::Unit(unit), "{value}");
         assert_eq!(
-            l.window.map(Window::duration),
+            Some(l.window.duration()),
             Some(Duration::from_secs(seconds))
         );
         assert_eq!(l.requests_per_unit, limit);

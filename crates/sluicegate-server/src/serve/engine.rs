@@ -316,7 +316,7 @@ impl Engine {
         let window = limit_override.unit.duration()?;
         let limit = Limit {
             requests_per_unit: limit_override.requests_per_unit,
-            window: Some(Window::Period(window)),
+            window: Window::Period(window),
             algorithm: sluicegate_rules::Algorithm::FixedWindow,
             name: None,
             replaces: Vec::new(),
@@ -393,7 +393,7 @@ fn tighter(candidate: &DescriptorVerdict, current: &DescriptorVerdict) -> bool {
 }
 
 fn report_of(limit: &Limit) -> CurrentLimit {
-    let window = limit.window.map_or(Duration::ZERO, |w| w.duration());
+    let window = limit.window.duration();
     CurrentLimit {
         name: limit.name.clone().unwrap_or_default(),
         requests_per_unit: limit.requests_per_unit,

@@ -74,13 +74,7 @@ pub(crate) fn enforcer_for(limit: &Limit) -> Result<Enforcer, ConfigError> {
 
 fn algorithm_for(limit: &Limit) -> Result<AnyAlgorithm, ConfigError> {
     let count = u64::from(limit.requests_per_unit);
-    let window = limit
-        .window
-        .map(|w| w.duration())
-        .ok_or(ConfigError::MissingParameter {
-            algorithm: "rate limit",
-            name: "unit",
-        })?;
+    let window = limit.window.duration();
     let rate = || sluicegate::Rate::new(count, window);
     Ok(match limit.algorithm {
         Algorithm::FixedWindow => FixedWindow::new(count, window)?.into(),
@@ -96,7 +90,7 @@ fn algorithm_for(limit: &Limit) -> Result<AnyAlgorithm, ConfigError> {
         _ => {
             return Err(ConfigError::UnknownAlgorithm {
                 name: limit.algorithm.name().to_owned(),
-                known: "fixed-window, sliding-log, sliding-window, token-bucket, gcra, leaky-bucket, leaky-queue",
+                known: Algorithm::NAMES,
             });
         }
     })
