@@ -3,7 +3,10 @@
 use std::num::NonZeroU64;
 use std::time::Duration;
 
-use sluicegate::{Concurrency, ConfigError, Decision, Gcra, KeyedLimiter, Micros, Op, TokenBucket};
+use sluicegate::{
+    Clock, Concurrency, ConfigError, Decision, Gcra, KeyedLimiter, ManualClock, Micros, Op,
+    SystemClock, TokenBucket,
+};
 
 use crate::error::RedisLimitError;
 use crate::limit::LimitKind;
@@ -38,23 +41,29 @@ pub struct Checked {
     pub source: Source,
 }
 
+/// Created at time 0, as Redis treats a missing key, and always told the time explicitly.
+type Local<A> = KeyedLimiter<Vec<u8>, A, ManualClock>;
+
 enum LocalLimiter {
-    Gcra(KeyedLimiter<Vec<u8>, Gcra>),
-    TokenBucket(KeyedLimiter<Vec<u8>, TokenBucket>),
-    Concurrency(KeyedLimiter<Vec<u8>, Concurrency>),
+    Gcra(Local<Gcra>),
+    TokenBucket(Local<TokenBucket>),
+    Concurrency(Local<Concurrency>),
 }
 
 impl LocalLimiter {
     fn new(kind: &LimitKind) -> Result<Self, ConfigError> {
+        fn local<A: sluicegate::Algorithm>(algorithm: A) -> Local<A> {
+            KeyedLimiter::with_clock(algorithm, ManualClock::new(0))
+        }
         Ok(match kind {
-            LimitKind::Gcra(b) => LocalLimiter::Gcra(KeyedLimiter::new(Gcra::with_initial(
-                b.rate, b.burst, b.initial,
-            )?)),
-            LimitKind::TokenBucket(b) => LocalLimiter::TokenBucket(KeyedLimiter::new(
+            LimitKind::Gcra(b) => {
+                LocalLimiter::Gcra(local(Gcra::with_initial(b.rate, b.burst, b.initial)?))
+            }
+            LimitKind::TokenBucket(b) => LocalLimiter::TokenBucket(local(
                 TokenBucket::with_initial(b.rate, b.burst, b.initial)?,
             )),
             LimitKind::Concurrency { limit, .. } => {
-                LocalLimiter::Concurrency(KeyedLimiter::new(Concurrency::new(*limit)?))
+                LocalLimiter::Concurrency(local(Concurrency::new(*limit)?))
             }
         })
     }
@@ -62,23 +71,15 @@ impl LocalLimiter {
     fn decide(
         &self,
         key: &[u8],
-        now: Option<Micros>,
+        now: Micros,
         permits: NonZeroU64,
         op: Op,
     ) -> Result<Decision, RedisLimitError> {
         let key = key.to_vec();
-        macro_rules! run {
-            ($limiter:expr) => {
-                match now {
-                    Some(now) => $limiter.decide_at(&key, now, permits, op),
-                    None => $limiter.decide(&key, permits, op),
-                }
-            };
-        }
         let decision = match self {
-            LocalLimiter::Gcra(l) => run!(l),
-            LocalLimiter::TokenBucket(l) => run!(l),
-            LocalLimiter::Concurrency(l) => run!(l),
+            LocalLimiter::Gcra(l) => l.decide_at(&key, now, permits, op),
+            LocalLimiter::TokenBucket(l) => l.decide_at(&key, now, permits, op),
+            LocalLimiter::Concurrency(l) => l.decide_at(&key, now, permits, op),
         };
         Ok(decision?)
     }
@@ -92,6 +93,8 @@ pub struct FailSafeLimiter {
     redis: RedisLimiter,
     policy: FailurePolicy,
     local: Option<LocalLimiter>,
+    /// Stands in for Redis's clock while Redis is away.
+    clock: SystemClock,
 }
 
 impl std::fmt::Debug for FailSafeLimiter {
@@ -114,6 +117,7 @@ impl FailSafeLimiter {
             redis,
             policy,
             local,
+            clock: SystemClock::new(),
         })
     }
 
@@ -144,8 +148,8 @@ impl FailSafeLimiter {
         let decision = match &self.local {
             Some(local) => {
                 let at = match now {
-                    Now::At(micros) => Some(micros),
-                    Now::Server => None,
+                    Now::At(micros) => micros,
+                    Now::Server => self.clock.now(),
                 };
                 local.decide(key, at, permits, op)?
             }
