@@ -55,7 +55,7 @@ async fn cluster_decides_like_memory_for_keys_on_every_node() -> Result<(), BoxE
         // `redis-cli --cluster create` splits the slots 0-5460, 5461-10922, 10923-16383.
         slots.insert(match slot {
             ..=5460 => 0,
-            ..=10922 => 1,
+            5461..=10922 => 1,
             _ => 2,
         });
     }
