@@ -1,5 +1,9 @@
 //! The `sluicegate` command.
 
+mod check_config;
+
+use std::process::ExitCode;
+
 use clap::Parser;
 
 /// Sluicegate: rate limiting as a library, on Redis, and as a service.
@@ -8,11 +12,21 @@ use clap::Parser;
 enum Command {
     /// Print the version and exit.
     Version,
+    /// Validate rule files and print the resolved rules (exit 1 and every error otherwise).
+    CheckConfig(check_config::CheckConfigArgs),
 }
 
-fn main() -> anyhow::Result<()> {
+fn main() -> anyhow::Result<ExitCode> {
     match Command::parse() {
         Command::Version => println!("sluicegate {}", env!("CARGO_PKG_VERSION")),
+        Command::CheckConfig(args) => {
+            let valid = check_config::run(&args, &mut std::io::stdout(), &mut std::io::stderr())?;
+            return Ok(if valid {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            });
+        }
     }
-    Ok(())
+    Ok(ExitCode::SUCCESS)
 }

@@ -34,6 +34,9 @@ pub use cell::{LockedCell, StateCell, WordCell};
 pub use clock::{Clock, ManualClock, Micros, SystemClock, micros_ceil};
 pub use decision::Decision;
 pub use error::{CheckError, ConfigError};
-pub use limiter::{DirectLimiter, KeyedLimiter};
+pub use limiter::{
+    ConcurrencyPermit, DirectLimiter, KeyedConcurrencyPermit, KeyedLimiter, LimitTarget,
+    MultiDecision, OwnedConcurrencyPermit, decide_together,
+};
 pub use rate::{MAX_TICKS_PER_MICRO, Pace, Rate, format_duration_micros, parse_duration};
 pub use state_machine::{Algorithm, AlgorithmState, Op};

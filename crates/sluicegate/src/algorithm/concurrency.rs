@@ -10,8 +10,7 @@ use crate::state_machine::{Algorithm, Op, ensure_capacity, unsupported};
 /// At most `limit` permits held at once; [`Op::Check`] takes, [`Op::Release`] gives back.
 ///
 /// Time plays no part, so a denial carries no `retry_after` (`None`): the request can pass once
-/// a holder releases. Use [`ConcurrencyLimiter`](crate::ConcurrencyLimiter) to get permits that
-/// release themselves when dropped.
+/// a holder releases. Limiters' `try_hold` gives permits that release themselves when dropped.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Concurrency {
     limit: u64,

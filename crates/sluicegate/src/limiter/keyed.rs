@@ -21,7 +21,7 @@ const SHARD_BITS_AT: u32 = 48;
 /// the cap costs amortised constant time, not a scan per request.
 const SWEEP_EVERY_FRACTION: usize = 16;
 
-type Table<K, S> = HashTable<(K, S)>;
+pub(crate) type Table<K, S> = HashTable<(K, S)>;
 
 #[repr(align(64))]
 struct Shard<K, S> {
@@ -152,6 +152,43 @@ impl<K: Hash + Eq + Clone, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
             table.insert_unique(hash, (key.clone(), state), |(k, _)| self.hasher.hash_one(k));
         }
         Ok(decision)
+    }
+
+    /// The key's hash and its shard's index (multi-limit decisions lock shards in order).
+    pub(crate) fn locate(&self, key: &K) -> (u64, usize) {
+        let hash = self.hasher.hash_one(key);
+        (hash, Self::shard_index(hash))
+    }
+
+    /// The table of shard `index`, to be locked by a multi-limit decision.
+    pub(crate) fn shard_table(&self, index: usize) -> &Mutex<Table<K, A::State>> {
+        &self.shards[index].table
+    }
+
+    /// The state a key starts from.
+    pub(crate) fn new_key_state(&self) -> A::State {
+        self.algorithm.initial_state(self.created_at)
+    }
+
+    /// Makes room for a new key in shard `index`, whose table the caller holds locked.
+    pub(crate) fn make_room_in(
+        &self,
+        index: usize,
+        table: &mut Table<K, A::State>,
+        now: Micros,
+    ) -> Result<(), CheckError> {
+        self.make_room(&self.shards[index], table, now)
+    }
+
+    /// Inserts a key known to be absent into a locked table.
+    pub(crate) fn insert_new(
+        &self,
+        table: &mut Table<K, A::State>,
+        hash: u64,
+        key: K,
+        state: A::State,
+    ) {
+        table.insert_unique(hash, (key, state), |(k, _)| self.hasher.hash_one(k));
     }
 
     #[inline]

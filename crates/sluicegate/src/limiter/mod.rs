@@ -1,7 +1,13 @@
 //! Limiters that hold state and read the clock: the I/O edge around the pure algorithms.
 
+mod acquire;
 mod direct;
 mod keyed;
+mod multi;
+mod permit;
+mod waiting;
 
 pub use direct::DirectLimiter;
 pub use keyed::KeyedLimiter;
+pub use multi::{LimitTarget, MultiDecision, decide_together};
+pub use permit::{ConcurrencyPermit, KeyedConcurrencyPermit, OwnedConcurrencyPermit};

@@ -1,0 +1,290 @@
+//! Resolved, validated rules: what a descriptor's limit means.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::Serialize;
+use sluicegate::{Rate, format_duration_micros};
+
+use crate::yaml::Position;
+
+/// A rate limit unit of envoyproxy/ratelimit's `RateLimitResponse.RateLimit.Unit`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+#[non_exhaustive]
+pub enum Unit {
+    /// One second.
+    Second,
+    /// 60 seconds.
+    Minute,
+    /// 3600 seconds.
+    Hour,
+    /// 86 400 seconds.
+    Day,
+    /// 7 days.
+    Week,
+    /// 30 days (a fixed length, not a calendar month).
+    Month,
+    /// 365 days.
+    Year,
+}
+
+impl Unit {
+    /// Reads a unit name in any case, as envoyproxy/ratelimit does (`strings.ToUpper`).
+    pub fn parse(name: &str) -> Option<Unit> {
+        Some(match name.to_ascii_uppercase().as_str() {
+            "SECOND" => Unit::Second,
+            "MINUTE" => Unit::Minute,
+            "HOUR" => Unit::Hour,
+            "DAY" => Unit::Day,
+            "WEEK" => Unit::Week,
+            "MONTH" => Unit::Month,
+            "YEAR" => Unit::Year,
+            _ => return None,
+        })
+    }
+
+    /// The window length.
+    pub fn duration(self) -> Duration {
+        const DAY: u64 = 86_400;
+        Duration::from_secs(match self {
+            Unit::Second => 1,
+            Unit::Minute => 60,
+            Unit::Hour => 3_600,
+            Unit::Day => DAY,
+            Unit::Week => 7 * DAY,
+            Unit::Month => 30 * DAY,
+            Unit::Year => 365 * DAY,
+        })
+    }
+
+    /// The name as Envoy's protocol spells it (`SECOND`, ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            Unit::Second => "SECOND",
+            Unit::Minute => "MINUTE",
+            Unit::Hour => "HOUR",
+            Unit::Day => "DAY",
+            Unit::Week => "WEEK",
+            Unit::Month => "MONTH",
+            Unit::Year => "YEAR",
+        }
+    }
+}
+
+/// The time window of a limit: an Envoy unit, or any period (a Sluicegate extension).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Window {
+    /// `unit: minute`.
+    Unit(Unit),
+    /// `period: 30s`.
+    Period(#[serde(serialize_with = "serialize_duration")] Duration),
+}
+
+impl Window {
+    /// The window length.
+    pub fn duration(self) -> Duration {
+        match self {
+            Window::Unit(unit) => unit.duration(),
+            Window::Period(period) => period,
+        }
+    }
+}
+
+impl fmt::Display for Window {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Window::Unit(unit) => write!(f, "unit={}", unit.name()),
+            Window::Period(period) => write!(f, "period={}", duration_text(*period)),
+        }
+    }
+}
+
+/// The algorithm enforcing a limit, with its own parameters (DESIGN section 4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(tag = "name", rename_all = "kebab-case")]
+#[non_exhaustive]
+pub enum Algorithm {
+    /// Windows aligned to the Unix epoch, as envoyproxy/ratelimit counts (the default).
+    FixedWindow,
+    /// Exact count over the last period.
+    SlidingLog,
+    /// Sub-window counts (`buckets`), or the two-window estimate without `buckets`.
+    SlidingWindow {
+        /// Slots the period is split into.
+        buckets: Option<u32>,
+    },
+    /// Refill at the limit's rate up to `burst` tokens.
+    TokenBucket {
+        /// Bucket capacity (defaults to `requests_per_unit`).
+        burst: u64,
+    },
+    /// Generic cell rate: the token bucket's decisions in one word of state.
+    Gcra {
+        /// Burst size (defaults to `requests_per_unit`).
+        burst: u64,
+    },
+    /// A meter draining at the limit's rate, of capacity `burst`.
+    LeakyBucket {
+        /// Capacity (defaults to `requests_per_unit`).
+        burst: u64,
+    },
+    /// nginx `limit_req`: admitted requests wait their turn.
+    LeakyQueue {
+        /// Excess requests admitted (default 0).
+        burst: u64,
+        /// Requests admitted without waiting (`None`: nginx `nodelay`, all of the burst).
+        delay: Option<u64>,
+    },
+    /// At most `requests_per_unit` held at once; no window.
+    Concurrency,
+}
+
+impl Algorithm {
+    /// Names accepted for `algorithm:`.
+    pub const NAMES: &'static str = "fixed-window, sliding-log, sliding-window, token-bucket, gcra, \
+         leaky-bucket, leaky-queue, concurrency";
+
+    /// The name as written in rule files.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Algorithm::FixedWindow => "fixed-window",
+            Algorithm::SlidingLog => "sliding-log",
+            Algorithm::SlidingWindow { .. } => "sliding-window",
+            Algorithm::TokenBucket { .. } => "token-bucket",
+            Algorithm::Gcra { .. } => "gcra",
+            Algorithm::LeakyBucket { .. } => "leaky-bucket",
+            Algorithm::LeakyQueue { .. } => "leaky-queue",
+            Algorithm::Concurrency => "concurrency",
+        }
+    }
+}
+
+impl fmt::Display for Algorithm {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())?;
+        match self {
+            Algorithm::SlidingWindow { buckets: Some(b) } => write!(f, " buckets={b}"),
+            Algorithm::TokenBucket { burst }
+            | Algorithm::Gcra { burst }
+            | Algorithm::LeakyBucket { burst } => write!(f, " burst={burst}"),
+            Algorithm::LeakyQueue { burst, delay } => match delay {
+                Some(d) => write!(f, " burst={burst} delay={d}"),
+                None => write!(f, " burst={burst} nodelay"),
+            },
+            _ => Ok(()),
+        }
+    }
+}
+
+/// One limit: so many requests per window, enforced by an algorithm.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Limit {
+    /// Requests per window (`0` blocks every request).
+    pub requests_per_unit: u32,
+    /// The window; `None` only for [`Algorithm::Concurrency`].
+    pub window: Option<Window>,
+    /// How the limit is enforced.
+    pub algorithm: Algorithm,
+    /// The limit's `name`, which other limits' `replaces` refer to.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Names of limits this one replaces when both apply to one request.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub replaces: Vec<String>,
+}
+
+impl Limit {
+    /// The limit as an exact rate, or `None` when it can never pass (`requests_per_unit: 0`)
+    /// or has no window (concurrency).
+    pub fn rate(&self) -> Option<Rate> {
+        let window = self.window?;
+        Rate::new(u64::from(self.requests_per_unit), window.duration()).ok()
+    }
+}
+
+impl fmt::Display for Limit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.window {
+            Some(window) => write!(f, "{window} requests_per_unit={}", self.requests_per_unit)?,
+            None => write!(f, "max_concurrent={}", self.requests_per_unit)?,
+        }
+        if self.algorithm != Algorithm::FixedWindow {
+            write!(f, " algorithm={}", self.algorithm)?;
+        }
+        if let Some(name) = &self.name {
+            write!(f, " name={name}")?;
+        }
+        if !self.replaces.is_empty() {
+            write!(f, " replaces={}", self.replaces.join(","))?;
+        }
+        Ok(())
+    }
+}
+
+/// Where a rule was written.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Source {
+    /// The rule file.
+    pub file: PathBuf,
+    /// The descriptor's first line and column.
+    pub position: Position,
+}
+
+/// The rule of one configured descriptor: its limits and flags.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Rule {
+    /// envoyproxy/ratelimit's full key: `domain.key_value.subkey` (stable across reloads;
+    /// also its stats prefix).
+    pub id: String,
+    /// The limits enforced together; empty when `unlimited`.
+    pub limits: Vec<Limit>,
+    /// `unlimited: true`: matched, counted in stats, never limited.
+    pub unlimited: bool,
+    /// Report over-limit in stats and headers but allow the request.
+    pub shadow_mode: bool,
+    /// `quota_mode: true`, passed on to the service.
+    pub quota_mode: bool,
+    /// Stats keyed by the request's values instead of the configured ones.
+    pub detailed_metric: bool,
+    /// Stats keyed by the request's value where the rule matched a wildcard or a key only.
+    pub value_to_metric: bool,
+    /// Where the rule was written.
+    pub source: Source,
+}
+
+impl fmt::Display for Rule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:", self.id)?;
+        if self.unlimited {
+            write!(f, " unlimited")?;
+        }
+        for (i, limit) in self.limits.iter().enumerate() {
+            if i > 0 {
+                write!(f, ";")?;
+            }
+            write!(f, " {limit}")?;
+        }
+        write!(f, ", shadow_mode: {}", self.shadow_mode)?;
+        for (flag, name) in [
+            (self.quota_mode, "quota_mode"),
+            (self.detailed_metric, "detailed_metric"),
+            (self.value_to_metric, "value_to_metric"),
+        ] {
+            if flag {
+                write!(f, ", {name}: true")?;
+            }
+        }
+        Ok(())
+    }
+}
+
+fn duration_text(period: Duration) -> String {
+    format_duration_micros(u64::try_from(period.as_micros()).unwrap_or(u64::MAX))
+}
+
+fn serialize_duration<S: serde::Serializer>(period: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&duration_text(*period))
+}

@@ -1,0 +1,116 @@
+//! `sluicegate check-config` run as a program: valid rules print and exit 0, invalid ones
+//! print every error as `file:line:column: message` and exit 1.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+type TestResult = Result<(), Box<dyn std::error::Error>>;
+
+fn scratch_dir(name: &str) -> Result<PathBuf, std::io::Error> {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
+    if dir.exists() {
+        std::fs::remove_dir_all(&dir)?;
+    }
+    std::fs::create_dir_all(&dir)?;
+    Ok(dir)
+}
+
+fn check_config(args: &[&std::ffi::OsStr]) -> Result<(i32, String, String), std::io::Error> {
+    let output = Command::new(env!("CARGO_BIN_EXE_sluicegate"))
+        .arg("check-config")
+        .args(args)
+        .env_remove("SLUICEGATE_MERGE_DOMAINS")
+        .output()?;
+    Ok((
+        output.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    ))
+}
+
+#[test]
+fn a_valid_file_prints_its_rules_and_exits_0() -> TestResult {
+    let dir = scratch_dir("check_config_valid")?;
+    let file = dir.join("edge.yaml");
+    std::fs::write(
+        &file,
+        "domain: edge\ndescriptors:\n  - key: remote_address\n    rate_limit:\n      unit: Second\n      requests_per_unit: 10\n",
+    )?;
+    let (code, stdout, stderr) = check_config(&[file.as_os_str()])?;
+    assert_eq!(code, 0, "stderr: {stderr}");
+    assert_eq!(
+        stdout,
+        "edge.remote_address: unit=SECOND requests_per_unit=10, shadow_mode: false\n"
+    );
+    assert!(stderr.is_empty(), "{stderr}");
+
+    let (code, stdout, _) = check_config(&[file.as_os_str(), "--json".as_ref()])?;
+    assert_eq!(code, 0);
+    let json: serde_json::Value = serde_json::from_str(&stdout)?;
+    assert_eq!(json[0]["domain"], "edge");
+    assert_eq!(json[0]["rules"][0]["limits"][0]["requests_per_unit"], 10);
+    Ok(())
+}
+
+#[test]
+fn an_invalid_file_prints_every_error_and_exits_1() -> TestResult {
+    let dir = scratch_dir("check_config_invalid")?;
+    let file = dir.join("bad.yaml");
+    std::fs::write(
+        &file,
+        "domain: edge\ndescriptors:\n  - key: a\n    rate_limit:\n      unit: fortnight\n      requests_per_unit: 1\n  - key: b\n    descriptors:\n      - key: c\n        rate_limt: {unit: second}\n",
+    )?;
+    let (code, stdout, stderr) = check_config(&[file.as_os_str()])?;
+    assert_eq!(code, 1, "stdout: {stdout}");
+    assert!(stdout.is_empty(), "{stdout}");
+    let lines: Vec<&str> = stderr.lines().collect();
+    let name = file.display().to_string();
+    assert_eq!(lines.len(), 2, "{stderr}");
+    assert_eq!(
+        lines[0],
+        format!("{name}:5:13: invalid rate limit unit 'fortnight'")
+    );
+    assert!(
+        lines[1].starts_with(&format!(
+            "{name}:10:9: config error, unknown key 'rate_limt'"
+        )),
+        "{}",
+        lines[1]
+    );
+    Ok(())
+}
+
+#[test]
+fn domains_in_two_files_need_merge_domains() -> TestResult {
+    let dir = scratch_dir("check_config_merge")?;
+    for (file, key) in [("a.yaml", "one"), ("b.yaml", "two")] {
+        std::fs::write(
+            dir.join(file),
+            format!(
+                "domain: shared\ndescriptors:\n  - key: {key}\n    rate_limit: {{unit: minute, requests_per_unit: 5}}\n"
+            ),
+        )?;
+    }
+    let (code, _, stderr) = check_config(&[dir.as_os_str()])?;
+    assert_eq!(code, 1);
+    assert!(
+        stderr.contains("b.yaml:1:9: duplicate domain 'shared'"),
+        "{stderr}"
+    );
+    let (code, stdout, stderr) = check_config(&[dir.as_os_str(), "--merge-domains".as_ref()])?;
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(stdout.lines().count(), 2, "{stdout}");
+    Ok(())
+}
+
+#[test]
+fn a_missing_path_is_an_error_naming_it() -> TestResult {
+    let missing = Path::new(env!("CARGO_TARGET_TMPDIR")).join("no-such-rules.yaml");
+    let (code, _, stderr) = check_config(&[missing.as_os_str()])?;
+    assert_eq!(code, 1);
+    assert!(
+        stderr.starts_with(&missing.display().to_string()),
+        "{stderr}"
+    );
+    Ok(())
+}

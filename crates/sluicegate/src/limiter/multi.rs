@@ -1,0 +1,189 @@
+//! Several limits on one request (per user per 10 s, per user per hour, global), decided
+//! together: the request passes only if every limit allows it, and then it is charged to all
+//! of them; if one denies, none is charged.
+
+use std::hash::Hash;
+use std::num::NonZeroU64;
+
+use parking_lot::MutexGuard;
+
+use crate::clock::Clock;
+use crate::decision::Decision;
+use crate::error::CheckError;
+use crate::limiter::KeyedLimiter;
+use crate::limiter::keyed::Table;
+use crate::state_machine::{Algorithm, Op};
+
+/// One limit of a multi-limit request: a key of a keyed limiter and the permits it is asked for.
+/// (A global limit is a keyed limiter used with a single key such as `()` or `"global"`.)
+#[derive(Debug)]
+pub struct LimitTarget<'a, K, A: Algorithm, C: Clock> {
+    /// The limiter.
+    pub limiter: &'a KeyedLimiter<K, A, C>,
+    /// The key within it.
+    pub key: &'a K,
+    /// Permits asked of this limit.
+    pub permits: NonZeroU64,
+}
+
+/// The answer to a multi-limit request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MultiDecision {
+    /// Every limit allowed the request, and (unless it was a peek) every limit was charged.
+    pub allowed: bool,
+    /// Each limit's own decision, in the order of the targets. When the request as a whole is
+    /// denied, the limits that would have allowed it report what they have left uncharged.
+    pub decisions: Vec<Decision>,
+}
+
+/// Decides `targets` together at the first target's clock time, all or nothing (see the module
+/// docs). `op` is [`Op::Check`] or [`Op::Peek`] (or a reservation, applied to every limit).
+///
+/// Shards are locked in one global order (by limiter address, then shard), so concurrent
+/// multi-limit requests over overlapping limits cannot deadlock; a limit named twice with the
+/// same key is charged twice, in order.
+///
+/// ```
+/// use sluicegate::{Gcra, KeyedLimiter, LimitTarget, ManualClock, Rate, decide_together};
+/// use sluicegate::Op;
+/// use std::num::NonZeroU64;
+///
+/// let clock = ManualClock::new(0);
+/// let per_user = KeyedLimiter::with_clock(Gcra::new(Rate::per_minute(10)?, 10)?, clock.clone());
+/// let global = KeyedLimiter::with_clock(Gcra::new(Rate::per_minute(1)?, 1)?, clock.clone());
+/// let one = NonZeroU64::MIN;
+/// let request = |user| [
+///     LimitTarget { limiter: &per_user, key: user, permits: one },
+///     LimitTarget { limiter: &global, key: &"all", permits: one },
+/// ];
+/// assert!(decide_together(&request(&"alice"), Op::Check)?.allowed);
+/// // The global limit is spent: bob is denied, and his own limit is not charged.
+/// assert!(!decide_together(&request(&"bob"), Op::Check)?.allowed);
+/// assert_eq!(per_user.peek(&"bob", one)?.remaining, 9);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn decide_together<K, A, C>(
+    targets: &[LimitTarget<'_, K, A, C>],
+    op: Op,
+) -> Result<MultiDecision, CheckError>
+where
+    K: Hash + Eq + Clone,
+    A: Algorithm,
+    C: Clock,
+{
+    let Some(first) = targets.first() else {
+        return Ok(MultiDecision {
+            allowed: true,
+            decisions: Vec::new(),
+        });
+    };
+    let now = first.limiter.clock().now();
+    let located: Vec<(usize, u64, usize)> = targets
+        .iter()
+        .map(|t| {
+            let (hash, shard) = t.limiter.locate(t.key);
+            (limiter_id(t.limiter), hash, shard)
+        })
+        .collect();
+
+    // Lock every (limiter, shard) once, in a global order; `slot[i]` is target i's lock.
+    let mut order: Vec<(usize, usize, usize)> = located
+        .iter()
+        .enumerate()
+        .map(|(i, &(id, _, shard))| (id, shard, i))
+        .collect();
+    order.sort_unstable();
+    let mut slot = vec![0; targets.len()];
+    let mut locks: Vec<MutexGuard<'_, Table<K, A::State>>> = Vec::with_capacity(order.len());
+    let mut previous = None;
+    for &(id, shard, i) in &order {
+        if previous != Some((id, shard)) {
+            locks.push(targets[i].limiter.shard_table(shard).lock());
+            previous = Some((id, shard));
+        }
+        slot[i] = locks.len() - 1;
+    }
+
+    // Decide each limit on a scratch copy; a repeated (limiter, key) continues from the copy.
+    let mut scratch: Vec<(A::State, bool)> = Vec::with_capacity(targets.len());
+    let mut decisions = Vec::with_capacity(targets.len());
+    for (i, target) in targets.iter().enumerate() {
+        let (id, hash, _) = located[i];
+        let earlier = (0..i)
+            .rev()
+            .find(|&j| located[j].0 == id && targets[j].key == target.key);
+        let (mut state, is_new) = match earlier {
+            Some(j) => scratch[j].clone(),
+            None => {
+                let table = &locks[slot[i]];
+                match table.find(hash, |(k, _)| k == target.key) {
+                    Some((_, state)) => (state.clone(), false),
+                    None => (target.limiter.new_key_state(), true),
+                }
+            }
+        };
+        let original = state.clone();
+        let decision = target
+            .limiter
+            .algorithm()
+            .decide(&mut state, now, target.permits, op)?;
+        decisions.push((decision, original));
+        scratch.push((state, is_new));
+    }
+
+    let allowed = decisions.iter().all(|(d, _)| d.allowed);
+    if !allowed {
+        let mut peeked = Vec::with_capacity(targets.len());
+        for ((decision, mut original), target) in decisions.into_iter().zip(targets) {
+            peeked.push(if decision.allowed {
+                target
+                    .limiter
+                    .algorithm()
+                    .decide(&mut original, now, target.permits, Op::Peek)?
+            } else {
+                decision
+            });
+        }
+        return Ok(MultiDecision {
+            allowed,
+            decisions: peeked,
+        });
+    }
+
+    if op.consumes() {
+        let last_of_each: Vec<usize> = (0..targets.len())
+            .filter(|&i| {
+                !(i + 1..targets.len())
+                    .any(|j| located[j].0 == located[i].0 && targets[j].key == targets[i].key)
+            })
+            .collect();
+        // Room for every new key first, so a full table cannot leave the request half charged.
+        for &i in &last_of_each {
+            let shard = located[i].2;
+            if scratch[i].1 {
+                let table = &mut locks[slot[i]];
+                targets[i].limiter.make_room_in(shard, table, now)?;
+            }
+        }
+        for i in last_of_each {
+            let hash = located[i].1;
+            let table = &mut locks[slot[i]];
+            let (state, is_new) = scratch[i].clone();
+            if is_new {
+                targets[i]
+                    .limiter
+                    .insert_new(table, hash, targets[i].key.clone(), state);
+            } else if let Some((_, held)) = table.find_mut(hash, |(k, _)| k == targets[i].key) {
+                *held = state;
+            }
+        }
+    }
+    Ok(MultiDecision {
+        allowed,
+        decisions: decisions.into_iter().map(|(d, _)| d).collect(),
+    })
+}
+
+fn limiter_id<K, A: Algorithm, C: Clock>(limiter: &KeyedLimiter<K, A, C>) -> usize {
+    std::ptr::from_ref(limiter) as usize
+}

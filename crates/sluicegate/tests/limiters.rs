@@ -1,0 +1,203 @@
+//! Limiters around the pure algorithms: keyed memory, acquire, permits, several limits at once.
+
+use std::num::NonZeroU64;
+use std::sync::Arc;
+use std::time::Duration;
+
+use sluicegate::{
+    CheckError, Clock, Concurrency, DirectLimiter, Gcra, KeyedLimiter, LimitTarget, ManualClock,
+    Op, Rate, TokenBucket, decide_together,
+};
+
+type TestResult = Result<(), Box<dyn std::error::Error>>;
+const ONE: NonZeroU64 = NonZeroU64::MIN;
+
+fn n(value: u64) -> NonZeroU64 {
+    NonZeroU64::new(value).expect("non-zero")
+}
+
+#[test]
+fn keyed_limiter_forgets_fresh_keys_without_a_cleanup_call() -> TestResult {
+    let clock = ManualClock::new(0);
+    let limiter = KeyedLimiter::with_clock(Gcra::new(Rate::per_second(10)?, 1)?, clock.clone());
+    for key in 0..10_000u64 {
+        assert!(limiter.check(&key)?.allowed);
+    }
+    assert_eq!(limiter.len(), 10_000);
+    // Every one of those buckets is full again after 100ms; new keys arriving make the tables
+    // sweep instead of grow, so the old keys go away on their own.
+    clock.advance(Duration::from_millis(100));
+    for key in 10_000..20_000u64 {
+        assert!(limiter.check(&key)?.allowed);
+    }
+    assert!(limiter.len() < 20_000, "held {} keys", limiter.len());
+    // A forgotten key starts fresh, exactly as if it had been kept.
+    assert!(limiter.check(&0)?.allowed);
+    Ok(())
+}
+
+#[test]
+fn key_cap_refuses_new_keys_and_never_resets_active_ones() -> TestResult {
+    let clock = ManualClock::new(0);
+    let limiter = KeyedLimiter::with_clock(Gcra::new(Rate::per_hour(1)?, 1)?, clock.clone())
+        .with_max_keys(64);
+    assert!(limiter.check(&"victim".to_string())?.allowed);
+    let mut refused = 0;
+    for i in 0..10_000 {
+        match limiter.check(&format!("spray-{i}")) {
+            Ok(d) => assert!(d.allowed),
+            Err(CheckError::KeyCapacityReached { max_keys }) => {
+                assert_eq!(max_keys, 64);
+                refused += 1;
+            }
+            Err(other) => return Err(other.into()),
+        }
+    }
+    assert!(refused > 9_000, "only {refused} refused");
+    assert!(limiter.len() <= 64 + 64, "held {}", limiter.len());
+    // The spray did not evict (and so reset) the victim's spent budget.
+    assert!(!limiter.check(&"victim".to_string())?.allowed);
+    // Once keys are fresh again (an hour later), new keys are admitted.
+    clock.advance(Duration::from_secs(3600));
+    let mut admitted = 0;
+    for i in 0..1_000 {
+        if limiter.check(&format!("later-{i}")).is_ok() {
+            admitted += 1;
+        }
+    }
+    assert!(admitted > 0);
+    Ok(())
+}
+
+#[test]
+fn peeks_and_denials_do_not_create_keys() -> TestResult {
+    let limiter =
+        KeyedLimiter::with_clock(Gcra::new(Rate::per_second(1)?, 1)?, ManualClock::new(0));
+    limiter.peek(&1u64, ONE)?;
+    assert!(limiter.is_empty());
+    assert!(limiter.check_n(&1u64, n(2)).is_err());
+    assert!(limiter.is_empty());
+    Ok(())
+}
+
+#[test]
+fn blocking_acquire_sleeps_the_reserved_wait_on_the_clock() -> TestResult {
+    let clock = ManualClock::new(0);
+    let limiter = DirectLimiter::with_clock(Gcra::new(Rate::per_second(4)?, 1)?, clock.clone());
+    assert_eq!(limiter.acquire(ONE)?.wait, Duration::ZERO);
+    assert_eq!(limiter.acquire(ONE)?.wait, Duration::from_millis(250));
+    assert_eq!(clock.now(), 250_000);
+    // Too long to wait: refused at once, nothing taken, no time passes.
+    let refused = limiter.try_acquire(ONE, Duration::from_millis(100))?;
+    assert!(!refused.allowed);
+    assert_eq!(clock.now(), 250_000);
+    let granted = limiter.try_acquire(ONE, Duration::from_millis(250))?;
+    assert!(granted.allowed);
+    assert_eq!(clock.now(), 500_000);
+    Ok(())
+}
+
+#[test]
+fn acquire_on_a_held_concurrency_limit_is_an_error_not_a_hang() -> TestResult {
+    // A concurrency limit cannot be waited for by time alone: a clear error, not a hang.
+    let limiter = DirectLimiter::with_clock(Concurrency::new(1)?, ManualClock::new(0));
+    let _held = limiter.try_hold(ONE)?.ok_or("free")?;
+    assert!(matches!(
+        limiter.acquire(ONE),
+        Err(CheckError::Unsupported { .. })
+    ));
+    Ok(())
+}
+
+#[tokio::test]
+async fn async_acquire_with_a_manual_clock() -> TestResult {
+    let clock = ManualClock::new(0);
+    let limiter =
+        KeyedLimiter::with_clock(TokenBucket::new(Rate::per_second(2)?, 1)?, clock.clone());
+    assert_eq!(limiter.acquire_async(&"k", ONE).await?.wait, Duration::ZERO);
+    assert_eq!(
+        limiter.acquire_async(&"k", ONE).await?.wait,
+        Duration::from_millis(500)
+    );
+    assert_eq!(clock.now(), 500_000);
+    let refused = limiter
+        .try_acquire_async(&"k", ONE, Duration::from_millis(1))
+        .await?;
+    assert!(!refused.allowed);
+    Ok(())
+}
+
+#[test]
+fn concurrency_permits_release_on_drop() -> TestResult {
+    let limiter = Arc::new(KeyedLimiter::with_clock(
+        Concurrency::new(2)?,
+        ManualClock::new(0),
+    ));
+    let a = limiter.try_hold(&"k", ONE)?.ok_or("first")?;
+    let b = limiter.try_hold_owned(&"k", ONE)?.ok_or("second")?;
+    assert!(limiter.try_hold(&"k", ONE)?.is_none());
+    drop(a);
+    let c = limiter.try_hold(&"k", ONE)?.ok_or("after release")?;
+    drop((b, c));
+    // Nothing held: the key is gone, not kept at zero.
+    assert!(limiter.is_empty());
+    Ok(())
+}
+
+#[test]
+fn several_limits_are_charged_all_or_none() -> TestResult {
+    let clock = ManualClock::new(0);
+    let per_user = KeyedLimiter::with_clock(Gcra::new(Rate::per_second(5)?, 5)?, clock.clone());
+    let global = KeyedLimiter::with_clock(Gcra::new(Rate::per_second(3)?, 3)?, clock.clone());
+    let request = |user: &'static &'static str, permits: u64| {
+        [
+            LimitTarget {
+                limiter: &per_user,
+                key: user,
+                permits: n(permits),
+            },
+            LimitTarget {
+                limiter: &global,
+                key: &"all",
+                permits: n(permits),
+            },
+        ]
+    };
+    assert!(decide_together(&request(&"alice", 2), Op::Check)?.allowed);
+    let denied = decide_together(&request(&"bob", 2), Op::Check)?;
+    assert!(!denied.allowed);
+    assert!(denied.decisions[0].allowed && !denied.decisions[1].allowed);
+    // Bob's own limit was not charged, and neither was the global one.
+    assert_eq!(per_user.peek(&"bob", ONE)?.remaining, 4);
+    assert_eq!(global.peek(&"all", ONE)?.remaining, 0);
+    assert!(decide_together(&request(&"bob", 1), Op::Check)?.allowed);
+    // The same limit named twice is charged twice.
+    let twice = [
+        LimitTarget {
+            limiter: &per_user,
+            key: &"carol",
+            permits: n(3),
+        },
+        LimitTarget {
+            limiter: &per_user,
+            key: &"carol",
+            permits: n(3),
+        },
+    ];
+    assert!(!decide_together(&twice, Op::Check)?.allowed);
+    assert_eq!(per_user.peek(&"carol", ONE)?.remaining, 4);
+    Ok(())
+}
+
+#[test]
+fn set_algorithm_keeps_keyed_state() -> TestResult {
+    let clock = ManualClock::new(0);
+    let mut limiter =
+        KeyedLimiter::with_clock(TokenBucket::new(Rate::per_second(10)?, 10)?, clock.clone());
+    limiter.check_n(&"k", n(10))?;
+    limiter.set_algorithm(TokenBucket::new(Rate::per_second(20)?, 20)?);
+    let d = limiter.peek(&"k", ONE)?;
+    assert!(!d.allowed);
+    assert_eq!(d.retry_after, Some(Duration::from_millis(50)));
+    Ok(())
+}
