@@ -248,6 +248,233 @@ local function decide_concurrency(zkey, hkey, now, n, op, limit, lease, lease_us
   end
 end
 
+-- Leaky bucket as a meter (leaky_bucket.rs). State: hash {l = level ticks, u, r = leaked-at
+-- pair, d, i}. Parameters as GCRA (the initial pair unused: a missing key is empty).
+local function decide_leaky_bucket(key, now, n, op, p)
+  local f = hash_fields(key, "l", "u", "r", "d", "i")
+  local level, lu, lr = 0, 0, 0
+  if f[1] ~= false then
+    local d_old = int_field(key, "d", f[4], 1, 1024)
+    local i_old = int_field(key, "i", f[5], 1, EXACT)
+    level = int_field(key, "l", f[1], 0, EXACT)
+    lu = int_field(key, "u", f[2], 0, 2 ^ 53)
+    lr = int_field(key, "r", f[3], 0, d_old - 1)
+    lu, lr = convert_pair(lu, lr, d_old, p.d)
+    if d_old ~= p.d or i_old ~= p.interval then
+      -- Other parameters: keep the time until empty (rounded up), not the level.
+      level = math.min(ceil_div(level, d_old) * p.d, EXACT)
+    end
+  end
+  local now_us, now_r = now, 0
+  local drained
+  if lu > now or (lu == now and lr > 0) then
+    now_us, now_r = lu, lr
+    drained = 0
+  elseif now - lu > ceil_div(level, p.d) + 1 then
+    drained = level
+  else
+    drained = (now - lu) * p.d - lr
+  end
+  local level_at = level - math.min(level, drained)
+  local after = level_at + n * p.interval
+  if after <= p.tolerance then
+    return bucket_allow(p, after), function()
+      redis.call("HSET", key, "l", after, "u", now_us, "r", now_r, "d", p.d, "i", p.interval)
+      pexpire(key, after + (now_us - now) * p.d + now_r, p.d, p.grace_ms)
+    end
+  end
+  return bucket_deny(p, level_at, ceil_div(after - p.tolerance, p.d)), nil
+end
+
+-- nginx limit_req as a queue (leaky_queue.rs): GCRA of burst + 1 permits whose admitted
+-- requests wait for the queue beyond no_wait ticks. State as GCRA. Parameters as GCRA, then
+-- no_wait.
+local function decide_leaky_queue(key, now, n, op, p, no_wait)
+  local f = hash_fields(key, "t", "r", "d")
+  local tat_us, tat_r = p.init_a, p.init_b
+  if f[1] ~= false then
+    local d_old = int_field(key, "d", f[3], 1, 1024)
+    tat_us = int_field(key, "t", f[1], 0, 2 ^ 53)
+    tat_r = int_field(key, "r", f[2], 0, d_old - 1)
+    tat_us, tat_r = convert_pair(tat_us, tat_r, d_old, p.d)
+  end
+  local queue = ticks_after(key, tat_us, tat_r, now, 0, p.d)
+  local queue_after = queue + n * p.interval
+  local wait = ceil_div(math.max(0, queue_after - no_wait), p.d)
+  local overflow = ceil_div(math.max(0, queue_after - p.tolerance), p.d)
+  local too_long = 0
+  if op == "reserve" and p.max_wait >= 0 then too_long = math.max(0, wait - p.max_wait) end
+  if overflow > 0 or too_long > 0 then
+    return bucket_deny(p, queue, math.max(overflow, too_long)), nil
+  end
+  local decision = bucket_allow(p, queue_after)
+  decision[6] = wait
+  return decision, function()
+    local q, r = idiv(queue_after, p.d)
+    redis.call("HSET", key, "t", now + q, "r", r, "d", p.d)
+    pexpire(key, queue_after, p.d, p.grace_ms)
+  end
+end
+
+-- Fixed window (fixed_window.rs). State: hash {s = window start us, c = count}.
+-- Parameters: limit, window_us, grace_ms.
+local function decide_fixed_window(key, now, n, limit, window, grace_ms)
+  local f = hash_fields(key, "s", "c")
+  local _, into = idiv(now, window)
+  local start, count = now - into, 0
+  if f[1] ~= false then
+    local s = int_field(key, "s", f[1], 0, 2 ^ 53)
+    local c = int_field(key, "c", f[2], 0, EXACT)
+    if c > 0 and s >= start then start, count = s, c end
+  end
+  local until_end = math.max(0, start + window - now)
+  local after = count + n
+  if after <= limit then
+    return { 1, limit, limit - after, until_end, -1, 0 }, function()
+      redis.call("HSET", key, "s", start, "c", after)
+      pexpire(key, until_end, 1, grace_ms)
+    end
+  end
+  return { 0, limit, math.max(0, limit - count), until_end, until_end, 0 }, nil
+end
+
+-- A list of (time or slot, permits) pairs, oldest first, strictly increasing.
+local function read_pairs(key, limit)
+  local ok, raw = pcall(redis.call, "LRANGE", key, 0, -1)
+  if not ok then fail("corrupt", key .. ": " .. tostring(raw.err or raw)) end
+  if #raw % 2 ~= 0 then fail("corrupt", key .. " has an odd length") end
+  local at, ps = {}, {}
+  for j = 1, #raw, 2 do
+    local t = int_field(key, "entry", raw[j], 0, 2 ^ 53)
+    if #at > 0 and t <= at[#at] then fail("corrupt", key .. " entries out of order") end
+    at[#at + 1] = t
+    ps[#ps + 1] = int_field(key, "permits", raw[j + 1], 1, limit)
+  end
+  return at, ps
+end
+
+-- Drops the first `dead` pairs and adds n permits at `t` (merging with the last pair).
+local function append_pair(key, at, ps, dead, t, n)
+  if dead > 0 then redis.call("LTRIM", key, 2 * dead, -1) end
+  if #at > dead and at[#at] == t then
+    redis.call("LSET", key, -1, ps[#ps] + n)
+  else
+    redis.call("RPUSH", key, t, n)
+  end
+end
+
+-- Sliding log (sliding_log.rs). State: list [t1, p1, t2, p2, ...] of grants.
+-- Parameters: limit, window_us, grace_ms.
+local function decide_sliding_log(key, now, n, limit, window, grace_ms)
+  local ts, ps = read_pairs(key, limit)
+  local at = now
+  if #ts > 0 then at = math.max(ts[#ts], now) end
+  local dead, used = 0, 0
+  for j = 1, #ts do
+    if ts[j] + window <= at and dead == j - 1 then dead = j else used = used + ps[j] end
+  end
+  local after = used + n
+  if after <= limit then
+    local reset = math.max(0, at + window - now)
+    return { 1, limit, limit - after, reset, -1, 0 }, function()
+      append_pair(key, ts, ps, dead, at, n)
+      pexpire(key, reset, 1, grace_ms)
+    end
+  end
+  local need = used - (limit - n)
+  local freed, fits_at = 0, at
+  for j = dead + 1, #ts do
+    freed = freed + ps[j]
+    fits_at = ts[j] + window
+    if freed >= need then break end
+  end
+  local newest = at
+  if #ts > 0 then newest = ts[#ts] + window end
+  return { 0, limit, math.max(0, limit - used), math.max(0, newest - now),
+    math.max(0, fits_at - now), 0 }, nil
+end
+
+-- Sliding window (sliding_window.rs), K slots or (K = 0) Cloudflare's weighted two windows.
+-- State: list [slot1, p1, slot2, p2, ...]. Parameters: limit, window_us, K, grace_ms.
+local function decide_sliding_window(key, now, n, limit, window, k, grace_ms)
+  local per, span = k, k
+  if k == 0 then per, span = 1, 2 end
+  -- floor(t * per / window) and ceil(j * window / per) without forming the big products.
+  local function slot_of(t)
+    local q, r = idiv(t, window)
+    return q * per + (idiv(r * per, window))
+  end
+  local function slot_start(j)
+    local a, b = idiv(j, per)
+    return a * window + ceil_div(b * window, per)
+  end
+  local function slot_expiry(j) return slot_start(j + span) end
+  local ss, ps = read_pairs(key, limit)
+  local current = slot_of(now)
+  if #ss > 0 then current = math.max(ss[#ss], current) end
+  local dead = 0
+  for j = 1, #ss do
+    if ss[j] + span <= current then dead = j else break end
+  end
+  local at = math.max(now, slot_start(current))
+  local allowed, remaining, retry_at
+  if k > 0 then
+    local used = 0
+    for j = dead + 1, #ss do used = used + ps[j] end
+    if used + n <= limit then
+      allowed, remaining, retry_at = true, limit - used - n, 0
+    else
+      local need = used - (limit - n)
+      local freed, fits_at = 0, at
+      for j = dead + 1, #ss do
+        freed = freed + ps[j]
+        fits_at = slot_expiry(ss[j])
+        if freed >= need then break end
+      end
+      allowed, remaining, retry_at = false, math.max(0, limit - used), fits_at
+    end
+  else
+    local prev, curr = 0, 0
+    for j = dead + 1, #ss do
+      if ss[j] == current then curr = ps[j] else prev = ps[j] end
+    end
+    local elapsed = at - slot_start(current)
+    local cap = limit * window
+    local carried = prev * (window - elapsed)
+    local with_request = carried + (curr + n) * window
+    if with_request <= cap then
+      allowed, remaining, retry_at = true, (idiv(cap - with_request, window)), 0
+    else
+      allowed = false
+      remaining = (idiv(math.max(0, cap - (carried + curr * window)), window))
+      local excess = with_request - cap
+      local wait = nil
+      if prev > 0 then
+        wait = ceil_div(excess, prev)
+        if wait >= window - elapsed then wait = nil end
+      end
+      if wait then
+        retry_at = at + wait
+      else
+        local excess_next = math.max(0, (curr + n) * window - cap)
+        local into_next = 0
+        if excess_next > 0 then into_next = ceil_div(excess_next, math.max(curr, 1)) end
+        retry_at = slot_start(current + 1) + into_next
+      end
+    end
+  end
+  if not allowed then
+    local reset = 0
+    if #ss > dead then reset = math.max(0, slot_expiry(ss[#ss]) - now) end
+    return { 0, limit, remaining, reset, math.max(0, retry_at - now), 0 }, nil
+  end
+  local reset = math.max(0, slot_expiry(current) - now)
+  return { 1, limit, remaining, reset, -1, 0 }, function()
+    append_pair(key, ss, ps, dead, current, n)
+    pexpire(key, reset, 1, grace_ms)
+  end
+end
+
 local function run()
   local now
   if ARGV[1] == "" then
@@ -273,6 +500,31 @@ local function run()
       else
         decision, commit = decide_token_bucket(KEYS[k], now, n, op, p)
       end
+      k = k + 1
+    elseif kind == "leaky-bucket" or kind == "leaky-queue" then
+      local p
+      p, i = bucket_params(ARGV, i)
+      if kind == "leaky-bucket" then
+        decision, commit = decide_leaky_bucket(KEYS[k], now, n, op, p)
+      else
+        decision, commit = decide_leaky_queue(KEYS[k], now, n, op, p, tonumber(ARGV[i]))
+        i = i + 1
+      end
+      k = k + 1
+    elseif kind == "fixed-window" or kind == "sliding-log" then
+      local limit, window, grace_ms = tonumber(ARGV[i]), tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2])
+      i = i + 3
+      if kind == "fixed-window" then
+        decision, commit = decide_fixed_window(KEYS[k], now, n, limit, window, grace_ms)
+      else
+        decision, commit = decide_sliding_log(KEYS[k], now, n, limit, window, grace_ms)
+      end
+      k = k + 1
+    elseif kind == "sliding-window" then
+      local limit, window = tonumber(ARGV[i]), tonumber(ARGV[i + 1])
+      local buckets, grace_ms = tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3])
+      i = i + 4
+      decision, commit = decide_sliding_window(KEYS[k], now, n, limit, window, buckets, grace_ms)
       k = k + 1
     elseif kind == "concurrency" then
       local limit, lease = tonumber(ARGV[i]), ARGV[i + 1]

@@ -4,8 +4,8 @@ use std::num::NonZeroU64;
 use std::time::Duration;
 
 use sluicegate::{
-    Clock, Concurrency, ConfigError, Decision, Gcra, KeyedLimiter, ManualClock, Micros, Op,
-    SystemClock, TokenBucket,
+    Clock, Concurrency, ConfigError, Decision, FixedWindow, Gcra, KeyedLimiter, LeakyBucket,
+    LeakyQueue, ManualClock, Micros, Op, SlidingLog, SlidingWindow, SystemClock, TokenBucket,
 };
 
 use crate::error::RedisLimitError;
@@ -48,6 +48,11 @@ enum LocalLimiter {
     Gcra(Local<Gcra>),
     TokenBucket(Local<TokenBucket>),
     Concurrency(Local<Concurrency>),
+    LeakyBucket(Local<LeakyBucket>),
+    LeakyQueue(Local<LeakyQueue>),
+    FixedWindow(Local<FixedWindow>),
+    SlidingLog(Local<SlidingLog>),
+    SlidingWindow(Local<SlidingWindow>),
 }
 
 impl LocalLimiter {
@@ -65,6 +70,36 @@ impl LocalLimiter {
             LimitKind::Concurrency { limit, .. } => {
                 LocalLimiter::Concurrency(local(Concurrency::new(*limit)?))
             }
+            LimitKind::LeakyBucket(b) => {
+                LocalLimiter::LeakyBucket(local(LeakyBucket::new(b.rate, b.burst)?))
+            }
+            LimitKind::LeakyQueue {
+                delay,
+                burst,
+                bucket,
+                ..
+            } => LocalLimiter::LeakyQueue(local(LeakyQueue::new(bucket.rate, *burst, *delay)?)),
+            LimitKind::FixedWindow { limit, window } => LocalLimiter::FixedWindow(local(
+                FixedWindow::new(*limit, Duration::from_micros(*window))?,
+            )),
+            LimitKind::SlidingLog { limit, window } => LocalLimiter::SlidingLog(local(
+                SlidingLog::new(*limit, Duration::from_micros(*window))?,
+            )),
+            LimitKind::SlidingWindow {
+                limit,
+                window,
+                buckets,
+            } => {
+                let buckets = match *buckets {
+                    0 => None,
+                    k => Some(u32::try_from(k).unwrap_or(u32::MAX)),
+                };
+                LocalLimiter::SlidingWindow(local(SlidingWindow::new(
+                    *limit,
+                    Duration::from_micros(*window),
+                    buckets,
+                )?))
+            }
         })
     }
 
@@ -80,6 +115,11 @@ impl LocalLimiter {
             LocalLimiter::Gcra(l) => l.decide_at(&key, now, permits, op),
             LocalLimiter::TokenBucket(l) => l.decide_at(&key, now, permits, op),
             LocalLimiter::Concurrency(l) => l.decide_at(&key, now, permits, op),
+            LocalLimiter::LeakyBucket(l) => l.decide_at(&key, now, permits, op),
+            LocalLimiter::LeakyQueue(l) => l.decide_at(&key, now, permits, op),
+            LocalLimiter::FixedWindow(l) => l.decide_at(&key, now, permits, op),
+            LocalLimiter::SlidingLog(l) => l.decide_at(&key, now, permits, op),
+            LocalLimiter::SlidingWindow(l) => l.decide_at(&key, now, permits, op),
         };
         Ok(decision?)
     }

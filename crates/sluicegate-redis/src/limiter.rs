@@ -81,12 +81,14 @@ impl RedisStore {
                     capacity,
                 });
             }
+            if !request.limit.supports(op) {
+                return Err(RedisLimitError::Unsupported(format!(
+                    "{} does not support {}",
+                    request.limit.name(),
+                    op.name()
+                )));
+            }
             let lease = match request.limit.kind {
-                LimitKind::Concurrency { .. } if matches!(op, Op::Reserve { .. }) => {
-                    return Err(RedisLimitError::Unsupported(
-                        "concurrency does not support acquire".into(),
-                    ));
-                }
                 LimitKind::Concurrency { lease_us, .. } => {
                     let id = new_lease_id();
                     lease_slots.push((keys.len(), id.clone(), lease_us));

@@ -8,7 +8,10 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
-use sluicegate::{Algorithm, Concurrency, Gcra, Op, Rate, TokenBucket};
+use sluicegate::{
+    Algorithm, Concurrency, FixedWindow, Gcra, LeakyBucket, LeakyQueue, Op, QueueDelay, Rate,
+    SlidingLog, SlidingWindow, TokenBucket,
+};
 use sluicegate_redis::{Now, RedisLimit, RedisLimitError, RedisLimiter, RedisStore, StoreConfig};
 
 use common::RedisServer;
@@ -100,6 +103,10 @@ fn same<A: Algorithm>(
                     }
                 );
             }
+            (
+                Err(sluicegate::CheckError::Unsupported { .. }),
+                Err(RedisLimitError::Unsupported(_)),
+            ) => {}
             (e, g) => prop_assert!(false, "event {i} {event:?}: memory {e:?}, redis {g:?}"),
         }
     }
@@ -251,6 +258,133 @@ fn concurrency_matches_memory() -> Result<(), BoxError> {
             }
         }
         Ok(())
+    })?;
+    Ok(())
+}
+
+fn windows() -> impl Strategy<Value = Duration> {
+    prop::sample::select(vec![
+        1,
+        7,
+        1_000,
+        333_333,
+        1_000_000,
+        10_000_000,
+        60_000_000,
+        3_600_000_000,
+    ])
+    .prop_map(Duration::from_micros)
+}
+
+/// Runs `trace` through `algorithm` and `limit` for random limits, windows and bases.
+fn window_case<A: Algorithm>(
+    build: impl Fn(u64, Duration, Option<u32>) -> Option<(A, RedisLimit)>,
+    buckets: impl Strategy<Value = Option<u32>>,
+) -> Result<(), BoxError> {
+    let h = Harness::new()?;
+    let strategy = (
+        1u64..12,
+        windows(),
+        buckets,
+        prop::sample::select(BASES.to_vec()),
+    )
+        .prop_flat_map(|(limit, window, buckets, base)| {
+            (Just((limit, window, buckets, base)), events(limit + 1))
+        });
+    let mut runner = TestRunner::new(Config::with_cases(64));
+    runner.run(&strategy, |((limit, window, buckets, base), trace)| {
+        let Some((algorithm, redis_limit)) = build(limit, window, buckets) else {
+            // Parameters both sides reject (more buckets than microseconds): nothing to run.
+            return Ok(());
+        };
+        let redis = RedisLimiter::new(h.store.clone(), redis_limit, h.fresh_name());
+        same(&h.runtime, &algorithm, &redis, base, &trace)
+    })?;
+    Ok(())
+}
+
+#[test]
+fn fixed_window_matches_memory() -> Result<(), BoxError> {
+    window_case(
+        |limit, window, _| {
+            Some((
+                FixedWindow::new(limit, window).ok()?,
+                RedisLimit::fixed_window(limit, window).ok()?,
+            ))
+        },
+        Just(None),
+    )
+}
+
+#[test]
+fn sliding_log_matches_memory() -> Result<(), BoxError> {
+    window_case(
+        |limit, window, _| {
+            Some((
+                SlidingLog::new(limit, window).ok()?,
+                RedisLimit::sliding_log(limit, window).ok()?,
+            ))
+        },
+        Just(None),
+    )
+}
+
+#[test]
+fn sliding_window_matches_memory() -> Result<(), BoxError> {
+    window_case(
+        |limit, window, buckets| {
+            let memory = SlidingWindow::new(limit, window, buckets);
+            let redis = RedisLimit::sliding_window(limit, window, buckets);
+            assert_eq!(
+                memory.is_ok(),
+                redis.is_ok(),
+                "{limit} {window:?} {buckets:?}"
+            );
+            Some((memory.ok()?, redis.ok()?))
+        },
+        prop_oneof![Just(None), (1u32..10).prop_map(Some)],
+    )
+}
+
+#[test]
+fn leaky_bucket_matches_memory() -> Result<(), BoxError> {
+    let h = Harness::new()?;
+    let strategy = (rates(), 1u64..12, prop::sample::select(BASES.to_vec())).prop_flat_map(
+        |(rate, capacity, base)| (Just((rate, capacity, base)), events(capacity + 1)),
+    );
+    let mut runner = TestRunner::new(Config::with_cases(64));
+    runner.run(&strategy, |((rate, capacity, base), trace)| {
+        let algorithm = LeakyBucket::new(rate, capacity).expect("valid bucket");
+        let limit = RedisLimit::leaky_bucket(rate, capacity).expect("valid limit");
+        let redis = RedisLimiter::new(h.store.clone(), limit, h.fresh_name());
+        same(&h.runtime, &algorithm, &redis, base, &trace)
+    })?;
+    Ok(())
+}
+
+#[test]
+fn leaky_queue_matches_memory() -> Result<(), BoxError> {
+    let h = Harness::new()?;
+    let delay = prop_oneof![
+        Just(QueueDelay::Shape),
+        Just(QueueDelay::NoDelay),
+        (0u64..10).prop_map(QueueDelay::After),
+    ];
+    let strategy = (
+        rates(),
+        0u64..10,
+        delay,
+        prop::sample::select(BASES.to_vec()),
+    )
+        .prop_flat_map(|(rate, burst, delay, base)| {
+            (Just((rate, burst, delay, base)), events(burst + 2))
+        });
+    let mut runner = TestRunner::new(Config::with_cases(64));
+    runner.run(&strategy, |((rate, burst, delay, base), trace)| {
+        let algorithm = LeakyQueue::new(rate, burst, delay).expect("valid queue");
+        let limit = RedisLimit::leaky_queue(rate, burst, delay).expect("valid limit");
+        let redis = RedisLimiter::new(h.store.clone(), limit, h.fresh_name());
+        same(&h.runtime, &algorithm, &redis, base, &trace)
     })?;
     Ok(())
 }
