@@ -475,6 +475,48 @@ local function decide_sliding_window(key, now, n, limit, window, k, grace_ms)
   end
 end
 
+-- Reads one limit's arguments from ARGV[i] and keys from KEYS[k]; returns a function deciding
+-- it for an op, and the next i and k.
+local function parse_limit(now, i, k)
+  local kind, n = ARGV[i], tonumber(ARGV[i + 1])
+  i = i + 2
+  if kind == "gcra" or kind == "token-bucket" or kind == "leaky-bucket" then
+    local p
+    p, i = bucket_params(ARGV, i)
+    local decide = ({
+      ["gcra"] = decide_gcra,
+      ["token-bucket"] = decide_token_bucket,
+      ["leaky-bucket"] = decide_leaky_bucket,
+    })[kind]
+    return function(op) return decide(KEYS[k], now, n, op, p) end, i, k + 1
+  elseif kind == "leaky-queue" then
+    local p
+    p, i = bucket_params(ARGV, i)
+    local no_wait = tonumber(ARGV[i])
+    return function(op) return decide_leaky_queue(KEYS[k], now, n, op, p, no_wait) end,
+      i + 1, k + 1
+  elseif kind == "fixed-window" or kind == "sliding-log" then
+    local limit, window, grace_ms = tonumber(ARGV[i]), tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2])
+    local decide = decide_fixed_window
+    if kind == "sliding-log" then decide = decide_sliding_log end
+    return function() return decide(KEYS[k], now, n, limit, window, grace_ms) end, i + 3, k + 1
+  elseif kind == "sliding-window" then
+    local limit, window = tonumber(ARGV[i]), tonumber(ARGV[i + 1])
+    local buckets, grace_ms = tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3])
+    return function()
+      return decide_sliding_window(KEYS[k], now, n, limit, window, buckets, grace_ms)
+    end, i + 4, k + 1
+  elseif kind == "concurrency" then
+    local limit, lease = tonumber(ARGV[i]), ARGV[i + 1]
+    local lease_us, grace_ms = tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3])
+    local zkey, hkey = KEYS[k], KEYS[k + 1]
+    return function(op)
+      return decide_concurrency(zkey, hkey, now, n, op, limit, lease, lease_us, grace_ms)
+    end, i + 4, k + 2
+  end
+  fail("args", "unknown algorithm " .. tostring(kind))
+end
+
 local function run()
   local now
   if ARGV[1] == "" then
@@ -486,62 +528,21 @@ local function run()
   local op = ARGV[2]
   local count = tonumber(ARGV[3])
   local i, k = 4, 1
-  local decisions, commits = {}, {}
+  local deciders, decisions, commits = {}, {}, {}
   local all_allowed = true
-  for _ = 1, count do
-    local kind, n = ARGV[i], tonumber(ARGV[i + 1])
-    i = i + 2
-    local decision, commit
-    if kind == "gcra" or kind == "token-bucket" then
-      local p
-      p, i = bucket_params(ARGV, i)
-      if kind == "gcra" then
-        decision, commit = decide_gcra(KEYS[k], now, n, op, p)
-      else
-        decision, commit = decide_token_bucket(KEYS[k], now, n, op, p)
-      end
-      k = k + 1
-    elseif kind == "leaky-bucket" or kind == "leaky-queue" then
-      local p
-      p, i = bucket_params(ARGV, i)
-      if kind == "leaky-bucket" then
-        decision, commit = decide_leaky_bucket(KEYS[k], now, n, op, p)
-      else
-        decision, commit = decide_leaky_queue(KEYS[k], now, n, op, p, tonumber(ARGV[i]))
-        i = i + 1
-      end
-      k = k + 1
-    elseif kind == "fixed-window" or kind == "sliding-log" then
-      local limit, window, grace_ms = tonumber(ARGV[i]), tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2])
-      i = i + 3
-      if kind == "fixed-window" then
-        decision, commit = decide_fixed_window(KEYS[k], now, n, limit, window, grace_ms)
-      else
-        decision, commit = decide_sliding_log(KEYS[k], now, n, limit, window, grace_ms)
-      end
-      k = k + 1
-    elseif kind == "sliding-window" then
-      local limit, window = tonumber(ARGV[i]), tonumber(ARGV[i + 1])
-      local buckets, grace_ms = tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3])
-      i = i + 4
-      decision, commit = decide_sliding_window(KEYS[k], now, n, limit, window, buckets, grace_ms)
-      k = k + 1
-    elseif kind == "concurrency" then
-      local limit, lease = tonumber(ARGV[i]), ARGV[i + 1]
-      local lease_us, grace_ms = tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3])
-      i = i + 4
-      decision, commit =
-        decide_concurrency(KEYS[k], KEYS[k + 1], now, n, op, limit, lease, lease_us, grace_ms)
-      k = k + 2
-    else
-      fail("args", "unknown algorithm " .. tostring(kind))
-    end
-    if decision[1] ~= 1 then all_allowed = false end
-    decisions[#decisions + 1] = decision
-    commits[#commits + 1] = commit
+  for j = 1, count do
+    deciders[j], i, k = parse_limit(now, i, k)
+    decisions[j], commits[j] = deciders[j](op)
+    if decisions[j][1] ~= 1 then all_allowed = false end
   end
   if all_allowed and op ~= "peek" then
-    for _, commit in ipairs(commits) do commit() end
+    for j = 1, count do commits[j]() end
+  elseif not all_allowed and op ~= "peek" then
+    -- The limits that would have allowed report what they have left, uncharged (as the
+    -- core's decide_together does: a reservation that went through would say otherwise).
+    for j = 1, count do
+      if decisions[j][1] == 1 then decisions[j] = deciders[j]("peek") end
+    end
   end
   local reply = { "OK", now }
   for _, decision in ipairs(decisions) do

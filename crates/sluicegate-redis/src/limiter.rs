@@ -31,6 +31,8 @@ pub struct LimitRequest<'a> {
     /// Whose budget is charged (a user, an IP). Under Redis Cluster, every request of one
     /// call must share the same key, which becomes the hash tag.
     pub key: &'a [u8],
+    /// Permits asked of this limit.
+    pub permits: NonZeroU64,
 }
 
 /// The answer to a multi-limit request.
@@ -48,11 +50,12 @@ pub struct MultiDecision {
 
 impl RedisStore {
     /// Decides every request at once: allowed only if each limit allows, and then charged to
-    /// all of them; if one denies, none is charged. One script call, one round trip.
+    /// all of them; if one denies, none is charged, and the limits that would have allowed
+    /// report what they have left (as [`sluicegate::decide_together`] does). One script call,
+    /// one round trip. The same limit name and key may appear only once.
     pub async fn decide_all(
         &self,
         requests: &[LimitRequest<'_>],
-        permits: NonZeroU64,
         op: Op,
         now: Now,
     ) -> Result<MultiDecision, RedisLimitError> {
@@ -73,7 +76,17 @@ impl RedisStore {
             requests.len().to_string().into(),
         ];
         let mut lease_slots = Vec::new();
-        for request in requests {
+        for (i, request) in requests.iter().enumerate() {
+            if requests[..i]
+                .iter()
+                .any(|r| r.name == request.name && r.key == request.key)
+            {
+                return Err(RedisLimitError::Unsupported(format!(
+                    "limit `{}` named twice for the same key in one request",
+                    request.name
+                )));
+            }
+            let permits = request.permits;
             let capacity = request.limit.capacity();
             if permits.get() > capacity {
                 return Err(RedisLimitError::InsufficientCapacity {
@@ -91,7 +104,7 @@ impl RedisStore {
             let lease = match request.limit.kind {
                 LimitKind::Concurrency { lease_us, .. } => {
                     let id = new_lease_id();
-                    lease_slots.push((keys.len(), id.clone(), lease_us));
+                    lease_slots.push((keys.len(), id.clone(), lease_us, permits));
                     id
                 }
                 _ => String::new(),
@@ -111,7 +124,7 @@ impl RedisStore {
         let leases = if allowed && op.consumes() {
             lease_slots
                 .into_iter()
-                .map(|(key_index, id, lease_us)| Lease {
+                .map(|(key_index, id, lease_us, permits)| Lease {
                     keys: [keys[key_index].clone(), keys[key_index + 1].clone()],
                     id,
                     permits: permits.get(),
@@ -250,12 +263,18 @@ impl RedisLimiter {
         &self.store
     }
 
-    /// This limiter's part of a multi-limit request for `key`.
+    /// This limiter's part of a multi-limit request for one permit on `key`.
     pub fn request<'a>(&'a self, key: &'a [u8]) -> LimitRequest<'a> {
+        self.request_n(key, NonZeroU64::MIN)
+    }
+
+    /// This limiter's part of a multi-limit request for `permits` on `key`.
+    pub fn request_n<'a>(&'a self, key: &'a [u8], permits: NonZeroU64) -> LimitRequest<'a> {
         LimitRequest {
             limit: &self.limit,
             name: &self.name,
             key,
+            permits,
         }
     }
 
@@ -277,7 +296,7 @@ impl RedisLimiter {
     ) -> Result<Decision, RedisLimitError> {
         let mut multi = self
             .store
-            .decide_all(&[self.request(key)], permits, op, now)
+            .decide_all(&[self.request_n(key, permits)], op, now)
             .await?;
         multi
             .decisions
@@ -300,7 +319,7 @@ impl RedisLimiter {
         }
         let mut multi = self
             .store
-            .decide_all(&[self.request(key)], permits, Op::Check, now)
+            .decide_all(&[self.request_n(key, permits)], Op::Check, now)
             .await?;
         let decision = multi
             .decisions

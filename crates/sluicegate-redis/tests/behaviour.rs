@@ -29,7 +29,7 @@ async fn server_time_decisions_replay_identically_in_memory() -> Result<(), BoxE
     let mut allowed = 0;
     for _ in 0..10 {
         let multi = store
-            .decide_all(&[redis.request(b"k")], one(), Op::Check, Now::Server)
+            .decide_all(&[redis.request(b"k")], Op::Check, Now::Server)
             .await?;
         // Redis's TIME is today's Unix time, not a small test number.
         assert!(multi.now > 1_600_000_000_000_000, "{}", multi.now);
@@ -127,7 +127,7 @@ async fn several_limits_are_charged_all_or_none_under_contention() -> Result<(),
             let requests = [wide.request(b"u"), narrow.request(b"u")];
             let multi = wide
                 .store()
-                .decide_all(&requests, one(), Op::Check, Now::Server)
+                .decide_all(&requests, Op::Check, Now::Server)
                 .await?;
             assert_eq!(multi.allowed, multi.decisions.iter().all(|d| d.allowed));
             Ok::<bool, RedisLimitError>(multi.allowed)

@@ -30,9 +30,7 @@ async fn cluster_decides_like_memory_for_keys_on_every_node() -> Result<(), BoxE
         for step in 0..6u64 {
             now += step * 50_000;
             let requests = [gcra.request(key.as_bytes()), bucket.request(key.as_bytes())];
-            let multi = store
-                .decide_all(&requests, one, Op::Check, Now::At(now))
-                .await?;
+            let multi = store.decide_all(&requests, Op::Check, Now::At(now)).await?;
             let mut peek_tat = tat;
             let mut peek_level = level;
             let expected = [
