@@ -14,6 +14,8 @@
 --   wait_us} or {"ERR", kind, detail}.
 
 local EXACT = 4503599627370496 -- 2^52: every stored difference stays below this
+-- Numbers reach Redis as arguments of redis.call, which writes them exactly (%.17g); never
+-- through Lua's own tostring or `..`, which keep only 14 digits.
 
 local function fail(kind, detail)
   return error({ sluicegate = true, kind = kind, detail = detail })
@@ -365,8 +367,9 @@ end
 
 -- Sliding log (sliding_log.rs). State: list [t1, p1, t2, p2, ...] of grants.
 -- Parameters: limit, window_us, grace_ms.
-local function decide_sliding_log(key, now, n, limit, window, grace_ms)
-  local ts, ps = read_pairs(key, limit)
+-- The sliding log's decision over grants (ts, ps): the decision, how many leading grants have
+-- left the window, the time the request counts at, and its reset.
+local function sliding_log_decide(ts, ps, now, n, limit, window)
   local at = now
   if #ts > 0 then at = math.max(ts[#ts], now) end
   local dead, used = 0, 0
@@ -376,10 +379,7 @@ local function decide_sliding_log(key, now, n, limit, window, grace_ms)
   local after = used + n
   if after <= limit then
     local reset = math.max(0, at + window - now)
-    return { 1, limit, limit - after, reset, -1, 0 }, function()
-      append_pair(key, ts, ps, dead, at, n)
-      pexpire(key, reset, 1, grace_ms)
-    end
+    return { 1, limit, limit - after, reset, -1, 0 }, dead, at, reset
   end
   local need = used - (limit - n)
   local freed, fits_at = 0, at
@@ -391,7 +391,65 @@ local function decide_sliding_log(key, now, n, limit, window, grace_ms)
   local newest = at
   if #ts > 0 then newest = ts[#ts] + window end
   return { 0, limit, math.max(0, limit - used), math.max(0, newest - now),
-    math.max(0, fits_at - now), 0 }, nil
+    math.max(0, fits_at - now), 0 }, dead, at, 0
+end
+
+-- Sliding log (sliding_log.rs). State: list [t1, p1, t2, p2, ...] of grants.
+-- Parameters: limit, window_us, grace_ms.
+local function decide_sliding_log(key, now, n, limit, window, grace_ms)
+  local ts, ps = read_pairs(key, limit)
+  local decision, dead, at, reset = sliding_log_decide(ts, ps, now, n, limit, window)
+  if decision[1] ~= 1 then return decision, nil end
+  return decision, function()
+    append_pair(key, ts, ps, dead, at, n)
+    pexpire(key, reset, 1, grace_ms)
+  end
+end
+
+-- Redisson's RRateLimiter: a rate and interval stored in a config hash (set by try_set_rate
+-- or set_rate), enforced as a sliding log, so no interval ever holds more than `rate`
+-- permits. State: one hash, a field per client ("" for OVERALL) holding "t,p,t,p,...".
+local function decide_redisson(ckey, skey, now, n, client, grace_ms)
+  local f = hash_fields(ckey, "rate", "interval", "type")
+  if f[1] == false and f[2] == false and f[3] == false then
+    fail("unconfigured", ckey .. ": no rate set (try_set_rate first)")
+  end
+  local rate = int_field(ckey, "rate", f[1], 1, 2 ^ 50)
+  local interval = int_field(ckey, "interval", f[2], 1, 2 ^ 50)
+  local field = ""
+  if f[3] == "per_client" then
+    field = client
+  elseif f[3] ~= "overall" then
+    fail("corrupt", ckey .. " field type = " .. tostring(f[3]))
+  end
+  if n > rate then fail("capacity", string.format("%.0f %.0f", n, rate)) end
+  local raw = hash_fields(skey, field)[1]
+  local ts, ps = {}, {}
+  if raw ~= false then
+    local values = {}
+    for v in string.gmatch(raw, "[^,]+") do values[#values + 1] = v end
+    if #values % 2 ~= 0 then fail("corrupt", skey .. " log has an odd length") end
+    for j = 1, #values, 2 do
+      local t = int_field(skey, "entry", values[j], 0, 2 ^ 53)
+      if #ts > 0 and t <= ts[#ts] then fail("corrupt", skey .. " entries out of order") end
+      ts[#ts + 1] = t
+      ps[#ps + 1] = int_field(skey, "permits", values[j + 1], 1, rate)
+    end
+  end
+  local decision, dead, at, reset = sliding_log_decide(ts, ps, now, n, rate, interval)
+  if decision[1] ~= 1 then return decision, nil end
+  return decision, function()
+    local out = {}
+    for j = dead + 1, #ts do
+      local p = ps[j]
+      if j == #ts and ts[j] == at then p = p + n end
+      out[#out + 1] = string.format("%.0f,%.0f", ts[j], p)
+    end
+    if #ts == dead or ts[#ts] ~= at then out[#out + 1] = string.format("%.0f,%.0f", at, n) end
+    redis.call("HSET", skey, field, table.concat(out, ","))
+    local ms = ceil_div(reset, 1000) + grace_ms
+    if redis.call("PTTL", skey) < ms then redis.call("PEXPIRE", skey, math.max(ms, 1)) end
+  end
 end
 
 -- Sliding window (sliding_window.rs), K slots or (K = 0) Cloudflare's weighted two windows.
@@ -506,6 +564,11 @@ local function parse_limit(now, i, k)
     return function()
       return decide_sliding_window(KEYS[k], now, n, limit, window, buckets, grace_ms)
     end, i + 4, k + 1
+  elseif kind == "redisson" then
+    local client, grace_ms = ARGV[i], tonumber(ARGV[i + 1])
+    local ckey, skey = KEYS[k], KEYS[k + 1]
+    return function() return decide_redisson(ckey, skey, now, n, client, grace_ms) end,
+      i + 2, k + 2
   elseif kind == "concurrency" then
     local limit, lease = tonumber(ARGV[i]), ARGV[i + 1]
     local lease_us, grace_ms = tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3])

@@ -37,6 +37,10 @@ pub enum RedisLimitError {
     /// concurrency limit), or a reservation would run too far ahead to count exactly.
     #[error("{0}")]
     Unsupported(String),
+    /// A limiter whose configuration lives in Redis (a Redisson-style rate limiter) has none:
+    /// call `try_set_rate` or `set_rate` first.
+    #[error("limiter not configured: {0}")]
+    NotConfigured(String),
     /// Invalid limiter parameters.
     #[error(transparent)]
     Config(#[from] ConfigError),

@@ -8,6 +8,8 @@
 //! - Keys are `PREFIX{KEY}NAME`: the key is the Cluster hash tag, so several limits on one
 //!   key are checked together in one call ([`RedisStore::decide_all`]), all or nothing. Every
 //!   key expires when its state is fresh again.
+//! - [`RateLimiterObject`] is a Redisson-style `RRateLimiter` (`try_set_rate`, `set_rate`,
+//!   `try_acquire`, `acquire`, `available_permits`, `get_config`).
 //! - Every call is bounded by a timeout; [`FailSafeLimiter`] applies a [`FailurePolicy`]
 //!   when Redis is down.
 
@@ -17,6 +19,7 @@ mod keys;
 mod lease;
 mod limit;
 mod limiter;
+mod redisson;
 mod store;
 
 pub use error::RedisLimitError;
@@ -24,4 +27,5 @@ pub use failure::{Checked, FailSafeLimiter, FailurePolicy, Source};
 pub use lease::Lease;
 pub use limit::{MAX_REDIS_TOLERANCE, RedisLimit};
 pub use limiter::{LimitRequest, MultiDecision, Now, RedisLimiter};
+pub use redisson::{RateConfig, RateLimiterObject, RateType};
 pub use store::{RedisStore, StoreConfig};

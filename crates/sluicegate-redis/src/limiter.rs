@@ -161,7 +161,7 @@ impl RedisStore {
     }
 }
 
-fn now_arg(now: Now) -> Vec<u8> {
+pub(crate) fn now_arg(now: Now) -> Vec<u8> {
     match now {
         Now::Server => Vec::new(),
         Now::At(micros) => micros.to_string().into_bytes(),
@@ -177,7 +177,7 @@ fn int(value: &Value) -> Result<i64, RedisLimitError> {
     }
 }
 
-fn text(value: &Value) -> String {
+pub(crate) fn text(value: &Value) -> String {
     match value {
         Value::BulkString(bytes) => String::from_utf8_lossy(bytes).into_owned(),
         Value::SimpleString(s) => s.clone(),
@@ -191,7 +191,10 @@ fn micros(value: &Value) -> Result<u64, RedisLimitError> {
 }
 
 /// Reads `{"OK", now, 6 numbers per limit}` or `{"ERR", kind, detail}`.
-fn parse_reply(reply: &[Value], count: usize) -> Result<(Micros, Vec<Decision>), RedisLimitError> {
+pub(crate) fn parse_reply(
+    reply: &[Value],
+    count: usize,
+) -> Result<(Micros, Vec<Decision>), RedisLimitError> {
     match reply.first().map(text).as_deref() {
         Some("OK") => {}
         Some("ERR") => {
@@ -199,6 +202,19 @@ fn parse_reply(reply: &[Value], count: usize) -> Result<(Micros, Vec<Decision>),
             let detail = reply.get(2).map(text).unwrap_or_default();
             return Err(match kind.as_str() {
                 "corrupt" => RedisLimitError::CorruptState(detail),
+                "unconfigured" => RedisLimitError::NotConfigured(detail),
+                "capacity" => {
+                    let mut numbers = detail.split(' ').map(str::parse::<u64>);
+                    match (numbers.next(), numbers.next()) {
+                        (Some(Ok(requested)), Some(Ok(capacity))) => {
+                            RedisLimitError::InsufficientCapacity {
+                                requested,
+                                capacity,
+                            }
+                        }
+                        _ => RedisLimitError::UnexpectedReply(detail),
+                    }
+                }
                 "overflow" => RedisLimitError::Unsupported(detail),
                 _ => RedisLimitError::Script(format!("{kind}: {detail}")),
             });

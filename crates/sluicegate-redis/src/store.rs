@@ -18,6 +18,10 @@ use crate::keys::KeyScheme;
 static DECIDE_SCRIPT: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../lua/decide.lua")));
 
+/// The configuration script of Redisson-style limiters.
+static CONFIG_SCRIPT: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../lua/config.lua")));
+
 /// How a [`RedisStore`] connects and names its keys.
 #[derive(Debug, Clone)]
 pub struct StoreConfig {
@@ -130,7 +134,25 @@ impl RedisStore {
         keys: &[Vec<u8>],
         args: &[Vec<u8>],
     ) -> Result<Vec<Value>, RedisLimitError> {
-        let mut invocation = DECIDE_SCRIPT.prepare_invoke();
+        self.run(&DECIDE_SCRIPT, keys, args).await
+    }
+
+    /// Runs the configuration script of Redisson-style limiters, within the timeout.
+    pub(crate) async fn run_config_script(
+        &self,
+        keys: &[Vec<u8>],
+        args: &[Vec<u8>],
+    ) -> Result<Vec<Value>, RedisLimitError> {
+        self.run(&CONFIG_SCRIPT, keys, args).await
+    }
+
+    async fn run(
+        &self,
+        script: &Script,
+        keys: &[Vec<u8>],
+        args: &[Vec<u8>],
+    ) -> Result<Vec<Value>, RedisLimitError> {
+        let mut invocation = script.prepare_invoke();
         for key in keys {
             invocation.key(key.as_slice());
         }
@@ -149,6 +171,7 @@ impl RedisStore {
         };
         match reply {
             Value::Array(items) => Ok(items),
+            Value::Int(n) => Ok(vec![Value::Int(n)]),
             other => Err(RedisLimitError::UnexpectedReply(format!("{other:?}"))),
         }
     }
