@@ -70,6 +70,11 @@ impl RedisLimitError {
             || error.is_timeout()
         {
             RedisLimitError::Connection(error)
+        } else if error.code() == Some("CROSSSLOT") {
+            RedisLimitError::Unsupported(
+                "under Redis Cluster, the limits of one request must share one key (hash tag)"
+                    .into(),
+            )
         } else {
             RedisLimitError::Script(error.to_string())
         }

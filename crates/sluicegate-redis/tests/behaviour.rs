@@ -6,7 +6,7 @@ use std::num::NonZeroU64;
 use std::sync::Arc;
 use std::time::Duration;
 
-use sluicegate::{Algorithm, Gcra, Op, Rate};
+use sluicegate::{Algorithm, Gcra, Op, QueueDelay, Rate};
 use sluicegate_redis::{Now, RedisLimit, RedisLimitError, RedisLimiter, RedisStore, StoreConfig};
 
 use common::RedisServer;
@@ -255,5 +255,75 @@ async fn the_script_is_reloaded_after_a_flush() -> Result<(), BoxError> {
         redis.check(b"k").await?.allowed,
         "NOSCRIPT leads to a reload"
     );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_key_lives_exactly_until_its_state_is_fresh() -> Result<(), BoxError> {
+    let server = RedisServer::start()?;
+    let store = server.store(StoreConfig::default()).await?;
+    let rate = Rate::per_second(3)?;
+    let second = Duration::from_secs(1);
+    let limits = [
+        RedisLimit::gcra(rate, 5)?,
+        RedisLimit::token_bucket(rate, 5)?,
+        RedisLimit::leaky_bucket(rate, 5)?,
+        RedisLimit::leaky_queue(rate, 4, QueueDelay::Shape)?,
+        RedisLimit::fixed_window(5, second)?,
+        RedisLimit::sliding_log(5, second)?,
+        RedisLimit::sliding_window(5, second, Some(4))?,
+        RedisLimit::sliding_window(5, second, None)?,
+    ];
+    let now = 1_763_000_000_250_000;
+    let two = NonZeroU64::new(2).ok_or("2")?;
+    for (i, limit) in limits.into_iter().enumerate() {
+        let name = format!("ttl{i}");
+        let limiter = RedisLimiter::new(store.clone(), limit, name.clone());
+        let decision = limiter.decide(b"k", two, Op::Check, Now::At(now)).await?;
+        assert!(decision.allowed);
+        let key = format!("sluicegate:{{k}}{name}");
+        let ttl: i64 = store.command(redis::cmd("PTTL").arg(&key)).await?;
+        // reset_after in whole ms, rounded up; the key may have aged a little since.
+        let reset_ms = i64::try_from(decision.reset_after.as_micros().div_ceil(1000))?;
+        assert!(
+            ttl > 0 && ttl <= reset_ms,
+            "{name}: ttl {ttl}ms, reset {reset_ms}ms"
+        );
+        assert!(
+            ttl > reset_ms - 1_000,
+            "{name}: ttl {ttl}ms, reset {reset_ms}ms"
+        );
+    }
+    let limiter = RedisLimiter::new(store.clone(), RedisLimit::concurrency(3, second)?, "c");
+    limiter.acquire_lease(b"k", two, Now::Server).await?;
+    for suffix in [":l", ":h"] {
+        let ttl: i64 = store
+            .command(redis::cmd("PTTL").arg(format!("sluicegate:{{k}}c{suffix}")))
+            .await?;
+        assert!((1..=1_000).contains(&ttl), "lease key ttl {ttl}");
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_keys_disappear_by_themselves() -> Result<(), BoxError> {
+    let server = RedisServer::start()?;
+    let store = server.store(StoreConfig::default()).await?;
+    let limit = RedisLimit::gcra(Rate::new(1, Duration::from_millis(30))?, 1)?;
+    let limiter = RedisLimiter::new(store.clone(), limit, "idle");
+    assert!(limiter.check(b"k").await?.allowed);
+    let key = "sluicegate:{k}idle";
+    let mut exists: i64 = store.command(redis::cmd("EXISTS").arg(key)).await?;
+    assert_eq!(exists, 1);
+    // Bounded polling, not a timing assertion: the key goes once its 30ms are over.
+    for _ in 0..200 {
+        exists = store.command(redis::cmd("EXISTS").arg(key)).await?;
+        if exists == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(exists, 0, "the key outlived its state");
+    assert!(limiter.check(b"k").await?.allowed);
     Ok(())
 }

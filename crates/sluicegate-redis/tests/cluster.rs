@@ -6,7 +6,7 @@ mod common;
 use std::num::NonZeroU64;
 
 use sluicegate::{Algorithm, Gcra, Op, Rate, TokenBucket};
-use sluicegate_redis::{Now, RedisLimit, RedisLimiter, StoreConfig};
+use sluicegate_redis::{Now, RedisLimit, RedisLimitError, RedisLimiter, StoreConfig};
 
 use common::RedisCluster;
 
@@ -58,5 +58,16 @@ async fn cluster_decides_like_memory_for_keys_on_every_node() -> Result<(), BoxE
         });
     }
     assert_eq!(slots.len(), 3, "keys landed on every master");
+
+    // Keys of one request in different slots: a clear error, nothing decided.
+    let requests = [gcra.request(b"user-1"), bucket.request(b"user-2")];
+    let err = store
+        .decide_all(&requests, Op::Check, Now::At(1_763_000_000_000_000))
+        .await
+        .err();
+    assert!(
+        matches!(err, Some(RedisLimitError::Unsupported(_))),
+        "{err:?}"
+    );
     Ok(())
 }
