@@ -63,11 +63,14 @@ impl RedisLimitError {
         )
     }
 
-    pub(crate) fn from_redis(error: redis::RedisError) -> Self {
-        if error.is_io_error()
+    /// Sorts a client error; `timeout` is the per-call bound, which the client's own response
+    /// timeout enforces too.
+    pub(crate) fn from_redis(error: redis::RedisError, timeout: Duration) -> Self {
+        if error.is_timeout() {
+            RedisLimitError::Timeout(timeout)
+        } else if error.is_io_error()
             || error.is_connection_refusal()
             || error.is_connection_dropped()
-            || error.is_timeout()
         {
             RedisLimitError::Connection(error)
         } else if error.code() == Some("CROSSSLOT") {

@@ -200,7 +200,7 @@ async fn bounded<T>(
     call: impl Future<Output = redis::RedisResult<T>>,
 ) -> Result<T, RedisLimitError> {
     match tokio::time::timeout(timeout, call).await {
-        Ok(result) => result.map_err(RedisLimitError::from_redis),
+        Ok(result) => result.map_err(|e| RedisLimitError::from_redis(e, timeout)),
         Err(_) => Err(RedisLimitError::Timeout(timeout)),
     }
 }

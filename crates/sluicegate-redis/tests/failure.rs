@@ -129,3 +129,38 @@ async fn connecting_to_nothing_is_a_prompt_error() -> Result<(), BoxError> {
     assert!(err.is_backend_failure(), "{err:?}");
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_redis_times_out_every_concurrent_call() -> Result<(), BoxError> {
+    let server = RedisServer::start()?;
+    let store = server.store(config()).await?;
+    let admin = server.store(StoreConfig::default()).await?;
+    let limiter = std::sync::Arc::new(RedisLimiter::new(
+        store,
+        RedisLimit::gcra(Rate::per_second(100)?, 10)?,
+        "slow",
+    ));
+    assert!(limiter.check(b"k").await?.allowed);
+    // Redis stops serving every client (as a stalled server would) for five timeouts.
+    admin
+        .command::<()>(redis::cmd("CLIENT").arg("PAUSE").arg(1_500).arg("ALL"))
+        .await?;
+    let mut calls = Vec::new();
+    for _ in 0..50 {
+        let limiter = limiter.clone();
+        calls.push(tokio::spawn(async move { limiter.check(b"k").await }));
+    }
+    for call in calls {
+        let result = no_hang(call).await??;
+        assert!(
+            matches!(result, Err(RedisLimitError::Timeout(t)) if t == TIMEOUT),
+            "{result:?}"
+        );
+    }
+    admin
+        .command::<()>(redis::cmd("CLIENT").arg("UNPAUSE"))
+        .await
+        .or_else(|_| Ok::<(), RedisLimitError>(()))?;
+    until_back(&limiter).await?;
+    Ok(())
+}
