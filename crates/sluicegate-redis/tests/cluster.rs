@@ -71,3 +71,55 @@ async fn cluster_decides_like_memory_for_keys_on_every_node() -> Result<(), BoxE
     );
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_master_serves_again_without_a_new_store() -> Result<(), BoxError> {
+    let mut cluster = RedisCluster::start()?;
+    let timeout = std::time::Duration::from_millis(500);
+    let store = cluster
+        .store(StoreConfig {
+            timeout,
+            ..StoreConfig::default()
+        })
+        .await?;
+    let limiter = RedisLimiter::new(
+        store.clone(),
+        RedisLimit::gcra(Rate::per_second(100)?, 10)?,
+        "r",
+    );
+    assert!(limiter.check(b"k").await?.allowed);
+
+    // Every master down in turn would be slow; take down the one holding the key's slot.
+    let slot: i64 = store
+        .command(redis::cmd("CLUSTER").arg("KEYSLOT").arg("{k}"))
+        .await?;
+    let node = match slot {
+        ..=5460 => 0,
+        5461..=10922 => 1,
+        _ => 2,
+    };
+    cluster.nodes[node].stop();
+    for _ in 0..3 {
+        let result = tokio::time::timeout(timeout * 20, limiter.check(b"k")).await?;
+        let err = result.err().ok_or("a call to a stopped master succeeded")?;
+        assert!(err.is_backend_failure(), "{err:?}");
+    }
+    // It comes back with its nodes.conf, so with its slots.
+    cluster.nodes[node].restart()?;
+    let mut last = None;
+    for _ in 0..200 {
+        match tokio::time::timeout(timeout * 20, limiter.check(b"k")).await? {
+            Ok(_) => {
+                last = None;
+                break;
+            }
+            Err(e) => last = Some(e),
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(
+        last.is_none(),
+        "the cluster never served the key again: {last:?}"
+    );
+    Ok(())
+}
