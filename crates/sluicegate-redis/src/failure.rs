@@ -10,7 +10,7 @@ use sluicegate::{
 
 use crate::error::RedisLimitError;
 use crate::limit::LimitKind;
-use crate::limiter::{Now, RedisLimiter};
+use crate::limiter::{LimitRequest, MultiDecision, Now, RedisLimiter};
 
 /// The answer given when Redis is down, slow, or refusing work.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -184,8 +184,22 @@ impl FailSafeLimiter {
             Err(error) if error.is_backend_failure() => error,
             Err(error) => return Err(error),
         };
+        Ok(Checked {
+            decision: self.fallback(key, permits, op, now)?,
+            source: Source::Fallback(error.to_string()),
+        })
+    }
+
+    /// The policy's answer for this limit.
+    fn fallback(
+        &self,
+        key: &[u8],
+        permits: NonZeroU64,
+        op: Op,
+        now: Now,
+    ) -> Result<Decision, RedisLimitError> {
         let limit = self.redis.limit().capacity();
-        let decision = match &self.local {
+        Ok(match &self.local {
             Some(local) => {
                 let at = match now {
                     Now::At(micros) => micros,
@@ -209,10 +223,65 @@ impl FailSafeLimiter {
                 retry_after: Some(self.redis.store().timeout()),
                 wait: Duration::ZERO,
             },
-        };
-        Ok(Checked {
-            decision,
-            source: Source::Fallback(error.to_string()),
         })
     }
+}
+
+/// One limit of a fail-safe multi-limit request.
+#[derive(Debug, Clone, Copy)]
+pub struct FailSafeRequest<'a> {
+    /// The limiter, with its policy.
+    pub limiter: &'a FailSafeLimiter,
+    /// Whose budget is charged.
+    pub key: &'a [u8],
+    /// Permits asked of this limit.
+    pub permits: NonZeroU64,
+}
+
+/// Several limits on one request, in one Redis call ([`RedisStore::decide_all`]); if Redis
+/// fails, each limit answers by its own policy, and the request passes only if all of them
+/// allow it. `Local` limits are then peeked first and charged only if all allow, which is
+/// all or nothing except against other requests racing in this process while Redis is away.
+///
+/// [`RedisStore::decide_all`]: crate::RedisStore::decide_all
+pub async fn decide_all_fail_safe(
+    requests: &[FailSafeRequest<'_>],
+    op: Op,
+    now: Now,
+) -> Result<(MultiDecision, Source), RedisLimitError> {
+    let Some(first) = requests.first() else {
+        return Err(RedisLimitError::Unsupported("no limits given".into()));
+    };
+    let redis_requests: Vec<LimitRequest<'_>> = requests
+        .iter()
+        .map(|r| r.limiter.redis.request_n(r.key, r.permits))
+        .collect();
+    let store = first.limiter.redis.store();
+    let error = match store.decide_all(&redis_requests, op, now).await {
+        Ok(multi) => return Ok((multi, Source::Redis)),
+        Err(error) if error.is_backend_failure() => error,
+        Err(error) => return Err(error),
+    };
+    let probe = if op.consumes() { Op::Peek } else { op };
+    let mut decisions = Vec::with_capacity(requests.len());
+    for r in requests {
+        decisions.push(r.limiter.fallback(r.key, r.permits, probe, now)?);
+    }
+    let allowed = decisions.iter().all(|d| d.allowed);
+    if allowed && op.consumes() {
+        for (r, decision) in requests.iter().zip(decisions.iter_mut()) {
+            *decision = r.limiter.fallback(r.key, r.permits, op, now)?;
+        }
+    }
+    let at = match now {
+        Now::At(micros) => micros,
+        Now::Server => first.limiter.clock.now(),
+    };
+    let multi = MultiDecision {
+        allowed: allowed && decisions.iter().all(|d| d.allowed),
+        decisions,
+        leases: Vec::new(),
+        now: at,
+    };
+    Ok((multi, Source::Fallback(error.to_string())))
 }

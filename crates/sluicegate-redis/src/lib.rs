@@ -23,7 +23,9 @@ mod redisson;
 mod store;
 
 pub use error::RedisLimitError;
-pub use failure::{Checked, FailSafeLimiter, FailurePolicy, Source};
+pub use failure::{
+    Checked, FailSafeLimiter, FailSafeRequest, FailurePolicy, Source, decide_all_fail_safe,
+};
 pub use lease::Lease;
 pub use limit::{MAX_REDIS_TOLERANCE, RedisLimit};
 pub use limiter::{LimitRequest, MultiDecision, Now, RedisLimiter};

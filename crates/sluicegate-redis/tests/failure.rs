@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use sluicegate::{Op, Rate};
 use sluicegate_redis::{
-    FailSafeLimiter, FailurePolicy, Now, RedisLimit, RedisLimitError, RedisLimiter, Source,
-    StoreConfig,
+    FailSafeLimiter, FailSafeRequest, FailurePolicy, Now, RedisLimit, RedisLimitError,
+    RedisLimiter, Source, StoreConfig, decide_all_fail_safe,
 };
 
 use common::RedisServer;
@@ -162,5 +162,59 @@ async fn a_slow_redis_times_out_every_concurrent_call() -> Result<(), BoxError> 
         .await
         .or_else(|_| Ok::<(), RedisLimitError>(()))?;
     until_back(&limiter).await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn multi_limit_requests_fall_back_all_or_nothing() -> Result<(), BoxError> {
+    let mut server = RedisServer::start()?;
+    let store = server.store(config()).await?;
+    let hour = Rate::per_hour(1)?;
+    let wide = FailSafeLimiter::new(
+        RedisLimiter::new(store.clone(), RedisLimit::gcra(hour, 3)?, "wide"),
+        FailurePolicy::Local,
+    )?;
+    let narrow = FailSafeLimiter::new(
+        RedisLimiter::new(
+            store.clone(),
+            RedisLimit::fixed_window(2, Duration::from_secs(60))?,
+            "narrow",
+        ),
+        FailurePolicy::Local,
+    )?;
+    let one = NonZeroU64::MIN;
+    let request = [
+        FailSafeRequest {
+            limiter: &wide,
+            key: b"u",
+            permits: one,
+        },
+        FailSafeRequest {
+            limiter: &narrow,
+            key: b"u",
+            permits: one,
+        },
+    ];
+    let now = Now::At(1_763_000_000_000_000);
+    let (up, source) = decide_all_fail_safe(&request, Op::Check, now).await?;
+    assert!(up.allowed);
+    assert_eq!(source, Source::Redis);
+
+    server.stop();
+    let mut seen = Vec::new();
+    for _ in 0..3 {
+        let (multi, source) = no_hang(decide_all_fail_safe(&request, Op::Check, now)).await??;
+        assert!(matches!(source, Source::Fallback(_)));
+        seen.push(multi.allowed);
+    }
+    // In memory from scratch: the narrow limit's two permits, then a denial that charges
+    // nothing to the wide one (which still has one left).
+    assert_eq!(seen, [true, true, false]);
+    let (peek, _) = no_hang(decide_all_fail_safe(&request[..1], Op::Peek, now)).await??;
+    assert_eq!(
+        peek.decisions[0].remaining, 0,
+        "one left, and a peek of it leaves 0"
+    );
+    assert!(peek.allowed);
     Ok(())
 }
