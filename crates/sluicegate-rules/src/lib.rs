@@ -20,6 +20,8 @@
 //! ```
 
 mod error;
+mod fields;
+mod limit;
 mod matcher;
 mod raw;
 mod resolve;

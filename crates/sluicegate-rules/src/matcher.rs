@@ -49,9 +49,13 @@ impl RuleSet {
         let mut level: &Level = &self.domains[index].root;
         let mut found = None;
         let mut share_patterns: Vec<Option<&str>> = vec![None; entries.len()];
-        let mut metric_parts: Vec<String> = Vec::with_capacity(entries.len());
+        let mut steps: Vec<Step<'_>> = Vec::with_capacity(entries.len());
+        let mut composite = String::new();
         for (i, &(key, value)) in entries.iter().enumerate() {
-            let composite = format!("{key}_{value}");
+            composite.clear();
+            composite.push_str(key);
+            composite.push('_');
+            composite.push_str(value);
             let (node, how) = lookup(level, key, &composite);
             if let How::Wildcard(pattern) = how {
                 if node.is_some_and(|n| n.share_threshold) {
@@ -60,7 +64,7 @@ impl RuleSet {
                         .and_then(|rest| rest.strip_prefix('_'));
                 }
             }
-            metric_parts.push(metric_part(node, how, key, value, share_patterns[i]));
+            steps.push((node, how));
             let Some(node) = node else { break };
             if i + 1 == entries.len() {
                 found = node.rule.as_ref();
@@ -72,7 +76,7 @@ impl RuleSet {
         }
         let rule = found?;
         let counter_key = counter_key(domain, entries, &share_patterns);
-        let stats_key = stats_key(domain, rule, entries, &share_patterns, &metric_parts);
+        let stats_key = stats_key(domain, rule, entries, &share_patterns, &steps);
         Some(Match {
             rule,
             limits: rule.limits.iter().collect(),
@@ -96,11 +100,7 @@ impl RuleSet {
         let replaced: Vec<&str> = matches
             .iter()
             .flatten()
-            .flat_map(|m| {
-                m.limits
-                    .iter()
-                    .flat_map(|l| l.replaces.iter().map(String::as_str))
-            })
+            .flat_map(|m| m.rule.replaces.iter().map(String::as_str))
             .collect();
         if replaced.is_empty() {
             return matches;
@@ -117,6 +117,9 @@ impl RuleSet {
         matches
     }
 }
+
+/// The descriptor an entry led to, and how it was found.
+type Step<'a> = (Option<&'a DescriptorNode>, How<'a>);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum How<'a> {
@@ -211,7 +214,7 @@ fn stats_key(
     rule: &Rule,
     entries: &[(&str, &str)],
     share: &[Option<&str>],
-    metric_parts: &[String],
+    steps: &[Step<'_>],
 ) -> String {
     let mut key = domain.to_owned();
     if rule.detailed_metric {
@@ -225,9 +228,10 @@ fn stats_key(
         }
         return key;
     }
-    for part in metric_parts {
+    for (i, &(node, how)) in steps.iter().enumerate() {
+        let (k, v) = entries[i];
         key.push('.');
-        key.push_str(part);
+        key.push_str(&metric_part(node, how, k, v, share[i]));
     }
     key
 }

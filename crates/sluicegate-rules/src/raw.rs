@@ -8,6 +8,9 @@
 //! accepted where they belong.
 
 use crate::error::{Report, RuleErrorKind};
+use crate::fields::{
+    flag, integer, key_name, list_of_maps, map_entries, narrow, string, to_json, wrong_type,
+};
 use crate::yaml::{Node, Position, Scalar, Value};
 
 /// Keys envoyproxy/ratelimit accepts anywhere in a file.
@@ -67,6 +70,7 @@ pub(crate) struct RawDescriptor {
     pub(crate) detailed_metric: bool,
     pub(crate) value_to_metric: bool,
     pub(crate) share_threshold: Option<Spanned<bool>>,
+    pub(crate) metadata: Option<serde_json::Value>,
 }
 
 /// A `rate_limit` map (or one entry of `rate_limits`).
@@ -131,6 +135,7 @@ fn descriptor(node: &Node, report: &mut Report) -> RawDescriptor {
         detailed_metric: false,
         value_to_metric: false,
         share_threshold: None,
+        metadata: None,
     };
     let Some(entries) = map_entries(node, "a descriptor", report) else {
         return out;
@@ -169,8 +174,12 @@ fn descriptor(node: &Node, report: &mut Report) -> RawDescriptor {
                     pos: key.pos,
                 });
             }
-            // Free-form data for the client (envoyproxy/ratelimit does not look inside).
-            Some("metadata") => {}
+            // Free-form data handed back to the client; its keys are not checked.
+            Some("metadata") => match &value.value {
+                Value::Map(_) => out.metadata = Some(to_json(value)),
+                Value::Scalar(Scalar::Null) => {}
+                _ => wrong_type(value, "metadata", "a map", report),
+            },
             Some(other) => misplaced(key.pos, other, "a descriptor", DESCRIPTOR_KEYS, report),
             None => {}
         }
@@ -261,184 +270,5 @@ fn misplaced(pos: Position, key: &str, place: &str, expected: &'static str, repo
                 expected,
             },
         );
-    }
-}
-
-/// The entries of a map; also reports map keys given twice (yaml.v2 rejects them).
-fn map_entries<'n>(node: &'n Node, what: &str, report: &mut Report) -> Option<&'n [(Node, Node)]> {
-    match &node.value {
-        Value::Map(entries) => {
-            for (i, (key, _)) in entries.iter().enumerate() {
-                if entries[..i]
-                    .iter()
-                    .any(|(earlier, _)| earlier.value == key.value)
-                {
-                    report.at(
-                        key.pos,
-                        RuleErrorKind::RepeatedKey {
-                            key: scalar_text(key),
-                        },
-                    );
-                }
-            }
-            Some(entries)
-        }
-        _ => {
-            report.at(
-                node.pos,
-                RuleErrorKind::WrongType {
-                    what: what.to_owned(),
-                    expected: "a map",
-                    found: node.describe(),
-                },
-            );
-            None
-        }
-    }
-}
-
-/// The maps in a list; a null is an empty list; non-map items are reported.
-fn list_of_maps<'n>(node: &'n Node, what: &str, report: &mut Report) -> Vec<&'n Node> {
-    match &node.value {
-        Value::Scalar(Scalar::Null) => Vec::new(),
-        Value::Seq(items) => items
-            .iter()
-            .filter(|item| {
-                let is_map = matches!(item.value, Value::Map(_));
-                if !is_map {
-                    report.at(
-                        item.pos,
-                        RuleErrorKind::NonMapListItem {
-                            item: scalar_text(item),
-                        },
-                    );
-                }
-                is_map
-            })
-            .collect(),
-        _ => {
-            report.at(
-                node.pos,
-                RuleErrorKind::WrongType {
-                    what: what.to_owned(),
-                    expected: "a list",
-                    found: node.describe(),
-                },
-            );
-            Vec::new()
-        }
-    }
-}
-
-fn key_name(key: &Node, report: &mut Report) -> Option<String> {
-    match &key.value {
-        Value::Scalar(Scalar::Str(name)) => Some(name.clone()),
-        _ => {
-            report.at(
-                key.pos,
-                RuleErrorKind::NonStringKey {
-                    key: scalar_text(key),
-                },
-            );
-            None
-        }
-    }
-}
-
-/// A string field. As in yaml.v2, integers and booleans are read as their text and null as
-/// the empty string; floats are rejected as envoyproxy/ratelimit's key check does.
-fn string(node: &Node, what: &str, report: &mut Report) -> Option<Spanned<String>> {
-    let text = match &node.value {
-        Value::Scalar(Scalar::Null) => String::new(),
-        Value::Scalar(Scalar::Str(text)) => text.clone(),
-        Value::Scalar(scalar @ (Scalar::Int(_) | Scalar::Bool(_))) => scalar.to_string(),
-        Value::Scalar(Scalar::Float(text)) => {
-            report.at(
-                node.pos,
-                RuleErrorKind::FloatValue {
-                    value: text.clone(),
-                },
-            );
-            return None;
-        }
-        _ => {
-            wrong_type(node, what, "a string", report);
-            return None;
-        }
-    };
-    Some(Spanned {
-        value: text,
-        pos: node.pos,
-    })
-}
-
-fn flag(node: &Node, what: &str, report: &mut Report) -> bool {
-    match &node.value {
-        Value::Scalar(Scalar::Null) => false,
-        Value::Scalar(Scalar::Bool(b)) => *b,
-        // YAML 1.1 booleans, which yaml.v2 (envoyproxy/ratelimit's parser) accepts.
-        Value::Scalar(Scalar::Str(text)) if matches!(text.as_str(), "yes" | "on" | "y") => true,
-        Value::Scalar(Scalar::Str(text)) if matches!(text.as_str(), "no" | "off" | "n") => false,
-        _ => {
-            wrong_type(node, what, "true or false", report);
-            false
-        }
-    }
-}
-
-fn integer(node: &Node, what: &str, report: &mut Report) -> Option<Spanned<u64>> {
-    match &node.value {
-        Value::Scalar(Scalar::Int(n)) if *n >= 0 => Some(Spanned {
-            value: n.unsigned_abs(),
-            pos: node.pos,
-        }),
-        Value::Scalar(Scalar::Float(text)) => {
-            report.at(
-                node.pos,
-                RuleErrorKind::FloatValue {
-                    value: text.clone(),
-                },
-            );
-            None
-        }
-        _ => {
-            wrong_type(node, what, "a whole number >= 0", report);
-            None
-        }
-    }
-}
-
-fn narrow(n: Spanned<u64>, what: &str, report: &mut Report) -> Option<Spanned<u32>> {
-    match u32::try_from(n.value) {
-        Ok(value) => Some(Spanned { value, pos: n.pos }),
-        Err(_) => {
-            report.at(
-                n.pos,
-                RuleErrorKind::WrongType {
-                    what: what.to_owned(),
-                    expected: "at most 4294967295",
-                    found: n.value.to_string(),
-                },
-            );
-            None
-        }
-    }
-}
-
-fn wrong_type(node: &Node, what: &str, expected: &'static str, report: &mut Report) {
-    report.at(
-        node.pos,
-        RuleErrorKind::WrongType {
-            what: what.to_owned(),
-            expected,
-            found: node.describe(),
-        },
-    );
-}
-
-fn scalar_text(node: &Node) -> String {
-    match &node.value {
-        Value::Scalar(scalar) => scalar.to_string(),
-        _ => node.describe(),
     }
 }

@@ -243,6 +243,10 @@ pub struct Rule {
     pub limits: Vec<Limit>,
     /// `unlimited: true`: matched, counted in stats, never limited.
     pub unlimited: bool,
+    /// Every limit name this rule's `replaces` lists (also for an unlimited rule, whose
+    /// `replaces` still apply).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub replaces: Vec<String>,
     /// Report over-limit in stats and headers but allow the request.
     pub shadow_mode: bool,
     /// `quota_mode: true`, passed on to the service.
@@ -251,6 +255,9 @@ pub struct Rule {
     pub detailed_metric: bool,
     /// Stats keyed by the request's value where the rule matched a wildcard or a key only.
     pub value_to_metric: bool,
+    /// The descriptor's `metadata`, free-form, for the service to hand back to the client.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<serde_json::Value>,
     /// Where the rule was written.
     pub source: Source,
 }

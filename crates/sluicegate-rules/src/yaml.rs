@@ -42,17 +42,6 @@ pub(crate) enum Scalar {
     Str(String),
 }
 
-impl fmt::Display for Scalar {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Scalar::Null => f.write_str("null"),
-            Scalar::Bool(b) => write!(f, "{b}"),
-            Scalar::Int(i) => write!(f, "{i}"),
-            Scalar::Float(text) | Scalar::Str(text) => f.write_str(text),
-        }
-    }
-}
-
 /// A YAML value.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Value {
@@ -67,6 +56,8 @@ pub(crate) enum Value {
 pub(crate) struct Node {
     pub(crate) value: Value,
     pub(crate) pos: Position,
+    /// A scalar as written (yaml.v2 decodes `True` or `0x1F` into a string field as written).
+    pub(crate) text: String,
 }
 
 impl Node {
@@ -177,11 +168,12 @@ impl MarkedEventReceiver for TreeBuilder {
                 let scalar = if style == TScalarStyle::Plain && tag.is_none() {
                     resolve_plain(&text)
                 } else {
-                    Scalar::Str(text)
+                    Scalar::Str(text.clone())
                 };
                 self.push_node(Node {
                     value: Value::Scalar(scalar),
                     pos,
+                    text,
                 });
             }
             Event::SequenceStart(..) => self.stack.push(Open::Seq(pos, Vec::new())),
@@ -191,12 +183,14 @@ impl MarkedEventReceiver for TreeBuilder {
                     Some(Open::Seq(pos, items)) => Node {
                         value: Value::Seq(items),
                         pos,
+                        text: String::new(),
                     },
                     // The parser marks a block map's start after its first key; the first
                     // key is where a reader sees the map begin.
                     Some(Open::Map(pos, entries, _)) => Node {
                         pos: entries.first().map_or(pos, |(key, _)| key.pos),
                         value: Value::Map(entries),
+                        text: String::new(),
                     },
                     None => return,
                 };
@@ -207,6 +201,7 @@ impl MarkedEventReceiver for TreeBuilder {
                 self.push_node(Node {
                     value: Value::Scalar(Scalar::Null),
                     pos,
+                    text: String::new(),
                 });
             }
             _ => {}

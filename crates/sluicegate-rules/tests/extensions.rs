@@ -207,6 +207,13 @@ fn rate_limit_and_rate_limits_together_or_empty() {
         empty[0].contains("4:5: rate_limits must list at least one limit"),
         "{empty:?}"
     );
+    let sibling = errors(
+        "domain: d\ndescriptors:\n  - key: k\n    rate_limits:\n      - {unit: second, requests_per_unit: 1, name: a}\n      - {unit: hour, requests_per_unit: 9, replaces: [{name: a}]}\n",
+    );
+    assert!(
+        sibling[0].contains("6:62: 'a' is a limit of the same descriptor"),
+        "{sibling:?}"
+    );
     let unlimited = errors(
         "domain: d\ndescriptors:\n  - key: k\n    rate_limits:\n      - {unlimited: true}\n",
     );
@@ -240,6 +247,13 @@ fn upstream_quirks_are_kept() -> TestResult {
         "domain: d\ndescriptors:\n  - key: code\n    value: 429\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
     )?;
     assert!(set.find("d", &[("code", "429")]).is_some());
+    let set = rules(
+        "domain: d\ndescriptors:\n  - key: flag\n    value: True\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
+    )?;
+    assert!(
+        set.find("d", &[("flag", "True")]).is_some(),
+        "the text as written"
+    );
     Ok(())
 }
 

@@ -121,6 +121,16 @@ fn replaces_removes_the_named_limit_only_when_both_apply() -> TestResult {
         Some(10)
     );
 
+    // An unlimited rule's replaces apply too.
+    let vip = rules(
+        "domain: d\ndescriptors:\n  - key: user\n    rate_limit: {unit: second, requests_per_unit: 5, name: per_user}\n  - key: vip\n    rate_limit:\n      unlimited: true\n      replaces: [{name: per_user}]\n",
+    )?;
+    let user: &[(&str, &str)] = &[("user", "u1")];
+    let pass: &[(&str, &str)] = &[("vip", "yes")];
+    let found = vip.find_all("d", &[user, pass]);
+    assert!(found[0].is_none());
+    assert!(found[1].as_ref().is_some_and(|m| m.unlimited()));
+
     let only_second = set.find_all("example7", &[second]);
     assert_eq!(
         only_second[0]
@@ -300,6 +310,21 @@ fn flags_and_metadata_are_accepted() -> TestResult {
     )?;
     let m = set.find("d", &[("k", "v")]).ok_or("k")?;
     assert!(m.rule.quota_mode);
+    assert_eq!(
+        m.rule.metadata,
+        Some(serde_json::json!({"anything": {"nested": [1, 2.5]}}))
+    );
+    let corpus = load_corpus("valid/metadata/metadata.yaml", &LoadOptions::default())?;
+    let key2 = corpus.find("test-domain", &[("key2", "x")]).ok_or("key2")?;
+    assert_eq!(
+        key2.rule.metadata,
+        Some(serde_json::json!({"service_with_quota": {"name": "service_2"}}))
+    );
+    let found = common::errors("domain: d\ndescriptors:\n  - key: k\n    metadata: [1]\n");
+    assert!(
+        found[0].contains("4:15: metadata must be a map"),
+        "{found:?}"
+    );
     Ok(())
 }
 

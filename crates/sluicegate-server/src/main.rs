@@ -1,6 +1,7 @@
 //! The `sluicegate` command.
 
 mod check_config;
+mod simulate;
 
 use std::process::ExitCode;
 
@@ -14,6 +15,10 @@ enum Command {
     Version,
     /// Validate rule files and print the resolved rules (exit 1 and every error otherwise).
     CheckConfig(check_config::CheckConfigArgs),
+    /// Run limiters over a trace or generated traffic; one JSON line per decision.
+    Simulate(simulate::SimulateArgs),
+    /// Serve the rate limit service: Envoy's gRPC API and HTTP JSON.
+    Serve(sluicegate_server::serve::ServeArgs),
 }
 
 fn main() -> anyhow::Result<ExitCode> {
@@ -27,6 +32,58 @@ fn main() -> anyhow::Result<ExitCode> {
                 ExitCode::from(1)
             });
         }
+        Command::Simulate(args) => simulate::run(args)?,
+        Command::Serve(args) => serve(&args)?,
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Runs the service until SIGTERM or Ctrl-C, then shuts down gracefully.
+fn serve(args: &sluicegate_server::serve::ServeArgs) -> anyhow::Result<()> {
+    init_logging(args.log_json);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async {
+        let mut server = sluicegate_server::serve::start(args.to_config()).await?;
+        tokio::select! {
+            result = server.join() => return result,
+            () = shutdown_signal() => tracing::info!("shutting down"),
+        }
+        server.shutdown().await
+    })
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {}
+        () = terminate => {}
+    }
+}
+
+fn init_logging(json: bool) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("SLUICEGATE_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    if json {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
 }

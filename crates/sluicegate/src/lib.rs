@@ -27,6 +27,7 @@ mod decision;
 mod error;
 mod limiter;
 mod rate;
+mod spec;
 mod state_machine;
 
 pub use algorithm::*;
@@ -39,4 +40,5 @@ pub use limiter::{
     MultiDecision, OwnedConcurrencyPermit, decide_together,
 };
 pub use rate::{MAX_TICKS_PER_MICRO, Pace, Rate, format_duration_micros, parse_duration};
+pub use spec::{AlgorithmSpec, AnyAlgorithm, AnyState};
 pub use state_machine::{Algorithm, AlgorithmState, Op};

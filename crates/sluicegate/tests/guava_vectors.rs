@@ -9,15 +9,17 @@
 //! `DirectLimiter` on a `ManualClock`.
 //!
 //! `data/guava_traces.txt` was recorded from Guava 31.1's own classes by
-//! `data/guava-oracle/Oracle.java` (see the commands at the top of that file).
+//! `data/guava-oracle/Oracle.java` (see the commands at the top of that file), which also
+//! confirms the hand-written vectors here and in `data/guava_rate_limiter_test.txt`.
 
 use std::error::Error;
 use std::num::NonZeroU64;
 use std::time::Duration;
 
+use proptest::prelude::*;
 use sluicegate::{
-    Algorithm, ConfigError, Decision, DirectLimiter, ManualClock, Micros, Op, SmoothBursty,
-    SmoothState, SmoothWarmup,
+    Algorithm, Clock, ConfigError, Decision, DirectLimiter, KeyedLimiter, ManualClock, Micros, Op,
+    SmoothBursty, SmoothState, SmoothWarmup,
 };
 
 type TestResult = Result<(), Box<dyn Error>>;
@@ -58,6 +60,7 @@ trait Driver {
     fn decide(&mut self, permits: NonZeroU64, op: Op) -> Result<Decision, Box<dyn Error>>;
     fn sleep(&mut self, micros: u64);
     fn set_rate(&mut self, permits_per_second: f64) -> Result<(), ConfigError>;
+    fn now(&self) -> Micros;
 }
 
 /// The pure state machine with an explicit `now`.
@@ -102,6 +105,10 @@ impl<A: Rerate> Driver for Pure<A> {
         self.algorithm = new;
         Ok(())
     }
+
+    fn now(&self) -> Micros {
+        self.now
+    }
 }
 
 /// A `DirectLimiter` on a `ManualClock`.
@@ -141,6 +148,10 @@ impl<A: Rerate> Driver for Direct<A> {
         let new = self.limiter.algorithm().rerate(permits_per_second)?;
         self.limiter.set_algorithm(new);
         Ok(())
+    }
+
+    fn now(&self) -> Micros {
+        self.limiter.clock().now()
     }
 }
 
@@ -362,189 +373,6 @@ acquire 1 = 200000
 acquire 1 = 200000
 ";
 
-/// More of Guava's `RateLimiterTest`, with its printed waits in the comments.
-const RATE_LIMITER_TEST: &str = "
-# testSimpleAcquireEarliestAvailableIsInPast
-bursty 5.0 1.0
-acquire 1 = 0
-sleep 400000
-acquire 1 = 0
-acquire 1 = 0
-acquire 1 = 200000
-
-# testImmediateTryAcquire: create(1): tryAcquire() true, then false
-bursty 1.0 1.0
-check 1 = 0
-check 1 = deny
-
-# testDoubleMinValueCanAcquireExactlyOnce: the interval is infinite, the ticket saturates
-bursty 4.9E-324 1.0
-check 1 = 0
-check 1 = deny
-sleep 2147483647000
-check 1 = deny
-
-# testTryAcquire_noWaitAllowed
-bursty 5.0 1.0
-try 1 0 = 0
-try 1 0 = deny
-try 1 0 = deny
-sleep 100000
-try 1 0 = deny
-
-# testTryAcquire_someWaitAllowed
-bursty 5.0 1.0
-try 1 0 = 0
-try 1 200000 = 200000
-try 1 100000 = deny
-sleep 100000
-try 1 100000 = 100000
-
-# testTryAcquire_overflow: a timeout of Long.MAX_VALUE microseconds
-bursty 5.0 1.0
-try 1 0 = 0
-sleep 100000
-try 1 9223372036854775807 = 100000
-
-# testTryAcquire_negative (negative timeouts count as zero: here, checks)
-bursty 5.0 1.0
-try 5 0 = 0
-sleep 900000
-check 1 = deny
-sleep 100000
-check 1 = 0
-
-# testSimpleWeights
-bursty 1.0 1.0
-acquire 1 = 0
-acquire 1 = 1000000
-acquire 2 = 1000000
-acquire 4 = 2000000
-acquire 8 = 4000000
-acquire 1 = 8000000
-
-# testWarmUpWithColdFactor: R0.00, R1.75, R1.26, R0.76, R0.30, R0.20, R0.20, R0.20 ...
-warmup 5.0 4000000 10.0
-acquire 1 = 0
-acquire 1 = 1752500
-acquire 1 = 1257500
-acquire 1 = 762500
-acquire 1 = 300227
-acquire 1 = 200000
-acquire 1 = 200000
-acquire 1 = 200000
-sleep 200000
-sleep 4000000
-acquire 1 = 0
-acquire 1 = 1752500
-acquire 1 = 1257500
-acquire 1 = 762500
-acquire 1 = 300227
-acquire 1 = 200000
-acquire 1 = 200000
-acquire 1 = 200000
-sleep 200000
-sleep 1000000
-acquire 1 = 0
-acquire 1 = 200000
-acquire 1 = 200000
-acquire 1 = 200000
-acquire 1 = 200000
-acquire 1 = 200000
-acquire 1 = 200000
-acquire 1 = 200000
-
-# testWarmUpWithColdFactor1: a cold factor of 1 is no warm-up at all
-warmup 5.0 4000000 1.0
-acquire 1 = 0
-acquire 1 = 200000
-acquire 1 = 200000
-acquire 1 = 200000
-acquire 1 = 200000
-acquire 1 = 200000
-acquire 1 = 200000
-acquire 1 = 200000
-sleep 340000
-acquire 1 = 0
-acquire 1 = 200000
-acquire 1 = 200000
-acquire 1 = 200000
-acquire 1 = 200000
-acquire 1 = 200000
-acquire 1 = 200000
-acquire 1 = 200000
-
-# testWarmUpAndUpdate: R0.00, R1.38, R1.13, R0.88, R0.63, R0.50, R0.50, R0.50; U4.50;
-# R0.00, R1.38, R1.13; setRate(4); R0.88; R0.34, R0.28, R0.25, R0.25; U4.25;
-# R0.00, R0.72, R0.66, R0.59, R0.53, R0.47, R0.41, R0.34, R0.28, R0.25, R0.25
-warmup 2.0 4000000 3.0
-acquire 1 = 0
-acquire 1 = 1375000
-acquire 1 = 1125000
-acquire 1 = 875000
-acquire 1 = 625000
-acquire 1 = 500000
-acquire 1 = 500000
-acquire 1 = 500000
-sleep 4500000
-acquire 1 = 0
-acquire 1 = 1375000
-acquire 1 = 1125000
-rate 4.0
-acquire 1 = 875000
-acquire 1 = 343750
-acquire 1 = 281250
-acquire 1 = 250000
-acquire 1 = 250000
-sleep 4250000
-acquire 1 = 0
-acquire 1 = 718750
-acquire 1 = 656250
-acquire 1 = 593750
-acquire 1 = 531250
-acquire 1 = 468750
-acquire 1 = 406250
-acquire 1 = 343750
-acquire 1 = 281250
-acquire 1 = 250000
-acquire 1 = 250000
-
-# testWarmUpAndUpdateWithColdFactor: R0.00, R1.75, R1.26, R0.76, R0.30, R0.20 x3; U4.20;
-# R0.00, R1.75, R1.26; setRate(10); R0.76; R0.20, R0.10, R0.10, R0.10; U4.10;
-# R0.00, R0.94, R0.81, R0.69, R0.57, R0.44, R0.32, R0.20, R0.10, R0.10, R0.10
-warmup 5.0 4000000 10.0
-acquire 1 = 0
-acquire 1 = 1752500
-acquire 1 = 1257500
-acquire 1 = 762500
-acquire 1 = 300227
-acquire 1 = 200000
-acquire 1 = 200000
-acquire 1 = 200000
-sleep 4200000
-acquire 1 = 0
-acquire 1 = 1752500
-acquire 1 = 1257500
-rate 10.0
-acquire 1 = 762500
-acquire 1 = 195625
-acquire 1 = 104602
-acquire 1 = 100000
-acquire 1 = 100000
-sleep 4100000
-acquire 1 = 0
-acquire 1 = 938125
-acquire 1 = 814375
-acquire 1 = 690625
-acquire 1 = 566875
-acquire 1 = 443125
-acquire 1 = 319375
-acquire 1 = 195625
-acquire 1 = 104602
-acquire 1 = 100000
-acquire 1 = 100000
-";
-
 #[test]
 fn design_section_9_vectors() -> TestResult {
     assert_eq!(
@@ -554,12 +382,12 @@ fn design_section_9_vectors() -> TestResult {
     Ok(())
 }
 
+/// More of Guava's `RateLimiterTest`: weights, `tryAcquire` with and without timeouts,
+/// `setRate` on warming-up limiters, cold factors 1 and 10, `Double.MIN_VALUE`.
 #[test]
 fn rate_limiter_test_vectors() -> TestResult {
-    assert_eq!(
-        replay_all_modes(RATE_LIMITER_TEST)?,
-        expectations(RATE_LIMITER_TEST)
-    );
+    let script = include_str!("data/guava_rate_limiter_test.txt");
+    assert_eq!(replay_all_modes(script)?, expectations(script));
     Ok(())
 }
 
@@ -569,4 +397,325 @@ fn traces_recorded_from_guava() -> TestResult {
     assert!(expectations(traces) > 500, "the trace file looks truncated");
     assert_eq!(replay_all_modes(traces)?, expectations(traces));
     Ok(())
+}
+
+/// A small deterministic generator, standing in for the `java.util.Random` of Guava's tests.
+struct XorShift(u64);
+
+impl XorShift {
+    /// A number in `0..bound` (`bound > 0`), like `Random.nextInt(bound)`.
+    fn below(&mut self, bound: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % bound
+    }
+}
+
+/// Guava's `measureTotalTimeMillis`: acquires `permits` in random pieces, then one more permit
+/// to pay for the last piece, and returns the time that took in whole milliseconds.
+fn measure_total_time_millis(
+    limiter: &mut dyn Driver,
+    permits: u64,
+    random: &mut XorShift,
+) -> Result<u64, Box<dyn Error>> {
+    let start = limiter.now();
+    let mut left = permits;
+    while left > 0 {
+        let next = random.below(left).max(1);
+        left -= next;
+        limiter.decide(self::permits(next)?, ACQUIRE)?;
+    }
+    limiter.decide(NonZeroU64::MIN, ACQUIRE)?;
+    Ok((limiter.now() - start) / 1_000)
+}
+
+/// Guava's testWeNeverGetABurstMoreThanOneSec: whatever the rate changes, a burst is at most
+/// one second's worth of permits.
+#[test]
+fn we_never_get_a_burst_more_than_one_second() -> TestResult {
+    for seed in 1..=20 {
+        let mut random = XorShift(seed);
+        let mut limiter = Pure::new(SmoothBursty::per_second(1.0)?, 0);
+        for rate in [1000u64, 1, 10, 1_000_000, 10, 1] {
+            limiter.sleep(rate * 1_000_000);
+            limiter.set_rate(rate as f64)?;
+            let burst = measure_total_time_millis(&mut limiter, rate, &mut random)?;
+            assert!(burst <= 1000, "rate {rate}: a burst took {burst}ms");
+            let after = measure_total_time_millis(&mut limiter, rate, &mut random)?;
+            assert!(after >= 1000, "rate {rate}: after the burst took {after}ms");
+        }
+    }
+    Ok(())
+}
+
+/// Guava's testTimeToWarmUpIsHonouredEvenWithWeights: the permits of the warm-up take exactly
+/// the warm-up period, however they are split into requests.
+#[test]
+fn time_to_warm_up_is_honoured_even_with_weights() -> TestResult {
+    let warmup_permits = 10;
+    let mut random = XorShift(0x5eed);
+    for _trial in 0..100 {
+        for cold_factor in [2.0, 3.0, 10.0] {
+            for qps in [4.0, 2.0, 1.0, 0.5, 0.1] {
+                // Java: (long) ((1 + coldFactor) * warmupPermits / (2.0 * qps) * 1000.0)
+                let warmup_millis =
+                    ((1.0 + cold_factor) * warmup_permits as f64 / (2.0 * qps) * 1000.0) as u64;
+                let warmup = Duration::from_millis(warmup_millis);
+                let mut limiter = Pure::new(SmoothWarmup::new(qps, warmup, cold_factor)?, 0);
+                let took = measure_total_time_millis(&mut limiter, warmup_permits, &mut random)?;
+                assert_eq!(took, warmup_millis, "qps {qps}, cold factor {cold_factor}");
+            }
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn keyed_limiters_keep_a_guava_limiter_per_key() -> TestResult {
+    let clock = ManualClock::new(0);
+    let limiter = KeyedLimiter::with_clock(SmoothBursty::per_second(1.0)?, clock.clone());
+    assert!(limiter.check(&"alice")?.allowed);
+    assert!(!limiter.check(&"alice")?.allowed);
+    assert!(limiter.check(&"bob")?.allowed);
+    clock.advance(Duration::from_secs(2));
+    limiter.retain_recent();
+    assert!(limiter.is_empty(), "rested keys are dropped");
+    // A key seen again has saved one permit since the limiter's creation, plus the free one.
+    for _ in 0..2 {
+        assert!(limiter.check(&"alice")?.allowed);
+    }
+    assert!(!limiter.check(&"alice")?.allowed);
+    Ok(())
+}
+
+#[test]
+fn infinite_rates_are_rejected() {
+    // Guava accepts `Double.POSITIVE_INFINITY` (its testInfinity_* cases); sluicegate does not.
+    assert!(SmoothBursty::per_second(f64::INFINITY).is_err());
+    assert!(SmoothWarmup::new(f64::INFINITY, Duration::from_secs(10), 3.0).is_err());
+}
+
+/// A smooth limiter as the properties below draw it.
+#[derive(Debug, Clone)]
+enum Params {
+    Bursty {
+        rate: f64,
+        burst_seconds: f64,
+    },
+    Warmup {
+        rate: f64,
+        warmup_micros: u64,
+        cold_factor: f64,
+    },
+}
+
+fn params(rates: std::ops::Range<f64>) -> impl Strategy<Value = Params> {
+    prop_oneof![
+        (rates.clone(), 0.0..10.0f64).prop_map(|(rate, burst_seconds)| Params::Bursty {
+            rate,
+            burst_seconds
+        }),
+        (rates, 1..10_000_000u64, 1.0..10.0f64).prop_map(|(rate, warmup_micros, cold_factor)| {
+            Params::Warmup {
+                rate,
+                warmup_micros,
+                cold_factor,
+            }
+        }),
+    ]
+}
+
+/// One request, pause or rate change.
+#[derive(Debug, Clone)]
+enum Step {
+    Sleep(u64),
+    Check(u64),
+    Peek(u64),
+    Try(u64, u64),
+    /// `acquire`, returning at once: several callers may hold reservations at the same time.
+    Reserve(u64),
+    /// `acquire`, sleeping the wait.
+    Acquire(u64),
+    SetRate(f64),
+}
+
+fn steps() -> impl Strategy<Value = Vec<Step>> {
+    let weight = prop_oneof![4 => Just(1u64), 2 => 2..10u64, 1 => 10..1000u64];
+    let step = prop_oneof![
+        3 => (0..3_000_000u64).prop_map(Step::Sleep),
+        3 => weight.clone().prop_map(Step::Check),
+        2 => weight.clone().prop_map(Step::Peek),
+        3 => (weight.clone(), 0..2_000_000u64).prop_map(|(n, t)| Step::Try(n, t)),
+        2 => weight.clone().prop_map(Step::Reserve),
+        3 => weight.prop_map(Step::Acquire),
+        1 => (0.1..2000.0f64).prop_map(Step::SetRate),
+    ];
+    prop::collection::vec(step, 1..100)
+}
+
+/// The decision's own promises about the state it leaves: `remaining` is 0 exactly when the next
+/// check must wait, and the state is fresh `reset_after` from now (and not 2µs before).
+fn check_decision_fields<A: Rerate>(
+    algorithm: &A,
+    state: &SmoothState,
+    now: Micros,
+    decision: &Decision,
+) -> TestResult {
+    let mut probe = *state;
+    let next = algorithm.decide(&mut probe, now, NonZeroU64::MIN, Op::Check)?;
+    assert_eq!(decision.remaining > 0, next.allowed, "{decision:?}");
+    assert!(decision.remaining <= decision.limit);
+    let reset = micros(decision.reset_after);
+    assert!(algorithm.is_fresh(state, now + reset), "{decision:?}");
+    if reset >= 2 {
+        assert!(!algorithm.is_fresh(state, now + reset - 2), "{decision:?}");
+    }
+    Ok(())
+}
+
+fn check_properties<A: Rerate>(algorithm: A, steps: &[Step]) -> TestResult {
+    let mut limiter = Pure::new(algorithm, 0);
+    let mut last_start: Micros = 0;
+    for step in steps {
+        let now = limiter.now;
+        let before = limiter.state;
+        let decide = |n: u64, op: Op| -> Result<(SmoothState, Decision), Box<dyn Error>> {
+            let mut next = before;
+            let decision = limiter.algorithm.decide(&mut next, now, permits(n)?, op)?;
+            Ok((next, decision))
+        };
+        match *step {
+            Step::Sleep(micros) => limiter.sleep(micros),
+            Step::SetRate(rate) => limiter.set_rate(rate)?,
+            Step::Peek(n) => {
+                let (after, peeked) = decide(n, Op::Peek)?;
+                assert!(same_state(&before, &after), "a peek changed the state");
+                assert_eq!(peeked, decide(n, Op::Check)?.1);
+            }
+            Step::Check(n) | Step::Try(n, _) => {
+                let (op, max_wait) = match *step {
+                    Step::Try(_, t) => (Op::Reserve { max_wait: Some(t) }, t),
+                    _ => (Op::Check, 0),
+                };
+                let (after, decision) = decide(n, op)?;
+                let wait = micros(decision.wait);
+                if decision.allowed {
+                    assert!(wait <= max_wait);
+                    assert!(now + wait >= last_start);
+                    last_start = now + wait;
+                } else {
+                    assert!(same_state(&before, &after), "a denial changed the state");
+                    let retry = micros(decision.retry_after.unwrap_or_default());
+                    assert!(retry > max_wait);
+                    let ticket_in = i128::from(before.next_free_ticket) - i128::from(now);
+                    assert_eq!(i128::from(retry), ticket_in);
+                }
+                check_decision_fields(&limiter.algorithm, &after, now, &decision)?;
+                limiter.state = after;
+                limiter.now = now + wait;
+            }
+            Step::Reserve(n) | Step::Acquire(n) => {
+                let peeked = decide(n, Op::Peek)?.1;
+                let (after, decision) = decide(n, ACQUIRE)?;
+                assert!(decision.allowed);
+                // The wait is the time until the next free ticket, which a peek reports.
+                assert_eq!(decision.wait, peeked.retry_after.unwrap_or_default());
+                // Reservations start in the order they were made.
+                let start = now + micros(decision.wait);
+                assert!(start >= last_start);
+                last_start = start;
+                check_decision_fields(&limiter.algorithm, &after, now, &decision)?;
+                limiter.state = after;
+                if matches!(step, Step::Acquire(_)) {
+                    limiter.now = start;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn build(params: &Params) -> Result<Result<SmoothBursty, SmoothWarmup>, ConfigError> {
+    Ok(match *params {
+        Params::Bursty {
+            rate,
+            burst_seconds,
+        } => Ok(SmoothBursty::new(rate, burst_seconds)?),
+        Params::Warmup {
+            rate,
+            warmup_micros,
+            cold_factor,
+        } => Err(SmoothWarmup::new(
+            rate,
+            Duration::from_micros(warmup_micros),
+            cold_factor,
+        )?),
+    })
+}
+
+fn long_run(params: &Params, weights: &[u64]) -> TestResult {
+    let (mut limiter, stable, extra): (Box<dyn Driver>, f64, f64) = match build(params)? {
+        Ok(bursty) => {
+            let stable = 1e6 / bursty.permits_per_second();
+            (Box::new(Pure::new(bursty, 0)), stable, 0.0)
+        }
+        Err(warmup) => {
+            let stable = 1e6 / warmup.permits_per_second();
+            // Draining a cold limiter costs the warm-up period above the threshold and half
+            // of it below (Guava's trapezoid and rectangle).
+            let cold_cost = 1.5 * micros(warmup.warmup()) as f64;
+            let extra = cold_cost - warmup.max_permits() * stable;
+            (Box::new(Pure::new(warmup, 0)), stable, extra)
+        }
+    };
+    for &n in weights {
+        assert!(limiter.decide(permits(n)?, ACQUIRE)?.allowed);
+    }
+    let total: u64 = weights.iter().sum();
+    let paid_for = (total - weights.last().copied().unwrap_or_default()) as f64;
+    let elapsed = limiter.now() as f64;
+    let expected = paid_for * stable + extra;
+    // Up to a microsecond lost to each of Guava's two truncations per request.
+    let slack = 2.0 * weights.len() as f64 + 1.0;
+    assert!(elapsed <= expected + 1.0, "{elapsed} > {expected}");
+    assert!(
+        elapsed >= expected - slack,
+        "{elapsed} < {expected} - {slack}"
+    );
+    let rate = paid_for / (elapsed - extra) * 1e6;
+    let set_rate = 1e6 / stable;
+    assert!(
+        (rate - set_rate).abs() <= set_rate * 1e-3,
+        "{rate} vs {set_rate}"
+    );
+    Ok(())
+}
+
+fn fail(error: Box<dyn Error>) -> TestCaseError {
+    TestCaseError::fail(error.to_string())
+}
+
+proptest! {
+    /// Denials and peeks change nothing, a peek answers as a check would, waits are what the
+    /// next free ticket says, reservations start in order, and the decision fields hold.
+    #[test]
+    fn decisions_keep_their_promises(params in params(0.1..2000.0), steps in steps()) {
+        match build(&params).map_err(|e| fail(e.into()))? {
+            Ok(bursty) => check_properties(bursty, &steps).map_err(fail)?,
+            Err(warmup) => check_properties(warmup, &steps).map_err(fail)?,
+        }
+    }
+
+    /// Busy from creation, a bursty limiter never saves a permit, so every request but the last
+    /// has been paid for at the stable interval (less under a microsecond per truncation); a
+    /// warming-up one pays on top, once, what its cold permits cost above the stable interval.
+    /// Either way the long-run rate is the set rate.
+    #[test]
+    fn long_runs_converge_to_the_rate(
+        params in params(0.5..200.0),
+        weights in prop::collection::vec(1..20u64, 2000..3000),
+    ) {
+        long_run(&params, &weights).map_err(fail)?;
+    }
 }

@@ -201,3 +201,27 @@ fn set_algorithm_keeps_keyed_state() -> TestResult {
     assert_eq!(d.retry_after, Some(Duration::from_millis(50)));
     Ok(())
 }
+
+#[test]
+fn acquire_on_a_window_sleeps_until_the_retry_time() -> TestResult {
+    let clock = ManualClock::new(0);
+    let limiter = DirectLimiter::with_clock(
+        sluicegate::FixedWindow::new(2, Duration::from_secs(1))?,
+        clock.clone(),
+    );
+    limiter.acquire(ONE)?;
+    limiter.acquire(ONE)?;
+    assert_eq!(clock.now(), 0);
+    // The window is spent: acquiring sleeps until the next one opens.
+    assert!(limiter.acquire(ONE)?.allowed);
+    assert_eq!(clock.now(), 1_000_000);
+    // With a deadline shorter than that, nothing is taken and no time passes.
+    limiter.acquire(ONE)?;
+    assert!(
+        !limiter
+            .try_acquire(ONE, Duration::from_millis(999))?
+            .allowed
+    );
+    assert_eq!(clock.now(), 1_000_000);
+    Ok(())
+}

@@ -14,9 +14,12 @@ use crate::state_machine::{Algorithm, Op};
 /// One permit every `1 / permits_per_second` seconds. While idle it saves up to
 /// `permits_per_second * max_burst_seconds` permits, which are then handed out at no cost. A
 /// request whose turn has come is granted whatever its size, and the requests after it pay for
-/// it ("pay later"): [`Op::Reserve`] returns the wait Guava's `acquire` returns, and
-/// [`Op::Check`] is Guava's `tryAcquire(n)`. Like Guava's, the limiter exists from its creation:
-/// first used two seconds after it was created, it has already saved permits.
+/// it ("pay later"). [`Op::Reserve`] without `max_wait` is Guava's `acquire(n)` and returns its
+/// wait; with `max_wait: Some(t)` it is `tryAcquire(n, t)`; [`Op::Check`] is `tryAcquire(n)`,
+/// and [`Op::Peek`] tells whether that would pass, changing nothing. A denial changes nothing
+/// either, and its `retry_after` is the time until the next free ticket, from when the same
+/// request passes without waiting. Like Guava's, the limiter exists from its creation: first
+/// used two seconds after it was created, it has already saved permits.
 ///
 /// [`Decision::limit`] is the most single permits a rested limiter grants at one instant: the
 /// saved permits (rounded down) plus the one Guava always lets through when its turn has come.
@@ -172,5 +175,108 @@ impl Algorithm for SmoothBursty {
         } else {
             state.stored_permits * new.max_permits / old_max
         };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    const ONE: NonZeroU64 = NonZeroU64::MIN;
+    const SECOND: Micros = 1_000_000;
+
+    fn invalid_name(result: Result<SmoothBursty, ConfigError>) -> Option<&'static str> {
+        match result {
+            Err(ConfigError::InvalidParameter { name, .. }) => Some(name),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn rejects_what_guava_rejects_and_infinities() {
+        for rate in [0.0, -10.0, f64::NAN, f64::INFINITY] {
+            assert_eq!(invalid_name(SmoothBursty::per_second(rate)), Some("rate"));
+        }
+        for burst in [-1.0, f64::NAN, f64::INFINITY] {
+            assert_eq!(
+                invalid_name(SmoothBursty::new(1.0, burst)),
+                Some("max_burst_seconds")
+            );
+        }
+        assert!(SmoothBursty::new(1.0, 0.0).is_ok());
+        assert!(SmoothBursty::per_second(f64::MIN_POSITIVE).is_ok());
+    }
+
+    #[test]
+    fn release_is_unsupported_and_capacity_is_an_int() -> Result<(), CheckError> {
+        let limiter = SmoothBursty::per_second(5.0).expect("valid");
+        let mut state = limiter.initial_state(0);
+        assert!(matches!(
+            limiter.decide(&mut state, 0, ONE, Op::Release),
+            Err(CheckError::Unsupported { .. })
+        ));
+        let too_many = NonZeroU64::new(i32::MAX as u64 + 1).expect("non-zero");
+        assert_eq!(
+            limiter.decide(&mut state, 0, too_many, Op::Check),
+            Err(CheckError::InsufficientCapacity {
+                requested: too_many.get(),
+                capacity: i32::MAX as u64
+            })
+        );
+        let most = NonZeroU64::new(i32::MAX as u64).expect("non-zero");
+        assert!(limiter.decide(&mut state, 0, most, Op::Check)?.allowed);
+        Ok(())
+    }
+
+    #[test]
+    fn a_rested_limiter_grants_its_saved_burst_plus_one() -> Result<(), CheckError> {
+        let limiter = SmoothBursty::per_second(5.0).expect("valid");
+        assert_eq!(Algorithm::limit(&limiter), 6);
+        let mut state = limiter.initial_state(0);
+        // First used two seconds after creation: five permits saved, plus the free one.
+        let now = 2 * SECOND;
+        for expected_remaining in (0..6).rev() {
+            let peek = limiter.decide(&mut state, now, ONE, Op::Peek)?;
+            let decision = limiter.decide(&mut state, now, ONE, Op::Check)?;
+            assert_eq!(peek, decision);
+            assert!(decision.allowed);
+            assert_eq!(decision.limit, 6);
+            assert_eq!(decision.remaining, expected_remaining);
+        }
+        let before = state;
+        let denied = limiter.decide(&mut state, now, ONE, Op::Check)?;
+        assert!(!denied.allowed);
+        assert_eq!(state, before);
+        assert_eq!(denied.retry_after, Some(Duration::from_millis(200)));
+        // 200ms until the free permit is paid for, then 1s to save five again.
+        assert_eq!(denied.reset_after, Duration::from_millis(1200));
+        assert!(!limiter.is_fresh(&state, now + 1_199_999));
+        assert!(limiter.is_fresh(&state, now + 1_200_000));
+        Ok(())
+    }
+
+    #[test]
+    fn a_limiter_exists_from_its_creation() -> Result<(), CheckError> {
+        let limiter = SmoothBursty::per_second(5.0).expect("valid");
+        let mut state = limiter.initial_state(10 * SECOND);
+        assert!(!limiter.is_fresh(&state, 10 * SECOND));
+        assert!(limiter.is_fresh(&state, 11 * SECOND));
+        let first = limiter.decide(&mut state, 10 * SECOND, ONE, Op::Check)?;
+        assert_eq!((first.allowed, first.remaining), (true, 0));
+        assert_eq!(first.reset_after, Duration::from_millis(1200));
+        Ok(())
+    }
+
+    #[test]
+    fn set_rate_keeps_the_saved_share() {
+        let ten = SmoothBursty::per_second(10.0).expect("valid");
+        let twenty = ten.with_rate(20.0).expect("valid");
+        let mut state = ten.initial_state(0);
+        ten.carry_over(&twenty, &mut state, SECOND / 2);
+        assert_eq!(state.stored_permits, 10.0);
+        assert_eq!(state.next_free_ticket, 500_000);
+        assert_eq!(twenty.max_permits(), 20.0);
     }
 }

@@ -16,7 +16,8 @@ use crate::state_machine::{Algorithm, Op};
 /// `cold_factor` stable intervals each, falling linearly to the stable interval as the stored
 /// permits above the threshold are spent, so that going from cold to the stable rate takes
 /// `warmup`. Requests "pay later" as with [`SmoothBursty`](crate::SmoothBursty): a request whose
-/// turn has come is granted whatever its size, and the requests after it wait for its cost.
+/// turn has come is granted whatever its size, and the requests after it wait for its cost. The
+/// ops map to Guava's methods as they do there.
 ///
 /// [`Decision::limit`] is the stable rate per second, rounded up. Stored permits are never free
 /// here, so [`Decision::remaining`] is 1 when a request could pass right now and 0 when the next
@@ -225,5 +226,77 @@ impl Algorithm for SmoothWarmup {
         } else {
             state.stored_permits * new.max_permits / old_max
         };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ONE: NonZeroU64 = NonZeroU64::MIN;
+    const FOUR_SECONDS: Duration = Duration::from_secs(4);
+
+    fn invalid_name(result: Result<SmoothWarmup, ConfigError>) -> Option<&'static str> {
+        match result {
+            Err(ConfigError::InvalidParameter { name, .. }) => Some(name),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn validates_every_parameter() {
+        for rate in [0.0, -1.0, f64::NAN, f64::INFINITY] {
+            assert_eq!(
+                invalid_name(SmoothWarmup::new(rate, FOUR_SECONDS, 3.0)),
+                Some("rate")
+            );
+        }
+        for warmup in [Duration::ZERO, Duration::from_nanos(999)] {
+            assert_eq!(
+                invalid_name(SmoothWarmup::new(1.0, warmup, 3.0)),
+                Some("warmup")
+            );
+        }
+        for cold in [0.5, -3.0, f64::NAN, f64::INFINITY] {
+            assert_eq!(
+                invalid_name(SmoothWarmup::new(1.0, FOUR_SECONDS, cold)),
+                Some("cold_factor")
+            );
+        }
+        let limiter = SmoothWarmup::new(1.0, Duration::from_nanos(1999), 1.0).expect("valid");
+        assert_eq!(limiter.warmup(), Duration::from_micros(1));
+    }
+
+    #[test]
+    fn starts_cold_and_cools_down_again() -> Result<(), CheckError> {
+        // Guava's picture for rate 2, warm-up 4s, cold factor 3: threshold 4, maximum 8.
+        let limiter =
+            SmoothWarmup::new(2.0, FOUR_SECONDS, SmoothWarmup::DEFAULT_COLD_FACTOR).expect("valid");
+        assert_eq!(limiter.max_permits(), 8.0);
+        assert_eq!(Algorithm::limit(&limiter), 2);
+        let mut state = limiter.initial_state(0);
+        assert!(limiter.is_fresh(&state, 0));
+        let first = limiter.decide(&mut state, 0, ONE, Op::Check)?;
+        assert_eq!((first.allowed, first.remaining), (true, 0));
+        assert!(!limiter.is_fresh(&state, 0));
+        let denied = limiter.decide(&mut state, 0, ONE, Op::Check)?;
+        assert_eq!(denied.retry_after, Some(Duration::from_micros(1_375_000)));
+        // The first permit is paid for at 1.375s; 0.5s later (warm-up / maximum, the idle
+        // time per stored permit) it is stored again, and the limiter is as cold as new.
+        assert_eq!(denied.reset_after, Duration::from_micros(1_875_000));
+        assert!(limiter.is_fresh(&state, 1_875_000));
+        let later = limiter.decide(&mut state, 1_875_000, ONE, Op::Peek)?;
+        assert_eq!((later.allowed, later.remaining), (true, 0));
+        Ok(())
+    }
+
+    #[test]
+    fn set_rate_keeps_a_cold_limiter_cold() {
+        let slow = SmoothWarmup::new(2.0, FOUR_SECONDS, 3.0).expect("valid");
+        let fast = slow.with_rate(4.0).expect("valid");
+        let mut state = slow.initial_state(0);
+        slow.carry_over(&fast, &mut state, 0);
+        assert_eq!(state.stored_permits, fast.max_permits());
+        assert!(fast.is_fresh(&state, 0));
     }
 }

@@ -1,3 +1,4 @@
+"""Random limiter scripts for Oracle.java: gen.py SEED SCENARIOS."""
 import random, sys
 random.seed(int(sys.argv[1]) if len(sys.argv) > 1 else 7)
 RATES = ["5.0","1.0","2.0","0.3","7.7","1000.1","0.01","3.0","0.5","12.5","2.5","0.0625","0.7","33.3","123456.7"]

@@ -1,0 +1,437 @@
+//! From a call to a verdict: match the descriptors against the rules, decide every limit they
+//! name together (all charged or none), and describe the outcome.
+
+use std::collections::HashMap;
+use std::num::NonZeroU64;
+use std::sync::Arc;
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use parking_lot::Mutex;
+use sluicegate::{ConfigError, Decision, LimitTarget, Op, decide_together};
+use sluicegate_rules::{Limit, RuleSet, Window};
+
+use crate::serve::headers::{HeaderOptions, headers_for};
+use crate::serve::limiter_table::{Enforcer, Limiter, LimiterTable, enforcer_for};
+use crate::serve::metrics::{DecisionLabels, Metrics, RuleLabels};
+use crate::serve::protocol::{
+    Code, CurrentLimit, DescriptorVerdict, EnvoyUnit, LimitOverride, RateLimitCall, Verdict,
+};
+
+/// How the engine answers, beyond what the rules say.
+#[derive(Debug, Clone, Default)]
+pub struct EngineOptions {
+    /// Headers to add to answers.
+    pub headers: HeaderOptions,
+    /// Global shadow mode: decide and count as usual, but answer OK.
+    pub shadow_mode: bool,
+}
+
+/// The rules in force and the limiters that enforce them, swapped as one on reload.
+#[derive(Debug)]
+pub struct LoadedRules {
+    /// The rules.
+    pub rules: RuleSet,
+    limiters: LimiterTable,
+}
+
+/// Answers rate limit calls from the rules in force, keeping state in memory.
+#[derive(Debug)]
+pub struct Engine {
+    loaded: ArcSwap<LoadedRules>,
+    overrides: Mutex<HashMap<LimitOverride, Arc<Limiter>>>,
+    options: EngineOptions,
+    metrics: Arc<Metrics>,
+}
+
+/// What metrics record of a descriptor: its domain, its rule's stats key (empty when no rule
+/// matched), and whether the rule is in shadow mode.
+struct DescriptorStats {
+    domain: String,
+    rule: String,
+    shadow: bool,
+}
+
+/// What a call is checked against.
+struct Plan {
+    checks: Vec<Check>,
+    stats: Vec<DescriptorStats>,
+}
+
+/// One limit a call is checked against.
+struct Check {
+    descriptor: usize,
+    report: CurrentLimit,
+    enforcer: Enforcer,
+    key: String,
+    permits: NonZeroU64,
+    shadow: bool,
+}
+
+impl Engine {
+    /// An engine enforcing `rules`.
+    pub fn new(
+        rules: RuleSet,
+        options: EngineOptions,
+        metrics: Arc<Metrics>,
+    ) -> Result<Engine, ConfigError> {
+        let limiters = LimiterTable::build(&rules, None)?;
+        metrics.rules_loaded.set(count_rules(&rules));
+        Ok(Engine {
+            loaded: ArcSwap::from_pointee(LoadedRules { rules, limiters }),
+            overrides: Mutex::new(HashMap::new()),
+            options,
+            metrics,
+        })
+    }
+
+    /// Puts `rules` in force, keeping the state of every limit that did not change. Calls in
+    /// flight finish on the rules they started with.
+    pub fn replace_rules(&self, rules: RuleSet) -> Result<(), ConfigError> {
+        let limiters = LimiterTable::build(&rules, Some(&self.loaded.load().limiters))?;
+        self.metrics.rules_loaded.set(count_rules(&rules));
+        self.loaded.store(Arc::new(LoadedRules { rules, limiters }));
+        Ok(())
+    }
+
+    /// The rules in force.
+    pub fn rules(&self) -> Arc<LoadedRules> {
+        self.loaded.load_full()
+    }
+
+    /// The metrics this engine records into.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
+    /// Answers a (validated) call.
+    pub async fn should_rate_limit(&self, call: &RateLimitCall) -> Verdict {
+        self.decide(call)
+    }
+
+    fn decide(&self, call: &RateLimitCall) -> Verdict {
+        let loaded = self.loaded.load();
+        let Plan { checks, stats } = self.plan(call, &loaded);
+        let mut statuses = vec![DescriptorVerdict::unlimited(); call.descriptors.len()];
+        let never = checks
+            .iter()
+            .any(|c| !c.shadow && matches!(c.enforcer, Enforcer::Never));
+        let enforced: Vec<&Check> = checks.iter().filter(|c| !c.shadow).collect();
+        let shadowed: Vec<&Check> = checks.iter().filter(|c| c.shadow).collect();
+
+        // Enforcing limits are decided together; if any can never pass, none is charged.
+        let mut decided: Vec<(&Check, Option<Decision>)> = Vec::with_capacity(checks.len());
+        let op = if never { Op::Peek } else { Op::Check };
+        let targets = targets_of(&enforced);
+        let together = decide_together(&targets, op);
+        let mut enforced_allowed = !never;
+        match together {
+            Ok(multi) => {
+                enforced_allowed &= multi.allowed;
+                let mut answers = multi.decisions.into_iter();
+                for check in &enforced {
+                    let answer = match check.enforcer {
+                        Enforcer::Never => None,
+                        Enforcer::Limiter(_) => answers.next(),
+                    };
+                    decided.push((check, answer));
+                }
+            }
+            // More hits than a limit can ever grant: that limit can never pass.
+            Err(_) => {
+                enforced_allowed = false;
+                for check in &enforced {
+                    decided.push((check, peek_fitting(check)));
+                }
+            }
+        }
+        for check in &shadowed {
+            let op = if enforced_allowed {
+                Op::Check
+            } else {
+                Op::Peek
+            };
+            decided.push((check, decide_one(check, op)));
+        }
+
+        for (check, decision) in decided {
+            let status = verdict_for(check, decision);
+            let slot = &mut statuses[check.descriptor];
+            if tighter(&status, slot) {
+                *slot = status;
+            }
+        }
+        let mut overall = Code::Ok;
+        for (index, status) in statuses.iter_mut().enumerate() {
+            let DescriptorStats {
+                domain,
+                rule,
+                shadow,
+            } = &stats[index];
+            let labels = |outcome| DecisionLabels {
+                domain: domain.clone(),
+                rule: rule.clone(),
+                outcome,
+            };
+            if status.current_limit.is_none() {
+                let outcome = if rule.is_empty() {
+                    "no_rule"
+                } else {
+                    "unlimited"
+                };
+                self.metrics.decisions.get_or_create(&labels(outcome)).inc();
+                continue;
+            }
+            let rule_labels = RuleLabels {
+                domain: domain.clone(),
+                rule: rule.clone(),
+            };
+            if status.code == Code::OverLimit && *shadow {
+                status.code = Code::Ok;
+                self.metrics.shadow_mode.get_or_create(&rule_labels).inc();
+                self.metrics
+                    .decisions
+                    .get_or_create(&labels("shadow_over_limit"))
+                    .inc();
+                continue;
+            }
+            if status.code == Code::OverLimit {
+                overall = Code::OverLimit;
+                self.metrics
+                    .decisions
+                    .get_or_create(&labels("over_limit"))
+                    .inc();
+                continue;
+            }
+            if let Some(limit) = &status.current_limit {
+                if u64::from(status.limit_remaining) * 5 < u64::from(limit.requests_per_unit) {
+                    self.metrics.near_limit.get_or_create(&rule_labels).inc();
+                }
+            }
+            self.metrics.decisions.get_or_create(&labels("ok")).inc();
+        }
+        if self.options.shadow_mode {
+            overall = Code::Ok;
+        }
+        let headers = headers_for(&statuses, &self.options.headers);
+        Verdict {
+            overall,
+            statuses,
+            headers,
+        }
+    }
+
+    /// The limits each descriptor names, and what metrics record of each descriptor.
+    fn plan(&self, call: &RateLimitCall, loaded: &LoadedRules) -> Plan {
+        let entries: Vec<Vec<(&str, &str)>> = call
+            .descriptors
+            .iter()
+            .map(|d| {
+                d.entries
+                    .iter()
+                    .map(|(k, v)| (k.as_str(), v.as_str()))
+                    .collect()
+            })
+            .collect();
+        let refs: Vec<&[(&str, &str)]> = entries.iter().map(Vec::as_slice).collect();
+        let matches = loaded.rules.find_all(&call.domain, &refs);
+        let mut checks = Vec::new();
+        let mut stats = Vec::with_capacity(call.descriptors.len());
+        for (index, (descriptor, found)) in call.descriptors.iter().zip(matches).enumerate() {
+            let permits = NonZeroU64::new(descriptor.hits).unwrap_or(NonZeroU64::MIN);
+            if let Some(limit_override) = descriptor.limit_override {
+                let Some(enforcer) = self.override_enforcer(limit_override) else {
+                    stats.push(DescriptorStats {
+                        domain: call.domain.clone(),
+                        rule: String::new(),
+                        shadow: false,
+                    });
+                    continue;
+                };
+                checks.push(Check {
+                    descriptor: index,
+                    report: override_report(limit_override),
+                    enforcer,
+                    key: override_key(&call.domain, &descriptor.entries),
+                    permits,
+                    shadow: false,
+                });
+                stats.push(DescriptorStats {
+                    domain: call.domain.clone(),
+                    rule: "limit_override".to_owned(),
+                    shadow: false,
+                });
+                continue;
+            }
+            let Some(found) = found else {
+                stats.push(DescriptorStats {
+                    domain: call.domain.clone(),
+                    rule: String::new(),
+                    shadow: false,
+                });
+                continue;
+            };
+            let shadow = found.rule.shadow_mode;
+            stats.push(DescriptorStats {
+                domain: call.domain.clone(),
+                rule: found.stats_key.clone(),
+                shadow,
+            });
+            if found.rule.unlimited {
+                continue;
+            }
+            for limit in &found.limits {
+                let Some(position) = found
+                    .rule
+                    .limits
+                    .iter()
+                    .position(|l| std::ptr::eq(l, *limit))
+                else {
+                    continue;
+                };
+                let Some(enforcer) = loaded.limiters.get(&found.rule.id, position) else {
+                    continue;
+                };
+                checks.push(Check {
+                    descriptor: index,
+                    report: report_of(limit),
+                    enforcer: enforcer.clone(),
+                    key: found.counter_key.clone(),
+                    permits,
+                    shadow,
+                });
+            }
+        }
+        Plan { checks, stats }
+    }
+
+    fn override_enforcer(&self, limit_override: LimitOverride) -> Option<Enforcer> {
+        if limit_override.requests_per_unit == 0 {
+            return Some(Enforcer::Never);
+        }
+        let mut overrides = self.overrides.lock();
+        if let Some(limiter) = overrides.get(&limit_override) {
+            return Some(Enforcer::Limiter(Arc::clone(limiter)));
+        }
+        let window = limit_override.unit.duration()?;
+        let limit = Limit {
+            requests_per_unit: limit_override.requests_per_unit,
+            window: Some(Window::Period(window)),
+            algorithm: sluicegate_rules::Algorithm::FixedWindow,
+            name: None,
+            replaces: Vec::new(),
+        };
+        let Ok(Enforcer::Limiter(limiter)) = enforcer_for(&limit) else {
+            return None;
+        };
+        overrides.insert(limit_override, Arc::clone(&limiter));
+        Some(Enforcer::Limiter(limiter))
+    }
+}
+
+/// The decide-together targets of the enforcing limiters.
+fn targets_of<'a>(
+    checks: &[&'a Check],
+) -> Vec<LimitTarget<'a, String, sluicegate::AnyAlgorithm, sluicegate::SystemClock>> {
+    checks
+        .iter()
+        .filter_map(|check| match &check.enforcer {
+            Enforcer::Limiter(limiter) => Some(LimitTarget {
+                limiter: limiter.as_ref(),
+                key: &check.key,
+                permits: check.permits,
+            }),
+            Enforcer::Never => None,
+        })
+        .collect()
+}
+
+/// One limit on its own (shadow-mode rules, which never block the others).
+fn decide_one(check: &Check, op: Op) -> Option<Decision> {
+    match &check.enforcer {
+        Enforcer::Limiter(limiter) => limiter.decide(&check.key, check.permits, op).ok(),
+        Enforcer::Never => None,
+    }
+}
+
+/// A peek for a limit whose capacity the hits fit; `None` (never passes) otherwise.
+fn peek_fitting(check: &Check) -> Option<Decision> {
+    decide_one(check, Op::Peek)
+}
+
+fn verdict_for(check: &Check, decision: Option<Decision>) -> DescriptorVerdict {
+    match decision {
+        Some(d) => DescriptorVerdict {
+            code: if d.allowed { Code::Ok } else { Code::OverLimit },
+            limit_remaining: u32::try_from(d.remaining).unwrap_or(u32::MAX),
+            duration_until_reset: Some(d.reset_after),
+            retry_after: d.retry_after,
+            current_limit: Some(check.report.clone()),
+        },
+        // Can never pass: zero requests allowed, or more hits than the limit holds.
+        None => DescriptorVerdict {
+            code: Code::OverLimit,
+            limit_remaining: 0,
+            duration_until_reset: Some(check.report.window),
+            retry_after: None,
+            current_limit: Some(check.report.clone()),
+        },
+    }
+}
+
+/// Whether `candidate` describes a descriptor better than `current`: over the limit beats
+/// under it; among equals, the fewest requests left.
+fn tighter(candidate: &DescriptorVerdict, current: &DescriptorVerdict) -> bool {
+    if current.current_limit.is_none() {
+        return true;
+    }
+    match (candidate.code, current.code) {
+        (Code::OverLimit, Code::Ok) => true,
+        (Code::Ok, Code::OverLimit) => false,
+        _ => candidate.limit_remaining < current.limit_remaining,
+    }
+}
+
+fn report_of(limit: &Limit) -> CurrentLimit {
+    let window = limit.window.map_or(Duration::ZERO, |w| w.duration());
+    CurrentLimit {
+        name: limit.name.clone().unwrap_or_default(),
+        requests_per_unit: limit.requests_per_unit,
+        unit: unit_of(window),
+        window,
+    }
+}
+
+fn override_report(limit_override: LimitOverride) -> CurrentLimit {
+    CurrentLimit {
+        name: String::new(),
+        requests_per_unit: limit_override.requests_per_unit,
+        unit: limit_override.unit,
+        window: limit_override.unit.duration().unwrap_or(Duration::ZERO),
+    }
+}
+
+/// The Envoy unit a window is, or `Unknown` for other periods.
+fn unit_of(window: Duration) -> EnvoyUnit {
+    (1..=7)
+        .filter_map(EnvoyUnit::from_proto_number)
+        .find(|unit| unit.duration() == Some(window))
+        .unwrap_or(EnvoyUnit::Unknown)
+}
+
+/// envoyproxy/ratelimit's cache key for a descriptor: `domain_key_value_..._`.
+fn override_key(domain: &str, entries: &[(String, String)]) -> String {
+    let mut key = format!("{domain}_");
+    for (k, v) in entries {
+        key.push_str(k);
+        key.push('_');
+        key.push_str(v);
+        key.push('_');
+    }
+    key
+}
+
+fn count_rules(rules: &RuleSet) -> i64 {
+    let count: usize = rules.domains().map(|d| rules.rules(d).len()).sum();
+    i64::try_from(count).unwrap_or(i64::MAX)
+}

@@ -1,0 +1,127 @@
+//! Envoy's `envoy.service.ratelimit.v3.RateLimitService` over gRPC.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use envoy_types::pb::envoy::config::core::v3::HeaderValue;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
+    DescriptorStatus, RateLimit,
+};
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
+    RateLimitService, RateLimitServiceServer,
+};
+use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use envoy_types::pb::google::protobuf::Duration as ProtoDuration;
+use tonic::{Request, Response, Status};
+
+use crate::serve::engine::Engine;
+use crate::serve::metrics::KindLabel;
+use crate::serve::protocol::{
+    CallError, DescriptorCall, EnvoyUnit, LimitOverride, RateLimitCall, Verdict,
+};
+
+/// The gRPC service, answering from an [`Engine`].
+#[derive(Debug, Clone)]
+pub struct GrpcService {
+    engine: Arc<Engine>,
+}
+
+impl GrpcService {
+    /// A service answering from `engine`, wrapped for tonic's router.
+    pub fn server(engine: Arc<Engine>) -> RateLimitServiceServer<GrpcService> {
+        RateLimitServiceServer::new(GrpcService { engine })
+    }
+}
+
+#[tonic::async_trait]
+impl RateLimitService for GrpcService {
+    async fn should_rate_limit(
+        &self,
+        request: Request<RateLimitRequest>,
+    ) -> Result<Response<RateLimitResponse>, Status> {
+        let started = Instant::now();
+        let call = call_from_proto(request.into_inner())
+            .map_err(|e| Status::invalid_argument(e.to_string()))?;
+        let verdict = self.engine.should_rate_limit(&call).await;
+        self.engine
+            .metrics()
+            .request_seconds
+            .get_or_create(&KindLabel { kind: "grpc" })
+            .observe(started.elapsed().as_secs_f64());
+        Ok(Response::new(verdict_to_proto(&verdict)))
+    }
+}
+
+/// Reads a protobuf request into a call (validated).
+pub fn call_from_proto(request: RateLimitRequest) -> Result<RateLimitCall, CallError> {
+    let request_hits = u64::from(request.hits_addend.max(1));
+    let mut descriptors = Vec::with_capacity(request.descriptors.len());
+    for (index, descriptor) in request.descriptors.into_iter().enumerate() {
+        let limit_override = match descriptor.limit {
+            None => None,
+            Some(o) => Some(LimitOverride {
+                requests_per_unit: o.requests_per_unit,
+                unit: EnvoyUnit::from_proto_number(o.unit).ok_or_else(|| {
+                    CallError::Malformed(format!(
+                        "descriptor {index}: unknown limit unit {}",
+                        o.unit
+                    ))
+                })?,
+            }),
+        };
+        descriptors.push(DescriptorCall {
+            entries: descriptor
+                .entries
+                .into_iter()
+                .map(|e| (e.key, e.value))
+                .collect(),
+            hits: descriptor
+                .hits_addend
+                .map(|h| h.value)
+                .filter(|h| *h > 0)
+                .unwrap_or(request_hits),
+            limit_override,
+        });
+    }
+    let call = RateLimitCall {
+        domain: request.domain,
+        descriptors,
+    };
+    call.validate()?;
+    Ok(call)
+}
+
+/// Writes a verdict as a protobuf response.
+pub fn verdict_to_proto(verdict: &Verdict) -> RateLimitResponse {
+    RateLimitResponse {
+        overall_code: verdict.overall.proto_number(),
+        statuses: verdict
+            .statuses
+            .iter()
+            .map(|s| DescriptorStatus {
+                code: s.code.proto_number(),
+                current_limit: s.current_limit.as_ref().map(|l| RateLimit {
+                    name: l.name.clone(),
+                    requests_per_unit: l.requests_per_unit,
+                    unit: l.unit.proto_number(),
+                }),
+                limit_remaining: s.limit_remaining,
+                duration_until_reset: s.duration_until_reset.map(|d| ProtoDuration {
+                    seconds: i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
+                    nanos: i32::try_from(d.subsec_nanos()).unwrap_or(0),
+                }),
+                quota: None,
+            })
+            .collect(),
+        response_headers_to_add: verdict
+            .headers
+            .iter()
+            .map(|(key, value)| HeaderValue {
+                key: key.clone(),
+                value: value.clone(),
+                raw_value: Vec::new(),
+            })
+            .collect(),
+        ..RateLimitResponse::default()
+    }
+}

@@ -1,0 +1,191 @@
+//! Response headers that tell a client its budget: the IETF `RateLimit-Policy` / `RateLimit`
+//! fields, the legacy `X-RateLimit-*` trio, and `Retry-After` on denial.
+
+use std::time::Duration;
+
+use crate::serve::protocol::{Code, DescriptorVerdict};
+
+/// Which headers to add to answers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeaderOptions {
+    /// Add the IETF `RateLimit-Policy` and `RateLimit` fields.
+    pub ietf: bool,
+    /// Add the legacy trio under these names (limit, remaining, reset), if set.
+    pub legacy: Option<LegacyHeaderNames>,
+    /// Add `Retry-After` (whole seconds, rounded up) when over the limit.
+    pub retry_after: bool,
+}
+
+impl Default for HeaderOptions {
+    fn default() -> Self {
+        HeaderOptions {
+            ietf: true,
+            legacy: None,
+            retry_after: true,
+        }
+    }
+}
+
+/// Names for the legacy headers (envoyproxy/ratelimit lets operators rename them).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LegacyHeaderNames {
+    /// The limit header, by default `X-RateLimit-Limit`.
+    pub limit: String,
+    /// The remaining header, by default `X-RateLimit-Remaining`.
+    pub remaining: String,
+    /// The reset header, by default `X-RateLimit-Reset`.
+    pub reset: String,
+}
+
+impl Default for LegacyHeaderNames {
+    fn default() -> Self {
+        LegacyHeaderNames {
+            limit: "X-RateLimit-Limit".into(),
+            remaining: "X-RateLimit-Remaining".into(),
+            reset: "X-RateLimit-Reset".into(),
+        }
+    }
+}
+
+/// The headers for an answer, describing its most restrictive descriptor: the one over the
+/// limit with the longest wait, else the one with the fewest requests left.
+pub fn headers_for(
+    statuses: &[DescriptorVerdict],
+    options: &HeaderOptions,
+) -> Vec<(String, String)> {
+    let Some(tightest) = statuses
+        .iter()
+        .filter(|s| s.current_limit.is_some())
+        .min_by_key(|s| {
+            let over = s.code == Code::OverLimit;
+            (
+                !over,
+                if over {
+                    u64::MAX - whole_seconds(s.retry_after)
+                } else {
+                    0
+                },
+                s.limit_remaining,
+            )
+        })
+    else {
+        return Vec::new();
+    };
+    let Some(limit) = &tightest.current_limit else {
+        return Vec::new();
+    };
+    let policy = if limit.name.is_empty() {
+        "default"
+    } else {
+        limit.name.as_str()
+    };
+    let policy = policy.replace(['"', '\\'], "_");
+    let reset = whole_seconds(tightest.duration_until_reset);
+    let mut headers = Vec::new();
+    if options.ietf {
+        headers.push((
+            "RateLimit-Policy".to_owned(),
+            format!(
+                "\"{policy}\";q={};w={}",
+                limit.requests_per_unit,
+                whole_seconds(Some(limit.window)).max(1)
+            ),
+        ));
+        headers.push((
+            "RateLimit".to_owned(),
+            format!("\"{policy}\";r={};t={reset}", tightest.limit_remaining),
+        ));
+    }
+    if let Some(names) = &options.legacy {
+        headers.push((names.limit.clone(), limit.requests_per_unit.to_string()));
+        headers.push((
+            names.remaining.clone(),
+            tightest.limit_remaining.to_string(),
+        ));
+        headers.push((names.reset.clone(), reset.to_string()));
+    }
+    if options.retry_after && tightest.code == Code::OverLimit {
+        let retry = whole_seconds(tightest.retry_after.or(tightest.duration_until_reset)).max(1);
+        headers.push(("Retry-After".to_owned(), retry.to_string()));
+    }
+    headers
+}
+
+/// Whole seconds, rounded up, so a client never comes back too early.
+fn whole_seconds(duration: Option<Duration>) -> u64 {
+    duration.map_or(0, |d| d.as_micros().div_ceil(1_000_000) as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::serve::protocol::{CurrentLimit, EnvoyUnit};
+
+    fn status(
+        code: Code,
+        remaining: u32,
+        reset_ms: u64,
+        retry_ms: Option<u64>,
+    ) -> DescriptorVerdict {
+        DescriptorVerdict {
+            code,
+            current_limit: Some(CurrentLimit {
+                name: String::new(),
+                requests_per_unit: 10,
+                unit: EnvoyUnit::Minute,
+                window: Duration::from_secs(60),
+            }),
+            limit_remaining: remaining,
+            duration_until_reset: Some(Duration::from_millis(reset_ms)),
+            retry_after: retry_ms.map(Duration::from_millis),
+        }
+    }
+
+    #[test]
+    fn describes_the_tightest_descriptor() {
+        let options = HeaderOptions {
+            legacy: Some(LegacyHeaderNames::default()),
+            ..HeaderOptions::default()
+        };
+        let headers = headers_for(
+            &[
+                status(Code::Ok, 5, 1000, None),
+                status(Code::Ok, 2, 30_500, None),
+            ],
+            &options,
+        );
+        assert_eq!(
+            headers,
+            vec![
+                ("RateLimit-Policy".into(), "\"default\";q=10;w=60".into()),
+                ("RateLimit".into(), "\"default\";r=2;t=31".into()),
+                ("X-RateLimit-Limit".into(), "10".into()),
+                ("X-RateLimit-Remaining".into(), "2".into()),
+                ("X-RateLimit-Reset".into(), "31".into()),
+            ]
+        );
+    }
+
+    #[test]
+    fn over_limit_adds_retry_after_rounded_up() {
+        let headers = headers_for(
+            &[
+                status(Code::Ok, 5, 1000, None),
+                status(Code::OverLimit, 0, 9_000, Some(1_200)),
+            ],
+            &HeaderOptions::default(),
+        );
+        assert!(
+            headers.contains(&("Retry-After".into(), "2".into())),
+            "{headers:?}"
+        );
+        assert!(headers.contains(&("RateLimit".into(), "\"default\";r=0;t=9".into())));
+    }
+
+    #[test]
+    fn no_limit_no_headers() {
+        assert!(
+            headers_for(&[DescriptorVerdict::unlimited()], &HeaderOptions::default()).is_empty()
+        );
+    }
+}

@@ -1,0 +1,114 @@
+//! The service's Prometheus metrics, in one registry served at `GET /metrics`.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+/// A decision's labels: which rule, and how it came out.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DecisionLabels {
+    /// The rules' domain.
+    pub domain: String,
+    /// The rule's stats key (envoyproxy/ratelimit's naming).
+    pub rule: String,
+    /// `ok`, `over_limit`, `shadow_over_limit`, `unlimited` or `no_rule`.
+    pub outcome: &'static str,
+}
+
+/// A rule's labels.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RuleLabels {
+    /// The rules' domain.
+    pub domain: String,
+    /// The rule's stats key.
+    pub rule: String,
+}
+
+/// A label naming a kind of event (`transport`, `result`, `kind`).
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindLabel {
+    /// The kind.
+    pub kind: &'static str,
+}
+
+/// Every metric the service keeps.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    /// Decisions per domain, rule and outcome.
+    pub decisions: Family<DecisionLabels, Counter>,
+    /// Allowed decisions that used more than 80% of the limit (envoyproxy's `near_limit`).
+    pub near_limit: Family<RuleLabels, Counter>,
+    /// Requests a shadow-mode rule would have denied.
+    pub shadow_mode: Family<RuleLabels, Counter>,
+    /// Backend failures by kind (`timeout`, `connection`, ...).
+    pub backend_errors: Family<KindLabel, Counter>,
+    /// Rule loads by result (`success`, `failure`).
+    pub config_loads: Family<KindLabel, Counter>,
+    /// Rules in force.
+    pub rules_loaded: Gauge,
+    /// Time to answer a call, by transport (`grpc`, `http`).
+    pub request_seconds: Family<KindLabel, Histogram>,
+}
+
+impl Metrics {
+    /// A registry with every metric registered.
+    pub fn new() -> Metrics {
+        let mut registry = Registry::with_prefix("sluicegate");
+        let decisions = Family::<DecisionLabels, Counter>::default();
+        let near_limit = Family::<RuleLabels, Counter>::default();
+        let shadow_mode = Family::<RuleLabels, Counter>::default();
+        let backend_errors = Family::<KindLabel, Counter>::default();
+        let config_loads = Family::<KindLabel, Counter>::default();
+        let rules_loaded = Gauge::default();
+        let request_seconds = Family::<KindLabel, Histogram>::new_with_constructor(|| {
+            Histogram::new(exponential_buckets(0.000_025, 2.0, 16))
+        });
+        registry.register("decisions", "Rate limit decisions", decisions.clone());
+        registry.register(
+            "near_limit",
+            "Allowed decisions above 80% of their limit",
+            near_limit.clone(),
+        );
+        registry.register(
+            "shadow_mode",
+            "Requests a shadow-mode rule would have denied",
+            shadow_mode.clone(),
+        );
+        registry.register("backend_errors", "Backend failures", backend_errors.clone());
+        registry.register("config_loads", "Rule file loads", config_loads.clone());
+        registry.register("rules_loaded", "Rules in force", rules_loaded.clone());
+        registry.register(
+            "request_duration_seconds",
+            "Time to answer a rate limit call",
+            request_seconds.clone(),
+        );
+        Metrics {
+            registry,
+            decisions,
+            near_limit,
+            shadow_mode,
+            backend_errors,
+            config_loads,
+            rules_loaded,
+            request_seconds,
+        }
+    }
+
+    /// The metrics in Prometheus' text format.
+    pub fn render(&self) -> String {
+        let mut text = String::new();
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut text, &self.registry);
+        text
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new()
+    }
+}

@@ -1,0 +1,26 @@
+//! `sluicegate serve`: the rate limit service.
+
+mod args;
+mod engine;
+mod grpc;
+mod headers;
+mod http;
+mod json;
+mod limiter_table;
+mod metrics;
+mod protocol;
+mod reload;
+mod server;
+
+pub use args::ServeArgs;
+pub use engine::{Engine, EngineOptions, LoadedRules};
+pub use grpc::{GrpcService, call_from_proto, verdict_to_proto};
+pub use headers::{HeaderOptions, LegacyHeaderNames, headers_for};
+pub use http::{MAX_BODY_BYTES, router};
+pub use json::{call_from_json, proto_json_duration, verdict_to_json};
+pub use metrics::Metrics;
+pub use protocol::{
+    CallError, Code, CurrentLimit, DescriptorCall, DescriptorVerdict, EnvoyUnit, LimitOverride,
+    RateLimitCall, Verdict,
+};
+pub use server::{RunningServer, ServerConfig, start};

@@ -1,0 +1,94 @@
+//! Hot reload: the rules path is polled for changes (so editors' renames and Kubernetes'
+//! symlink swaps are seen alike); a valid change is put in force, an invalid one is reported
+//! with file:line:column and the previous rules stay.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use sluicegate_rules::{LoadOptions, RuleSet};
+
+use crate::serve::engine::Engine;
+use crate::serve::metrics::KindLabel;
+
+/// What identifies one version of the rule files: each file's path, length and mtime.
+type Fingerprint = Vec<(PathBuf, u64, Option<SystemTime>)>;
+
+fn fingerprint(path: &Path) -> Fingerprint {
+    let mut files = Vec::new();
+    let mut note = |file: &Path| {
+        if let Ok(meta) = std::fs::metadata(file) {
+            files.push((file.to_owned(), meta.len(), meta.modified().ok()));
+        }
+    };
+    if path.is_dir() {
+        if let Ok(entries) = std::fs::read_dir(path) {
+            for entry in entries.flatten() {
+                note(&entry.path());
+            }
+        }
+    } else {
+        note(path);
+    }
+    files.sort();
+    files
+}
+
+/// Loads the rules at `path`, recording the outcome in the metrics and the log.
+pub(crate) fn load_rules(
+    engine_metrics: &crate::serve::metrics::Metrics,
+    path: &Path,
+    options: &LoadOptions,
+) -> Option<RuleSet> {
+    match RuleSet::load(path, options) {
+        Ok(rules) => {
+            engine_metrics
+                .config_loads
+                .get_or_create(&KindLabel { kind: "success" })
+                .inc();
+            tracing::info!(path = %path.display(), "rules loaded");
+            Some(rules)
+        }
+        Err(errors) => {
+            engine_metrics
+                .config_loads
+                .get_or_create(&KindLabel { kind: "failure" })
+                .inc();
+            for error in errors.errors() {
+                tracing::error!(%error, "rule file rejected; the previous rules stay in force");
+            }
+            None
+        }
+    }
+}
+
+/// Polls `path` every `interval` and reloads the engine's rules when the files change.
+pub(crate) async fn watch(
+    engine: Arc<Engine>,
+    path: PathBuf,
+    options: LoadOptions,
+    interval: Duration,
+) {
+    let mut seen = fingerprint(&path);
+    let mut ticker = tokio::time::interval(interval);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticker.tick().await;
+        let now = fingerprint(&path);
+        if now == seen {
+            continue;
+        }
+        seen = now;
+        let Some(rules) = load_rules(engine.metrics(), &path, &options) else {
+            continue;
+        };
+        if let Err(err) = engine.replace_rules(rules) {
+            engine
+                .metrics()
+                .config_loads
+                .get_or_create(&KindLabel { kind: "failure" })
+                .inc();
+            tracing::error!(%err, "rules rejected; the previous rules stay in force");
+        }
+    }
+}

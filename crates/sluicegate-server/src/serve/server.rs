@@ -1,0 +1,138 @@
+//! Runs the service: gRPC and HTTP listeners over one engine, the reload loop, and a graceful
+//! shutdown.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use sluicegate_rules::LoadOptions;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+
+use crate::serve::engine::{Engine, EngineOptions};
+use crate::serve::grpc::GrpcService;
+use crate::serve::http::router;
+use crate::serve::metrics::Metrics;
+use crate::serve::reload::{load_rules, watch as watch_rules};
+
+/// Everything `serve` needs.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// The rule file or directory.
+    pub rules: PathBuf,
+    /// How rule files are read.
+    pub load_options: LoadOptions,
+    /// The gRPC listen address.
+    pub grpc_addr: SocketAddr,
+    /// The HTTP listen address.
+    pub http_addr: SocketAddr,
+    /// How the engine answers.
+    pub engine: EngineOptions,
+    /// How often the rules are checked for changes.
+    pub reload_interval: Duration,
+}
+
+/// A service that is up: its bound addresses, and the handle to stop it.
+#[derive(Debug)]
+pub struct RunningServer {
+    /// Where gRPC listens (useful with port 0).
+    pub grpc_addr: SocketAddr,
+    /// Where HTTP listens.
+    pub http_addr: SocketAddr,
+    /// The engine, for inspection.
+    pub engine: Arc<Engine>,
+    stop: watch::Sender<bool>,
+    tasks: JoinSet<anyhow::Result<()>>,
+}
+
+impl RunningServer {
+    /// Stops accepting, lets calls in flight finish, and waits for both listeners to close.
+    pub async fn shutdown(mut self) -> anyhow::Result<()> {
+        let _ = self.stop.send(true);
+        self.join().await
+    }
+
+    /// Waits until a listener fails (or both stop).
+    pub async fn join(&mut self) -> anyhow::Result<()> {
+        while let Some(done) = self.tasks.join_next().await {
+            done.context("server task panicked")??;
+        }
+        Ok(())
+    }
+
+    /// Signals a graceful stop without waiting.
+    pub fn stop(&self) {
+        let _ = self.stop.send(true);
+    }
+}
+
+/// Loads the rules, binds both listeners and starts serving.
+pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
+    let metrics = Arc::new(Metrics::new());
+    let rules = load_rules(&metrics, &config.rules, &config.load_options)
+        .with_context(|| format!("cannot load rules from {}", config.rules.display()))?;
+    let engine = Arc::new(Engine::new(rules, config.engine.clone(), metrics)?);
+
+    let grpc_listener = TcpListener::bind(config.grpc_addr)
+        .await
+        .with_context(|| format!("cannot listen for gRPC on {}", config.grpc_addr))?;
+    let http_listener = TcpListener::bind(config.http_addr)
+        .await
+        .with_context(|| format!("cannot listen for HTTP on {}", config.http_addr))?;
+    let grpc_addr = grpc_listener.local_addr()?;
+    let http_addr = http_listener.local_addr()?;
+
+    let (stop, stopped) = watch::channel(false);
+    let mut tasks = JoinSet::new();
+
+    let grpc_engine = Arc::clone(&engine);
+    let mut grpc_stopped = stopped.clone();
+    tasks.spawn(async move {
+        let incoming = tokio_stream::wrappers::TcpListenerStream::new(grpc_listener);
+        tonic::transport::Server::builder()
+            .add_service(GrpcService::server(grpc_engine))
+            .serve_with_incoming_shutdown(incoming, async move {
+                let _ = grpc_stopped.wait_for(|s| *s).await;
+            })
+            .await
+            .context("gRPC server failed")
+    });
+
+    let http_engine = Arc::clone(&engine);
+    let mut http_stopped = stopped.clone();
+    tasks.spawn(async move {
+        axum::serve(http_listener, router(http_engine))
+            .with_graceful_shutdown(async move {
+                let _ = http_stopped.wait_for(|s| *s).await;
+            })
+            .await
+            .context("HTTP server failed")
+    });
+
+    let reload_engine = Arc::clone(&engine);
+    let mut reload_stopped = stopped;
+    let (path, options, interval) = (
+        config.rules.clone(),
+        config.load_options.clone(),
+        config.reload_interval,
+    );
+    tasks.spawn(async move {
+        tokio::select! {
+            () = watch_rules(reload_engine, path, options, interval) => {}
+            _ = reload_stopped.wait_for(|s| *s) => {}
+        }
+        Ok(())
+    });
+
+    tracing::info!(%grpc_addr, %http_addr, "sluicegate serving");
+    Ok(RunningServer {
+        grpc_addr,
+        http_addr,
+        engine,
+        stop,
+        tasks,
+    })
+}

@@ -1,0 +1,14 @@
+//! `sluicegate simulate`: runs limiters over a trace (or generated traffic) and reports every
+//! decision as a JSON line, as DESIGN section 5 specifies.
+
+mod args;
+mod event;
+mod output;
+mod plot;
+mod rng;
+mod run;
+mod trace;
+mod traffic;
+
+pub(crate) use args::SimulateArgs;
+pub(crate) use run::run;
