@@ -2,7 +2,7 @@
 //! Redis as one Lua script per decision, with the same decisions as in memory.
 //!
 //! - Times are integer microseconds, exactly as in the core crate; the script keeps every
-//!   number an exact integer below 2^53 (see `lua/decide.lua`), so a trace run in memory and
+//!   number an exact integer below 2^53 (see `lua/prelude.lua`), so a trace run in memory and
 //!   in Redis gives identical [`Decision`](sluicegate::Decision)s.
 //! - Time is Redis's own clock ([`Now::Server`]) by default, or given ([`Now::At`]).
 //! - Keys are `PREFIX{KEY}NAME`: the key is the Cluster hash tag, so several limits on one

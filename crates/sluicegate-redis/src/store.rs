@@ -15,8 +15,16 @@ use crate::keys::KeyScheme;
 
 /// The decision script: loaded once per server, then run by its SHA1 (`EVALSHA`); after a
 /// `NOSCRIPT` (a restarted or flushed server) it is loaded again and the call repeated.
-static DECIDE_SCRIPT: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../lua/decide.lua")));
+/// One script, kept in several files to be read one concern at a time.
+static DECIDE_SCRIPT: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("../lua/prelude.lua"),
+        include_str!("../lua/buckets.lua"),
+        include_str!("../lua/concurrency.lua"),
+        include_str!("../lua/windows.lua"),
+        include_str!("../lua/decide.lua"),
+    ))
+});
 
 /// The configuration script of Redisson-style limiters.
 static CONFIG_SCRIPT: LazyLock<Script> =
