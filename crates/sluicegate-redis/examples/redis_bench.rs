@@ -1,0 +1,84 @@
+//! Decisions per second on one Redis: `redis_bench URL SECONDS TASKS KEYS [ALGORITHM]`.
+//! Prints one JSON line. Used by `bench/compare.sh`, next to rate-limiter-flexible and `limits`.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use sluicegate::Rate;
+use sluicegate_redis::{RedisLimit, RedisLimiter, RedisStore, StoreConfig};
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+fn arg<T: std::str::FromStr>(args: &[String], i: usize, default: T) -> T {
+    args.get(i).and_then(|a| a.parse().ok()).unwrap_or(default)
+}
+
+#[tokio::main(flavor = "multi_thread")]
+async fn main() -> Result<(), BoxError> {
+    let args: Vec<String> = std::env::args().collect();
+    let url = args
+        .get(1)
+        .cloned()
+        .unwrap_or("redis://127.0.0.1:6379".into());
+    let seconds: u64 = arg(&args, 2, 5);
+    let tasks: usize = arg(&args, 3, 64);
+    let keys: u64 = arg(&args, 4, 1000);
+    let algorithm = args.get(5).cloned().unwrap_or("gcra".into());
+    // 100 per second per key, bursts of 100: the mix of grants and denials a busy API sees.
+    let rate = Rate::per_second(100)?;
+    let limit = match algorithm.as_str() {
+        "token-bucket" => RedisLimit::token_bucket(rate, 100)?,
+        "fixed-window" => RedisLimit::fixed_window(100, Duration::from_secs(1))?,
+        "sliding-window" => RedisLimit::sliding_window(100, Duration::from_secs(1), None)?,
+        _ => RedisLimit::gcra(rate, 100)?,
+    };
+    let config = StoreConfig {
+        prefix: "bench:sluicegate:".into(),
+        ..StoreConfig::default()
+    };
+    let store = RedisStore::connect(&url, config).await?;
+    let limiter = Arc::new(RedisLimiter::new(store, limit, "bench"));
+    let (done, allowed, total) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicU64::new(0)),
+        Arc::new(AtomicU64::new(0)),
+    );
+    let started = Instant::now();
+    let mut handles = Vec::new();
+    for task in 0..tasks {
+        let (limiter, done, allowed, total) = (
+            limiter.clone(),
+            done.clone(),
+            allowed.clone(),
+            total.clone(),
+        );
+        handles.push(tokio::spawn(async move {
+            let mut i = task as u64;
+            while !done.load(Ordering::Relaxed) {
+                let key = format!("user-{}", i % keys);
+                i = i
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407)
+                    >> 1;
+                let decision = limiter.check(key.as_bytes()).await?;
+                total.fetch_add(1, Ordering::Relaxed);
+                allowed.fetch_add(u64::from(decision.allowed), Ordering::Relaxed);
+            }
+            Ok::<(), sluicegate_redis::RedisLimitError>(())
+        }));
+    }
+    tokio::time::sleep(Duration::from_secs(seconds)).await;
+    done.store(true, Ordering::Relaxed);
+    for handle in handles {
+        handle.await??;
+    }
+    let secs = started.elapsed().as_secs_f64();
+    let total = total.load(Ordering::Relaxed);
+    println!(
+        "{{\"impl\":\"sluicegate-redis\",\"algorithm\":\"{algorithm}\",\"tasks\":{tasks},\"decisions\":{total},\"allowed\":{},\"seconds\":{secs:.3},\"per_second\":{:.0}}}",
+        allowed.load(Ordering::Relaxed),
+        total as f64 / secs
+    );
+    Ok(())
+}

@@ -1,0 +1,90 @@
+-- The entry point: parses the limits of one call, decides them all, commits all or none.
+-- Concatenated after prelude.lua and the algorithm files (see src/store.rs).
+
+-- Reads one limit's arguments from ARGV[i] and keys from KEYS[k]; returns a function deciding
+-- it for an op, and the next i and k.
+local function parse_limit(now, i, k)
+  local kind, n = ARGV[i], tonumber(ARGV[i + 1])
+  i = i + 2
+  if kind == "gcra" or kind == "token-bucket" or kind == "leaky-bucket" then
+    local p
+    p, i = bucket_params(ARGV, i)
+    local decide = ({
+      ["gcra"] = decide_gcra,
+      ["token-bucket"] = decide_token_bucket,
+      ["leaky-bucket"] = decide_leaky_bucket,
+    })[kind]
+    return function(op) return decide(KEYS[k], now, n, op, p) end, i, k + 1
+  elseif kind == "leaky-queue" then
+    local p
+    p, i = bucket_params(ARGV, i)
+    local no_wait = tonumber(ARGV[i])
+    return function(op) return decide_leaky_queue(KEYS[k], now, n, op, p, no_wait) end,
+      i + 1, k + 1
+  elseif kind == "fixed-window" or kind == "sliding-log" then
+    local limit, window, grace_ms = tonumber(ARGV[i]), tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2])
+    local decide = decide_fixed_window
+    if kind == "sliding-log" then decide = decide_sliding_log end
+    return function() return decide(KEYS[k], now, n, limit, window, grace_ms) end, i + 3, k + 1
+  elseif kind == "sliding-window" then
+    local limit, window = tonumber(ARGV[i]), tonumber(ARGV[i + 1])
+    local buckets, grace_ms = tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3])
+    return function()
+      return decide_sliding_window(KEYS[k], now, n, limit, window, buckets, grace_ms)
+    end, i + 4, k + 1
+  elseif kind == "redisson" then
+    local client, grace_ms = ARGV[i], tonumber(ARGV[i + 1])
+    local ckey, skey = KEYS[k], KEYS[k + 1]
+    return function() return decide_redisson(ckey, skey, now, n, client, grace_ms) end,
+      i + 2, k + 2
+  elseif kind == "concurrency" then
+    local limit, lease = tonumber(ARGV[i]), ARGV[i + 1]
+    local lease_us, grace_ms = tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3])
+    local zkey, hkey = KEYS[k], KEYS[k + 1]
+    return function(op)
+      return decide_concurrency(zkey, hkey, now, n, op, limit, lease, lease_us, grace_ms)
+    end, i + 4, k + 2
+  end
+  fail("args", "unknown algorithm " .. tostring(kind))
+end
+
+local function run()
+  local now
+  if ARGV[1] == "" then
+    local t = redis.call("TIME")
+    now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  else
+    now = tonumber(ARGV[1])
+  end
+  local op = ARGV[2]
+  local count = tonumber(ARGV[3])
+  local i, k = 4, 1
+  local deciders, decisions, commits = {}, {}, {}
+  local all_allowed = true
+  for j = 1, count do
+    deciders[j], i, k = parse_limit(now, i, k)
+    decisions[j], commits[j] = deciders[j](op)
+    if decisions[j][1] ~= 1 then all_allowed = false end
+  end
+  if all_allowed and op ~= "peek" then
+    for j = 1, count do commits[j]() end
+  elseif not all_allowed and op ~= "peek" then
+    -- The limits that would have allowed report what they have left, uncharged (as the
+    -- core's decide_together does: a reservation that went through would say otherwise).
+    for j = 1, count do
+      if decisions[j][1] == 1 then decisions[j] = deciders[j]("peek") end
+    end
+  end
+  local reply = { "OK", now }
+  for _, decision in ipairs(decisions) do
+    for _, v in ipairs(decision) do reply[#reply + 1] = v end
+  end
+  return reply
+end
+
+local ok, result = pcall(run)
+if ok then return result end
+if type(result) == "table" and result.sluicegate then
+  return { "ERR", result.kind, result.detail }
+end
+return { "ERR", "script", tostring(type(result) == "table" and result.err or result) }

@@ -1,0 +1,215 @@
+-- Window algorithms: fixed window, sliding log (and Redisson's limiter on it), sliding
+-- window. Concatenated after prelude.lua (see src/store.rs).
+
+-- Fixed window (fixed_window.rs). State: hash {s = window start us, c = count}.
+-- Parameters: limit, window_us, grace_ms.
+local function decide_fixed_window(key, now, n, limit, window, grace_ms)
+  local f = hash_fields(key, "s", "c")
+  local _, into = idiv(now, window)
+  local start, count = now - into, 0
+  if f[1] ~= false then
+    local s = int_field(key, "s", f[1], 0, 2 ^ 53)
+    local c = int_field(key, "c", f[2], 0, EXACT)
+    if c > 0 and s >= start then start, count = s, c end
+  end
+  local until_end = math.max(0, start + window - now)
+  local after = count + n
+  if after <= limit then
+    return { 1, limit, limit - after, until_end, -1, 0 }, function()
+      redis.call("HSET", key, "s", start, "c", after)
+      pexpire(key, until_end, 1, grace_ms)
+    end
+  end
+  return { 0, limit, math.max(0, limit - count), until_end, until_end, 0 }, nil
+end
+
+-- A list of (time or slot, permits) pairs, oldest first, strictly increasing.
+local function read_pairs(key, limit)
+  local ok, raw = pcall(redis.call, "LRANGE", key, 0, -1)
+  if not ok then fail("corrupt", key .. ": " .. tostring(raw.err or raw)) end
+  if #raw % 2 ~= 0 then fail("corrupt", key .. " has an odd length") end
+  local at, ps = {}, {}
+  for j = 1, #raw, 2 do
+    local t = int_field(key, "entry", raw[j], 0, 2 ^ 53)
+    if #at > 0 and t <= at[#at] then fail("corrupt", key .. " entries out of order") end
+    at[#at + 1] = t
+    ps[#ps + 1] = int_field(key, "permits", raw[j + 1], 1, limit)
+  end
+  return at, ps
+end
+
+-- Drops the first `dead` pairs and adds n permits at `t` (merging with the last pair).
+local function append_pair(key, at, ps, dead, t, n)
+  if dead > 0 then redis.call("LTRIM", key, 2 * dead, -1) end
+  if #at > dead and at[#at] == t then
+    redis.call("LSET", key, -1, ps[#ps] + n)
+  else
+    redis.call("RPUSH", key, t, n)
+  end
+end
+
+-- The sliding log's decision over grants (ts, ps): the decision, how many leading grants have
+-- left the window, the time the request counts at, and its reset.
+local function sliding_log_decide(ts, ps, now, n, limit, window)
+  local at = now
+  if #ts > 0 then at = math.max(ts[#ts], now) end
+  local dead, used = 0, 0
+  for j = 1, #ts do
+    if ts[j] + window <= at and dead == j - 1 then dead = j else used = used + ps[j] end
+  end
+  local after = used + n
+  if after <= limit then
+    local reset = math.max(0, at + window - now)
+    return { 1, limit, limit - after, reset, -1, 0 }, dead, at, reset
+  end
+  local need = used - (limit - n)
+  local freed, fits_at = 0, at
+  for j = dead + 1, #ts do
+    freed = freed + ps[j]
+    fits_at = ts[j] + window
+    if freed >= need then break end
+  end
+  local newest = at
+  if #ts > 0 then newest = ts[#ts] + window end
+  return { 0, limit, math.max(0, limit - used), math.max(0, newest - now),
+    math.max(0, fits_at - now), 0 }, dead, at, 0
+end
+
+-- Sliding log (sliding_log.rs). State: list [t1, p1, t2, p2, ...] of grants.
+-- Parameters: limit, window_us, grace_ms.
+local function decide_sliding_log(key, now, n, limit, window, grace_ms)
+  local ts, ps = read_pairs(key, limit)
+  local decision, dead, at, reset = sliding_log_decide(ts, ps, now, n, limit, window)
+  if decision[1] ~= 1 then return decision, nil end
+  return decision, function()
+    append_pair(key, ts, ps, dead, at, n)
+    pexpire(key, reset, 1, grace_ms)
+  end
+end
+
+-- Redisson's RRateLimiter: a rate and interval stored in a config hash (set by try_set_rate
+-- or set_rate), enforced as a sliding log, so no interval ever holds more than `rate`
+-- permits. State: one hash, a field per client ("" for OVERALL) holding "t,p,t,p,...".
+local function decide_redisson(ckey, skey, now, n, client, grace_ms)
+  local f = hash_fields(ckey, "rate", "interval", "type")
+  if f[1] == false and f[2] == false and f[3] == false then
+    fail("unconfigured", ckey .. ": no rate set (try_set_rate first)")
+  end
+  local rate = int_field(ckey, "rate", f[1], 1, 2 ^ 50)
+  local interval = int_field(ckey, "interval", f[2], 1, 2 ^ 50)
+  local field = ""
+  if f[3] == "per_client" then
+    field = client
+  elseif f[3] ~= "overall" then
+    fail("corrupt", ckey .. " field type = " .. tostring(f[3]))
+  end
+  if n > rate then fail("capacity", string.format("%.0f %.0f", n, rate)) end
+  local raw = hash_fields(skey, field)[1]
+  local ts, ps = {}, {}
+  if raw ~= false then
+    local values = {}
+    for v in string.gmatch(raw, "[^,]+") do values[#values + 1] = v end
+    if #values % 2 ~= 0 then fail("corrupt", skey .. " log has an odd length") end
+    for j = 1, #values, 2 do
+      local t = int_field(skey, "entry", values[j], 0, 2 ^ 53)
+      if #ts > 0 and t <= ts[#ts] then fail("corrupt", skey .. " entries out of order") end
+      ts[#ts + 1] = t
+      ps[#ps + 1] = int_field(skey, "permits", values[j + 1], 1, rate)
+    end
+  end
+  local decision, dead, at, reset = sliding_log_decide(ts, ps, now, n, rate, interval)
+  if decision[1] ~= 1 then return decision, nil end
+  return decision, function()
+    local out = {}
+    for j = dead + 1, #ts do
+      local p = ps[j]
+      if j == #ts and ts[j] == at then p = p + n end
+      out[#out + 1] = string.format("%.0f,%.0f", ts[j], p)
+    end
+    if #ts == dead or ts[#ts] ~= at then out[#out + 1] = string.format("%.0f,%.0f", at, n) end
+    redis.call("HSET", skey, field, table.concat(out, ","))
+    local ms = ceil_div(reset, 1000) + grace_ms
+    if redis.call("PTTL", skey) < ms then redis.call("PEXPIRE", skey, math.max(ms, 1)) end
+  end
+end
+
+-- Sliding window (sliding_window.rs), K slots or (K = 0) Cloudflare's weighted two windows.
+-- State: list [slot1, p1, slot2, p2, ...]. Parameters: limit, window_us, K, grace_ms.
+local function decide_sliding_window(key, now, n, limit, window, k, grace_ms)
+  local per, span = k, k
+  if k == 0 then per, span = 1, 2 end
+  -- floor(t * per / window) and ceil(j * window / per) without forming the big products.
+  local function slot_of(t)
+    local q, r = idiv(t, window)
+    return q * per + (idiv(r * per, window))
+  end
+  local function slot_start(j)
+    local a, b = idiv(j, per)
+    return a * window + ceil_div(b * window, per)
+  end
+  local function slot_expiry(j) return slot_start(j + span) end
+  local ss, ps = read_pairs(key, limit)
+  local current = slot_of(now)
+  if #ss > 0 then current = math.max(ss[#ss], current) end
+  local dead = 0
+  for j = 1, #ss do
+    if ss[j] + span <= current then dead = j else break end
+  end
+  local at = math.max(now, slot_start(current))
+  local allowed, remaining, retry_at
+  if k > 0 then
+    local used = 0
+    for j = dead + 1, #ss do used = used + ps[j] end
+    if used + n <= limit then
+      allowed, remaining, retry_at = true, limit - used - n, 0
+    else
+      local need = used - (limit - n)
+      local freed, fits_at = 0, at
+      for j = dead + 1, #ss do
+        freed = freed + ps[j]
+        fits_at = slot_expiry(ss[j])
+        if freed >= need then break end
+      end
+      allowed, remaining, retry_at = false, math.max(0, limit - used), fits_at
+    end
+  else
+    local prev, curr = 0, 0
+    for j = dead + 1, #ss do
+      if ss[j] == current then curr = ps[j] else prev = ps[j] end
+    end
+    local elapsed = at - slot_start(current)
+    local cap = limit * window
+    local carried = prev * (window - elapsed)
+    local with_request = carried + (curr + n) * window
+    if with_request <= cap then
+      allowed, remaining, retry_at = true, (idiv(cap - with_request, window)), 0
+    else
+      allowed = false
+      remaining = (idiv(math.max(0, cap - (carried + curr * window)), window))
+      local excess = with_request - cap
+      local wait = nil
+      if prev > 0 then
+        wait = ceil_div(excess, prev)
+        if wait >= window - elapsed then wait = nil end
+      end
+      if wait then
+        retry_at = at + wait
+      else
+        local excess_next = math.max(0, (curr + n) * window - cap)
+        local into_next = 0
+        if excess_next > 0 then into_next = ceil_div(excess_next, math.max(curr, 1)) end
+        retry_at = slot_start(current + 1) + into_next
+      end
+    end
+  end
+  if not allowed then
+    local reset = 0
+    if #ss > dead then reset = math.max(0, slot_expiry(ss[#ss]) - now) end
+    return { 0, limit, remaining, reset, math.max(0, retry_at - now), 0 }, nil
+  end
+  local reset = math.max(0, slot_expiry(current) - now)
+  return { 1, limit, remaining, reset, -1, 0 }, function()
+    append_pair(key, ss, ps, dead, current, n)
+    pexpire(key, reset, 1, grace_ms)
+  end
+end

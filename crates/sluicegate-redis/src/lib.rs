@@ -1,0 +1,33 @@
+//! Sluicegate's limiters shared through Redis: the core crate's algorithms run atomically in
+//! Redis as one Lua script per decision, with the same decisions as in memory.
+//!
+//! - Times are integer microseconds, exactly as in the core crate; the script keeps every
+//!   number an exact integer below 2^53 (see `lua/prelude.lua`), so a trace run in memory and
+//!   in Redis gives identical [`Decision`](sluicegate::Decision)s.
+//! - Time is Redis's own clock ([`Now::Server`]) by default, or given ([`Now::At`]).
+//! - Keys are `PREFIX{KEY}NAME`: the key is the Cluster hash tag, so several limits on one
+//!   key are checked together in one call ([`RedisStore::decide_all`]), all or nothing. Every
+//!   key expires when its state is fresh again.
+//! - [`RateLimiterObject`] is a Redisson-style `RRateLimiter` (`try_set_rate`, `set_rate`,
+//!   `try_acquire`, `acquire`, `available_permits`, `get_config`).
+//! - Every call is bounded by a timeout; [`FailSafeLimiter`] applies a [`FailurePolicy`]
+//!   when Redis is down.
+
+mod error;
+mod failure;
+mod keys;
+mod lease;
+mod limit;
+mod limiter;
+mod redisson;
+mod store;
+
+pub use error::RedisLimitError;
+pub use failure::{
+    Checked, FailSafeLimiter, FailSafeRequest, FailurePolicy, Source, decide_all_fail_safe,
+};
+pub use lease::Lease;
+pub use limit::{MAX_REDIS_TOLERANCE, RedisLimit};
+pub use limiter::{LimitRequest, MultiDecision, Now, RedisLimiter};
+pub use redisson::{RateConfig, RateLimiterObject, RateType};
+pub use store::{RedisStore, StoreConfig};

@@ -1,0 +1,354 @@
+//! The limits the Redis script runs, with their parameters precomputed in exact integers.
+
+use std::time::Duration;
+
+use sluicegate::{
+    Concurrency, ConfigError, FixedWindow, Gcra, LeakyBucket, LeakyQueue, Micros, Op, Pace,
+    QueueDelay, Rate, SlidingLog, SlidingWindow, TokenBucket, micros_ceil,
+};
+
+/// The largest window length, limit, or limit times window (weighted sliding window) the
+/// script counts exactly.
+const MAX_REDIS_WINDOW: u64 = 1 << 50;
+
+/// The largest bucket tolerance (burst times interval, in ticks) the script counts exactly:
+/// Lua numbers are doubles, exact below 2^53, and the script adds a request's cost to a debt
+/// of up to one tolerance.
+pub const MAX_REDIS_TOLERANCE: u64 = 1 << 50;
+
+/// One limit that a Redis-backed limiter enforces: the algorithms of the core crate, with the
+/// same parameters and the same decisions.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RedisLimit {
+    pub(crate) kind: LimitKind,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum LimitKind {
+    Gcra(Bucket),
+    TokenBucket(Bucket),
+    Concurrency {
+        limit: u64,
+        lease_us: Micros,
+    },
+    LeakyBucket(Bucket),
+    LeakyQueue {
+        /// A bucket of `burst + 1` permits, as the core's `LeakyQueue` keeps.
+        bucket: Bucket,
+        /// Requests queued beyond the rate, and which of them wait.
+        burst: u64,
+        delay: QueueDelay,
+        /// Queue ticks that pass without waiting: `(D + 1) * interval`.
+        no_wait: u64,
+    },
+    FixedWindow {
+        limit: u64,
+        window: Micros,
+    },
+    SlidingLog {
+        limit: u64,
+        window: Micros,
+    },
+    SlidingWindow {
+        limit: u64,
+        window: Micros,
+        /// 0 for the weighted two-window estimate.
+        buckets: u64,
+    },
+}
+
+fn window_limits(limit: u64, window: Duration) -> Result<(u64, Micros), ConfigError> {
+    let window_us = micros_ceil(window);
+    let too_big = |name: &'static str, value: String| ConfigError::InvalidParameter {
+        name,
+        value,
+        reason: "is too large to count exactly in Redis (at most 2^50)".into(),
+    };
+    if limit > MAX_REDIS_WINDOW {
+        return Err(too_big("limit", limit.to_string()));
+    }
+    if window_us > MAX_REDIS_WINDOW {
+        return Err(too_big("window", format!("{window:?}")));
+    }
+    Ok((limit, window_us))
+}
+
+/// A bucket's parameters in ticks, as `sluicegate`'s `BucketShape` computes them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Bucket {
+    pub(crate) rate: Rate,
+    pub(crate) burst: u64,
+    pub(crate) initial: u64,
+    pub(crate) pace: Pace,
+    pub(crate) tolerance: u64,
+}
+
+impl Bucket {
+    fn new(rate: Rate, burst: u64, initial: u64) -> Result<Bucket, ConfigError> {
+        let pace = rate.pace();
+        let tolerance = burst
+            .checked_mul(pace.interval)
+            .filter(|t| *t <= MAX_REDIS_TOLERANCE)
+            .ok_or_else(|| ConfigError::InvalidParameter {
+                name: "burst",
+                value: burst.to_string(),
+                reason: format!(
+                    "a burst of {burst} at {rate} spans too long a time to count exactly in Redis"
+                ),
+            })?;
+        Ok(Bucket {
+            rate,
+            burst,
+            initial,
+            pace,
+            tolerance,
+        })
+    }
+}
+
+impl RedisLimit {
+    /// GCRA: `rate` in bursts of up to `burst`, starting full (see [`sluicegate::Gcra`]).
+    pub fn gcra(rate: Rate, burst: u64) -> Result<RedisLimit, ConfigError> {
+        Self::gcra_with_initial(rate, burst, burst)
+    }
+
+    /// GCRA starting with `initial` of its `burst` permits.
+    pub fn gcra_with_initial(
+        rate: Rate,
+        burst: u64,
+        initial: u64,
+    ) -> Result<RedisLimit, ConfigError> {
+        Gcra::with_initial(rate, burst, initial)?;
+        Ok(RedisLimit {
+            kind: LimitKind::Gcra(Bucket::new(rate, burst, initial)?),
+        })
+    }
+
+    /// A token bucket of `burst` refilled at `rate`, starting full (see
+    /// [`sluicegate::TokenBucket`]).
+    pub fn token_bucket(rate: Rate, burst: u64) -> Result<RedisLimit, ConfigError> {
+        Self::token_bucket_with_initial(rate, burst, burst)
+    }
+
+    /// A token bucket starting with `initial` of its `burst` tokens.
+    pub fn token_bucket_with_initial(
+        rate: Rate,
+        burst: u64,
+        initial: u64,
+    ) -> Result<RedisLimit, ConfigError> {
+        TokenBucket::with_initial(rate, burst, initial)?;
+        Ok(RedisLimit {
+            kind: LimitKind::TokenBucket(Bucket::new(rate, burst, initial)?),
+        })
+    }
+
+    /// At most `limit` permits held at once (see [`sluicegate::Concurrency`]); each
+    /// acquisition is a lease that expires after `lease` unless renewed, so a holder that
+    /// crashes cannot keep its permits.
+    pub fn concurrency(limit: u64, lease: Duration) -> Result<RedisLimit, ConfigError> {
+        Concurrency::new(limit)?;
+        let lease_us = micros_ceil(lease);
+        if lease_us == 0 || lease_us > 1 << 50 {
+            return Err(ConfigError::InvalidParameter {
+                name: "lease",
+                value: format!("{lease:?}"),
+                reason: "must be between 1µs and about 35 years".into(),
+            });
+        }
+        Ok(RedisLimit {
+            kind: LimitKind::Concurrency { limit, lease_us },
+        })
+    }
+
+    /// A leaky bucket (meter) of `capacity` draining at `rate` (see
+    /// [`sluicegate::LeakyBucket`]).
+    pub fn leaky_bucket(rate: Rate, capacity: u64) -> Result<RedisLimit, ConfigError> {
+        LeakyBucket::new(rate, capacity)?;
+        Ok(RedisLimit {
+            kind: LimitKind::LeakyBucket(Bucket::new(rate, capacity, 0)?),
+        })
+    }
+
+    /// nginx `limit_req` (see [`sluicegate::LeakyQueue`]): `rate`, `burst` queued beyond it,
+    /// admitted requests delayed as `delay` says.
+    pub fn leaky_queue(
+        rate: Rate,
+        burst: u64,
+        delay: QueueDelay,
+    ) -> Result<RedisLimit, ConfigError> {
+        LeakyQueue::new(rate, burst, delay)?;
+        let size = burst.saturating_add(1);
+        let bucket = Bucket::new(rate, size, size)?;
+        let free = match delay {
+            QueueDelay::Shape => 0,
+            QueueDelay::NoDelay => burst,
+            QueueDelay::After(d) => d.min(burst),
+        };
+        let no_wait = (free + 1) * bucket.pace.interval;
+        Ok(RedisLimit {
+            kind: LimitKind::LeakyQueue {
+                bucket,
+                burst,
+                delay,
+                no_wait,
+            },
+        })
+    }
+
+    /// At most `limit` permits per `window`, windows aligned to the Unix epoch (see
+    /// [`sluicegate::FixedWindow`]).
+    pub fn fixed_window(limit: u64, window: Duration) -> Result<RedisLimit, ConfigError> {
+        FixedWindow::new(limit, window)?;
+        let (limit, window) = window_limits(limit, window)?;
+        Ok(RedisLimit {
+            kind: LimitKind::FixedWindow { limit, window },
+        })
+    }
+
+    /// At most `limit` permits in any `window`, exactly, from a log of grants (see
+    /// [`sluicegate::SlidingLog`]). Each decision reads the log: keep limits modest.
+    pub fn sliding_log(limit: u64, window: Duration) -> Result<RedisLimit, ConfigError> {
+        SlidingLog::new(limit, window)?;
+        let (limit, window) = window_limits(limit, window)?;
+        Ok(RedisLimit {
+            kind: LimitKind::SlidingLog { limit, window },
+        })
+    }
+
+    /// At most `limit` permits per sliding `window` over `buckets` slots, or Cloudflare's
+    /// weighted estimate if `None` (see [`sluicegate::SlidingWindow`]).
+    pub fn sliding_window(
+        limit: u64,
+        window: Duration,
+        buckets: Option<u32>,
+    ) -> Result<RedisLimit, ConfigError> {
+        SlidingWindow::new(limit, window, buckets)?;
+        let (limit, window) = window_limits(limit, window)?;
+        let buckets = buckets.map_or(0, u64::from);
+        // Slot arithmetic forms window * buckets; the weighted estimate limit * window * 3.
+        if window.saturating_mul(buckets.max(1)) > 1 << 52
+            || (buckets == 0 && limit.saturating_mul(window) > 1 << 51)
+        {
+            return Err(ConfigError::InvalidParameter {
+                name: "window",
+                value: format!("{window}us"),
+                reason: format!(
+                    "with limit {limit} and {buckets} buckets, too large to count exactly in Redis"
+                ),
+            });
+        }
+        Ok(RedisLimit {
+            kind: LimitKind::SlidingWindow {
+                limit,
+                window,
+                buckets,
+            },
+        })
+    }
+
+    /// The algorithm's name as written in specs (`gcra`, `token-bucket`, ...).
+    pub fn name(&self) -> &'static str {
+        match self.kind {
+            LimitKind::Gcra(_) => "gcra",
+            LimitKind::TokenBucket(_) => "token-bucket",
+            LimitKind::Concurrency { .. } => "concurrency",
+            LimitKind::LeakyBucket(_) => "leaky-bucket",
+            LimitKind::LeakyQueue { .. } => "leaky-queue",
+            LimitKind::FixedWindow { .. } => "fixed-window",
+            LimitKind::SlidingLog { .. } => "sliding-log",
+            LimitKind::SlidingWindow { .. } => "sliding-window",
+        }
+    }
+
+    /// The most permits one request can be granted.
+    pub fn capacity(&self) -> u64 {
+        match &self.kind {
+            LimitKind::Gcra(b) | LimitKind::TokenBucket(b) | LimitKind::LeakyBucket(b) => b.burst,
+            LimitKind::LeakyQueue { bucket, .. } => bucket.burst,
+            LimitKind::Concurrency { limit, .. }
+            | LimitKind::FixedWindow { limit, .. }
+            | LimitKind::SlidingLog { limit, .. }
+            | LimitKind::SlidingWindow { limit, .. } => *limit,
+        }
+    }
+
+    /// Whether `decide` takes `op` (as the core algorithm does; leases have their own calls).
+    pub(crate) fn supports(&self, op: Op) -> bool {
+        match op {
+            Op::Check | Op::Peek => true,
+            Op::Reserve { .. } => matches!(
+                self.kind,
+                LimitKind::Gcra(_) | LimitKind::TokenBucket(_) | LimitKind::LeakyQueue { .. }
+            ),
+            Op::Release => false,
+        }
+    }
+
+    /// How many keys one check of this limit touches.
+    pub(crate) fn key_suffixes(&self) -> &'static [&'static str] {
+        match self.kind {
+            LimitKind::Concurrency { .. } => &[":l", ":h"],
+            _ => &[""],
+        }
+    }
+
+    /// The script's per-limit arguments after `kind, permits`.
+    pub(crate) fn push_args(
+        &self,
+        args: &mut Vec<Vec<u8>>,
+        max_wait: Option<Micros>,
+        lease: &str,
+        grace_ms: u64,
+    ) {
+        let mut push = |v: u64| args.push(v.to_string().into_bytes());
+        match &self.kind {
+            LimitKind::Gcra(b)
+            | LimitKind::TokenBucket(b)
+            | LimitKind::LeakyBucket(b)
+            | LimitKind::LeakyQueue { bucket: b, .. } => {
+                let d = b.pace.ticks_per_micro;
+                let (init_a, init_b) = match self.kind {
+                    // The TAT of a limiter created at time 0 (`initial_state(0)`), as a pair.
+                    LimitKind::Gcra(_) => {
+                        let ticks = (b.burst - b.initial) * b.pace.interval;
+                        (ticks / d, ticks % d)
+                    }
+                    LimitKind::TokenBucket(_) => (b.initial * b.pace.interval, 0),
+                    _ => (0, 0),
+                };
+                for v in [d, b.pace.interval, b.tolerance, b.burst, init_a, init_b] {
+                    push(v);
+                }
+                // -1 for "no limit on the wait"; waits beyond 2^53 µs are as good as none.
+                match max_wait {
+                    Some(w) => push(w.min(1 << 53)),
+                    None => args.push(b"-1".to_vec()),
+                }
+                args.push(grace_ms.to_string().into_bytes());
+                if let LimitKind::LeakyQueue { no_wait, .. } = self.kind {
+                    args.push(no_wait.to_string().into_bytes());
+                }
+            }
+            LimitKind::FixedWindow { limit, window } | LimitKind::SlidingLog { limit, window } => {
+                for v in [*limit, *window, grace_ms] {
+                    args.push(v.to_string().into_bytes());
+                }
+            }
+            LimitKind::SlidingWindow {
+                limit,
+                window,
+                buckets,
+            } => {
+                for v in [*limit, *window, *buckets, grace_ms] {
+                    args.push(v.to_string().into_bytes());
+                }
+            }
+            LimitKind::Concurrency { limit, lease_us } => {
+                args.push(limit.to_string().into_bytes());
+                args.push(lease.as_bytes().to_vec());
+                args.push(lease_us.to_string().into_bytes());
+                args.push(grace_ms.to_string().into_bytes());
+            }
+        }
+    }
+}

@@ -1,0 +1,329 @@
+//! A real redis-server: server time, expiry, contention, several limits at once, bad input.
+
+mod common;
+
+use std::num::NonZeroU64;
+use std::sync::Arc;
+use std::time::Duration;
+
+use sluicegate::{Algorithm, Gcra, Op, QueueDelay, Rate};
+use sluicegate_redis::{Now, RedisLimit, RedisLimitError, RedisLimiter, RedisStore, StoreConfig};
+
+use common::RedisServer;
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+fn one() -> NonZeroU64 {
+    NonZeroU64::MIN
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_time_decisions_replay_identically_in_memory() -> Result<(), BoxError> {
+    let server = RedisServer::start()?;
+    let store = server.store(StoreConfig::default()).await?;
+    let rate = Rate::per_second(3)?;
+    let limit = RedisLimit::gcra(rate, 4)?;
+    let redis = RedisLimiter::new(store.clone(), limit.clone(), "server-time");
+    let gcra = Gcra::new(rate, 4)?;
+    let mut state = gcra.initial_state(0);
+    let mut allowed = 0;
+    for _ in 0..10 {
+        let multi = store
+            .decide_all(&[redis.request(b"k")], Op::Check, Now::Server)
+            .await?;
+        // Redis's TIME is today's Unix time, not a small test number.
+        assert!(multi.now > 1_600_000_000_000_000, "{}", multi.now);
+        let expected = gcra.decide(&mut state, multi.now, one(), Op::Check)?;
+        assert_eq!(multi.decisions, vec![expected]);
+        allowed += usize::from(expected.allowed);
+    }
+    assert!(allowed >= 4, "a full bucket of 4 grants at least 4");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_expire_when_fresh_and_carry_the_prefix() -> Result<(), BoxError> {
+    let server = RedisServer::start()?;
+    let config = StoreConfig {
+        prefix: "test:".into(),
+        ..StoreConfig::default()
+    };
+    let store = server.store(config).await?;
+    let limit = RedisLimit::gcra(Rate::per_second(10)?, 5)?;
+    let redis = RedisLimiter::new(store.clone(), limit, "api");
+    let now = 1_763_000_000_000_000;
+    redis
+        .decide(b"user", one(), Op::Check, Now::At(now))
+        .await?;
+    let keys: Vec<Vec<u8>> = store.command(redis::cmd("KEYS").arg("*")).await?;
+    assert_eq!(keys, vec![b"test:{user}api".to_vec()]);
+    // One permit at 10/s: fresh again after 100 ms.
+    let ttl: i64 = store
+        .command(redis::cmd("PTTL").arg("test:{user}api"))
+        .await?;
+    assert!((1..=100).contains(&ttl), "ttl {ttl}");
+    // A denied request and a peek write nothing.
+    let empty = RedisLimiter::new(store.clone(), redis.limit().clone(), "other");
+    empty.decide(b"user", one(), Op::Peek, Now::At(now)).await?;
+    let exists: i64 = store
+        .command(redis::cmd("EXISTS").arg("test:{user}other"))
+        .await?;
+    assert_eq!(exists, 0);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sixty_four_tasks_on_one_key_get_exactly_the_burst() -> Result<(), BoxError> {
+    let server = RedisServer::start()?;
+    let mut stores = Vec::new();
+    for _ in 0..4 {
+        stores.push(server.store(StoreConfig::default()).await?);
+    }
+    // One permit an hour: nothing refills while the test runs.
+    let limit = RedisLimit::gcra(Rate::per_hour(1)?, 100)?;
+    let limiters: Vec<Arc<RedisLimiter>> = stores
+        .into_iter()
+        .map(|s| Arc::new(RedisLimiter::new(s, limit.clone(), "hammer")))
+        .collect();
+    let mut tasks = Vec::new();
+    for task in 0..64 {
+        let limiter = limiters[task % limiters.len()].clone();
+        tasks.push(tokio::spawn(async move {
+            let mut granted = 0u32;
+            for _ in 0..5 {
+                let decision = limiter.check(b"shared").await?;
+                granted += u32::from(decision.allowed);
+            }
+            Ok::<u32, RedisLimitError>(granted)
+        }));
+    }
+    let mut total = 0;
+    for task in tasks {
+        total += task.await??;
+    }
+    assert_eq!(total, 100);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn several_limits_are_charged_all_or_none_under_contention() -> Result<(), BoxError> {
+    let server = RedisServer::start()?;
+    let store = server.store(StoreConfig::default()).await?;
+    let wide = RedisLimiter::new(
+        store.clone(),
+        RedisLimit::gcra(Rate::per_hour(1)?, 40)?,
+        "wide",
+    );
+    let narrow = RedisLimiter::new(
+        store.clone(),
+        RedisLimit::token_bucket(Rate::per_hour(1)?, 25)?,
+        "narrow",
+    );
+    let (wide, narrow) = (Arc::new(wide), Arc::new(narrow));
+    let mut tasks = Vec::new();
+    for _ in 0..64 {
+        let (wide, narrow) = (wide.clone(), narrow.clone());
+        tasks.push(tokio::spawn(async move {
+            let requests = [wide.request(b"u"), narrow.request(b"u")];
+            let multi = wide
+                .store()
+                .decide_all(&requests, Op::Check, Now::Server)
+                .await?;
+            assert_eq!(multi.allowed, multi.decisions.iter().all(|d| d.allowed));
+            Ok::<bool, RedisLimitError>(multi.allowed)
+        }));
+    }
+    let mut allowed = 0;
+    for task in tasks {
+        allowed += u32::from(task.await??);
+    }
+    assert_eq!(allowed, 25);
+    // The 39 denied requests charged nothing to the wider limit.
+    let wide_now = wide.decide(b"u", one(), Op::Peek, Now::Server).await?;
+    assert_eq!(wide_now.remaining, 40 - 25 - 1);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrency_leases_expire_so_crashed_holders_do_not_leak() -> Result<(), BoxError> {
+    let server = RedisServer::start()?;
+    let store = server.store(StoreConfig::default()).await?;
+    let limit = RedisLimit::concurrency(2, Duration::from_secs(10))?;
+    let redis = RedisLimiter::new(store, limit, "conn");
+    let t0 = 1_763_000_000_000_000;
+    let (first, lease_a) = redis.acquire_lease(b"k", one(), Now::At(t0)).await?;
+    let (_, lease_b) = redis.acquire_lease(b"k", one(), Now::At(t0 + 1)).await?;
+    assert!(first.allowed && lease_a.is_some() && lease_b.is_some());
+    let (full, none) = redis.acquire_lease(b"k", one(), Now::At(t0 + 2)).await?;
+    assert!(!full.allowed && none.is_none());
+    assert_eq!(full.retry_after, None);
+    // The holder of lease A renews it; B's holder "crashed": its lease runs out.
+    let lease_a = lease_a.ok_or("lease a")?;
+    assert!(redis.renew(&lease_a, Now::At(t0 + 5_000_000)).await?);
+    let later = Now::At(t0 + 10_000_002);
+    let (after_expiry, lease_c) = redis.acquire_lease(b"k", one(), later).await?;
+    assert!(after_expiry.allowed, "B's lease expired");
+    assert_eq!(
+        after_expiry.remaining, 0,
+        "A (renewed) and C hold both permits"
+    );
+    assert!(redis.release(&lease_a, later).await?);
+    assert!(!redis.release(&lease_a, later).await?, "released twice");
+    assert!(redis.release(&lease_c.ok_or("lease c")?, later).await?);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_is_an_error_never_a_wrong_answer() -> Result<(), BoxError> {
+    let server = RedisServer::start()?;
+    let store = server.store(StoreConfig::default()).await?;
+    let limit = RedisLimit::gcra(Rate::per_second(5)?, 5)?;
+    let redis = RedisLimiter::new(store.clone(), limit, "bad");
+    let now = Now::At(1_763_000_000_000_000);
+
+    // Keys with any bytes.
+    let odd_key = [0u8, b'{', b'}', b':', 0xff, b'%'];
+    assert!(redis.decide(&odd_key, one(), Op::Check, now).await?.allowed);
+
+    // Enormous permits: can never pass.
+    let huge = NonZeroU64::new(u64::MAX).ok_or("max")?;
+    let err = redis.decide(b"k", huge, Op::Check, now).await.err();
+    assert!(
+        matches!(
+            err,
+            Some(RedisLimitError::InsufficientCapacity {
+                requested: u64::MAX,
+                capacity: 5
+            })
+        ),
+        "{err:?}"
+    );
+
+    // Zero rates and bursts, a prefix that would break the hash tag.
+    assert!(Rate::per_second(0).is_err());
+    assert!(RedisLimit::gcra(Rate::per_second(1)?, 0).is_err());
+    assert!(RedisLimit::concurrency(0, Duration::from_secs(1)).is_err());
+    let bad_prefix = StoreConfig {
+        prefix: "a{b".into(),
+        ..StoreConfig::default()
+    };
+    assert!(matches!(
+        RedisStore::connect(&server.url(), bad_prefix).await,
+        Err(RedisLimitError::Config(_))
+    ));
+
+    // State another program overwrote.
+    redis.decide(b"victim", one(), Op::Check, now).await?;
+    store
+        .command::<()>(
+            redis::cmd("HSET")
+                .arg("sluicegate:{victim}bad")
+                .arg("t")
+                .arg("oops"),
+        )
+        .await?;
+    let err = redis.decide(b"victim", one(), Op::Check, now).await.err();
+    assert!(
+        matches!(err, Some(RedisLimitError::CorruptState(_))),
+        "{err:?}"
+    );
+    store
+        .command::<()>(redis::cmd("SET").arg("sluicegate:{string}bad").arg("x"))
+        .await?;
+    let err = redis.decide(b"string", one(), Op::Check, now).await.err();
+    assert!(
+        matches!(err, Some(RedisLimitError::CorruptState(_))),
+        "{err:?}"
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_script_is_reloaded_after_a_flush() -> Result<(), BoxError> {
+    let server = RedisServer::start()?;
+    let store = server.store(StoreConfig::default()).await?;
+    let redis = RedisLimiter::new(
+        store.clone(),
+        RedisLimit::gcra(Rate::per_second(5)?, 5)?,
+        "x",
+    );
+    assert!(redis.check(b"k").await?.allowed);
+    store
+        .command::<()>(redis::cmd("SCRIPT").arg("FLUSH"))
+        .await?;
+    assert!(
+        redis.check(b"k").await?.allowed,
+        "NOSCRIPT leads to a reload"
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_key_lives_exactly_until_its_state_is_fresh() -> Result<(), BoxError> {
+    let server = RedisServer::start()?;
+    let store = server.store(StoreConfig::default()).await?;
+    let rate = Rate::per_second(3)?;
+    let second = Duration::from_secs(1);
+    let limits = [
+        RedisLimit::gcra(rate, 5)?,
+        RedisLimit::token_bucket(rate, 5)?,
+        RedisLimit::leaky_bucket(rate, 5)?,
+        RedisLimit::leaky_queue(rate, 4, QueueDelay::Shape)?,
+        RedisLimit::fixed_window(5, second)?,
+        RedisLimit::sliding_log(5, second)?,
+        RedisLimit::sliding_window(5, second, Some(4))?,
+        RedisLimit::sliding_window(5, second, None)?,
+    ];
+    let now = 1_763_000_000_250_000;
+    let two = NonZeroU64::new(2).ok_or("2")?;
+    for (i, limit) in limits.into_iter().enumerate() {
+        let name = format!("ttl{i}");
+        let limiter = RedisLimiter::new(store.clone(), limit, name.clone());
+        let decision = limiter.decide(b"k", two, Op::Check, Now::At(now)).await?;
+        assert!(decision.allowed);
+        let key = format!("sluicegate:{{k}}{name}");
+        let ttl: i64 = store.command(redis::cmd("PTTL").arg(&key)).await?;
+        // reset_after in whole ms, rounded up; the key may have aged a little since.
+        let reset_ms = i64::try_from(decision.reset_after.as_micros().div_ceil(1000))?;
+        assert!(
+            ttl > 0 && ttl <= reset_ms,
+            "{name}: ttl {ttl}ms, reset {reset_ms}ms"
+        );
+        assert!(
+            ttl > reset_ms - 1_000,
+            "{name}: ttl {ttl}ms, reset {reset_ms}ms"
+        );
+    }
+    let limiter = RedisLimiter::new(store.clone(), RedisLimit::concurrency(3, second)?, "c");
+    limiter.acquire_lease(b"k", two, Now::Server).await?;
+    for suffix in [":l", ":h"] {
+        let ttl: i64 = store
+            .command(redis::cmd("PTTL").arg(format!("sluicegate:{{k}}c{suffix}")))
+            .await?;
+        assert!((1..=1_000).contains(&ttl), "lease key ttl {ttl}");
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_keys_disappear_by_themselves() -> Result<(), BoxError> {
+    let server = RedisServer::start()?;
+    let store = server.store(StoreConfig::default()).await?;
+    let limit = RedisLimit::gcra(Rate::new(1, Duration::from_millis(30))?, 1)?;
+    let limiter = RedisLimiter::new(store.clone(), limit, "idle");
+    assert!(limiter.check(b"k").await?.allowed);
+    let key = "sluicegate:{k}idle";
+    let mut exists: i64 = store.command(redis::cmd("EXISTS").arg(key)).await?;
+    assert_eq!(exists, 1);
+    // Bounded polling, not a timing assertion: the key goes once its 30ms are over.
+    for _ in 0..200 {
+        exists = store.command(redis::cmd("EXISTS").arg(key)).await?;
+        if exists == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(exists, 0, "the key outlived its state");
+    assert!(limiter.check(b"k").await?.allowed);
+    Ok(())
+}

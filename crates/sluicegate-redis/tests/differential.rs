@@ -1,0 +1,390 @@
+//! Random traces through the in-memory pure state machines and through Redis with an explicit
+//! `now` give identical decisions, for every algorithm the script runs.
+
+mod common;
+
+use std::num::NonZeroU64;
+use std::time::Duration;
+
+use proptest::prelude::*;
+use proptest::test_runner::{Config, TestCaseError, TestRunner};
+use sluicegate::{
+    Algorithm, Concurrency, FixedWindow, Gcra, LeakyBucket, LeakyQueue, Op, QueueDelay, Rate,
+    SlidingLog, SlidingWindow, TokenBucket,
+};
+use sluicegate_redis::{Now, RedisLimit, RedisLimitError, RedisLimiter, RedisStore, StoreConfig};
+
+use common::RedisServer;
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Today's Unix time in µs is about 1.76e15: far beyond 2^53 once multiplied by a tick rate.
+const BASES: [u64; 4] = [0, 1_000_000, 1_763_000_000_123_457, 1_800_000_000_000_000];
+
+fn rates() -> impl Strategy<Value = Rate> {
+    prop::sample::select(vec![
+        (3, 1_000_000),
+        (7, 60_000_000),
+        (10, 1_000_000),
+        (1, 1_000_000),
+        (5, 30_000_000),
+        (1_000_003, 1_000_000), // an interval rounded up to 1/1024 µs
+        (1_000, 1_000),
+        (9, 7),
+        (1, 3_600_000_000),
+    ])
+    .prop_map(|(permits, us)| {
+        Rate::new(permits, Duration::from_micros(us)).expect("rates in the list are valid")
+    })
+}
+
+#[derive(Debug, Clone)]
+struct Event {
+    dt: u64,
+    permits: u64,
+    op: Op,
+}
+
+fn events(max_permits: u64) -> impl Strategy<Value = Vec<Event>> {
+    let dt = prop_oneof![
+        3 => Just(0u64),
+        4 => 0u64..2_000,
+        4 => 0u64..2_000_000,
+        1 => 0u64..100_000_000_000,
+    ];
+    let op = prop_oneof![
+        6 => Just(Op::Check),
+        2 => Just(Op::Peek),
+        1 => Just(Op::Reserve { max_wait: None }),
+        1 => (0u64..3_000_000).prop_map(|w| Op::Reserve { max_wait: Some(w) }),
+    ];
+    prop::collection::vec(
+        (dt, 1..=max_permits, op).prop_map(|(dt, permits, op)| Event { dt, permits, op }),
+        1..60,
+    )
+}
+
+fn config() -> StoreConfig {
+    StoreConfig {
+        // Traces move `now` far faster than the test runs: keep keys well past "fresh".
+        expiry_grace: Duration::from_secs(3600),
+        ..StoreConfig::default()
+    }
+}
+
+fn same<A: Algorithm>(
+    runtime: &tokio::runtime::Runtime,
+    algorithm: &A,
+    redis: &RedisLimiter,
+    base: u64,
+    trace: &[Event],
+) -> Result<(), TestCaseError> {
+    let mut state = algorithm.initial_state(0);
+    let mut now = base;
+    for (i, event) in trace.iter().enumerate() {
+        now += event.dt;
+        let permits = NonZeroU64::new(event.permits).expect("permits start at 1");
+        let expected = algorithm.decide(&mut state, now, permits, event.op);
+        let got = runtime.block_on(redis.decide(b"k", permits, event.op, Now::At(now)));
+        match (expected, got) {
+            (Ok(e), Ok(g)) => prop_assert_eq!(e, g, "event {} {:?} at {}", i, event, now),
+            (
+                Err(e),
+                Err(RedisLimitError::InsufficientCapacity {
+                    requested,
+                    capacity,
+                }),
+            ) => {
+                prop_assert_eq!(
+                    e,
+                    sluicegate::CheckError::InsufficientCapacity {
+                        requested,
+                        capacity
+                    }
+                );
+            }
+            (
+                Err(sluicegate::CheckError::Unsupported { .. }),
+                Err(RedisLimitError::Unsupported(_)),
+            ) => {}
+            (e, g) => prop_assert!(false, "event {i} {event:?}: memory {e:?}, redis {g:?}"),
+        }
+    }
+    Ok(())
+}
+
+struct Harness {
+    _server: RedisServer,
+    runtime: tokio::runtime::Runtime,
+    store: RedisStore,
+    cases: std::sync::atomic::AtomicU64,
+}
+
+impl Harness {
+    fn new() -> Result<Harness, BoxError> {
+        let server = RedisServer::start()?;
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let store = runtime.block_on(server.store(config()))?;
+        Ok(Harness {
+            _server: server,
+            runtime,
+            store,
+            cases: std::sync::atomic::AtomicU64::new(0),
+        })
+    }
+
+    /// A limiter name no earlier case used, so cases start from fresh keys.
+    fn fresh_name(&self) -> String {
+        let case = self
+            .cases
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        format!("case-{case}")
+    }
+}
+
+#[test]
+fn gcra_matches_memory() -> Result<(), BoxError> {
+    let h = Harness::new()?;
+    let strategy = (
+        rates(),
+        1u64..12,
+        0u64..12,
+        prop::sample::select(BASES.to_vec()),
+    )
+        .prop_flat_map(|(rate, burst, initial, base)| {
+            (
+                Just((rate, burst, initial.min(burst), base)),
+                events(burst + 1),
+            )
+        });
+    let mut runner = TestRunner::new(Config::with_cases(64));
+    runner.run(&strategy, |((rate, burst, initial, base), trace)| {
+        let algorithm = Gcra::with_initial(rate, burst, initial).expect("valid gcra");
+        let limit = RedisLimit::gcra_with_initial(rate, burst, initial).expect("valid limit");
+        let redis = RedisLimiter::new(h.store.clone(), limit, h.fresh_name());
+        same(&h.runtime, &algorithm, &redis, base, &trace)
+    })?;
+    Ok(())
+}
+
+#[test]
+fn token_bucket_matches_memory() -> Result<(), BoxError> {
+    let h = Harness::new()?;
+    let strategy = (
+        rates(),
+        1u64..12,
+        0u64..12,
+        prop::sample::select(BASES.to_vec()),
+    )
+        .prop_flat_map(|(rate, burst, initial, base)| {
+            (
+                Just((rate, burst, initial.min(burst), base)),
+                events(burst + 1),
+            )
+        });
+    let mut runner = TestRunner::new(Config::with_cases(64));
+    runner.run(&strategy, |((rate, burst, initial, base), trace)| {
+        let algorithm = TokenBucket::with_initial(rate, burst, initial).expect("valid bucket");
+        let limit = RedisLimit::token_bucket_with_initial(rate, burst, initial).expect("valid");
+        let redis = RedisLimiter::new(h.store.clone(), limit, h.fresh_name());
+        same(&h.runtime, &algorithm, &redis, base, &trace)
+    })?;
+    Ok(())
+}
+
+#[derive(Debug, Clone)]
+enum ConcurrencyEvent {
+    Take(u64),
+    Peek(u64),
+    /// Releases the outstanding lease at this index (modulo the count), if any.
+    Release(usize),
+}
+
+#[test]
+fn concurrency_matches_memory() -> Result<(), BoxError> {
+    let h = Harness::new()?;
+    let event = prop_oneof![
+        3 => (1u64..5).prop_map(ConcurrencyEvent::Take),
+        1 => (1u64..5).prop_map(ConcurrencyEvent::Peek),
+        2 => (0usize..8).prop_map(ConcurrencyEvent::Release),
+    ];
+    let strategy = (1u64..8, prop::collection::vec(event, 1..60));
+    let mut runner = TestRunner::new(Config::with_cases(64));
+    runner.run(&strategy, |(limit, trace)| {
+        let algorithm = Concurrency::new(limit).expect("valid limit");
+        let redis_limit =
+            RedisLimit::concurrency(limit, Duration::from_secs(3600)).expect("valid limit");
+        let redis = RedisLimiter::new(h.store.clone(), redis_limit, h.fresh_name());
+        let mut held = algorithm.initial_state(0);
+        let mut leases = Vec::new();
+        let now = Now::At(1_763_000_000_000_000);
+        for event in trace {
+            match event {
+                ConcurrencyEvent::Take(n) | ConcurrencyEvent::Peek(n) => {
+                    let op = match event {
+                        ConcurrencyEvent::Peek(_) => Op::Peek,
+                        _ => Op::Check,
+                    };
+                    let permits = NonZeroU64::new(n).expect("n >= 1");
+                    let expected = algorithm.decide(&mut held, 0, permits, op);
+                    let got = if op == Op::Check {
+                        h.runtime
+                            .block_on(redis.acquire_lease(b"k", permits, now))
+                            .map(|(decision, lease)| {
+                                leases.extend(lease);
+                                decision
+                            })
+                    } else {
+                        h.runtime.block_on(redis.decide(b"k", permits, op, now))
+                    };
+                    match (expected, got) {
+                        (Ok(e), Ok(g)) => prop_assert_eq!(e, g),
+                        (Err(_), Err(RedisLimitError::InsufficientCapacity { .. })) => {}
+                        (e, g) => prop_assert!(false, "memory {e:?}, redis {g:?}"),
+                    }
+                }
+                ConcurrencyEvent::Release(i) if !leases.is_empty() => {
+                    let lease = leases.remove(i % leases.len());
+                    let permits = NonZeroU64::new(lease.permits).expect("leases hold permits");
+                    algorithm
+                        .decide(&mut held, 0, permits, Op::Release)
+                        .map_err(|e| TestCaseError::fail(e.to_string()))?;
+                    let released = h.runtime.block_on(redis.release(&lease, now));
+                    prop_assert!(matches!(released, Ok(true)), "{released:?}");
+                }
+                ConcurrencyEvent::Release(_) => {}
+            }
+        }
+        Ok(())
+    })?;
+    Ok(())
+}
+
+fn windows() -> impl Strategy<Value = Duration> {
+    prop::sample::select(vec![
+        1,
+        7,
+        1_000,
+        333_333,
+        1_000_000,
+        10_000_000,
+        60_000_000,
+        3_600_000_000,
+    ])
+    .prop_map(Duration::from_micros)
+}
+
+/// Runs `trace` through `algorithm` and `limit` for random limits, windows and bases.
+fn window_case<A: Algorithm>(
+    build: impl Fn(u64, Duration, Option<u32>) -> Option<(A, RedisLimit)>,
+    buckets: impl Strategy<Value = Option<u32>>,
+) -> Result<(), BoxError> {
+    let h = Harness::new()?;
+    let strategy = (
+        1u64..12,
+        windows(),
+        buckets,
+        prop::sample::select(BASES.to_vec()),
+    )
+        .prop_flat_map(|(limit, window, buckets, base)| {
+            (Just((limit, window, buckets, base)), events(limit + 1))
+        });
+    let mut runner = TestRunner::new(Config::with_cases(64));
+    runner.run(&strategy, |((limit, window, buckets, base), trace)| {
+        let Some((algorithm, redis_limit)) = build(limit, window, buckets) else {
+            // Parameters both sides reject (more buckets than microseconds): nothing to run.
+            return Ok(());
+        };
+        let redis = RedisLimiter::new(h.store.clone(), redis_limit, h.fresh_name());
+        same(&h.runtime, &algorithm, &redis, base, &trace)
+    })?;
+    Ok(())
+}
+
+#[test]
+fn fixed_window_matches_memory() -> Result<(), BoxError> {
+    window_case(
+        |limit, window, _| {
+            Some((
+                FixedWindow::new(limit, window).ok()?,
+                RedisLimit::fixed_window(limit, window).ok()?,
+            ))
+        },
+        Just(None),
+    )
+}
+
+#[test]
+fn sliding_log_matches_memory() -> Result<(), BoxError> {
+    window_case(
+        |limit, window, _| {
+            Some((
+                SlidingLog::new(limit, window).ok()?,
+                RedisLimit::sliding_log(limit, window).ok()?,
+            ))
+        },
+        Just(None),
+    )
+}
+
+#[test]
+fn sliding_window_matches_memory() -> Result<(), BoxError> {
+    window_case(
+        |limit, window, buckets| {
+            let memory = SlidingWindow::new(limit, window, buckets);
+            let redis = RedisLimit::sliding_window(limit, window, buckets);
+            assert_eq!(
+                memory.is_ok(),
+                redis.is_ok(),
+                "{limit} {window:?} {buckets:?}"
+            );
+            Some((memory.ok()?, redis.ok()?))
+        },
+        prop_oneof![Just(None), (1u32..10).prop_map(Some)],
+    )
+}
+
+#[test]
+fn leaky_bucket_matches_memory() -> Result<(), BoxError> {
+    let h = Harness::new()?;
+    let strategy = (rates(), 1u64..12, prop::sample::select(BASES.to_vec())).prop_flat_map(
+        |(rate, capacity, base)| (Just((rate, capacity, base)), events(capacity + 1)),
+    );
+    let mut runner = TestRunner::new(Config::with_cases(64));
+    runner.run(&strategy, |((rate, capacity, base), trace)| {
+        let algorithm = LeakyBucket::new(rate, capacity).expect("valid bucket");
+        let limit = RedisLimit::leaky_bucket(rate, capacity).expect("valid limit");
+        let redis = RedisLimiter::new(h.store.clone(), limit, h.fresh_name());
+        same(&h.runtime, &algorithm, &redis, base, &trace)
+    })?;
+    Ok(())
+}
+
+#[test]
+fn leaky_queue_matches_memory() -> Result<(), BoxError> {
+    let h = Harness::new()?;
+    let delay = prop_oneof![
+        Just(QueueDelay::Shape),
+        Just(QueueDelay::NoDelay),
+        (0u64..10).prop_map(QueueDelay::After),
+    ];
+    let strategy = (
+        rates(),
+        0u64..10,
+        delay,
+        prop::sample::select(BASES.to_vec()),
+    )
+        .prop_flat_map(|(rate, burst, delay, base)| {
+            (Just((rate, burst, delay, base)), events(burst + 2))
+        });
+    let mut runner = TestRunner::new(Config::with_cases(64));
+    runner.run(&strategy, |((rate, burst, delay, base), trace)| {
+        let algorithm = LeakyQueue::new(rate, burst, delay).expect("valid queue");
+        let limit = RedisLimit::leaky_queue(rate, burst, delay).expect("valid limit");
+        let redis = RedisLimiter::new(h.store.clone(), limit, h.fresh_name());
+        same(&h.runtime, &algorithm, &redis, base, &trace)
+    })?;
+    Ok(())
+}
