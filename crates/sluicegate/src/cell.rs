@@ -93,6 +93,8 @@ impl StateCell<u64> for WordCell {
                 Ordering::Acquire,
             ) {
                 Ok(_) => break,
+                // The failed exchange already read the word: no second trip for the cache line.
+                Err(actual) if actual & LOCKED == 0 => current = actual,
                 Err(_) => current = self.load_unlocked(),
             }
         }
