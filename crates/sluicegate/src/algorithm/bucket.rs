@@ -140,20 +140,21 @@ impl BucketShape {
 struct Divisor {
     divisor: u64,
     multiplier: u64,
-    shift: u32,
+    /// `l - 1`: the shift left after taking the high word of the product (`63 + l - 64`).
+    /// Unused for a divisor of 1 (`l = 0`), which divides by returning the numerator.
+    high_shift: u32,
 }
 
 impl Divisor {
     fn new(divisor: u64) -> Divisor {
         let divisor = divisor.max(1);
         let l = u64::BITS - (divisor - 1).leading_zeros();
-        let shift = 63 + l;
-        let multiplier = (1u128 << shift).div_ceil(u128::from(divisor));
+        let multiplier = (1u128 << (63 + l)).div_ceil(u128::from(divisor));
         Divisor {
             divisor,
             // Below 2^64 by the bound above; the fallback keeps this total anyway.
             multiplier: u64::try_from(multiplier).unwrap_or(u64::MAX),
-            shift,
+            high_shift: l.saturating_sub(1),
         }
     }
 
@@ -162,7 +163,11 @@ impl Divisor {
         if numerator >> 63 != 0 {
             return numerator / self.divisor;
         }
-        ((u128::from(numerator) * u128::from(self.multiplier)) >> self.shift) as u64
+        if self.divisor == 1 {
+            return numerator;
+        }
+        let high = (u128::from(numerator) * u128::from(self.multiplier)) >> 64;
+        (high as u64) >> self.high_shift
     }
 }
 
