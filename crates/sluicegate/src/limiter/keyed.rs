@@ -109,7 +109,7 @@ impl<K: Hash + Eq + Clone, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
     }
 
     /// Asks for one permit for `key`.
-    #[inline]
+    #[inline(always)]
     pub fn check(&self, key: &K) -> Result<Decision, CheckError> {
         self.decide(key, NonZeroU64::MIN, Op::Check)
     }
@@ -126,12 +126,13 @@ impl<K: Hash + Eq + Clone, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
     }
 
     /// Applies `op` for `key` at the clock's current time.
-    #[inline]
+    #[inline(always)]
     pub fn decide(&self, key: &K, permits: NonZeroU64, op: Op) -> Result<Decision, CheckError> {
         self.decide_at(key, self.clock.now(), permits, op)
     }
 
     /// Applies `op` for `key` at `now` (a time from this limiter's clock).
+    #[inline]
     pub fn decide_at(
         &self,
         key: &K,
