@@ -1,7 +1,6 @@
-//! Real Redis servers for tests: a single `redis-server`, or a 3-master Redis Cluster, each
-//! on free loopback ports with a temporary directory, killed when dropped.
-
-#![allow(dead_code, unreachable_pub)]
+//! Real Redis servers for tests (the `testing` feature): a single `redis-server`, or a
+//! 3-master Redis Cluster, each on free loopback ports with a temporary directory, killed when
+//! dropped. Shared by this crate's tests and by the service's (`sluicegate-server`).
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -9,12 +8,14 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use sluicegate_redis::{RedisStore, StoreConfig};
+use crate::{RedisStore, StoreConfig};
 
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
+/// Any error starting or reaching a test server.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// One `redis-server` process.
 pub struct RedisServer {
+    /// The loopback port it listens on (kept across restarts).
     pub port: u16,
     dir: tempfile::TempDir,
     child: Option<Child>,
@@ -127,6 +128,7 @@ impl Drop for RedisServer {
 
 /// A Redis Cluster of three masters and no replicas.
 pub struct RedisCluster {
+    /// The three masters.
     pub nodes: Vec<RedisServer>,
 }
 
