@@ -152,7 +152,7 @@ fn descriptor(entries: &[(&str, &str)]) -> RateLimitDescriptor {
 /// The keys in Redis, sorted.
 async fn keys(redis: &RedisServer) -> Result<Vec<String>, BoxError> {
     let store = redis.store(StoreConfig::default()).await?;
-    let mut keys: Vec<String> = store.command(&redis::cmd("KEYS").arg("*")).await?;
+    let mut keys: Vec<String> = store.command(redis::cmd("KEYS").arg("*")).await?;
     keys.sort();
     Ok(keys)
 }

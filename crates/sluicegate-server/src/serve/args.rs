@@ -58,6 +58,9 @@ pub struct ServeArgs {
     pub redis_timeout_ms: u64,
     /// What to answer when Redis is down or slow: `open` (allow), `closed` (deny), or `local`
     /// (decide in this process's memory, by the same rules, until Redis is back).
+    // `local` by default: an outage neither lifts every limit (Envoy already fails open when
+    // the service itself is unreachable) nor blocks all traffic; each replica still enforces
+    // the rules, so at most replicas × the limit passes while Redis is away.
     #[arg(long, env = "SLUICEGATE_FAILURE_POLICY", value_enum, default_value_t = PolicyArg::Local)]
     pub failure_policy: PolicyArg,
 }
@@ -117,5 +120,63 @@ impl ServeArgs {
             timeout: Duration::from_millis(self.redis_timeout_ms),
             failure_policy: self.failure_policy.into(),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Debug, Parser)]
+    struct Cli {
+        #[command(flatten)]
+        serve: ServeArgs,
+    }
+
+    fn backend(args: &[&str]) -> Result<BackendOptions, clap::Error> {
+        let cli = Cli::try_parse_from(["sluicegate", "--config", "rules"].iter().chain(args))?;
+        Ok(cli.serve.to_config().engine.backend)
+    }
+
+    #[test]
+    fn redis_flags_resolve_to_a_backend() -> Result<(), Box<dyn std::error::Error>> {
+        assert!(matches!(backend(&[])?, BackendOptions::Memory));
+        let BackendOptions::Redis(single) = backend(&["--redis", "redis://r:6379"])? else {
+            return Err("--redis is a Redis backend".into());
+        };
+        assert_eq!(single.target, RedisTarget::Single("redis://r:6379".into()));
+        assert_eq!(single.prefix, "sluicegate:");
+        assert_eq!(single.timeout, Duration::from_millis(50));
+        assert_eq!(single.failure_policy, FailurePolicy::Local);
+        let cluster_args = [
+            "--redis-cluster",
+            "redis://a:1,redis://b:2",
+            "--failure-policy",
+            "closed",
+            "--redis-timeout-ms",
+            "20",
+            "--redis-prefix",
+            "rl:",
+        ];
+        let BackendOptions::Redis(cluster) = backend(&cluster_args)? else {
+            return Err("--redis-cluster is a Redis backend".into());
+        };
+        assert_eq!(
+            cluster.target,
+            RedisTarget::Cluster(vec!["redis://a:1".into(), "redis://b:2".into()])
+        );
+        assert_eq!(
+            (
+                cluster.failure_policy,
+                cluster.timeout,
+                cluster.prefix.as_str()
+            ),
+            (FailurePolicy::Closed, Duration::from_millis(20), "rl:")
+        );
+        assert!(backend(&["--redis", "redis://a", "--redis-cluster", "redis://b"]).is_err());
+        assert!(backend(&["--redis", "redis://a", "--failure-policy", "maybe"]).is_err());
+        assert!(backend(&["--redis", "redis://a", "--redis-timeout-ms", "0"]).is_err());
+        Ok(())
     }
 }

@@ -175,7 +175,7 @@ async fn decide_enforced<'a>(
     let decided = enforced
         .iter()
         .zip(slot_of)
-        .map(|(check, slot)| (*check, slot.and_then(|s| by_slot[s].clone())))
+        .map(|(check, slot)| (*check, slot.and_then(|s| by_slot[s])))
         .collect();
     Ok((decided, allowed))
 }

@@ -22,11 +22,14 @@ pub(crate) struct RedisEnforcer {
     pub(crate) name: String,
 }
 
-/// The Redis limits of one rule set, by rule id and limit index; `None` where nothing ever
-/// passes (`requests_per_unit: 0`, answered without asking Redis).
+/// A configured limit and its Redis limit (`None`: nothing ever passes, answered without
+/// asking Redis).
+type Entry = (Limit, Option<Arc<RedisEnforcer>>);
+
+/// The Redis limits of one rule set, by rule id and limit index.
 #[derive(Debug, Default)]
 pub(crate) struct RedisTable {
-    by_rule: HashMap<String, Vec<(Limit, Option<Arc<RedisEnforcer>>)>>,
+    by_rule: HashMap<String, Vec<Entry>>,
 }
 
 impl RedisTable {
