@@ -105,6 +105,29 @@ impl RedisServer {
         }
     }
 
+    /// Freezes the server (`SIGSTOP`): connections stay open but nothing is answered, as
+    /// with a Redis stuck on a slow command or a network black hole.
+    pub fn pause(&self) -> Result<(), BoxError> {
+        self.signal("-STOP")
+    }
+
+    /// Lets a paused server run again (`SIGCONT`).
+    pub fn resume(&self) -> Result<(), BoxError> {
+        self.signal("-CONT")
+    }
+
+    fn signal(&self, signal: &str) -> Result<(), BoxError> {
+        let child = self.child.as_ref().ok_or("redis-server is not running")?;
+        let status = Command::new("kill")
+            .arg(signal)
+            .arg(child.id().to_string())
+            .status()?;
+        if !status.success() {
+            return Err(format!("kill {signal} {} failed: {status}", child.id()).into());
+        }
+        Ok(())
+    }
+
     /// Starts the server again on the same port (empty: nothing is saved).
     pub fn restart(&mut self) -> Result<(), BoxError> {
         self.stop();

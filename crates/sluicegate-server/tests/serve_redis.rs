@@ -256,6 +256,34 @@ async fn two_replicas_share_one_budget() -> TestResult {
     }
     assert_eq!(allowed, 3, "3 in total across both replicas, not 3 each");
     assert_eq!(two.code(&[&[("user", "dave")]]).await?, OK);
+
+    // Racing: 24 concurrent calls through both replicas, still exactly 3 allowed.
+    let mut calls = tokio::task::JoinSet::new();
+    for index in 0..24 {
+        let mut client = if index % 2 == 0 {
+            one.grpc.clone()
+        } else {
+            two.grpc.clone()
+        };
+        calls.spawn(async move {
+            let request = RateLimitRequest {
+                domain: "shop".into(),
+                descriptors: vec![descriptor(&[("user", "olga")])],
+                hits_addend: 0,
+            };
+            client
+                .should_rate_limit(request)
+                .await
+                .map(|answer| answer.into_inner().overall_code)
+        });
+    }
+    let mut allowed = 0;
+    while let Some(code) = calls.join_next().await {
+        if code?? == OK {
+            allowed += 1;
+        }
+    }
+    assert_eq!(allowed, 3);
     one.server.shutdown().await?;
     two.server.shutdown().await?;
     Ok(())
@@ -355,6 +383,43 @@ async fn redis_stopped_then_restarted_under_each_policy() -> TestResult {
     for service in [open, closed, local] {
         service.server.shutdown().await?;
     }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_redis_times_out_into_the_policy() -> TestResult {
+    let redis = RedisServer::start()?;
+    let mut closed = Service::start(on_redis(&redis.url(), FailurePolicy::Closed)).await?;
+    let mut open = Service::start(on_redis(&redis.url(), FailurePolicy::Open)).await?;
+    for _ in 0..3 {
+        assert_eq!(closed.code(&[&[("user", "kim")]]).await?, OK);
+    }
+    assert_eq!(open.code(&[&[("user", "kim")]]).await?, OVER_LIMIT);
+
+    // Connections stay open, nothing answers: each call ends at the timeout, by the policy.
+    redis.pause()?;
+    assert_eq!(closed.code(&[&[("user", "lee")]]).await?, OVER_LIMIT);
+    assert_eq!(open.code(&[&[("user", "kim")]]).await?, OK);
+    for service in [&closed, &open] {
+        let metrics = service.metrics().await?;
+        assert!(
+            metrics.contains("sluicegate_backend_errors_total{kind=\"timeout\"}"),
+            "{metrics}"
+        );
+    }
+
+    redis.resume()?;
+    // Redis had received the timed-out call and may run it when it resumes: a timeout says
+    // nothing about whether the permits were taken, so only the answer is asserted here.
+    let answer = until_code(&mut closed, "lee", OK).await?;
+    assert_eq!(answer.overall_code, OK);
+    let answer = until_code(&mut open, "kim", OVER_LIMIT).await?;
+    assert_eq!(
+        answer.overall_code, OVER_LIMIT,
+        "kim is still spent in Redis"
+    );
+    closed.server.shutdown().await?;
+    open.server.shutdown().await?;
     Ok(())
 }
 
