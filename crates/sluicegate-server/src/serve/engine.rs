@@ -174,12 +174,15 @@ impl Engine {
 
     /// Answers a (validated) call. With Redis, within the Redis timeout whatever Redis does.
     pub async fn should_rate_limit(&self, call: &RateLimitCall) -> Verdict {
+        let Some(redis) = &self.redis else {
+            let loaded = self.loaded.load();
+            let Plan { checks, stats } = self.plan(call, &loaded);
+            return self.verdict(call.descriptors.len(), &stats, decide_in_memory(&checks));
+        };
+        // Held across the Redis call: a reload meanwhile does not change this call's rules.
         let loaded = self.loaded.load_full();
         let Plan { checks, stats } = self.plan(call, &loaded);
-        let decided = match &self.redis {
-            Some(redis) => decide_on_redis(redis, &self.metrics, &checks).await,
-            None => decide_in_memory(&checks),
-        };
+        let decided = decide_on_redis(redis, &self.metrics, &checks).await;
         self.verdict(call.descriptors.len(), &stats, decided)
     }
 
