@@ -6,9 +6,12 @@
 use std::time::Duration;
 
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::{
+    Entry, RateLimitOverride,
+};
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use envoy_types::pb::google::protobuf::UInt64Value;
 use sluicegate_redis::testing::{RedisCluster, RedisServer};
 use sluicegate_redis::{FailurePolicy, StoreConfig};
 use sluicegate_server::serve::{
@@ -284,6 +287,44 @@ async fn two_replicas_share_one_budget() -> TestResult {
         }
     }
     assert_eq!(allowed, 3);
+    one.server.shutdown().await?;
+    two.server.shutdown().await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn limit_overrides_and_hits_are_shared_through_redis() -> TestResult {
+    let redis = RedisServer::start()?;
+    let mut one = Service::start(on_redis(&redis.url(), FailurePolicy::Closed)).await?;
+    let mut two = Service::start(on_redis(&redis.url(), FailurePolicy::Closed)).await?;
+    let request = |hits: u64| {
+        let mut with_override = descriptor(&[("client", "x")]);
+        with_override.limit = Some(RateLimitOverride {
+            requests_per_unit: 5,
+            unit: 4, /* DAY */
+        });
+        with_override.hits_addend = Some(UInt64Value { value: hits });
+        RateLimitRequest {
+            domain: "shop".into(),
+            descriptors: vec![with_override],
+            hits_addend: 1,
+        }
+    };
+    let answer = one.grpc.should_rate_limit(request(3)).await?.into_inner();
+    assert_eq!(
+        (answer.overall_code, answer.statuses[0].limit_remaining),
+        (OK, 2)
+    );
+    // More hits than the override can ever grant: over the limit, nothing charged.
+    let answer = two.grpc.should_rate_limit(request(6)).await?.into_inner();
+    assert_eq!(answer.overall_code, OVER_LIMIT);
+    let answer = two.grpc.should_rate_limit(request(2)).await?.into_inner();
+    assert_eq!(
+        (answer.overall_code, answer.statuses[0].limit_remaining),
+        (OK, 0)
+    );
+    let answer = one.grpc.should_rate_limit(request(1)).await?.into_inner();
+    assert_eq!(answer.overall_code, OVER_LIMIT);
     one.server.shutdown().await?;
     two.server.shutdown().await?;
     Ok(())
