@@ -31,11 +31,9 @@ fastest_ns() { # group function: the fastest sample, the least disturbed by othe
 
 # Our variant, the governor variant it is compared with, and what the pairing means.
 pairs=(
-  "gcra governor default clocks (ours: Instant; governor: quanta TSC)"
-  "token_bucket governor default clocks"
-  "gcra governor_instant both on Instant"
-  "token_bucket governor_instant both on Instant"
-  "gcra_quanta governor both on quanta's TSC clock"
+  "gcra governor default clocks (both read the TSC through quanta)"
+  "token_bucket governor default clocks (both read the TSC through quanta)"
+  "gcra_instant governor_instant both on Instant"
   "gcra_decide_at governor ours given the time (no clock read)"
 )
 
