@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Benchmarks of the core crate against governor, measured in the same run, then a table of
-# ours / governor for each case and the memory per idle key at 1M keys.
+# ours / governor for each case, the CPU time per direct check from a plain loop, and the
+# memory per idle key at 1M keys.
 #
 #   scripts/bench-core.sh                 # every bench, short measurement times
 #   scripts/bench-core.sh direct keyed    # only these bench binaries (direct, keyed, contended)
@@ -56,6 +57,11 @@ for group_dir in "$criterion_dir"/*/; do
 done
 echo "(times in ns per check, criterion medians; ratio = ours / peer; fastest = ratio of the"
 echo " fastest samples, less sensitive to other load on a shared machine)"
+
+echo
+nice -n 10 cargo build -q --release -p sluicegate --example cpu_per_check >&2
+echo "CPU time per direct check (best of 5 runs of 10^7, from /proc/thread-self/schedstat):"
+nice -n 10 "${CARGO_TARGET_DIR:-target}/release/examples/cpu_per_check"
 
 echo
 nice -n 10 cargo build -q --release -p sluicegate --example memory_per_key >&2
