@@ -18,6 +18,9 @@ use crate::state_machine::{Algorithm, AlgorithmState, Op, ensure_capacity, unsup
 /// kept in exact ticks of the rate's [`Pace`](crate::Pace), `reset_after` is the time until
 /// the bucket is empty and `retry_after` the time until the request's permits fit, both rounded
 /// up to a whole microsecond. It has nothing to reserve, so [`Op::Reserve`] is unsupported.
+/// Like the token bucket, it counts time up to a horizon (Unix time in the year 2398 at the
+/// finest pace) past which time stands still: the bucket drains no more, so it denies once
+/// full.
 ///
 /// ```
 /// use sluicegate::{Algorithm, LeakyBucket, Op, Rate};

@@ -49,6 +49,10 @@ pub enum QueueDelay {
 ///   `delay >= 1`; here `burst` 0 is allowed (only one request at a time) and `After(0)` is
 ///   `Shape`.
 ///
+/// Times count up to the same horizon as the other buckets' (Unix time in the year 2398 at the
+/// finest pace); past it time stands still, so the queue drains no more: it admits what fits,
+/// then rejects.
+///
 /// [`Op::Check`] and [`Op::Reserve`] both admit with a wait (`Reserve { max_wait }` also
 /// rejects a wait above `max_wait`); [`Op::Peek`] reports without consuming.
 ///
