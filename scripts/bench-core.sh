@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Benchmarks of the core crate against governor, measured in the same run, then a table of
-# ours / governor for each case and the memory per idle key at 1M keys.
+# ours / governor for each case, the CPU time per direct check from a plain loop, and the
+# memory per idle key at 1M keys.
 #
 #   scripts/bench-core.sh                 # every bench, short measurement times
 #   scripts/bench-core.sh direct keyed    # only these bench binaries (direct, keyed, contended)
@@ -31,11 +32,9 @@ fastest_ns() { # group function: the fastest sample, the least disturbed by othe
 
 # Our variant, the governor variant it is compared with, and what the pairing means.
 pairs=(
-  "gcra governor default clocks (ours: Instant; governor: quanta TSC)"
-  "token_bucket governor default clocks"
-  "gcra governor_instant both on Instant"
-  "token_bucket governor_instant both on Instant"
-  "gcra_quanta governor both on quanta's TSC clock"
+  "gcra governor default clocks (both read the TSC through quanta)"
+  "token_bucket governor default clocks (both read the TSC through quanta)"
+  "gcra_instant governor_instant both on Instant"
   "gcra_decide_at governor ours given the time (no clock read)"
 )
 
@@ -58,6 +57,11 @@ for group_dir in "$criterion_dir"/*/; do
 done
 echo "(times in ns per check, criterion medians; ratio = ours / peer; fastest = ratio of the"
 echo " fastest samples, less sensitive to other load on a shared machine)"
+
+echo
+nice -n 10 cargo build -q --release -p sluicegate --example cpu_per_check >&2
+echo "CPU time per direct check (best of 5 runs of 10^7, from /proc/thread-self/schedstat):"
+nice -n 10 "${CARGO_TARGET_DIR:-target}/release/examples/cpu_per_check"
 
 echo
 nice -n 10 cargo build -q --release -p sluicegate --example memory_per_key >&2

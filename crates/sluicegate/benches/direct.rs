@@ -1,46 +1,45 @@
 //! Direct (one-state) checks, ours against `governor`, in the same run.
 //!
 //! Each group is one case; inside it `gcra` and `token_bucket` are ours on [`SystemClock`]
-//! (an `Instant` read per check), `governor` is governor's default limiter (its default clock is
-//! quanta's TSC clock), `governor_instant` is governor on its `Instant`-based `MonotonicClock`
-//! (the like-for-like clock), `gcra_quanta` is ours reading governor's quanta clock (the other
-//! like-for-like pairing) and `gcra_decide_at` is ours with the time passed in (no clock read).
+//! (quanta's TSC read per check), `governor` is governor's default limiter (its default clock is
+//! quanta's TSC clock too: the like-for-like pairing), `governor_instant` is governor on its
+//! `Instant`-based `MonotonicClock`, `gcra_instant` is ours on a clock reading `Instant` (the
+//! other like-for-like pairing) and `gcra_decide_at` is ours with the time passed in (no clock
+//! read).
 
 use std::hint::black_box;
 use std::num::{NonZeroU32, NonZeroU64};
+use std::time::Instant;
 
 use criterion::{
     BenchmarkGroup, Criterion, criterion_group, criterion_main, measurement::WallTime,
 };
-use governor::clock::{Clock as _, MonotonicClock, QuantaClock, QuantaInstant, Reference as _};
+use governor::clock::MonotonicClock;
 use governor::{Quota, RateLimiter};
 use sluicegate::{Clock, DirectLimiter, Gcra, Op, Rate, SystemClock, TokenBucket};
 
-/// Our clock reading governor's quanta (TSC) clock, so the two limiters can be compared on the
-/// same time source.
-struct QuantaMicros {
-    clock: QuantaClock,
-    start: QuantaInstant,
+/// Our clock reading `Instant` (as `SystemClock` did before it moved to quanta), so the two
+/// limiters can be compared on that time source too.
+struct InstantMicros {
+    start: Instant,
     start_unix: u64,
 }
 
-impl QuantaMicros {
+impl InstantMicros {
     fn new() -> Self {
-        let clock = QuantaClock::default();
-        let start = clock.now();
-        QuantaMicros {
-            clock,
-            start,
+        InstantMicros {
+            start: Instant::now(),
             start_unix: SystemClock::new().now(),
         }
     }
 }
 
-impl Clock for QuantaMicros {
+impl Clock for InstantMicros {
     #[inline]
     fn now(&self) -> u64 {
-        let elapsed_nanos: u64 = self.clock.now().duration_since(self.start).into();
-        self.start_unix + elapsed_nanos / 1_000
+        let elapsed = self.start.elapsed();
+        let micros = elapsed.as_secs() * 1_000_000 + u64::from(elapsed.subsec_micros());
+        self.start_unix + micros
     }
 }
 
@@ -118,14 +117,14 @@ fn single_checks(group: &mut BenchmarkGroup<'_, WallTime>, limits: Limits, exhau
 
     let ours = DirectLimiter::new(gcra.clone());
     let ours_bucket = DirectLimiter::new(bucket);
-    let ours_quanta = DirectLimiter::with_clock(gcra.clone(), QuantaMicros::new());
+    let ours_instant = DirectLimiter::with_clock(gcra.clone(), InstantMicros::new());
     let ours_at = DirectLimiter::new(gcra);
     let governor = RateLimiter::direct(gov);
     let governor_instant = RateLimiter::direct_with_clock(gov, MonotonicClock);
     if exhaust {
         let _ = ours.check();
         let _ = ours_bucket.check();
-        let _ = ours_quanta.check();
+        let _ = ours_instant.check();
         let _ = ours_at.check();
         let _ = governor.check();
         let _ = governor_instant.check();
@@ -143,8 +142,8 @@ fn single_checks(group: &mut BenchmarkGroup<'_, WallTime>, limits: Limits, exhau
     group.bench_function("governor_instant", |b| {
         b.iter(|| black_box(&governor_instant).check())
     });
-    group.bench_function("gcra_quanta", |b| {
-        b.iter(|| check_ours(black_box(&ours_quanta).check()))
+    group.bench_function("gcra_instant", |b| {
+        b.iter(|| check_ours(black_box(&ours_instant).check()))
     });
     let now = ours_at.clock().now();
     group.bench_function("gcra_decide_at", |b| {

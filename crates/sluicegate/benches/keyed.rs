@@ -5,7 +5,7 @@
 //! The quota (one permit a second, a burst of 10^9) lets every check pass, and each key starts
 //! 10 000 permits (seconds) short of full, so no key goes fresh and both tables hold all the
 //! keys throughout. `gcra` and
-//! `governor` use each library's default clock (ours: `Instant`; governor's: quanta's TSC);
+//! `governor` use each library's default clock (both read quanta's TSC);
 //! `governor_instant` is governor on its `Instant` clock.
 
 use std::hint::black_box;

@@ -1,6 +1,5 @@
 //! How a direct limiter holds its state: a lock-free word where the state fits in one, a
-//! small mutex otherwise. Both can also be locked outright, which is what lets several limits
-//! be decided together, all or nothing.
+//! small mutex otherwise.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -22,54 +21,14 @@ pub trait StateCell<S>: Send + Sync {
     fn replace(&self, state: S);
 }
 
-/// One-word state in an [`AtomicU64`], updated by compare-and-swap.
-///
-/// The top bit is a lock flag for multi-limit decisions, so the state itself must stay below
-/// 2^63 (the algorithms that use this cell keep times in ticks well under that).
+/// One-word state in an [`AtomicU64`], updated by compare-and-swap. Every bit is state: the
+/// limiters never lock a word (decisions over several limits lock keyed shards, not words).
 #[derive(Debug)]
 pub struct WordCell(AtomicU64);
 
-const LOCKED: u64 = 1 << 63;
-
-/// The largest state a [`WordCell`] holds.
-pub(crate) const MAX_WORD: u64 = LOCKED - 1;
-
-impl WordCell {
-    /// Waits out a multi-limit decision holding the word, and returns the word.
-    #[inline]
-    fn load_unlocked(&self) -> u64 {
-        loop {
-            let word = self.0.load(Ordering::Acquire);
-            if word & LOCKED == 0 {
-                return word;
-            }
-            std::hint::spin_loop();
-        }
-    }
-
-    /// Takes the lock bit, returning the state; pair with [`WordCell::unlock`].
-    pub(crate) fn lock(&self) -> u64 {
-        loop {
-            let word = self.load_unlocked();
-            if self
-                .0
-                .compare_exchange_weak(word, word | LOCKED, Ordering::AcqRel, Ordering::Acquire)
-                .is_ok()
-            {
-                return word;
-            }
-        }
-    }
-
-    /// Stores `state` and releases the lock bit.
-    pub(crate) fn unlock(&self, state: u64) {
-        self.0.store(state & !LOCKED, Ordering::Release);
-    }
-}
-
 impl StateCell<u64> for WordCell {
     fn new(state: u64) -> Self {
-        WordCell(AtomicU64::new(state & !LOCKED))
+        WordCell(AtomicU64::new(state))
     }
 
     /// Runs `f` once to find the next state and commits it, then runs `f` again on the state
@@ -79,35 +38,31 @@ impl StateCell<u64> for WordCell {
     /// wait for every earlier store. Inlined, the first run's result is dead code.
     #[inline(always)]
     fn update<R>(&self, mut f: impl FnMut(&mut u64) -> R) -> R {
-        let mut current = self.load_unlocked();
+        let mut current = self.0.load(Ordering::Acquire);
         loop {
             let mut next = current;
             let _ = f(&mut next);
             if next == current {
                 break;
             }
-            match self.0.compare_exchange_weak(
-                current,
-                next & !LOCKED,
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            ) {
+            match self
+                .0
+                .compare_exchange_weak(current, next, Ordering::AcqRel, Ordering::Acquire)
+            {
                 Ok(_) => break,
                 // The failed exchange already read the word: no second trip for the cache line.
-                Err(actual) if actual & LOCKED == 0 => current = actual,
-                Err(_) => current = self.load_unlocked(),
+                Err(actual) => current = actual,
             }
         }
         f(&mut current)
     }
 
     fn snapshot(&self) -> u64 {
-        self.load_unlocked()
+        self.0.load(Ordering::Acquire)
     }
 
     fn replace(&self, state: u64) {
-        let _ = self.lock();
-        self.unlock(state);
+        self.0.store(state, Ordering::Release);
     }
 }
 
@@ -139,17 +94,17 @@ mod tests {
     use super::*;
 
     #[test]
-    fn word_cell_updates_and_strips_the_lock_bit() {
-        let cell = WordCell::new(5);
+    fn word_cell_keeps_every_bit() {
+        // The top bit is state like any other: a time past 2^63 ticks must not wrap to zero.
+        let cell = WordCell::new(u64::MAX - 1);
         let seen = cell.update(|s| {
             *s += 1;
             *s
         });
-        assert_eq!(seen, 6);
-        let locked = cell.lock();
-        assert_eq!(locked, 6);
-        cell.unlock(9);
-        assert_eq!(cell.snapshot(), 9);
+        assert_eq!(seen, u64::MAX);
+        assert_eq!(cell.snapshot(), u64::MAX);
+        cell.update(|s| *s = (1 << 63) + 5);
+        assert_eq!(cell.snapshot(), (1 << 63) + 5);
         cell.replace(11);
         assert_eq!(cell.snapshot(), 11);
     }

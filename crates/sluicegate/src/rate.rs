@@ -6,7 +6,9 @@
 //! the interval is a whole number. Rates whose reduced denominator exceeds
 //! [`MAX_TICKS_PER_MICRO`] have their interval rounded *up* to the next tick, so the limiter
 //! errs towards granting less, never more; every rate written with up to three significant
-//! digits per second, minute, hour or day is exact.
+//! digits per second, minute, hour or day is exact. A rate that this rounding would slow down
+//! by more than 0.1% is refused when it is built (only rates above about a million per second
+//! can be, and only those that do not divide evenly: 1 500 000 000/s would run at 1.024 * 10^9/s).
 
 use std::fmt;
 use std::num::NonZeroU64;
@@ -17,8 +19,15 @@ use crate::clock::Micros;
 use crate::error::ConfigError;
 
 /// The finest tick: `1 / MAX_TICKS_PER_MICRO` of a microsecond. Chosen so that times in ticks
-/// since the Unix epoch fit a `u64` for centuries (2^64 / 1024 µs is about 570 years).
+/// since the Unix epoch fit a `u64` for centuries: the bucket algorithms keep a quarter of the
+/// range for their bucket and reservations, leaving `(2^64 - 2^62) / 1024` µs, about 428 years
+/// (Unix time in the year 2398), after which their time stands still (see
+/// [`TokenBucket`](crate::TokenBucket)).
 pub const MAX_TICKS_PER_MICRO: u64 = 1024;
+
+/// The most a rate may be slowed down by rounding its interval up to a whole tick, in
+/// thousandths.
+const MAX_ROUNDING_PER_MILLE: u128 = 1;
 
 const MICROS_PER_SECOND: u64 = 1_000_000;
 
@@ -43,7 +52,11 @@ pub struct Rate {
 
 impl Rate {
     /// `permits` per `period`. Both must be non-zero, and the period a whole number of
-    /// microseconds of at most about 292 000 years.
+    /// microseconds of at most about 292 000 years. A rate whose interval, rounded up to the
+    /// finest tick (1/1024 µs), would be more than 0.1% slower than asked is refused, naming
+    /// `rate`: `Rate::per_second(1_500_000_000)` would run at 1.024 * 10^9 per second. Up to a
+    /// million per second every rate is accepted, and above it every rate whose interval is a
+    /// whole number of ticks (10^9/s is 1/1000 µs).
     pub fn new(permits: u64, period: Duration) -> Result<Rate, ConfigError> {
         let permits = NonZeroU64::new(permits)
             .ok_or_else(|| ConfigError::invalid("rate", permits, "must allow at least 1 permit"))?;
@@ -53,7 +66,24 @@ impl Rate {
             .ok_or_else(|| {
                 ConfigError::invalid("period", format!("{period:?}"), "must be at least 1µs")
             })?;
-        Ok(Rate { permits, period_us })
+        let rate = Rate { permits, period_us };
+        if let Some(rounded) = rounded_interval(permits.get(), period_us.get()) {
+            // The rate slows by (rounded - exact) / rounded, with exact = period * 1024 / permits.
+            let rounded = u128::from(rounded) * u128::from(permits.get());
+            let exact = u128::from(period_us.get()) * u128::from(MAX_TICKS_PER_MICRO);
+            if (rounded - exact) * 1000 > rounded * MAX_ROUNDING_PER_MILLE {
+                let permits_per_second = rate.per_second_f64();
+                return Err(ConfigError::invalid(
+                    "rate",
+                    rate,
+                    format!(
+                        "{permits_per_second:.0}/s is too fast to count exactly: rounding its \
+                         interval up to 1/{MAX_TICKS_PER_MICRO}µs would slow it by more than 0.1%"
+                    ),
+                ));
+            }
+        }
+        Ok(rate)
     }
 
     /// `permits` per second.
@@ -96,11 +126,8 @@ impl Rate {
         let (permits, period) = (self.permits.get(), self.period_us.get());
         let g = gcd(permits, period);
         let (mut ticks_per_micro, mut interval) = (permits / g, period / g);
-        if ticks_per_micro > MAX_TICKS_PER_MICRO {
-            // period / permits µs rounded up to a multiple of 1/MAX_TICKS_PER_MICRO µs.
-            let scaled = (u128::from(period) * u128::from(MAX_TICKS_PER_MICRO))
-                .div_ceil(u128::from(permits));
-            interval = u64::try_from(scaled).unwrap_or(u64::MAX);
+        if let Some(rounded) = rounded_interval(permits, period) {
+            interval = rounded;
             ticks_per_micro = MAX_TICKS_PER_MICRO;
             let g = gcd(ticks_per_micro, interval);
             (ticks_per_micro, interval) = (ticks_per_micro / g, interval / g);
@@ -287,6 +314,18 @@ pub fn format_duration_micros(micros: u64) -> String {
     format!("{micros}us")
 }
 
+/// The interval of `permits` per `period` µs in ticks of 1/[`MAX_TICKS_PER_MICRO`] µs, rounded
+/// up, if it is not a whole number of ticks of at most that size (`None` when it is exact).
+fn rounded_interval(permits: u64, period: u64) -> Option<u64> {
+    if permits / gcd(permits, period) <= MAX_TICKS_PER_MICRO {
+        return None;
+    }
+    let scaled =
+        (u128::from(period) * u128::from(MAX_TICKS_PER_MICRO)).div_ceil(u128::from(permits));
+    // Below `period`: the reduced denominator exceeds 1024, so `permits` does.
+    Some(u64::try_from(scaled).unwrap_or(u64::MAX))
+}
+
 pub(crate) fn gcd(mut a: u64, mut b: u64) -> u64 {
     while b != 0 {
         (a, b) = (b, a % b);
@@ -359,6 +398,32 @@ mod tests {
         // The rounded interval is never shorter than the exact one.
         let exact = 1_000_000f64 / 1_000_003f64;
         assert!(pace.interval as f64 / pace.ticks_per_micro as f64 >= exact);
+    }
+
+    #[test]
+    fn refuses_rates_that_rounding_would_change() {
+        for too_fast in [
+            1_500_000_000,
+            999_999_937,
+            1_000_000_007,
+            682_666_667,
+            3_000_001,
+        ] {
+            let err = Rate::per_second(too_fast).expect_err("rounded by more than 0.1%");
+            assert!(err.to_string().contains("rate"), "{err}");
+        }
+        // Exact in ticks however fast, or rounded by under 0.1%: accepted.
+        for fine in [1_000_000_000, 1_024_000_000, 1_000_003, 999_999, 1_048_576] {
+            assert!(Rate::per_second(fine).is_ok(), "{fine}/s");
+        }
+        // Every rate up to a million per second rounds by less than 1/1024.
+        for permits in (1_000_000 - 500)..=1_000_000 {
+            assert!(Rate::per_second(permits).is_ok(), "{permits}/s");
+        }
+        let err = "1500000000/s"
+            .parse::<Rate>()
+            .expect_err("parsed rates too");
+        assert!(err.to_string().contains("rate"), "{err}");
     }
 
     #[test]

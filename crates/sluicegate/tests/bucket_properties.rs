@@ -23,13 +23,25 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
-fn rate() -> impl Strategy<Value = Rate> {
-    // Rates that divide evenly and rates that do not (3/s, 7/min, 1000003/s is rounded).
-    (
-        1u64..50,
-        prop_oneof![Just(1u64), Just(60), Just(7), Just(3600)],
-    )
-        .prop_map(|(n, secs)| Rate::new(n, Duration::from_secs(secs)).expect("valid rate"))
+/// Rates of every kind the buckets count differently, each with the bursts it accepts.
+fn rate_and_burst() -> impl Strategy<Value = (Rate, u64)> {
+    prop_oneof![
+        // Paces in whole or exact fractional ticks (3/s, 7/min).
+        3 => (
+            1u64..50,
+            prop_oneof![Just(1u64), Just(60), Just(7), Just(3600)],
+            1u64..8,
+        )
+            .prop_map(|(n, secs, burst)| (Rate::new(n, Duration::from_secs(secs)).expect("valid rate"), burst)),
+        // Rounded paces: the reduced denominator exceeds 1024 ticks per microsecond, so the
+        // interval is rounded up to a 1/1024 µs tick (by under 0.1%, or the rate is refused).
+        1 => (1_000_001u64..1_024_000, 1u64..8)
+            .prop_map(|(n, burst)| (Rate::per_second(n).expect("rounded by under 0.1%"), burst)),
+        // Permits so slow that a few reservations reach the deepest debt a bucket may run
+        // (2^62 ticks): beyond it both deny the reservation alike.
+        1 => (1u64..4, (1u64 << 34)..(1 << 38), 1u64..8)
+            .prop_map(|(n, secs, burst)| (Rate::new(n, Duration::from_secs(secs)).expect("valid rate"), burst)),
+    ]
 }
 
 fn trace(burst: u64) -> impl Strategy<Value = Vec<Event>> {
@@ -44,8 +56,9 @@ fn trace(burst: u64) -> impl Strategy<Value = Vec<Event>> {
 }
 
 fn case() -> impl Strategy<Value = (Rate, u64, u64, Vec<Event>)> {
-    (rate(), 1u64..8, 0u64..2_000_000_000_000_000)
-        .prop_flat_map(|(rate, burst, start)| (Just(rate), Just(burst), Just(start), trace(burst)))
+    (rate_and_burst(), 0u64..2_000_000_000_000_000).prop_flat_map(|((rate, burst), start)| {
+        (Just(rate), Just(burst), Just(start), trace(burst))
+    })
 }
 
 proptest! {
@@ -210,5 +223,133 @@ fn set_rate_keeps_the_fill_ratio() -> Result<(), Box<dyn std::error::Error>> {
     }
     old.carry_over(&new, &mut level, 0);
     assert_eq!(new.decide(&mut level, 0, one, Op::Peek)?.remaining, 49);
+    Ok(())
+}
+
+#[test]
+fn the_rate_strategy_reaches_rounded_paces_and_the_deepest_debt()
+-> Result<(), Box<dyn std::error::Error>> {
+    // The property tests above rely on these regimes existing in their strategy's ranges.
+    for permits in [1_000_001, 1_010_001, 1_023_999] {
+        // Exactly 10^6 / permits µs, which no tick of 1/1024 µs (or coarser) divides: rounded.
+        let pace = Rate::per_second(permits)?.pace();
+        let paced = u128::from(pace.interval) * u128::from(permits);
+        assert!(
+            paced > 1_000_000 * u128::from(pace.ticks_per_micro),
+            "{pace:?}"
+        );
+    }
+    let slow = Rate::new(1, Duration::from_secs(1 << 37))?;
+    let gcra = Gcra::new(slow, 1)?;
+    let mut tat = gcra.initial_state(0);
+    let reserve = Op::Reserve { max_wait: None };
+    let granted = (0..40)
+        .map(|_| gcra.decide(&mut tat, 0, NonZeroU64::MIN, reserve))
+        .filter(|d| d.as_ref().is_ok_and(|d| d.allowed))
+        .count();
+    assert!(granted < 40, "never reached the deepest debt");
+    Ok(())
+}
+
+#[test]
+fn reservations_beyond_the_deepest_debt_are_denied_alike() -> Result<(), Box<dyn std::error::Error>>
+{
+    // One permit every 2^40 s: 2^40 * 10^6 ticks each. Reservations at one instant run the
+    // bucket into debt; the one that would take it past 2^62 ticks is denied by both (before,
+    // the token bucket overflowed an i64 on the 9th while GCRA silently clamped).
+    let rate = Rate::new(1, Duration::from_secs(1 << 40))?;
+    let interval = rate.pace().interval;
+    let gcra = Gcra::new(rate, 1)?;
+    let bucket = TokenBucket::new(rate, 1)?;
+    let (mut tat, mut level) = (gcra.initial_state(0), bucket.initial_state(0));
+    let reserve = Op::Reserve { max_wait: None };
+    let mut granted = 0u64;
+    for _ in 0..12 {
+        let (tat_before, level_before) = (tat, level);
+        let a = gcra.decide(&mut tat, 0, NonZeroU64::MIN, reserve)?;
+        let b = bucket.decide(&mut level, 0, NonZeroU64::MIN, reserve)?;
+        assert_eq!(a, b);
+        if a.allowed {
+            granted += 1;
+            assert_eq!(a.wait, Duration::from_micros((granted - 1) * interval));
+        } else {
+            assert_eq!((tat, level), (tat_before, level_before));
+            // Exactly when the debt has shrunk enough for one more permit.
+            let retry = (granted + 1) * interval - (1 << 62);
+            assert_eq!(a.retry_after, Some(Duration::from_micros(retry)));
+            let (mut probe_tat, mut probe_level) = (tat, level);
+            assert!(
+                !gcra
+                    .decide(&mut probe_tat, retry - 1, NonZeroU64::MIN, reserve)?
+                    .allowed
+            );
+            assert!(
+                gcra.decide(&mut probe_tat, retry, NonZeroU64::MIN, reserve)?
+                    .allowed
+            );
+            assert!(
+                bucket
+                    .decide(&mut probe_level, retry, NonZeroU64::MIN, reserve)?
+                    .allowed
+            );
+        }
+    }
+    assert_eq!(granted, (1u64 << 62) / interval);
+    Ok(())
+}
+
+#[test]
+fn a_try_reserve_denial_reports_when_it_would_fit() -> Result<(), Box<dyn std::error::Error>> {
+    // 10/s, burst 1, spent at 0: the next permit is due at 100ms. Asked with at most 30ms of
+    // wait, it fits from 70ms on, which is what the denial says (not the full 100ms).
+    let rate = Rate::per_second(10)?;
+    let gcra = Gcra::new(rate, 1)?;
+    let bucket = TokenBucket::new(rate, 1)?;
+    let (mut tat, mut level) = (gcra.initial_state(0), bucket.initial_state(0));
+    let one = NonZeroU64::MIN;
+    assert!(gcra.decide(&mut tat, 0, one, Op::Check)?.allowed);
+    assert!(bucket.decide(&mut level, 0, one, Op::Check)?.allowed);
+    let patient = Op::Reserve {
+        max_wait: Some(30_000),
+    };
+    for now in [0, 50_000] {
+        let a = gcra.decide(&mut tat, now, one, patient)?;
+        assert_eq!(a, bucket.decide(&mut level, now, one, patient)?);
+        assert!(!a.allowed);
+        assert_eq!(a.retry_after, Some(Duration::from_micros(70_000 - now)));
+    }
+    assert!(!gcra.decide(&mut tat.clone(), 69_999, one, patient)?.allowed);
+    let a = gcra.decide(&mut tat, 70_000, one, patient)?;
+    assert_eq!(a, bucket.decide(&mut level, 70_000, one, patient)?);
+    assert_eq!((a.allowed, a.wait), (true, Duration::from_millis(30)));
+    Ok(())
+}
+
+#[test]
+fn set_rate_behind_the_last_refill_refills_once() -> Result<(), Box<dyn std::error::Error>> {
+    // The bucket was last refilled at 1s; `carry_over` at an earlier time (a clock behind the
+    // limiter's last decision) must not let the next decision refill [0, 1s] a second time.
+    let one = NonZeroU64::MIN;
+    let old = TokenBucket::new(Rate::per_second(1)?, 1)?;
+    for new in [
+        TokenBucket::new(Rate::per_second(1)?, 1)?,
+        TokenBucket::new(Rate::per_second(3)?, 3)?,
+    ] {
+        let mut level = old.initial_state(0);
+        assert!(old.decide(&mut level, 1_000_000, one, Op::Check)?.allowed);
+        old.carry_over(&new, &mut level, 0);
+        let d = new.decide(&mut level, 1_000_000, one, Op::Peek)?;
+        assert!(!d.allowed, "refilled twice: {d:?}");
+        assert_eq!(d.remaining, 0);
+        assert!(
+            new.decide(
+                &mut level,
+                2_000_000,
+                NonZeroU64::new(new.limit()).ok_or("limit")?,
+                Op::Peek
+            )?
+            .allowed
+        );
+    }
     Ok(())
 }

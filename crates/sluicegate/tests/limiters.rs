@@ -30,9 +30,79 @@ fn keyed_limiter_forgets_fresh_keys_without_a_cleanup_call() -> TestResult {
     for key in 10_000..20_000u64 {
         assert!(limiter.check(&key)?.allowed);
     }
-    assert!(limiter.len() < 20_000, "held {} keys", limiter.len());
+    // Every shard outgrew its table while adding the new keys (about 156 old and 156 new per
+    // shard, against a table of 224), and each such sweep dropped all of its old keys; the new
+    // ones are all still spending.
+    for key in 0..10_000u64 {
+        assert_eq!(limiter.state_of(&key), None, "old key {key} still held");
+    }
+    for key in 10_000..20_000u64 {
+        assert!(limiter.state_of(&key).is_some(), "new key {key} dropped");
+    }
+    assert_eq!(limiter.len(), 10_000);
     // A forgotten key starts fresh, exactly as if it had been kept.
     assert!(limiter.check(&0)?.allowed);
+    assert!(!limiter.check(&0)?.allowed);
+    assert_eq!(limiter.len(), 10_001);
+    Ok(())
+}
+
+#[test]
+fn bucket_limiters_keep_limiting_past_2_pow_63_ticks() -> TestResult {
+    // 4 * 10^18 µs is 1.2 * 10^19 ticks of 1/3 µs: past 2^63, where the word cell's lock bit
+    // used to wrap the time around (and let all ten through).
+    let clock = ManualClock::new(4_000_000_000_000_000_000);
+    let gcra = DirectLimiter::with_clock(Gcra::new(Rate::per_second(3)?, 1)?, clock.clone());
+    let bucket =
+        DirectLimiter::with_clock(TokenBucket::new(Rate::per_second(3)?, 1)?, clock.clone());
+    let allowed = (0..10)
+        .filter(|_| gcra.check().is_ok_and(|d| d.allowed))
+        .count();
+    assert_eq!(allowed, 1);
+    let allowed = (0..10)
+        .filter(|_| bucket.check().is_ok_and(|d| d.allowed))
+        .count();
+    assert_eq!(allowed, 1);
+    // And exactly: the next permit is due 333 333.3µs later.
+    assert_eq!(
+        gcra.check()?.retry_after,
+        Some(Duration::from_micros(333_334))
+    );
+    clock.advance_micros(333_333);
+    assert!(!gcra.check()?.allowed);
+    assert!(!bucket.check()?.allowed);
+    clock.advance_micros(1);
+    assert!(gcra.check()?.allowed);
+    assert!(bucket.check()?.allowed);
+    Ok(())
+}
+
+#[test]
+fn bucket_limiters_keep_limiting_past_the_horizon() -> TestResult {
+    // A clock far beyond any horizon (a custom clock counting nanoseconds, at the finest pace,
+    // or simply u64::MAX): time stands still for the bucket, which grants its burst and then
+    // denies. Never "no limit", never a panic.
+    for start in [u64::MAX, 1_800_000_000_000_000_000] {
+        let clock = ManualClock::new(start);
+        // 1024 permits per 1.000001 s: ticks of 1/1024 µs, the finest pace.
+        let rate = Rate::new(1024, Duration::from_micros(1_000_001))?;
+        assert_eq!(rate.pace().ticks_per_micro, 1024);
+        let gcra = DirectLimiter::with_clock(Gcra::new(rate, 2)?, clock.clone());
+        let bucket = DirectLimiter::with_clock(TokenBucket::new(rate, 2)?, clock.clone());
+        let allowed = (0..5)
+            .filter(|_| gcra.check().is_ok_and(|d| d.allowed))
+            .count();
+        assert_eq!(allowed, 2);
+        let allowed = (0..5)
+            .filter(|_| bucket.check().is_ok_and(|d| d.allowed))
+            .count();
+        assert_eq!(allowed, 2);
+        clock.advance_micros(1_000_000);
+        assert!(!gcra.check()?.allowed);
+        assert!(!bucket.check()?.allowed);
+        let reserve = Op::Reserve { max_wait: None };
+        assert_eq!(gcra.decide(ONE, reserve)?, bucket.decide(ONE, reserve)?);
+    }
     Ok(())
 }
 

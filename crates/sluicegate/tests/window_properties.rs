@@ -387,8 +387,35 @@ proptest! {
         let buckets = u32::try_from(buckets.min(window))?;
         run(&SlidingWindow::new(limit, window_len, Some(buckets))?, start, &trace, None, false)?;
         run(&SlidingWindow::new(limit, window_len, None)?, start, &trace, None, false)?;
-        run(&LeakyBucket::new(rate, limit)?, start, &trace, None, false)?;
-        run(&LeakyQueue::new(rate, limit, QueueDelay::Shape)?, start, &trace, None, false)?;
+        // The buckets' time stands still past their horizon: they grant at most what they
+        // hold, never "no limit".
+        let total = |grants: Grants| grants.iter().map(|&(_, p)| p).sum::<u64>();
+        let granted = total(run(&LeakyBucket::new(rate, limit)?, start, &trace, None, false)?);
+        prop_assert!(granted <= limit, "leaky bucket granted {}", granted);
+        let queue = LeakyQueue::new(rate, limit, QueueDelay::Shape)?;
+        let granted = total(run(&queue, start, &trace, None, false)?);
+        prop_assert!(granted <= limit + 1, "leaky queue granted {}", granted);
+        let granted = total(run(&Gcra::new(rate, limit)?, start, &trace, None, false)?);
+        prop_assert!(granted <= limit, "gcra granted {}", granted);
+        let granted = total(run(&TokenBucket::new(rate, limit)?, start, &trace, None, false)?);
+        prop_assert!(granted <= limit, "token bucket granted {}", granted);
+    }
+
+    /// GCRA and the token bucket report exact `retry_after` and `reset_after` times, and their
+    /// `is_fresh` is exact, as the window algorithms' are (rounded paces included).
+    #[test]
+    fn buckets_report_exact_retry_and_reset_times(
+        permits in prop_oneof![1..=5u64, 1_000_001..=1_023_999u64],
+        period in 1..=3_000u64,
+        burst in 1..=6u64,
+        start in 0..10_000u64,
+        trace in events_scaled(7, 3_000),
+    ) {
+        // Either a few permits per few microseconds, or a rounded pace near a million a second.
+        let period = if permits > 5 { 1_000_000 } else { period };
+        let rate = Rate::new(permits, Duration::from_micros(period))?;
+        run(&Gcra::new(rate, burst)?, start, &trace, None, true)?;
+        run(&TokenBucket::new(rate, burst)?, start, &trace, None, true)?;
     }
 }
 

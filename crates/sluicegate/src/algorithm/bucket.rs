@@ -6,9 +6,25 @@ use crate::decision::Decision;
 use crate::error::ConfigError;
 use crate::rate::{Pace, Rate};
 
-/// Keeps every state value (ticks since the epoch plus a bucket) clear of the top bit, which
-/// the word cell uses as a lock flag.
+/// The largest bucket, in ticks: `burst` permits' worth of time.
 const MAX_TOLERANCE: u64 = 1 << 61;
+
+/// The furthest a bucket may be from full, in ticks, reservations included: a reservation that
+/// would take it further is denied (its `retry_after` says when it would fit), never clamped,
+/// so an admitted reservation is always charged in full.
+pub(crate) const MAX_DEBT: u64 = 1 << 62;
+
+/// The last time, in ticks, that the bucket algorithms tell from later ones: a clock reading
+/// beyond it counts as this time. Every stored time (the time itself plus a debt of at most
+/// [`MAX_DEBT`]) then fits a `u64`, exactly.
+///
+/// In microseconds that is `HORIZON_TICKS / ticks_per_micro`: about 438 000 years of
+/// microseconds for whole-microsecond paces, and 13.5 * 10^15 µs (Unix time in the year
+/// 2398) at the finest pace, 1/1024 µs. Past it, time stands still for the bucket: it refills
+/// no more, so it grants what it holds and then denies (with a `retry_after` that never comes),
+/// never "no limit". A custom clock counting nanoseconds instead of microseconds reaches it at
+/// once for paces of 1/8 µs and finer.
+pub(crate) const HORIZON_TICKS: u64 = u64::MAX - MAX_DEBT;
 
 /// A bucket's parameters, validated, in ticks.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -60,15 +76,40 @@ impl BucketShape {
         })
     }
 
-    /// `micros` in ticks (saturating). Whole-microsecond paces, the common case, skip the
-    /// multiplication.
+    /// `micros` in ticks, at most [`HORIZON_TICKS`]. Whole-microsecond paces, the common case,
+    /// skip the multiplication.
     #[inline]
     pub(crate) fn ticks(&self, micros: Micros) -> u64 {
         if self.pace.ticks_per_micro == 1 {
-            micros
+            micros.min(HORIZON_TICKS)
         } else {
-            self.pace.to_ticks(micros)
+            self.pace.to_ticks(micros).min(HORIZON_TICKS)
         }
+    }
+
+    /// A time in `self`'s ticks as `new`'s ticks, rounded up (a later time refills less).
+    pub(crate) fn ticks_as(&self, new: &BucketShape, ticks: u64) -> u64 {
+        let (from, to) = (self.pace.ticks_per_micro, new.pace.ticks_per_micro);
+        if from == to {
+            return ticks;
+        }
+        let scaled = (u128::from(ticks) * u128::from(to)).div_ceil(u128::from(from));
+        u64::try_from(scaled).map_or(HORIZON_TICKS, |t| t.min(HORIZON_TICKS))
+    }
+
+    /// How long until a reservation leaving the bucket `debt_after` short of full, with a
+    /// `wait` of its own, could be made under `max_wait`; 0 if it can be made now. Exact: the
+    /// debt shrinks one microsecond's ticks per microsecond, and the wait with it.
+    #[inline]
+    pub(crate) fn reservation_delay(
+        &self,
+        debt_after: u64,
+        wait: Micros,
+        max_wait: Option<Micros>,
+    ) -> Micros {
+        let too_long = max_wait.map_or(0, |limit| wait.saturating_sub(limit));
+        let too_deep = self.micros_ceil(debt_after.saturating_sub(MAX_DEBT));
+        too_long.max(too_deep)
     }
 
     /// `ticks` as whole microseconds, rounded up (as [`Pace::to_micros_ceil`], faster).
@@ -114,14 +155,15 @@ impl BucketShape {
 
     /// The debt under `new` that keeps the same fill ratio as `debt` under `self`, rounded
     /// towards the emptier bucket. A debt beyond the bucket (reservations) keeps its length in
-    /// permits.
+    /// permits, up to [`MAX_DEBT`].
     pub(crate) fn rescale_debt(&self, new: &BucketShape, debt: u64) -> u64 {
         if debt > self.tolerance {
             let overdraft = u128::from(debt - self.tolerance) * u128::from(new.pace.interval);
             let overdraft = overdraft.div_ceil(u128::from(self.pace.interval));
             return new
                 .tolerance
-                .saturating_add(u64::try_from(overdraft).unwrap_or(u64::MAX));
+                .saturating_add(u64::try_from(overdraft).unwrap_or(u64::MAX))
+                .min(MAX_DEBT);
         }
         let scaled = u128::from(debt) * u128::from(new.tolerance);
         u64::try_from(scaled.div_ceil(u128::from(self.tolerance))).unwrap_or(u64::MAX)
@@ -225,7 +267,8 @@ mod tests {
 
         #[test]
         fn micros_ceil_matches_pace(permits in 1u64..10_000_000, period in 1u64..100_000_000, ticks in any::<u64>()) {
-            let rate = Rate::new(permits, std::time::Duration::from_micros(period))
+            // At most one permit per microsecond: faster rates may be refused as too rounded.
+            let rate = Rate::new(permits.min(period), std::time::Duration::from_micros(period))
                 .map_err(|e| TestCaseError::fail(e.to_string()))?;
             let shape = BucketShape::new(rate, 1, None)
                 .map_err(|e| TestCaseError::fail(e.to_string()))?;

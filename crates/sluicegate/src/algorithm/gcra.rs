@@ -4,7 +4,7 @@
 use std::num::NonZeroU64;
 
 use crate::algorithm::bucket::BucketShape;
-use crate::cell::{MAX_WORD, WordCell};
+use crate::cell::WordCell;
 use crate::clock::Micros;
 use crate::decision::Decision;
 use crate::error::{CheckError, ConfigError};
@@ -12,7 +12,8 @@ use crate::rate::Rate;
 use crate::state_machine::{Algorithm, AlgorithmState, Op, ensure_capacity, unsupported};
 
 /// GCRA: `rate` with bursts of up to `burst` permits, deciding exactly as a
-/// [`TokenBucket`](crate::TokenBucket) of the same rate and burst, in one word of state.
+/// [`TokenBucket`](crate::TokenBucket) of the same rate and burst, in one word of state,
+/// including the token bucket's limits on reservations and on time (see its docs).
 ///
 /// ```
 /// use sluicegate::{Algorithm, Gcra, Op, Rate};
@@ -33,6 +34,10 @@ pub struct Gcra {
 }
 
 /// The theoretical arrival time, in ticks of the rate's [`Pace`](crate::Pace).
+///
+/// Times are counted up to a horizon (Unix time in the year 2398 at the finest pace, far
+/// later at coarser ones); a clock reading beyond it counts as the horizon itself, so the
+/// bucket stops refilling there rather than wrapping around (see the bucket algorithms' docs).
 pub type Tat = u64;
 
 impl AlgorithmState for Tat {
@@ -102,6 +107,8 @@ impl Algorithm for Gcra {
         // Ticks by which the bucket is short of full, before and after this request.
         let debt = tat.saturating_sub(now_t);
         let debt_after = debt.saturating_add(n * s.pace.interval);
+        // No overflow below: `now_t` is at most the horizon, `u64::MAX - MAX_DEBT`, and an
+        // admitted debt at most the tolerance or (reserved) `MAX_DEBT`.
         if debt_after <= s.tolerance {
             if op.consumes() {
                 *tat = now_t + debt_after;
@@ -109,13 +116,18 @@ impl Algorithm for Gcra {
             return Ok(s.allow(debt_after));
         }
         let wait = s.micros_ceil(debt_after - s.tolerance);
-        if let Op::Reserve { max_wait } = op {
-            if max_wait.is_none_or(|limit| wait <= limit) {
-                *tat = now_t.saturating_add(debt_after).min(MAX_WORD);
-                return Ok(s.allow(debt_after).with_wait(wait));
+        let retry = match op {
+            Op::Reserve { max_wait } => {
+                let delay = s.reservation_delay(debt_after, wait, max_wait);
+                if delay == 0 {
+                    *tat = now_t + debt_after;
+                    return Ok(s.allow(debt_after).with_wait(wait));
+                }
+                delay
             }
-        }
-        Ok(s.deny(debt, wait))
+            _ => wait,
+        };
+        Ok(s.deny(debt, retry))
     }
 
     fn is_fresh(&self, tat: &Tat, now: Micros) -> bool {
@@ -124,7 +136,8 @@ impl Algorithm for Gcra {
 
     fn carry_over(&self, new: &Self, tat: &mut Tat, now: Micros) {
         let debt = tat.saturating_sub(self.shape.ticks(now));
+        // At most `MAX_DEBT`, so the sum stays in range.
         let new_debt = self.shape.rescale_debt(&new.shape, debt);
-        *tat = new.shape.ticks(now).saturating_add(new_debt);
+        *tat = new.shape.ticks(now) + new_debt;
     }
 }

@@ -18,6 +18,9 @@ use crate::state_machine::{Algorithm, AlgorithmState, Op, ensure_capacity, unsup
 /// kept in exact ticks of the rate's [`Pace`](crate::Pace), `reset_after` is the time until
 /// the bucket is empty and `retry_after` the time until the request's permits fit, both rounded
 /// up to a whole microsecond. It has nothing to reserve, so [`Op::Reserve`] is unsupported.
+/// Like the token bucket, it counts time up to a horizon (Unix time in the year 2398 at the
+/// finest pace) past which time stands still: the bucket drains no more, so it denies once
+/// full.
 ///
 /// ```
 /// use sluicegate::{Algorithm, LeakyBucket, Op, Rate};
@@ -105,7 +108,7 @@ impl Algorithm for LeakyBucket {
     fn initial_state(&self, created_at: Micros) -> LeakyBucketState {
         LeakyBucketState {
             level: 0,
-            leaked_at: self.shape.pace.to_ticks(created_at),
+            leaked_at: self.shape.ticks(created_at),
         }
     }
 
@@ -123,7 +126,7 @@ impl Algorithm for LeakyBucket {
             return Err(unsupported(self.name(), op));
         }
         // A clock that went back does not drain (nor refill) anything.
-        let now_t = s.pace.to_ticks(now).max(state.leaked_at);
+        let now_t = s.ticks(now).max(state.leaked_at);
         let level = self.level_at(state, now_t);
         // Both terms are at most the tolerance (< 2^61), so the sum cannot overflow.
         let after = level + n * s.pace.interval;
@@ -140,15 +143,21 @@ impl Algorithm for LeakyBucket {
     }
 
     fn is_fresh(&self, state: &LeakyBucketState, now: Micros) -> bool {
-        self.level_at(state, self.shape.pace.to_ticks(now)) == 0
+        self.level_at(state, self.shape.ticks(now)) == 0
     }
 
     fn carry_over(&self, new: &Self, state: &mut LeakyBucketState, now: Micros) {
-        let now_t = self.shape.pace.to_ticks(now).max(state.leaked_at);
+        let now_t = self.shape.ticks(now).max(state.leaked_at);
         let level = self.level_at(state, now_t);
+        // The level is as of `now_t`, the later of now and the last leak (a clock that went
+        // back): stored as of now, the time in between would be drained a second time.
+        let leaked_at = new
+            .shape
+            .ticks(now)
+            .max(self.shape.ticks_as(&new.shape, state.leaked_at));
         *state = LeakyBucketState {
             level: self.shape.rescale_debt(&new.shape, level),
-            leaked_at: new.shape.pace.to_ticks(now),
+            leaked_at,
         };
     }
 }
@@ -214,6 +223,24 @@ mod tests {
         // Half full: 4 of 8 permits' worth, 500ms each.
         assert_eq!(s.level, 2_000_000);
         assert_eq!(new.decide(&mut s, 0, permits(4), Op::Peek)?.remaining, 0);
+        Ok(())
+    }
+
+    #[test]
+    fn carry_over_behind_the_last_leak_drains_once() -> Result<(), Box<dyn std::error::Error>> {
+        // Last drained at 1s; carried over at 0 (a clock behind the last decision), the next
+        // decision at 1s must not drain [0, 1s] a second time.
+        let old = LeakyBucket::new(Rate::per_second(1)?, 1)?;
+        for new in [old.clone(), LeakyBucket::new(Rate::per_second(3)?, 3)?] {
+            let mut s = old.initial_state(0);
+            assert!(
+                old.decide(&mut s, 1_000_000, permits(1), Op::Check)?
+                    .allowed
+            );
+            old.carry_over(&new, &mut s, 0);
+            assert!(!new.decide(&mut s, 1_000_000, permits(1), Op::Peek)?.allowed);
+            assert!(new.is_fresh(&s, 2_000_000));
+        }
         Ok(())
     }
 

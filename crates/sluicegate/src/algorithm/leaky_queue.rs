@@ -5,7 +5,6 @@ use std::num::NonZeroU64;
 
 use crate::algorithm::bucket::BucketShape;
 use crate::algorithm::gcra::Tat;
-use crate::cell::MAX_WORD;
 use crate::clock::Micros;
 use crate::decision::Decision;
 use crate::error::{CheckError, ConfigError};
@@ -49,6 +48,10 @@ pub enum QueueDelay {
 /// - nginx rejects `burst=0` as written but uses 0 when `burst` is absent, and needs
 ///   `delay >= 1`; here `burst` 0 is allowed (only one request at a time) and `After(0)` is
 ///   `Shape`.
+///
+/// Times count up to the same horizon as the other buckets' (Unix time in the year 2398 at the
+/// finest pace); past it time stands still, so the queue drains no more: it admits what fits,
+/// then rejects.
 ///
 /// [`Op::Check`] and [`Op::Reserve`] both admit with a wait (`Reserve { max_wait }` also
 /// rejects a wait above `max_wait`); [`Op::Peek`] reports without consuming.
@@ -136,7 +139,7 @@ impl Algorithm for LeakyQueue {
     }
 
     fn initial_state(&self, created_at: Micros) -> Tat {
-        self.shape.pace.to_ticks(created_at).min(MAX_WORD)
+        self.shape.ticks(created_at)
     }
 
     #[inline]
@@ -154,7 +157,7 @@ impl Algorithm for LeakyQueue {
             Op::Reserve { max_wait } => max_wait,
             Op::Release => return Err(unsupported(self.name(), op)),
         };
-        let now_t = s.pace.to_ticks(now);
+        let now_t = s.ticks(now);
         // The queue ahead of this request, and with it, in ticks (nginx's excess + 1).
         let queue = tat.saturating_sub(now_t);
         let queue_after = queue.saturating_add(n * s.pace.interval);
@@ -170,24 +173,21 @@ impl Algorithm for LeakyQueue {
             return Ok(s.deny(queue, overflow.max(too_long)));
         }
         if op.consumes() {
-            *tat = now_t.saturating_add(queue_after).min(MAX_WORD);
+            // No overflow: `now_t` is at most the horizon and `queue_after` within the bucket.
+            *tat = now_t + queue_after;
         }
         Ok(s.allow(queue_after).with_wait(wait))
     }
 
     fn is_fresh(&self, tat: &Tat, now: Micros) -> bool {
-        *tat <= self.shape.pace.to_ticks(now)
+        *tat <= self.shape.ticks(now)
     }
 
     fn carry_over(&self, new: &Self, tat: &mut Tat, now: Micros) {
-        let queue = tat.saturating_sub(self.shape.pace.to_ticks(now));
+        let queue = tat.saturating_sub(self.shape.ticks(now));
+        // At most `MAX_DEBT`, so the sum stays in range.
         let new_queue = self.shape.rescale_debt(&new.shape, queue);
-        *tat = new
-            .shape
-            .pace
-            .to_ticks(now)
-            .saturating_add(new_queue)
-            .min(MAX_WORD);
+        *tat = new.shape.ticks(now) + new_queue;
     }
 }
 
@@ -314,12 +314,16 @@ mod tests {
     }
 
     #[test]
-    fn survives_the_end_of_time() -> Result<(), Box<dyn std::error::Error>> {
+    fn keeps_limiting_at_the_end_of_time() -> Result<(), Box<dyn std::error::Error>> {
+        // Past the horizon time stands still: the queue admits what fits, then rejects, and
+        // nothing drains it. It never becomes "no limit".
         let q = LeakyQueue::new(Rate::per_second(3)?, 4, QueueDelay::Shape)?;
         let mut tat = q.initial_state(u64::MAX);
         let d = q.decide(&mut tat, u64::MAX, permits(5), Op::Check)?;
         assert!(d.allowed);
-        assert!(tat <= MAX_WORD);
+        for later in [u64::MAX, u64::MAX - 1, u64::MAX / 2] {
+            assert!(!q.decide(&mut tat, later, permits(1), Op::Check)?.allowed);
+        }
         Ok(())
     }
 

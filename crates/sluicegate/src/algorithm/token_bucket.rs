@@ -13,6 +13,13 @@ use crate::state_machine::{Algorithm, AlgorithmState, Op, ensure_capacity, unsup
 /// A bucket of `burst` tokens refilled at `rate`, lazily on access (never a timer per bucket).
 /// Starts full unless built [`with_initial`](TokenBucket::with_initial) tokens.
 ///
+/// Reservations ([`Op::Reserve`]) may run the bucket into debt, up to 2^62 ticks of the rate's
+/// [`Pace`](crate::Pace) (about 146 000 years of permits at whole-microsecond paces); one that
+/// would go deeper is denied, with the `retry_after` at which it would fit. Times count up to
+/// a horizon (Unix time in the year 2398 at the finest pace, far later at coarser ones)
+/// beyond which the bucket stops refilling: it grants what it holds, then denies. GCRA does
+/// exactly the same.
+///
 /// ```
 /// use sluicegate::{Algorithm, Op, Rate, TokenBucket};
 /// use std::num::NonZeroU64;
@@ -108,30 +115,35 @@ impl Algorithm for TokenBucket {
         }
         let now_t = s.ticks(now).max(state.refilled_at);
         let level = self.level_at(state, now_t);
-        let cost = (n * s.pace.interval) as i64;
-        let after = level - cost;
-        // How far from full the bucket is, in ticks (the same number GCRA calls its debt).
-        let debt_after = (self.full() - after) as u64;
+        // How far from full the bucket is, in ticks (the same number GCRA calls its debt),
+        // before and after this request; an admitted one is at most `MAX_DEBT`.
+        let debt = self.full().abs_diff(level);
+        let debt_after = debt.saturating_add(n * s.pace.interval);
         let commit = |state: &mut TokenBucketState| {
             *state = TokenBucketState {
-                level: after,
+                level: self.full() - debt_after as i64,
                 refilled_at: now_t,
             };
         };
-        if after >= 0 {
+        if debt_after <= s.tolerance {
             if op.consumes() {
                 commit(state);
             }
             return Ok(s.allow(debt_after));
         }
-        let wait = s.micros_ceil(after.unsigned_abs());
-        if let Op::Reserve { max_wait } = op {
-            if max_wait.is_none_or(|limit| wait <= limit) {
-                commit(state);
-                return Ok(s.allow(debt_after).with_wait(wait));
+        let wait = s.micros_ceil(debt_after - s.tolerance);
+        let retry = match op {
+            Op::Reserve { max_wait } => {
+                let delay = s.reservation_delay(debt_after, wait, max_wait);
+                if delay == 0 {
+                    commit(state);
+                    return Ok(s.allow(debt_after).with_wait(wait));
+                }
+                delay
             }
-        }
-        Ok(s.deny((self.full() - level) as u64, wait))
+            _ => wait,
+        };
+        Ok(s.deny(debt, retry))
     }
 
     fn is_fresh(&self, state: &TokenBucketState, now: Micros) -> bool {
@@ -140,11 +152,18 @@ impl Algorithm for TokenBucket {
 
     fn carry_over(&self, new: &Self, state: &mut TokenBucketState, now: Micros) {
         let now_t = self.shape.ticks(now).max(state.refilled_at);
-        let debt = (self.full() - self.level_at(state, now_t)) as u64;
+        let debt = self.full().abs_diff(self.level_at(state, now_t));
+        // At most `MAX_DEBT`, like every debt a decision leaves.
         let new_debt = self.shape.rescale_debt(&new.shape, debt);
+        // The level is as of `now_t`, the later of now and the last refill (a clock that went
+        // back): stored as of now, the time in between would be refilled a second time.
+        let refilled_at = new
+            .shape
+            .ticks(now)
+            .max(self.shape.ticks_as(&new.shape, state.refilled_at));
         *state = TokenBucketState {
-            level: new.full() - i64::try_from(new_debt).unwrap_or(i64::MAX),
-            refilled_at: new.shape.ticks(now),
+            level: new.full() - new_debt as i64,
+            refilled_at,
         };
     }
 }

@@ -108,6 +108,10 @@ impl<A: Algorithm, C: Clock> DirectLimiter<A, C> {
     /// Replaces the algorithm's parameters (a new rate, say), carrying the state over at the
     /// current time: buckets keep their fill ratio, windows their counts, Guava's limiters
     /// follow Guava's `setRate`.
+    ///
+    /// With an [`AnyAlgorithm`](crate::AnyAlgorithm), switching to another *kind* of algorithm
+    /// (a token bucket for a fixed window, say) has no state to carry over: the limiter starts
+    /// afresh, as if created now, forgetting what was spent under the old one.
     pub fn set_algorithm(&mut self, new: A) {
         let now = self.clock.now();
         let mut state = self.state.snapshot();

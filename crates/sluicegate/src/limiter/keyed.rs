@@ -284,6 +284,10 @@ impl<K: Hash + Eq + Clone, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
 
     /// Replaces the algorithm's parameters, carrying every key's state over at the current
     /// time (see [`DirectLimiter::set_algorithm`](crate::DirectLimiter::set_algorithm)).
+    ///
+    /// With an [`AnyAlgorithm`](crate::AnyAlgorithm), switching to another *kind* of algorithm
+    /// starts every key afresh, as if first seen now: what each key spent under the old
+    /// algorithm is forgotten.
     pub fn set_algorithm(&mut self, new: A) {
         let now = self.clock.now();
         for shard in self.shards.iter() {
