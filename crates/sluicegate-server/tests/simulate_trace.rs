@@ -32,7 +32,7 @@ t,key,permits,op
         decision(0.0, "a", 2, "check", true, 3, 0, 3.0, None, 0.0),
         decision(0.5, "a", 1, "peek", false, 3, 0, 2.5, Some(0.5), 0.0),
         decision(0.5, "a", 1, "acquire", true, 3, 0, 3.5, None, 0.5),
-        decision(1.0, "a", 1, "try:0.5", false, 3, 0, 3.0, Some(1.0), 0.0),
+        decision(1.0, "a", 1, "try:0.5", false, 3, 0, 3.0, Some(0.5), 0.0),
         decision(1.0, "a", 1, "try:1", true, 3, 0, 4.0, None, 1.0),
         error(
             1.0,

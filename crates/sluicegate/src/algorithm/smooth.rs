@@ -172,8 +172,13 @@ pub(crate) fn decide<C: SmoothCurve>(
         } => Some(i64::try_from(max_wait).unwrap_or(i64::MAX)),
         _ => Some(0),
     };
-    if timeout.is_some_and(|timeout| !can_acquire(state, now, timeout)) {
-        let retry_after = state.next_free_ticket.wrapping_sub(now).max(0) as u64;
+    if let Some(timeout) = timeout.filter(|&timeout| !can_acquire(state, now, timeout)) {
+        // The earliest time the same request (with the same timeout) could pass.
+        let retry_after = state
+            .next_free_ticket
+            .wrapping_sub(now)
+            .saturating_sub(timeout)
+            .max(0) as u64;
         let reset_after = micros_to_fresh(curve, state, now);
         return Ok(Decision::deny(curve.limit(), 0, reset_after, retry_after));
     }
