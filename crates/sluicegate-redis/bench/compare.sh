@@ -14,9 +14,12 @@
 # persistence) on a free loopback port and stops it on exit.
 #
 # Each client keeps INFLIGHT calls in flight: sluicegate-redis as INFLIGHT tokio tasks sharing
-# one multiplexed connection (BENCH_THREADS=1 puts them on one thread; default one worker per
-# core), rate-limiter-flexible as INFLIGHT async workers on one ioredis connection, `limits`
+# one multiplexed connection, on tokio's multi-threaded runtime (one worker per core) and again
+# on its current-thread runtime ("1 thread", as Node runs), rate-limiter-flexible as INFLIGHT async workers on one ioredis connection, `limits`
 # as INFLIGHT asyncio tasks on redis-py's connection pool. Every key gets 100 per second.
+#
+# BENCH_BASELINE=path/to/redis_bench (an examples/redis_bench binary built from another
+# commit) adds that build's gcra and fixed-window runs, labelled "sluicegate-redis (baseline)".
 #
 # Ceilings: `redis-benchmark -c INFLIGHT -P 1` (INFLIGHT connections, one call each) is the
 # literal "same concurrency"; the multiplexed clients above instead send their calls down one
@@ -97,6 +100,16 @@ for round in $(seq "$rounds"); do
   for keys in 1 "$many_keys"; do
     run "$keys" "$bin" "$url" "$seconds" "$inflight" "$keys" gcra
     run "$keys" "$bin" "$url" "$seconds" "$inflight" "$keys" fixed-window
+    for algorithm in gcra fixed-window; do
+      BENCH_THREADS=1 BENCH_LABEL="sluicegate-redis (1 thread)" \
+        run "$keys" "$bin" "$url" "$seconds" "$inflight" "$keys" "$algorithm"
+    done
+    if [ -n "${BENCH_BASELINE:-}" ]; then
+      for algorithm in gcra fixed-window; do
+        BENCH_LABEL="sluicegate-redis (baseline)" \
+          run "$keys" "$BENCH_BASELINE" "$url" "$seconds" "$inflight" "$keys" "$algorithm"
+      done
+    fi
     run "$keys" node "$here/rlflex.js" "$port" "$seconds" "$inflight" "$keys"
     run "$keys" "$cache/venv/bin/python" "$here/limits_bench.py" "$port" "$seconds" "$inflight" "$keys" fixed-window
     run "$keys" "$cache/venv/bin/python" "$here/limits_bench.py" "$port" "$seconds" "$inflight" "$keys" moving-window

@@ -93,9 +93,11 @@ async fn run() -> Result<(), BoxError> {
         handle.await??;
     }
     let secs = started.elapsed().as_secs_f64();
+    // BENCH_LABEL names another build in the same table (bench/compare.sh's BENCH_BASELINE).
+    let label = std::env::var("BENCH_LABEL").unwrap_or("sluicegate-redis".into());
     let total = total.load(Ordering::Relaxed);
     println!(
-        "{{\"impl\":\"sluicegate-redis\",\"algorithm\":\"{algorithm}\",\"tasks\":{tasks},\"decisions\":{total},\"allowed\":{},\"seconds\":{secs:.3},\"per_second\":{:.0}}}",
+        "{{\"impl\":\"{label}\",\"algorithm\":\"{algorithm}\",\"tasks\":{tasks},\"decisions\":{total},\"allowed\":{},\"seconds\":{secs:.3},\"per_second\":{:.0}}}",
         allowed.load(Ordering::Relaxed),
         total as f64 / secs
     );
