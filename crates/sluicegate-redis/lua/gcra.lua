@@ -1,5 +1,4 @@
--- GCRA. Concatenated after prelude.lua and bucket_prelude.lua
--- (see src/store.rs).
+-- GCRA. Concatenated after prelude.lua and bucket_prelude.lua (see src/store.rs).
 
 -- GCRA (gcra.rs). State: hash {t = TAT us, r = TAT remainder ticks, d}.
 -- Parameters: d, interval, tolerance, burst, initial TAT us, initial TAT remainder,

@@ -1,5 +1,5 @@
--- Leaky bucket (meter) and leaky queue (nginx). Concatenated after prelude.lua and bucket_prelude.lua
--- (see src/store.rs).
+-- Leaky bucket (meter) and leaky queue (nginx). Concatenated after prelude.lua and
+-- bucket_prelude.lua (see src/store.rs).
 
 -- Leaky bucket as a meter (leaky_bucket.rs). State: hash {l = level ticks, u, r = leaked-at
 -- pair, d, i}. Parameters as GCRA (the initial pair unused: a missing key is empty).
