@@ -14,8 +14,27 @@ fn arg<T: std::str::FromStr>(args: &[String], i: usize, default: T) -> T {
     args.get(i).and_then(|a| a.parse().ok()).unwrap_or(default)
 }
 
-#[tokio::main(flavor = "multi_thread")]
-async fn main() -> Result<(), BoxError> {
+fn main() -> Result<(), BoxError> {
+    // BENCH_THREADS=1 runs every caller on one thread (as Node does), else one per core.
+    let threads: usize = std::env::var("BENCH_THREADS")
+        .ok()
+        .and_then(|t| t.parse().ok())
+        .unwrap_or(0);
+    let runtime = if threads == 1 {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?
+    } else {
+        let mut builder = tokio::runtime::Builder::new_multi_thread();
+        if threads > 1 {
+            builder.worker_threads(threads);
+        }
+        builder.enable_all().build()?
+    };
+    runtime.block_on(run())
+}
+
+async fn run() -> Result<(), BoxError> {
     let args: Vec<String> = std::env::args().collect();
     let url = args
         .get(1)
@@ -74,9 +93,11 @@ async fn main() -> Result<(), BoxError> {
         handle.await??;
     }
     let secs = started.elapsed().as_secs_f64();
+    // BENCH_LABEL names another build in the same table (bench/compare.sh's BENCH_BASELINE).
+    let label = std::env::var("BENCH_LABEL").unwrap_or("sluicegate-redis".into());
     let total = total.load(Ordering::Relaxed);
     println!(
-        "{{\"impl\":\"sluicegate-redis\",\"algorithm\":\"{algorithm}\",\"tasks\":{tasks},\"decisions\":{total},\"allowed\":{},\"seconds\":{secs:.3},\"per_second\":{:.0}}}",
+        "{{\"impl\":\"{label}\",\"algorithm\":\"{algorithm}\",\"tasks\":{tasks},\"decisions\":{total},\"allowed\":{},\"seconds\":{secs:.3},\"per_second\":{:.0}}}",
         allowed.load(Ordering::Relaxed),
         total as f64 / secs
     );

@@ -1,5 +1,6 @@
--- The entry point: parses the limits of one call, decides them all, commits all or none.
--- Concatenated after prelude.lua and the algorithm files (see src/store.rs).
+-- The entry point of any set of limits: parses the limits of one call, decides them all,
+-- commits all or none. Concatenated after prelude.lua and every algorithm file (see
+-- src/store.rs).
 
 -- Reads one limit's arguments from ARGV[i] and keys from KEYS[k]; returns a function deciding
 -- it for an op, and the next i and k.
@@ -49,13 +50,7 @@ local function parse_limit(now, i, k)
 end
 
 local function run()
-  local now
-  if ARGV[1] == "" then
-    local t = redis.call("TIME")
-    now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  else
-    now = tonumber(ARGV[1])
-  end
+  local now = decision_time()
   local op = ARGV[2]
   local count = tonumber(ARGV[3])
   local i, k = 4, 1
@@ -82,9 +77,4 @@ local function run()
   return reply
 end
 
-local ok, result = pcall(run)
-if ok then return result end
-if type(result) == "table" and result.sluicegate then
-  return { "ERR", result.kind, result.detail }
-end
-return { "ERR", "script", tostring(type(result) == "table" and result.err or result) }
+return finish(pcall(run))

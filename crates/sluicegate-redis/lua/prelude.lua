@@ -51,51 +51,33 @@ local function hash_fields(key, ...)
   return values
 end
 
--- A time pair (us, r in ticks of 1/d us) written under another d, converted by rounding the
--- sub-microsecond part up (a later time: never grants more).
-local function convert_pair(us, r, d_old, d)
-  if d_old == d then return us, r end
-  local r_new = ceil_div(r * d, d_old)
-  if r_new >= d then return us + 1, r_new - d end
-  return us, r_new
-end
-
--- Ticks from pair (a_us, a_r) back to pair (b_us, b_r), or 0 if b is not after a;
--- a corrupt-state error if the gap cannot be counted exactly.
-local function ticks_after(key, b_us, b_r, a_us, a_r, d)
-  if b_us < a_us or (b_us == a_us and b_r <= a_r) then return 0 end
-  local whole = b_us - a_us
-  if whole >= EXACT / d then fail("corrupt", key .. " lies too far in the future") end
-  return whole * d + b_r - a_r
-end
-
 local function pexpire(key, ticks, d, grace_ms)
   local ms = ceil_div(ceil_div(ticks, d), 1000) + grace_ms
   if ms < 1 then ms = 1 end
   redis.call("PEXPIRE", key, ms)
 end
 
-local function bucket_allow(p, debt_after)
-  local left = p.tolerance - debt_after
-  if left < 0 then left = 0 end
-  return { 1, p.burst, (idiv(left, p.interval)), ceil_div(debt_after, p.d), -1, 0 }
+-- The time of the decision: ARGV[1] in microseconds, or Redis's clock (TIME) if empty.
+local function decision_time()
+  if ARGV[1] == "" then
+    local t = redis.call("TIME")
+    return tonumber(t[1]) * 1000000 + tonumber(t[2])
+  end
+  return tonumber(ARGV[1])
 end
 
-local function bucket_deny(p, debt, retry_us)
-  local left = p.tolerance - debt
-  if left < 0 then left = 0 end
-  return { 0, p.burst, (idiv(left, p.interval)), ceil_div(debt, p.d), retry_us, 0 }
+-- One limit's reply, its state charged if it allowed and op is not a peek.
+local function single_reply(now, op, decision, commit)
+  if decision[1] == 1 and op ~= "peek" then commit() end
+  return { "OK", now, decision[1], decision[2], decision[3], decision[4], decision[5],
+    decision[6] }
 end
 
-local function bucket_params(argv, i)
-  return {
-    d = tonumber(argv[i]),
-    interval = tonumber(argv[i + 1]),
-    tolerance = tonumber(argv[i + 2]),
-    burst = tonumber(argv[i + 3]),
-    init_a = tonumber(argv[i + 4]),
-    init_b = tonumber(argv[i + 5]),
-    max_wait = tonumber(argv[i + 6]),
-    grace_ms = tonumber(argv[i + 7]),
-  }, i + 8
+-- The script's reply from pcall(run): run's reply, or {"ERR", kind, detail}.
+local function finish(ok, result)
+  if ok then return result end
+  if type(result) == "table" and result.sluicegate then
+    return { "ERR", result.kind, result.detail }
+  end
+  return { "ERR", "script", tostring(type(result) == "table" and result.err or result) }
 end

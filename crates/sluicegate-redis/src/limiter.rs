@@ -118,7 +118,11 @@ impl RedisStore {
                 .limit
                 .push_args(&mut args, max_wait, &lease, self.grace_ms);
         }
-        let reply = self.run_script(&keys, &args).await?;
+        let single = match requests {
+            [only] => Some(&only.limit.kind),
+            _ => None,
+        };
+        let reply = self.run_script(single, &keys, &args).await?;
         let (now, decisions) = parse_reply(&reply, requests.len())?;
         let allowed = decisions.iter().all(|d| d.allowed);
         let leases = if allowed && op.consumes() {
@@ -155,7 +159,7 @@ impl RedisStore {
         args.push(limit.name().into());
         args.push(lease.permits.to_string().into());
         limit.push_args(&mut args, None, &lease.id, self.grace_ms);
-        let reply = self.run_script(&lease.keys, &args).await?;
+        let reply = self.run_script(None, &lease.keys, &args).await?;
         let (_, decisions) = parse_reply(&reply, 1)?;
         Ok(decisions.first().is_some_and(|d| d.allowed))
     }

@@ -1,0 +1,57 @@
+-- Token bucket. Concatenated after prelude.lua and bucket_prelude.lua
+-- (see src/store.rs).
+
+-- Token bucket (token_bucket.rs). State: hash {l = level ticks (negative after
+-- reservations), u = refilled-at us, r = refilled-at remainder ticks, d, i = interval}.
+-- Parameters as GCRA, with the initial level in place of the initial TAT pair.
+local function decide_token_bucket(key, now, n, op, p)
+  local full = p.tolerance
+  local f = hash_fields(key, "l", "u", "r", "d", "i")
+  local level, ref_us, ref_r
+  if f[1] == false then
+    level, ref_us, ref_r = p.init_a, 0, 0
+  else
+    local d_old = int_field(key, "d", f[4], 1, 1024)
+    local i_old = int_field(key, "i", f[5], 1, EXACT)
+    level = int_field(key, "l", f[1], -EXACT, EXACT)
+    ref_us = int_field(key, "u", f[2], 0, 2 ^ 53)
+    ref_r = int_field(key, "r", f[3], 0, d_old - 1)
+    ref_us, ref_r = convert_pair(ref_us, ref_r, d_old, p.d)
+    if d_old ~= p.d or i_old ~= p.interval then
+      -- Other parameters: keep the time until full (rounded up), not the level.
+      local gap_us = ceil_div(math.max(0, full - level), d_old)
+      level = full - gap_us * p.d
+      if level < -EXACT then level = -EXACT end
+    end
+  end
+  if full - level >= EXACT then fail("corrupt", key .. " level out of range") end
+  -- now_t = max(now in ticks, refilled_at), as a pair.
+  local now_us, now_r = now, 0
+  local elapsed
+  if ref_us > now or (ref_us == now and ref_r > 0) then
+    now_us, now_r = ref_us, ref_r
+    elapsed = 0
+  elseif now - ref_us > ceil_div(full - level, p.d) + 1 then
+    elapsed = full - level
+  else
+    elapsed = (now - ref_us) * p.d - ref_r
+  end
+  local level_at = math.min(level + elapsed, full)
+  local after = level_at - n * p.interval
+  local debt_after = full - after
+  local function commit()
+    redis.call("HSET", key, "l", after, "u", now_us, "r", now_r, "d", p.d, "i", p.interval)
+    pexpire(key, debt_after + (now_us - now) * p.d + now_r, p.d, p.grace_ms)
+  end
+  if after >= 0 then
+    return bucket_allow(p, debt_after), commit
+  end
+  local wait = ceil_div(-after, p.d)
+  if op == "reserve" and (p.max_wait < 0 or wait <= p.max_wait) then
+    if debt_after >= EXACT then fail("overflow", key .. ": reservation too far ahead") end
+    local decision = bucket_allow(p, debt_after)
+    decision[6] = wait
+    return decision, commit
+  end
+  return bucket_deny(p, full - level_at, wait), nil
+end
