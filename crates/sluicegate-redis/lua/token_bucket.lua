@@ -53,5 +53,8 @@ local function decide_token_bucket(key, now, n, op, p)
     decision[6] = wait
     return decision, commit
   end
-  return bucket_deny(p, full - level_at, wait), nil
+  -- A try-reserve could pass once its wait has shrunk to max_wait.
+  local retry = wait
+  if op == "reserve" and p.max_wait >= 0 then retry = wait - p.max_wait end
+  return bucket_deny(p, full - level_at, retry), nil
 end

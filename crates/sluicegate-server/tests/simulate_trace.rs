@@ -178,7 +178,7 @@ fn guava_stored_permits_vector() -> TestResult {
 {"t":2.0,"key":"a","permits":1,"op":"acquire","allowed":true,"limit":6,"remaining":0,"reset_after":1.2,"retry_after":null,"wait":0.0}
 {"t":2.0,"key":"a","permits":1,"op":"acquire","allowed":true,"limit":6,"remaining":0,"reset_after":1.4,"retry_after":null,"wait":0.2}
 {"t":2.0,"key":"a","permits":1,"op":"check","allowed":false,"limit":6,"remaining":0,"reset_after":1.4,"retry_after":0.4,"wait":0.0}
-{"t":2.2,"key":"a","permits":1,"op":"try:0.1","allowed":false,"limit":6,"remaining":0,"reset_after":1.2,"retry_after":0.2,"wait":0.0}
+{"t":2.2,"key":"a","permits":1,"op":"try:0.1","allowed":false,"limit":6,"remaining":0,"reset_after":1.2,"retry_after":0.1,"wait":0.0}
 {"t":2.2,"key":"a","permits":1,"op":"try:0.2","allowed":true,"limit":6,"remaining":0,"reset_after":1.4,"retry_after":null,"wait":0.2}
 "#;
     assert_output(&["--limiter", "smooth-bursty:rate=5"], trace, expected)
