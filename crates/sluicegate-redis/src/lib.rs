@@ -21,6 +21,8 @@ mod limit;
 mod limiter;
 mod redisson;
 mod store;
+#[cfg(feature = "testing")]
+pub mod testing;
 
 pub use error::RedisLimitError;
 pub use failure::{

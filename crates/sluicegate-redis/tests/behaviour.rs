@@ -1,7 +1,5 @@
 //! A real redis-server: server time, expiry, contention, several limits at once, bad input.
 
-mod common;
-
 use std::num::NonZeroU64;
 use std::sync::Arc;
 use std::time::Duration;
@@ -9,7 +7,7 @@ use std::time::Duration;
 use sluicegate::{Algorithm, Gcra, Op, QueueDelay, Rate};
 use sluicegate_redis::{Now, RedisLimit, RedisLimitError, RedisLimiter, RedisStore, StoreConfig};
 
-use common::RedisServer;
+use sluicegate_redis::testing::RedisServer;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 

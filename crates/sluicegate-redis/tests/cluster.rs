@@ -1,14 +1,12 @@
 //! A real 3-master Redis Cluster: keys of one request share a slot, decisions match memory,
 //! and several limits on one key are decided in one call.
 
-mod common;
-
 use std::num::NonZeroU64;
 
 use sluicegate::{Algorithm, Gcra, Op, Rate, TokenBucket};
 use sluicegate_redis::{Now, RedisLimit, RedisLimitError, RedisLimiter, StoreConfig};
 
-use common::RedisCluster;
+use sluicegate_redis::testing::RedisCluster;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 

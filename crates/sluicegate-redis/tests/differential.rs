@@ -1,8 +1,6 @@
 //! Random traces through the in-memory pure state machines and through Redis with an explicit
 //! `now` give identical decisions, for every algorithm the script runs.
 
-mod common;
-
 use std::num::NonZeroU64;
 use std::time::Duration;
 
@@ -14,7 +12,7 @@ use sluicegate::{
 };
 use sluicegate_redis::{Now, RedisLimit, RedisLimitError, RedisLimiter, RedisStore, StoreConfig};
 
-use common::RedisServer;
+use sluicegate_redis::testing::RedisServer;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 

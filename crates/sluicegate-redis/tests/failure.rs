@@ -2,8 +2,6 @@
 //! the caller can act on, the failure policy answers meanwhile, and the same store works
 //! again once Redis is back.
 
-mod common;
-
 use std::num::NonZeroU64;
 use std::time::Duration;
 
@@ -13,7 +11,7 @@ use sluicegate_redis::{
     RedisLimiter, Source, StoreConfig, decide_all_fail_safe,
 };
 
-use common::RedisServer;
+use sluicegate_redis::testing::RedisServer;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 

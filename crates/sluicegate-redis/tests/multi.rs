@@ -1,8 +1,6 @@
 //! Several limits of different algorithms on one request, in one script call: random traces
 //! give the same decisions as deciding the pure state machines together, all or nothing.
 
-mod common;
-
 use std::num::NonZeroU64;
 use std::time::Duration;
 
@@ -14,7 +12,7 @@ use sluicegate::{
 };
 use sluicegate_redis::{Now, RedisLimit, RedisLimitError, RedisLimiter, StoreConfig};
 
-use common::RedisServer;
+use sluicegate_redis::testing::RedisServer;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 

@@ -2,8 +2,6 @@
 //! cap in every interval (Redisson issue 3639), available permits right after expiry
 //! (Redisson issue 5751), corrupt configurations.
 
-mod common;
-
 use std::num::NonZeroU64;
 use std::time::Duration;
 
@@ -14,7 +12,7 @@ use sluicegate_redis::{
     Now, RateConfig, RateLimiterObject, RateType, RedisLimitError, RedisStore, StoreConfig,
 };
 
-use common::RedisServer;
+use sluicegate_redis::testing::RedisServer;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 

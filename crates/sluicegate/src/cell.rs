@@ -72,14 +72,19 @@ impl StateCell<u64> for WordCell {
         WordCell(AtomicU64::new(state & !LOCKED))
     }
 
-    #[inline]
+    /// Runs `f` once to find the next state and commits it, then runs `f` again on the state
+    /// it was committed over for the result. `f` is pure, so that is the result of the
+    /// committed update; and building the result (a decision is several words) only after the
+    /// compare-and-swap keeps its stores from delaying the locked instruction, which has to
+    /// wait for every earlier store. Inlined, the first run's result is dead code.
+    #[inline(always)]
     fn update<R>(&self, mut f: impl FnMut(&mut u64) -> R) -> R {
         let mut current = self.load_unlocked();
         loop {
             let mut next = current;
-            let result = f(&mut next);
+            let _ = f(&mut next);
             if next == current {
-                return result;
+                break;
             }
             match self.0.compare_exchange_weak(
                 current,
@@ -87,10 +92,13 @@ impl StateCell<u64> for WordCell {
                 Ordering::AcqRel,
                 Ordering::Acquire,
             ) {
-                Ok(_) => return result,
+                Ok(_) => break,
+                // The failed exchange already read the word: no second trip for the cache line.
+                Err(actual) if actual & LOCKED == 0 => current = actual,
                 Err(_) => current = self.load_unlocked(),
             }
         }
+        f(&mut current)
     }
 
     fn snapshot(&self) -> u64 {

@@ -65,9 +65,16 @@ impl Default for SystemClock {
 }
 
 impl Clock for SystemClock {
+    #[inline]
     fn now(&self) -> Micros {
-        let elapsed = u64::try_from(self.anchor.elapsed().as_micros()).unwrap_or(u64::MAX);
-        self.anchor_unix.saturating_add(elapsed)
+        // Whole seconds and sub-second micros in u64 arithmetic: cheaper than `as_micros`'s
+        // u128, and a u64 of microseconds outlasts any process.
+        let elapsed = Instant::now().saturating_duration_since(self.anchor);
+        let micros = elapsed
+            .as_secs()
+            .saturating_mul(1_000_000)
+            .saturating_add(u64::from(elapsed.subsec_micros()));
+        self.anchor_unix.saturating_add(micros)
     }
 }
 

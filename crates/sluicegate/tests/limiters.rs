@@ -225,3 +225,84 @@ fn acquire_on_a_window_sleeps_until_the_retry_time() -> TestResult {
     assert_eq!(clock.now(), 1_000_000);
     Ok(())
 }
+
+#[test]
+fn at_the_cap_fresh_keys_make_room_for_every_newcomer() -> TestResult {
+    let clock = ManualClock::new(0);
+    let limiter = KeyedLimiter::with_clock(Gcra::new(Rate::per_second(1)?, 1)?, clock.clone())
+        .with_max_keys(6_400);
+    let mut held = 0;
+    for key in 0..20_000u64 {
+        if limiter.check(&key).is_ok() {
+            held += 1;
+        }
+    }
+    assert!(held >= 6_000, "{held}");
+    // Every key is fresh a second later. A shard whose last sweep found nothing sweeps again
+    // only after refusing a sixteenth of its share, so at most that many newcomers per shard
+    // are turned away.
+    clock.advance(Duration::from_secs(1));
+    let mut refused = 0;
+    for key in 100_000..106_000u64 {
+        match limiter.check(&key) {
+            Ok(d) => assert!(d.allowed),
+            Err(CheckError::KeyCapacityReached { .. }) => refused += 1,
+            Err(other) => return Err(other.into()),
+        }
+    }
+    assert!(refused <= 6_400 / 16, "{refused} refused");
+    Ok(())
+}
+
+#[test]
+fn a_sweep_during_a_multi_limit_request_never_loses_a_charge() -> TestResult {
+    // One key per shard: a newcomer landing in the shard of a key that is fresh (but still
+    // held) makes the table sweep that key while the request is being decided.
+    for attempt in 0..512u64 {
+        let clock = ManualClock::new(0);
+        let limiter =
+            KeyedLimiter::with_clock(Gcra::new(Rate::per_hour(1)?, 1_000)?, clock.clone())
+                .with_max_keys(64);
+        limiter.check_n(&0, n(1_000))?;
+        clock.advance(Duration::from_secs(1_000 * 3_600));
+        let targets = [
+            LimitTarget {
+                limiter: &limiter,
+                key: &0,
+                permits: ONE,
+            },
+            LimitTarget {
+                limiter: &limiter,
+                key: &(attempt + 1),
+                permits: ONE,
+            },
+        ];
+        match decide_together(&targets, Op::Check) {
+            Ok(d) => {
+                assert!(d.allowed);
+                assert_eq!(limiter.peek(&0, ONE)?.remaining, 998, "attempt {attempt}");
+            }
+            Err(CheckError::KeyCapacityReached { .. }) => {}
+            Err(other) => return Err(other.into()),
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn acquire_waits_out_a_full_nginx_queue() -> TestResult {
+    let clock = ManualClock::new(0);
+    let limiter = DirectLimiter::with_clock(
+        sluicegate::LeakyQueue::new(Rate::per_second(10)?, 0, sluicegate::QueueDelay::NoDelay)?,
+        clock.clone(),
+    );
+    assert!(limiter.acquire(ONE)?.allowed);
+    // The queue is full for 100ms: a timeout of 1s is enough, one of 50ms is not.
+    assert!(!limiter.try_acquire(ONE, Duration::from_millis(50))?.allowed);
+    assert_eq!(clock.now(), 0);
+    assert!(limiter.try_acquire(ONE, Duration::from_secs(1))?.allowed);
+    assert_eq!(clock.now(), 100_000);
+    assert!(limiter.acquire(ONE)?.allowed);
+    assert_eq!(clock.now(), 200_000);
+    Ok(())
+}

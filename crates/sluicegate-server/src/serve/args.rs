@@ -4,9 +4,11 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::Args;
+use clap::{Args, ValueEnum};
+use sluicegate_redis::FailurePolicy;
 use sluicegate_rules::LoadOptions;
 
+use crate::serve::backend::{BackendOptions, RedisOptions, RedisTarget};
 use crate::serve::engine::EngineOptions;
 use crate::serve::headers::{HeaderOptions, LegacyHeaderNames};
 use crate::serve::server::ServerConfig;
@@ -41,6 +43,47 @@ pub struct ServeArgs {
     /// How often to check the rules for changes, in milliseconds.
     #[arg(long, env = "SLUICEGATE_RELOAD_INTERVAL_MS", default_value_t = 1000, value_parser = clap::value_parser!(u64).range(10..))]
     pub reload_interval_ms: u64,
+    /// Keep the counters in this Redis server (`redis://host:port/db`), shared by every
+    /// replica, instead of in memory.
+    #[arg(long, env = "SLUICEGATE_REDIS", conflicts_with = "redis_cluster")]
+    pub redis: Option<String>,
+    /// Keep the counters in this Redis Cluster: any of its nodes, comma-separated.
+    #[arg(long, env = "SLUICEGATE_REDIS_CLUSTER", value_delimiter = ',')]
+    pub redis_cluster: Vec<String>,
+    /// Prepended to every Redis key (must not contain `{` or `}`).
+    #[arg(long, env = "SLUICEGATE_REDIS_PREFIX", default_value = "sluicegate:")]
+    pub redis_prefix: String,
+    /// The longest a call waits for Redis, in milliseconds, before the failure policy answers.
+    #[arg(long, env = "SLUICEGATE_REDIS_TIMEOUT_MS", default_value_t = 50, value_parser = clap::value_parser!(u64).range(1..))]
+    pub redis_timeout_ms: u64,
+    /// What to answer when Redis is down or slow: `open` (allow), `closed` (deny), or `local`
+    /// (decide in this process's memory, by the same rules, until Redis is back).
+    // `local` by default: an outage neither lifts every limit (Envoy already fails open when
+    // the service itself is unreachable) nor blocks all traffic; each replica still enforces
+    // the rules, so at most replicas × the limit passes while Redis is away.
+    #[arg(long, env = "SLUICEGATE_FAILURE_POLICY", value_enum, default_value_t = PolicyArg::Local)]
+    pub failure_policy: PolicyArg,
+}
+
+/// `--failure-policy`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum PolicyArg {
+    /// Allow every request.
+    Open,
+    /// Deny every request.
+    Closed,
+    /// Decide in memory, in this process.
+    Local,
+}
+
+impl From<PolicyArg> for FailurePolicy {
+    fn from(policy: PolicyArg) -> Self {
+        match policy {
+            PolicyArg::Open => FailurePolicy::Open,
+            PolicyArg::Closed => FailurePolicy::Closed,
+            PolicyArg::Local => FailurePolicy::Local,
+        }
+    }
 }
 
 impl ServeArgs {
@@ -58,8 +101,82 @@ impl ServeArgs {
                     retry_after: true,
                 },
                 shadow_mode: self.shadow_mode,
+                backend: self.backend(),
             },
             reload_interval: Duration::from_millis(self.reload_interval_ms),
         }
+    }
+
+    /// Where counters live: Redis if a server or cluster is named, memory otherwise.
+    fn backend(&self) -> BackendOptions {
+        let target = match (&self.redis, self.redis_cluster.as_slice()) {
+            (Some(url), _) => RedisTarget::Single(url.clone()),
+            (None, []) => return BackendOptions::Memory,
+            (None, nodes) => RedisTarget::Cluster(nodes.to_vec()),
+        };
+        BackendOptions::Redis(RedisOptions {
+            target,
+            prefix: self.redis_prefix.clone(),
+            timeout: Duration::from_millis(self.redis_timeout_ms),
+            failure_policy: self.failure_policy.into(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Debug, Parser)]
+    struct Cli {
+        #[command(flatten)]
+        serve: ServeArgs,
+    }
+
+    fn backend(args: &[&str]) -> Result<BackendOptions, clap::Error> {
+        let cli = Cli::try_parse_from(["sluicegate", "--config", "rules"].iter().chain(args))?;
+        Ok(cli.serve.to_config().engine.backend)
+    }
+
+    #[test]
+    fn redis_flags_resolve_to_a_backend() -> Result<(), Box<dyn std::error::Error>> {
+        assert!(matches!(backend(&[])?, BackendOptions::Memory));
+        let BackendOptions::Redis(single) = backend(&["--redis", "redis://r:6379"])? else {
+            return Err("--redis is a Redis backend".into());
+        };
+        assert_eq!(single.target, RedisTarget::Single("redis://r:6379".into()));
+        assert_eq!(single.prefix, "sluicegate:");
+        assert_eq!(single.timeout, Duration::from_millis(50));
+        assert_eq!(single.failure_policy, FailurePolicy::Local);
+        let cluster_args = [
+            "--redis-cluster",
+            "redis://a:1,redis://b:2",
+            "--failure-policy",
+            "closed",
+            "--redis-timeout-ms",
+            "20",
+            "--redis-prefix",
+            "rl:",
+        ];
+        let BackendOptions::Redis(cluster) = backend(&cluster_args)? else {
+            return Err("--redis-cluster is a Redis backend".into());
+        };
+        assert_eq!(
+            cluster.target,
+            RedisTarget::Cluster(vec!["redis://a:1".into(), "redis://b:2".into()])
+        );
+        assert_eq!(
+            (
+                cluster.failure_policy,
+                cluster.timeout,
+                cluster.prefix.as_str()
+            ),
+            (FailurePolicy::Closed, Duration::from_millis(20), "rl:")
+        );
+        assert!(backend(&["--redis", "redis://a", "--redis-cluster", "redis://b"]).is_err());
+        assert!(backend(&["--redis", "redis://a", "--failure-policy", "maybe"]).is_err());
+        assert!(backend(&["--redis", "redis://a", "--redis-timeout-ms", "0"]).is_err());
+        Ok(())
     }
 }

@@ -1,5 +1,5 @@
 //! From a call to a verdict: match the descriptors against the rules, decide every limit they
-//! name together (all charged or none), and describe the outcome.
+//! name together (all charged or none), in memory or in Redis, and describe the outcome.
 
 use std::collections::HashMap;
 use std::num::NonZeroU64;
@@ -9,14 +9,18 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 use parking_lot::Mutex;
 use sluicegate::{ConfigError, Decision, LimitTarget, Op, decide_together};
+use sluicegate_redis::RedisLimitError;
 use sluicegate_rules::{Limit, RuleSet, Window};
 
+use crate::serve::backend::{BackendOptions, RedisBackend};
 use crate::serve::headers::{HeaderOptions, headers_for};
 use crate::serve::limiter_table::{Enforcer, Limiter, LimiterTable, enforcer_for};
 use crate::serve::metrics::{DecisionLabels, Metrics, RuleLabels};
 use crate::serve::protocol::{
     Code, CurrentLimit, DescriptorVerdict, EnvoyUnit, LimitOverride, RateLimitCall, Verdict,
 };
+use crate::serve::redis_decide::decide_on_redis;
+use crate::serve::redis_table::{RedisEnforcer, RedisTable, redis_limit_for};
 
 /// How the engine answers, beyond what the rules say.
 #[derive(Debug, Clone, Default)]
@@ -25,6 +29,8 @@ pub struct EngineOptions {
     pub headers: HeaderOptions,
     /// Global shadow mode: decide and count as usual, but answer OK.
     pub shadow_mode: bool,
+    /// Where counters live.
+    pub backend: BackendOptions,
 }
 
 /// The rules in force and the limiters that enforce them, swapped as one on reload.
@@ -32,14 +38,19 @@ pub struct EngineOptions {
 pub struct LoadedRules {
     /// The rules.
     pub rules: RuleSet,
+    /// In memory: the only state without Redis, and the `local` failure policy's with it.
     limiters: LimiterTable,
+    /// With Redis: each limit's Redis parameters and key name.
+    redis: Option<RedisTable>,
 }
 
-/// Answers rate limit calls from the rules in force, keeping state in memory.
+/// Answers rate limit calls from the rules in force, keeping state in memory or in Redis.
 #[derive(Debug)]
 pub struct Engine {
     loaded: ArcSwap<LoadedRules>,
     overrides: Mutex<HashMap<LimitOverride, Arc<Limiter>>>,
+    redis_overrides: Mutex<HashMap<LimitOverride, Arc<RedisEnforcer>>>,
+    redis: Option<RedisBackend>,
     options: EngineOptions,
     metrics: Arc<Metrics>,
 }
@@ -59,14 +70,22 @@ struct Plan {
 }
 
 /// One limit a call is checked against.
-struct Check {
+pub(crate) struct Check {
     descriptor: usize,
     report: CurrentLimit,
-    enforcer: Enforcer,
-    key: String,
-    permits: NonZeroU64,
-    shadow: bool,
+    /// The limit in memory.
+    pub(crate) enforcer: Enforcer,
+    /// The limit in Redis, with Redis (`None` there: nothing ever passes).
+    pub(crate) redis: Option<Arc<RedisEnforcer>>,
+    /// The counter key.
+    pub(crate) key: String,
+    pub(crate) permits: NonZeroU64,
+    /// Decided on its own, after the enforcing limits.
+    pub(crate) shadow: bool,
 }
+
+/// Each check of a call with its decision (`None`: can never pass).
+pub(crate) type Decided<'a> = Vec<(&'a Check, Option<Decision>)>;
 
 impl Engine {
     /// An engine enforcing `rules`.
@@ -76,21 +95,70 @@ impl Engine {
         metrics: Arc<Metrics>,
     ) -> Result<Engine, ConfigError> {
         let limiters = LimiterTable::build(&rules, None)?;
+        let redis = match &options.backend {
+            BackendOptions::Memory => None,
+            BackendOptions::Redis(redis) => Some(RedisBackend::new(redis.clone())),
+        };
+        let redis_limits = match redis {
+            Some(_) => Some(RedisTable::build(&rules, None)?),
+            None => None,
+        };
         metrics.rules_loaded.set(count_rules(&rules));
         Ok(Engine {
-            loaded: ArcSwap::from_pointee(LoadedRules { rules, limiters }),
+            loaded: ArcSwap::from_pointee(LoadedRules {
+                rules,
+                limiters,
+                redis: redis_limits,
+            }),
             overrides: Mutex::new(HashMap::new()),
+            redis_overrides: Mutex::new(HashMap::new()),
+            redis,
             options,
             metrics,
         })
     }
 
+    /// With Redis, one attempt to connect: `Ok(true)` if connected or without Redis,
+    /// `Ok(false)` if Redis did not answer (the failure policy answers meanwhile; see
+    /// [`Engine::connect_until_up`]), an error if the Redis settings are invalid.
+    pub async fn connect(&self) -> Result<bool, RedisLimitError> {
+        let Some(redis) = &self.redis else {
+            return Ok(true);
+        };
+        match redis.connect().await {
+            Ok(()) => Ok(true),
+            Err(error) if error.is_backend_failure() => {
+                tracing::warn!(%error, policy = ?redis.options().failure_policy,
+                    "redis unreachable at start; serving by the failure policy until it answers");
+                Ok(false)
+            }
+            Err(error) => Err(error),
+        }
+    }
+
+    /// With Redis, retries connecting until it succeeds (the connection then reconnects by
+    /// itself); returns at once without Redis.
+    pub async fn connect_until_up(&self) {
+        if let Some(redis) = &self.redis {
+            redis.connect_until_up().await;
+        }
+    }
+
     /// Puts `rules` in force, keeping the state of every limit that did not change. Calls in
     /// flight finish on the rules they started with.
     pub fn replace_rules(&self, rules: RuleSet) -> Result<(), ConfigError> {
-        let limiters = LimiterTable::build(&rules, Some(&self.loaded.load().limiters))?;
+        let previous = self.loaded.load();
+        let limiters = LimiterTable::build(&rules, Some(&previous.limiters))?;
+        let redis = match &previous.redis {
+            Some(table) => Some(RedisTable::build(&rules, Some(table))?),
+            None => None,
+        };
         self.metrics.rules_loaded.set(count_rules(&rules));
-        self.loaded.store(Arc::new(LoadedRules { rules, limiters }));
+        self.loaded.store(Arc::new(LoadedRules {
+            rules,
+            limiters,
+            redis,
+        }));
         Ok(())
     }
 
@@ -104,56 +172,27 @@ impl Engine {
         &self.metrics
     }
 
-    /// Answers a (validated) call.
+    /// Answers a (validated) call. With Redis, within the Redis timeout whatever Redis does.
     pub async fn should_rate_limit(&self, call: &RateLimitCall) -> Verdict {
-        self.decide(call)
+        let Some(redis) = &self.redis else {
+            let loaded = self.loaded.load();
+            let Plan { checks, stats } = self.plan(call, &loaded);
+            return self.verdict(call.descriptors.len(), &stats, decide_in_memory(&checks));
+        };
+        // Held across the Redis call: a reload meanwhile does not change this call's rules.
+        let loaded = self.loaded.load_full();
+        let Plan { checks, stats } = self.plan(call, &loaded);
+        let decided = decide_on_redis(redis, &self.metrics, &checks).await;
+        self.verdict(call.descriptors.len(), &stats, decided)
     }
 
-    fn decide(&self, call: &RateLimitCall) -> Verdict {
-        let loaded = self.loaded.load();
-        let Plan { checks, stats } = self.plan(call, &loaded);
-        let mut statuses = vec![DescriptorVerdict::unlimited(); call.descriptors.len()];
-        let never = checks
-            .iter()
-            .any(|c| !c.shadow && matches!(c.enforcer, Enforcer::Never));
-        let enforced: Vec<&Check> = checks.iter().filter(|c| !c.shadow).collect();
-        let shadowed: Vec<&Check> = checks.iter().filter(|c| c.shadow).collect();
-
-        // Enforcing limits are decided together; if any can never pass, none is charged.
-        let mut decided: Vec<(&Check, Option<Decision>)> = Vec::with_capacity(checks.len());
-        let op = if never { Op::Peek } else { Op::Check };
-        let targets = targets_of(&enforced);
-        let together = decide_together(&targets, op);
-        let mut enforced_allowed = !never;
-        match together {
-            Ok(multi) => {
-                enforced_allowed &= multi.allowed;
-                let mut answers = multi.decisions.into_iter();
-                for check in &enforced {
-                    let answer = match check.enforcer {
-                        Enforcer::Never => None,
-                        Enforcer::Limiter(_) => answers.next(),
-                    };
-                    decided.push((check, answer));
-                }
-            }
-            // More hits than a limit can ever grant: that limit can never pass.
-            Err(_) => {
-                enforced_allowed = false;
-                for check in &enforced {
-                    decided.push((check, peek_fitting(check)));
-                }
-            }
-        }
-        for check in &shadowed {
-            let op = if enforced_allowed {
-                Op::Check
-            } else {
-                Op::Peek
-            };
-            decided.push((check, decide_one(check, op)));
-        }
-
+    fn verdict(
+        &self,
+        descriptors: usize,
+        stats: &[DescriptorStats],
+        decided: Decided<'_>,
+    ) -> Verdict {
+        let mut statuses = vec![DescriptorVerdict::unlimited(); descriptors];
         for (check, decision) in decided {
             let status = verdict_for(check, decision);
             let slot = &mut statuses[check.descriptor];
@@ -252,6 +291,7 @@ impl Engine {
                     descriptor: index,
                     report: override_report(limit_override),
                     enforcer,
+                    redis: self.override_redis(limit_override),
                     key: override_key(&call.domain, &descriptor.entries),
                     permits,
                     shadow: false,
@@ -292,10 +332,16 @@ impl Engine {
                 let Some(enforcer) = loaded.limiters.get(&found.rule.id, position) else {
                     continue;
                 };
+                let redis = loaded
+                    .redis
+                    .as_ref()
+                    .and_then(|table| table.get(&found.rule.id, position))
+                    .cloned();
                 checks.push(Check {
                     descriptor: index,
                     report: report_of(limit),
                     enforcer: enforcer.clone(),
+                    redis,
                     key: found.counter_key.clone(),
                     permits,
                     shadow,
@@ -303,6 +349,26 @@ impl Engine {
             }
         }
         Plan { checks, stats }
+    }
+
+    /// The Redis limit of a per-descriptor override (with Redis; `None` for zero requests).
+    fn override_redis(&self, limit_override: LimitOverride) -> Option<Arc<RedisEnforcer>> {
+        self.redis.as_ref()?;
+        let mut overrides = self.redis_overrides.lock();
+        if let Some(enforcer) = overrides.get(&limit_override) {
+            return Some(Arc::clone(enforcer));
+        }
+        let limit = override_limit(limit_override)?;
+        let redis = redis_limit_for(&limit).ok()??;
+        let enforcer = Arc::new(RedisEnforcer {
+            limit: redis,
+            name: format!(
+                "override#{}#{:?}",
+                limit_override.requests_per_unit, limit_override.unit
+            ),
+        });
+        overrides.insert(limit_override, Arc::clone(&enforcer));
+        Some(enforcer)
     }
 
     fn override_enforcer(&self, limit_override: LimitOverride) -> Option<Enforcer> {
@@ -313,20 +379,71 @@ impl Engine {
         if let Some(limiter) = overrides.get(&limit_override) {
             return Some(Enforcer::Limiter(Arc::clone(limiter)));
         }
-        let window = limit_override.unit.duration()?;
-        let limit = Limit {
-            requests_per_unit: limit_override.requests_per_unit,
-            window: Window::Period(window),
-            algorithm: sluicegate_rules::Algorithm::FixedWindow,
-            name: None,
-            replaces: Vec::new(),
-        };
+        let limit = override_limit(limit_override)?;
         let Ok(Enforcer::Limiter(limiter)) = enforcer_for(&limit) else {
             return None;
         };
         overrides.insert(limit_override, Arc::clone(&limiter));
         Some(Enforcer::Limiter(limiter))
     }
+}
+
+/// Decides a call in memory: the enforcing limits together, all charged or none, then each
+/// shadow-mode limit on its own (charged only if the enforcing ones allowed).
+pub(crate) fn decide_in_memory(checks: &[Check]) -> Decided<'_> {
+    let never = checks
+        .iter()
+        .any(|c| !c.shadow && matches!(c.enforcer, Enforcer::Never));
+    let enforced: Vec<&Check> = checks.iter().filter(|c| !c.shadow).collect();
+    let shadowed: Vec<&Check> = checks.iter().filter(|c| c.shadow).collect();
+
+    // Enforcing limits are decided together; if any can never pass, none is charged.
+    let mut decided: Vec<(&Check, Option<Decision>)> = Vec::with_capacity(checks.len());
+    let op = if never { Op::Peek } else { Op::Check };
+    let targets = targets_of(&enforced);
+    let together = decide_together(&targets, op);
+    let mut enforced_allowed = !never;
+    match together {
+        Ok(multi) => {
+            enforced_allowed &= multi.allowed;
+            let mut answers = multi.decisions.into_iter();
+            for check in &enforced {
+                let answer = match check.enforcer {
+                    Enforcer::Never => None,
+                    Enforcer::Limiter(_) => answers.next(),
+                };
+                decided.push((check, answer));
+            }
+        }
+        // More hits than a limit can ever grant: that limit can never pass.
+        Err(_) => {
+            enforced_allowed = false;
+            for check in &enforced {
+                decided.push((check, peek_fitting(check)));
+            }
+        }
+    }
+    for check in &shadowed {
+        let op = if enforced_allowed {
+            Op::Check
+        } else {
+            Op::Peek
+        };
+        decided.push((check, decide_one(check, op)));
+    }
+
+    decided
+}
+
+/// The limit a per-descriptor override sets: fixed windows, as envoyproxy/ratelimit counts.
+fn override_limit(limit_override: LimitOverride) -> Option<Limit> {
+    Some(Limit {
+        requests_per_unit: limit_override.requests_per_unit,
+        window: Window::Period(limit_override.unit.duration()?),
+        algorithm: sluicegate_rules::Algorithm::FixedWindow,
+        name: None,
+        replaces: Vec::new(),
+    })
 }
 
 /// The decide-together targets of the enforcing limiters.
@@ -347,7 +464,7 @@ fn targets_of<'a>(
 }
 
 /// One limit on its own (shadow-mode rules, which never block the others).
-fn decide_one(check: &Check, op: Op) -> Option<Decision> {
+pub(crate) fn decide_one(check: &Check, op: Op) -> Option<Decision> {
     match &check.enforcer {
         Enforcer::Limiter(limiter) => limiter.decide(&check.key, check.permits, op).ok(),
         Enforcer::Never => None,

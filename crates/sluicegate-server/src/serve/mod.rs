@@ -1,6 +1,7 @@
 //! `sluicegate serve`: the rate limit service.
 
 mod args;
+mod backend;
 mod engine;
 mod grpc;
 mod headers;
@@ -9,10 +10,13 @@ mod json;
 mod limiter_table;
 mod metrics;
 mod protocol;
+mod redis_decide;
+mod redis_table;
 mod reload;
 mod server;
 
-pub use args::ServeArgs;
+pub use args::{PolicyArg, ServeArgs};
+pub use backend::{BackendOptions, RedisOptions, RedisTarget};
 pub use engine::{Engine, EngineOptions, LoadedRules};
 pub use grpc::{GrpcService, call_from_proto, verdict_to_proto};
 pub use headers::{HeaderOptions, LegacyHeaderNames, headers_for};

@@ -95,6 +95,8 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
     let rules = load_rules(&metrics, &config.rules, &config.load_options)
         .with_context(|| format!("cannot load rules from {}", config.rules.display()))?;
     let engine = Arc::new(Engine::new(rules, config.engine.clone(), metrics)?);
+    // Redis down at start is not fatal: the failure policy answers until it is up.
+    let connected = engine.connect().await.context("invalid redis settings")?;
 
     let grpc_listener = TcpListener::bind(config.grpc_addr)
         .await
@@ -145,6 +147,18 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
         }
         Ok(())
     });
+
+    if !connected {
+        let connect_engine = Arc::clone(&engine);
+        let mut connect_stopped = stop.subscribe();
+        tasks.spawn(async move {
+            tokio::select! {
+                () = connect_engine.connect_until_up() => {}
+                _ = connect_stopped.wait_for(|s| *s) => {}
+            }
+            Ok(())
+        });
+    }
 
     tracing::info!(%grpc_addr, %http_addr, "sluicegate serving");
     Ok(RunningServer {

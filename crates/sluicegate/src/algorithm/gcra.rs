@@ -82,10 +82,10 @@ impl Algorithm for Gcra {
 
     fn initial_state(&self, created_at: Micros) -> Tat {
         let s = &self.shape;
-        s.pace.to_ticks(created_at) + (s.burst - s.initial) * s.pace.interval
+        s.ticks(created_at) + (s.burst - s.initial) * s.pace.interval
     }
 
-    #[inline]
+    #[inline(always)]
     fn decide(
         &self,
         tat: &mut Tat,
@@ -98,7 +98,7 @@ impl Algorithm for Gcra {
         if op == Op::Release {
             return Err(unsupported(self.name(), op));
         }
-        let now_t = s.pace.to_ticks(now);
+        let now_t = s.ticks(now);
         // Ticks by which the bucket is short of full, before and after this request.
         let debt = tat.saturating_sub(now_t);
         let debt_after = debt.saturating_add(n * s.pace.interval);
@@ -108,7 +108,7 @@ impl Algorithm for Gcra {
             }
             return Ok(s.allow(debt_after));
         }
-        let wait = s.pace.to_micros_ceil(debt_after - s.tolerance);
+        let wait = s.micros_ceil(debt_after - s.tolerance);
         if let Op::Reserve { max_wait } = op {
             if max_wait.is_none_or(|limit| wait <= limit) {
                 *tat = now_t.saturating_add(debt_after).min(MAX_WORD);
@@ -119,12 +119,12 @@ impl Algorithm for Gcra {
     }
 
     fn is_fresh(&self, tat: &Tat, now: Micros) -> bool {
-        *tat <= self.shape.pace.to_ticks(now)
+        *tat <= self.shape.ticks(now)
     }
 
     fn carry_over(&self, new: &Self, tat: &mut Tat, now: Micros) {
-        let debt = tat.saturating_sub(self.shape.pace.to_ticks(now));
+        let debt = tat.saturating_sub(self.shape.ticks(now));
         let new_debt = self.shape.rescale_debt(&new.shape, debt);
-        *tat = new.shape.pace.to_ticks(now).saturating_add(new_debt);
+        *tat = new.shape.ticks(now).saturating_add(new_debt);
     }
 }

@@ -89,11 +89,11 @@ impl Algorithm for TokenBucket {
         let s = &self.shape;
         TokenBucketState {
             level: (s.initial * s.pace.interval) as i64,
-            refilled_at: s.pace.to_ticks(created_at),
+            refilled_at: s.ticks(created_at),
         }
     }
 
-    #[inline]
+    #[inline(always)]
     fn decide(
         &self,
         state: &mut TokenBucketState,
@@ -106,7 +106,7 @@ impl Algorithm for TokenBucket {
         if op == Op::Release {
             return Err(unsupported(self.name(), op));
         }
-        let now_t = s.pace.to_ticks(now).max(state.refilled_at);
+        let now_t = s.ticks(now).max(state.refilled_at);
         let level = self.level_at(state, now_t);
         let cost = (n * s.pace.interval) as i64;
         let after = level - cost;
@@ -124,7 +124,7 @@ impl Algorithm for TokenBucket {
             }
             return Ok(s.allow(debt_after));
         }
-        let wait = s.pace.to_micros_ceil(after.unsigned_abs());
+        let wait = s.micros_ceil(after.unsigned_abs());
         if let Op::Reserve { max_wait } = op {
             if max_wait.is_none_or(|limit| wait <= limit) {
                 commit(state);
@@ -135,16 +135,16 @@ impl Algorithm for TokenBucket {
     }
 
     fn is_fresh(&self, state: &TokenBucketState, now: Micros) -> bool {
-        self.level_at(state, self.shape.pace.to_ticks(now)) >= self.full()
+        self.level_at(state, self.shape.ticks(now)) >= self.full()
     }
 
     fn carry_over(&self, new: &Self, state: &mut TokenBucketState, now: Micros) {
-        let now_t = self.shape.pace.to_ticks(now).max(state.refilled_at);
+        let now_t = self.shape.ticks(now).max(state.refilled_at);
         let debt = (self.full() - self.level_at(state, now_t)) as u64;
         let new_debt = self.shape.rescale_debt(&new.shape, debt);
         *state = TokenBucketState {
             level: new.full() - i64::try_from(new_debt).unwrap_or(i64::MAX),
-            refilled_at: new.shape.pace.to_ticks(now),
+            refilled_at: new.shape.ticks(now),
         };
     }
 }

@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use crate::clock::{Clock, micros_ceil};
+use crate::clock::Clock;
 use crate::decision::Decision;
 use crate::error::CheckError;
 use crate::state_machine::Op;
@@ -27,16 +27,24 @@ pub(crate) fn acquire_step(
     decide: impl Fn(Op) -> Result<Decision, CheckError>,
     deadline: Option<Duration>,
 ) -> Result<Step, CheckError> {
-    let max_wait = deadline.map(micros_ceil);
-    match decide(Op::Reserve { max_wait }) {
-        Ok(decision) => return Ok(Step::Done(decision)),
-        Err(CheckError::Unsupported { .. }) => {}
+    // Truncated, as Guava truncates a timeout: never wait longer than asked.
+    let max_wait = deadline.map(|left| u64::try_from(left.as_micros()).unwrap_or(u64::MAX));
+    let decision = match decide(Op::Reserve { max_wait }) {
+        Ok(decision) if decision.allowed => return Ok(Step::Done(decision)),
+        // Refused with a deadline: either the wait is too long (final, as Guava's tryAcquire
+        // answers at once) or nothing can be admitted yet (a full nginx queue), which a peek
+        // tells apart: it ignores the deadline.
+        Ok(refused) => match decide(Op::Peek)? {
+            peek if peek.allowed => return Ok(Step::Done(refused)),
+            peek => peek,
+        },
+        Err(CheckError::Unsupported { .. }) => decide(Op::Check)?,
         Err(other) => return Err(other),
-    }
-    let decision = decide(Op::Check)?;
+    };
     if decision.allowed {
         return Ok(Step::Done(decision));
     }
+    // Denied now (a window spent, a full nginx queue): time alone may let it through.
     match decision.retry_after {
         // Time alone will let this request through: sleep until then, unless that is too late.
         Some(retry) if deadline.is_none_or(|left| retry <= left) => {

@@ -60,7 +60,7 @@ impl<A: Algorithm, C: Clock> DirectLimiter<A, C> {
     }
 
     /// Asks for one permit, consuming it if allowed.
-    #[inline]
+    #[inline(always)]
     pub fn check(&self) -> Result<Decision, CheckError> {
         self.decide(NonZeroU64::MIN, Op::Check)
     }
@@ -82,13 +82,16 @@ impl<A: Algorithm, C: Clock> DirectLimiter<A, C> {
     }
 
     /// Applies `op` for `permits` at the clock's current time.
-    #[inline]
+    #[inline(always)]
     pub fn decide(&self, permits: NonZeroU64, op: Op) -> Result<Decision, CheckError> {
         self.decide_at(self.clock.now(), permits, op)
     }
 
     /// Applies `op` for `permits` at `now` (a time from this limiter's clock).
-    #[inline]
+    // Inlined whole into the caller (the closure too: without its attribute a direct check
+    // costs twice as much), the decision is written straight where the caller wants it, and
+    // the cell's first, state-only run of `decide` loses its dead decision.
+    #[inline(always)]
     pub fn decide_at(
         &self,
         now: Micros,
@@ -96,8 +99,10 @@ impl<A: Algorithm, C: Clock> DirectLimiter<A, C> {
         op: Op,
     ) -> Result<Decision, CheckError> {
         let algorithm = &self.algorithm;
-        self.state
-            .update(|state| algorithm.decide(state, now, permits, op))
+        self.state.update(
+            #[inline(always)]
+            |state| algorithm.decide(state, now, permits, op),
+        )
     }
 
     /// Replaces the algorithm's parameters (a new rate, say), carrying the state over at the

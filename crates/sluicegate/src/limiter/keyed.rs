@@ -26,6 +26,8 @@ pub(crate) type Table<K, S> = HashTable<(K, S)>;
 #[repr(align(64))]
 struct Shard<K, S> {
     table: Mutex<Table<K, S>>,
+    /// Refusals at the cap since the last unproductive sweep (`usize::MAX` after a productive
+    /// one, so the next sweep runs at once).
     refused_since_sweep: Mutex<usize>,
 }
 
@@ -70,7 +72,7 @@ impl<K: Hash + Eq + Clone, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         let shards = (0..SHARDS)
             .map(|_| Shard {
                 table: Mutex::new(HashTable::new()),
-                refused_since_sweep: Mutex::new(0),
+                refused_since_sweep: Mutex::new(usize::MAX),
             })
             .collect();
         KeyedLimiter {
@@ -84,8 +86,12 @@ impl<K: Hash + Eq + Clone, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         }
     }
 
-    /// Caps the number of keys held at about `max_keys` (each shard holds its share). At the
-    /// cap, fresh keys are dropped first; if none are, new keys are refused.
+    /// Caps the number of keys held at about `max_keys`: each of the 64 shards holds at most
+    /// `ceil(max_keys / 64)`, so an unlucky spread of keys meets the cap a little early. At the
+    /// cap, fresh keys are dropped to make room; if none are, new keys are refused. A sweep
+    /// scans its shard, so after one that found nothing to drop, a shard refuses a sixteenth
+    /// of its share of newcomers before it sweeps again: under a flood of new keys the cap
+    /// costs amortised constant time per request.
     pub fn with_max_keys(mut self, max_keys: usize) -> Self {
         self.max_keys = Some(max_keys);
         self.max_keys_per_shard = max_keys.div_ceil(SHARDS).max(1);
@@ -103,7 +109,7 @@ impl<K: Hash + Eq + Clone, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
     }
 
     /// Asks for one permit for `key`.
-    #[inline]
+    #[inline(always)]
     pub fn check(&self, key: &K) -> Result<Decision, CheckError> {
         self.decide(key, NonZeroU64::MIN, Op::Check)
     }
@@ -120,12 +126,13 @@ impl<K: Hash + Eq + Clone, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
     }
 
     /// Applies `op` for `key` at the clock's current time.
-    #[inline]
+    #[inline(always)]
     pub fn decide(&self, key: &K, permits: NonZeroU64, op: Op) -> Result<Decision, CheckError> {
         self.decide_at(key, self.clock.now(), permits, op)
     }
 
     /// Applies `op` for `key` at `now` (a time from this limiter's clock).
+    #[inline]
     pub fn decide_at(
         &self,
         key: &K,
@@ -148,7 +155,7 @@ impl<K: Hash + Eq + Clone, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         let mut state = self.algorithm.initial_state(self.created_at);
         let decision = self.algorithm.decide(&mut state, now, permits, op)?;
         if decision.allowed && op.consumes() {
-            self.make_room(shard, &mut table, now)?;
+            self.make_room(shard, &mut table, now, 1)?;
             table.insert_unique(hash, (key.clone(), state), |(k, _)| self.hasher.hash_one(k));
         }
         Ok(decision)
@@ -170,14 +177,15 @@ impl<K: Hash + Eq + Clone, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         self.algorithm.initial_state(self.created_at)
     }
 
-    /// Makes room for a new key in shard `index`, whose table the caller holds locked.
+    /// Makes room for `extra` new keys in shard `index`, whose table the caller holds locked.
     pub(crate) fn make_room_in(
         &self,
         index: usize,
         table: &mut Table<K, A::State>,
         now: Micros,
+        extra: usize,
     ) -> Result<(), CheckError> {
-        self.make_room(&self.shards[index], table, now)
+        self.make_room(&self.shards[index], table, now, extra)
     }
 
     /// Inserts a key known to be absent into a locked table.
@@ -201,28 +209,42 @@ impl<K: Hash + Eq + Clone, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         &self.shards[Self::shard_index(hash)]
     }
 
-    /// Makes room for one more key: drops fresh keys when the table would otherwise grow or is
-    /// at its cap, and refuses the key if the cap still holds.
+    /// Makes room for `extra` more keys: drops fresh keys when the table would otherwise grow
+    /// or is at its cap, and refuses if the cap still holds.
+    ///
+    /// At the cap a sweep costs a scan of the shard, so it runs only when the last one freed a
+    /// good share of the shard (`len / SWEEP_EVERY_FRACTION` keys) or enough refusals have
+    /// been paid since: a stream of new keys at the cap costs amortised constant time, and
+    /// keys that have gone fresh are found again within that many refusals.
     fn make_room(
         &self,
         shard: &Shard<K, A::State>,
         table: &mut Table<K, A::State>,
         now: Micros,
+        extra: usize,
     ) -> Result<(), CheckError> {
-        let at_cap = table.len() >= self.max_keys_per_shard;
-        if !at_cap && table.len() < table.capacity() {
+        let wanted = table.len() + extra;
+        let at_cap = wanted > self.max_keys_per_shard;
+        if !at_cap && wanted <= table.capacity() {
             return Ok(());
         }
-        if at_cap {
-            let mut refused = shard.refused_since_sweep.lock();
-            if *refused < table.len() / SWEEP_EVERY_FRACTION {
-                *refused += 1;
-                return Err(self.key_capacity_error());
-            }
-            *refused = 0;
+        if !at_cap {
+            self.sweep(table, now);
+            return Ok(());
         }
+        let mut refused = shard.refused_since_sweep.lock();
+        let share = table.len() / SWEEP_EVERY_FRACTION;
+        if *refused < share {
+            *refused += 1;
+            return Err(self.key_capacity_error());
+        }
+        let before = table.len();
         self.sweep(table, now);
-        if table.len() >= self.max_keys_per_shard {
+        let freed = before - table.len();
+        // A productive sweep lets the next one run at once; an unproductive one is paid for
+        // by the refusals that follow it.
+        *refused = if freed >= share.max(1) { usize::MAX } else { 0 };
+        if table.len() + extra > self.max_keys_per_shard {
             return Err(self.key_capacity_error());
         }
         Ok(())

@@ -95,32 +95,61 @@ where
     order.sort_unstable();
     let mut slot = vec![0; targets.len()];
     let mut locks: Vec<MutexGuard<'_, Table<K, A::State>>> = Vec::with_capacity(order.len());
+    let mut lock_shard = Vec::with_capacity(order.len());
     let mut previous = None;
     for &(id, shard, i) in &order {
         if previous != Some((id, shard)) {
             locks.push(targets[i].limiter.shard_table(shard).lock());
+            lock_shard.push((i, shard));
             previous = Some((id, shard));
         }
         slot[i] = locks.len() - 1;
     }
+    // `first[i]`: the first target naming the same (limiter, key) as target i.
+    let first: Vec<usize> = (0..targets.len())
+        .map(|i| {
+            (0..i)
+                .find(|&j| located[j].0 == located[i].0 && targets[j].key == targets[i].key)
+                .unwrap_or(i)
+        })
+        .collect();
+
+    // Room for every new key before any state is read: a sweep drops fresh entries, which must
+    // not happen to an entry after its state was read (its charge would be lost), and a full
+    // table must not leave the request half charged.
+    if op.consumes() {
+        let mut absent = vec![0usize; locks.len()];
+        for i in (0..targets.len()).filter(|&i| first[i] == i) {
+            let hash = located[i].1;
+            if locks[slot[i]]
+                .find(hash, |(k, _)| k == targets[i].key)
+                .is_none()
+            {
+                absent[slot[i]] += 1;
+            }
+        }
+        for (lock, &count) in absent.iter().enumerate().filter(|(_, count)| **count > 0) {
+            let (opener, shard) = lock_shard[lock];
+            targets[opener]
+                .limiter
+                .make_room_in(shard, &mut locks[lock], now, count)?;
+        }
+    }
 
     // Decide each limit on a scratch copy; a repeated (limiter, key) continues from the copy.
-    let mut scratch: Vec<(A::State, bool)> = Vec::with_capacity(targets.len());
+    let mut scratch: Vec<A::State> = Vec::with_capacity(targets.len());
     let mut decisions = Vec::with_capacity(targets.len());
     for (i, target) in targets.iter().enumerate() {
-        let (id, hash, _) = located[i];
-        let earlier = (0..i)
-            .rev()
-            .find(|&j| located[j].0 == id && targets[j].key == target.key);
-        let (mut state, is_new) = match earlier {
-            Some(j) => scratch[j].clone(),
-            None => {
-                let table = &locks[slot[i]];
-                match table.find(hash, |(k, _)| k == target.key) {
-                    Some((_, state)) => (state.clone(), false),
-                    None => (target.limiter.new_key_state(), true),
-                }
+        let mut state = if first[i] == i {
+            let hash = located[i].1;
+            match locks[slot[i]].find(hash, |(k, _)| k == target.key) {
+                Some((_, state)) => state.clone(),
+                // Absent, or dropped as fresh by the sweep above: the same thing.
+                None => target.limiter.new_key_state(),
             }
+        } else {
+            let earlier = (0..i).rev().find(|&j| first[j] == first[i]).unwrap_or(i);
+            scratch[earlier].clone()
         };
         let original = state.clone();
         let decision = target
@@ -128,7 +157,7 @@ where
             .algorithm()
             .decide(&mut state, now, target.permits, op)?;
         decisions.push((decision, original));
-        scratch.push((state, is_new));
+        scratch.push(state);
     }
 
     let allowed = decisions.iter().all(|(d, _)| d.allowed);
@@ -151,30 +180,18 @@ where
     }
 
     if op.consumes() {
-        let last_of_each: Vec<usize> = (0..targets.len())
-            .filter(|&i| {
-                !(i + 1..targets.len())
-                    .any(|j| located[j].0 == located[i].0 && targets[j].key == targets[i].key)
-            })
-            .collect();
-        // Room for every new key first, so a full table cannot leave the request half charged.
-        for &i in &last_of_each {
-            let shard = located[i].2;
-            if scratch[i].1 {
-                let table = &mut locks[slot[i]];
-                targets[i].limiter.make_room_in(shard, table, now)?;
-            }
-        }
-        for i in last_of_each {
+        // The last decision of each (limiter, key) holds its final state.
+        for i in
+            (0..targets.len()).filter(|&i| !(i + 1..targets.len()).any(|j| first[j] == first[i]))
+        {
             let hash = located[i].1;
             let table = &mut locks[slot[i]];
-            let (state, is_new) = scratch[i].clone();
-            if is_new {
-                targets[i]
+            let state = scratch[i].clone();
+            match table.find_mut(hash, |(k, _)| k == targets[i].key) {
+                Some((_, held)) => *held = state,
+                None => targets[i]
                     .limiter
-                    .insert_new(table, hash, targets[i].key.clone(), state);
-            } else if let Some((_, held)) = table.find_mut(hash, |(k, _)| k == targets[i].key) {
-                *held = state;
+                    .insert_new(table, hash, targets[i].key.clone(), state),
             }
         }
     }

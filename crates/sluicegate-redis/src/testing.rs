@@ -1,7 +1,6 @@
-//! Real Redis servers for tests: a single `redis-server`, or a 3-master Redis Cluster, each
-//! on free loopback ports with a temporary directory, killed when dropped.
-
-#![allow(dead_code, unreachable_pub)]
+//! Real Redis servers for tests (the `testing` feature): a single `redis-server`, or a
+//! 3-master Redis Cluster, each on free loopback ports with a temporary directory, killed when
+//! dropped. Shared by this crate's tests and by the service's (`sluicegate-server`).
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -9,12 +8,14 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use sluicegate_redis::{RedisStore, StoreConfig};
+use crate::{RedisStore, StoreConfig};
 
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
+/// Any error starting or reaching a test server.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// One `redis-server` process.
 pub struct RedisServer {
+    /// The loopback port it listens on (kept across restarts).
     pub port: u16,
     dir: tempfile::TempDir,
     child: Option<Child>,
@@ -104,6 +105,29 @@ impl RedisServer {
         }
     }
 
+    /// Freezes the server (`SIGSTOP`): connections stay open but nothing is answered, as
+    /// with a Redis stuck on a slow command or a network black hole.
+    pub fn pause(&self) -> Result<(), BoxError> {
+        self.signal("-STOP")
+    }
+
+    /// Lets a paused server run again (`SIGCONT`).
+    pub fn resume(&self) -> Result<(), BoxError> {
+        self.signal("-CONT")
+    }
+
+    fn signal(&self, signal: &str) -> Result<(), BoxError> {
+        let child = self.child.as_ref().ok_or("redis-server is not running")?;
+        let status = Command::new("kill")
+            .arg(signal)
+            .arg(child.id().to_string())
+            .status()?;
+        if !status.success() {
+            return Err(format!("kill {signal} {} failed: {status}", child.id()).into());
+        }
+        Ok(())
+    }
+
     /// Starts the server again on the same port (empty: nothing is saved).
     pub fn restart(&mut self) -> Result<(), BoxError> {
         self.stop();
@@ -127,6 +151,7 @@ impl Drop for RedisServer {
 
 /// A Redis Cluster of three masters and no replicas.
 pub struct RedisCluster {
+    /// The three masters.
     pub nodes: Vec<RedisServer>,
 }
 

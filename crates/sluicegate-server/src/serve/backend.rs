@@ -1,0 +1,192 @@
+//! Where counters live, memory (one process) or Redis (shared by every replica), and the
+//! connection to Redis: made at start if Redis answers, retried in the background if not.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use arc_swap::ArcSwapOption;
+use parking_lot::Mutex;
+use sluicegate_redis::{FailurePolicy, RedisLimitError, RedisStore, StoreConfig};
+
+use crate::serve::metrics::{KindLabel, Metrics};
+
+/// Where the service keeps its counters.
+#[derive(Debug, Clone, Default)]
+pub enum BackendOptions {
+    /// In this process: a single binary that works out of the box.
+    #[default]
+    Memory,
+    /// In Redis, shared by every replica.
+    Redis(RedisOptions),
+}
+
+/// How to reach Redis and what to answer when it cannot.
+#[derive(Debug, Clone)]
+pub struct RedisOptions {
+    /// One server, or a cluster.
+    pub target: RedisTarget,
+    /// Prepended to every key.
+    pub prefix: String,
+    /// The longest a call waits for Redis before the failure policy answers.
+    pub timeout: Duration,
+    /// The answer when Redis is down, slow or refusing work.
+    pub failure_policy: FailurePolicy,
+}
+
+/// A Redis server or cluster.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RedisTarget {
+    /// One server (`redis://host:port/db`).
+    Single(String),
+    /// Any nodes of a Redis Cluster.
+    Cluster(Vec<String>),
+}
+
+/// How often a service that started without Redis tries to connect again.
+const RECONNECT_EVERY: Duration = Duration::from_millis(250);
+
+/// At most one warning per this interval about Redis failures; the rest are counted.
+const WARN_EVERY: Duration = Duration::from_secs(5);
+
+/// Why Redis did not decide a call.
+#[derive(Debug)]
+pub(crate) enum BackendFailure {
+    /// No connection has been made yet (Redis was down at start).
+    NotConnected,
+    /// The whole call took longer than the timeout.
+    Timeout(Duration),
+    /// The store failed.
+    Redis(RedisLimitError),
+}
+
+impl BackendFailure {
+    /// The `kind` label of `sluicegate_backend_errors_total`.
+    pub(crate) fn kind(&self) -> &'static str {
+        match self {
+            BackendFailure::NotConnected => "connection",
+            BackendFailure::Timeout(_) => "timeout",
+            BackendFailure::Redis(RedisLimitError::Timeout(_)) => "timeout",
+            BackendFailure::Redis(RedisLimitError::Connection(_)) => "connection",
+            BackendFailure::Redis(RedisLimitError::Script(_)) => "refused",
+            BackendFailure::Redis(_) => "other",
+        }
+    }
+}
+
+impl std::fmt::Display for BackendFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            BackendFailure::NotConnected => write!(f, "not connected to redis yet"),
+            BackendFailure::Timeout(timeout) => {
+                write!(f, "redis did not answer within {timeout:?}")
+            }
+            BackendFailure::Redis(error) => write!(f, "{error}"),
+        }
+    }
+}
+
+/// The Redis connection of a running service, and the bookkeeping of its failures.
+pub(crate) struct RedisBackend {
+    options: RedisOptions,
+    store: ArcSwapOption<RedisStore>,
+    last_warning: Mutex<Option<Instant>>,
+    unreported: AtomicU64,
+}
+
+impl std::fmt::Debug for RedisBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisBackend")
+            .field("options", &self.options)
+            .field("connected", &self.store.load().is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl RedisBackend {
+    /// Not connected yet: see [`RedisBackend::connect`].
+    pub(crate) fn new(options: RedisOptions) -> RedisBackend {
+        RedisBackend {
+            options,
+            store: ArcSwapOption::empty(),
+            last_warning: Mutex::new(None),
+            unreported: AtomicU64::new(0),
+        }
+    }
+
+    pub(crate) fn options(&self) -> &RedisOptions {
+        &self.options
+    }
+
+    /// Whether keys of one call must share a hash tag to be decided in one script.
+    pub(crate) fn is_cluster(&self) -> bool {
+        matches!(self.options.target, RedisTarget::Cluster(_))
+    }
+
+    /// The store, once connected. Once made, the connection reconnects by itself.
+    pub(crate) fn store(&self) -> Result<Arc<RedisStore>, BackendFailure> {
+        self.store.load_full().ok_or(BackendFailure::NotConnected)
+    }
+
+    /// One attempt to connect, bounded by the timeout. A backend failure (Redis unreachable)
+    /// is returned as such; any other error (bad URL or prefix) is a configuration error.
+    pub(crate) async fn connect(&self) -> Result<(), RedisLimitError> {
+        let config = StoreConfig {
+            prefix: self.options.prefix.clone(),
+            timeout: self.options.timeout,
+            ..StoreConfig::default()
+        };
+        let store = match &self.options.target {
+            RedisTarget::Single(url) => RedisStore::connect(url, config).await?,
+            RedisTarget::Cluster(nodes) => {
+                let nodes: Vec<&str> = nodes.iter().map(String::as_str).collect();
+                RedisStore::connect_cluster(&nodes, config).await?
+            }
+        };
+        self.store.store(Some(Arc::new(store)));
+        Ok(())
+    }
+
+    /// Tries to connect until it succeeds (a service that started while Redis was down).
+    pub(crate) async fn connect_until_up(&self) {
+        let mut ticker = tokio::time::interval(RECONNECT_EVERY);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            ticker.tick().await;
+            match self.connect().await {
+                Ok(()) => {
+                    tracing::info!("connected to redis");
+                    return;
+                }
+                Err(error) => tracing::debug!(%error, "redis still unreachable"),
+            }
+        }
+    }
+
+    /// Counts a failure and warns about it, at most once per `WARN_EVERY` so that a Redis
+    /// outage under load does not flood the log.
+    pub(crate) fn note_failure(&self, metrics: &Metrics, failure: &BackendFailure) {
+        metrics
+            .backend_errors
+            .get_or_create(&KindLabel {
+                kind: failure.kind(),
+            })
+            .inc();
+        let now = Instant::now();
+        let mut last = self.last_warning.lock();
+        if last.is_some_and(|at| now.duration_since(at) < WARN_EVERY) {
+            self.unreported.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        *last = Some(now);
+        drop(last);
+        let also = self.unreported.swap(0, Ordering::Relaxed);
+        tracing::warn!(
+            error = %failure,
+            kind = failure.kind(),
+            policy = ?self.options.failure_policy,
+            unreported_since_last_warning = also,
+            "redis failed; the failure policy answers"
+        );
+    }
+}

@@ -1,0 +1,274 @@
+//! A call decided in Redis: every enforcing limit in one `decide_all` script call (all charged
+//! or none, as in memory), then each shadow-mode limit on its own. The whole call is bounded
+//! by the Redis timeout; when Redis fails, the failure policy answers: `open` allows,
+//! `closed` denies, `local` decides the call in this process's memory.
+//!
+//! Redis Cluster: a script can only touch keys of one slot, and a limit's keys are tagged by
+//! its counter key (so every call on that counter, whatever else it names, finds the same
+//! keys). The limits of a call are grouped by counter key, one script call per group; with
+//! several groups, all are peeked first and charged only if all allow. That keeps "all or
+//! nothing" except against a concurrent call that takes the last permit of one group between
+//! the peek and the charge (then the other groups are charged alone). A single server
+//! decides every call in one script call, exactly.
+
+use std::num::NonZeroU64;
+use std::time::Duration;
+
+use sluicegate::{Decision, Op};
+use sluicegate_redis::{FailurePolicy, LimitRequest, Now, RedisLimitError, RedisStore};
+use tokio::time::Instant;
+
+use crate::serve::backend::{BackendFailure, RedisBackend};
+use crate::serve::engine::{Check, Decided, decide_in_memory, decide_one};
+use crate::serve::metrics::Metrics;
+use crate::serve::redis_table::RedisEnforcer;
+
+/// Decides `checks` in Redis, or by the failure policy if Redis fails.
+pub(crate) async fn decide_on_redis<'a>(
+    backend: &RedisBackend,
+    metrics: &Metrics,
+    checks: &'a [Check],
+) -> Decided<'a> {
+    let timeout = backend.options().timeout;
+    let policy = backend.options().failure_policy;
+    let deadline = Instant::now() + timeout;
+    let enforced: Vec<&Check> = checks.iter().filter(|c| !c.shadow).collect();
+    let store = backend.store();
+    let outcome = match &store {
+        Ok(store) => {
+            let decide = decide_enforced(store, backend.is_cluster(), &enforced);
+            match tokio::time::timeout_at(deadline, decide).await {
+                Ok(Ok(outcome)) => Ok(outcome),
+                Ok(Err(error)) => Err(BackendFailure::Redis(error)),
+                Err(_) => Err(BackendFailure::Timeout(timeout)),
+            }
+        }
+        Err(_) => Err(BackendFailure::NotConnected),
+    };
+    let (mut decided, allowed) = match outcome {
+        Ok(outcome) => outcome,
+        Err(failure) => {
+            backend.note_failure(metrics, &failure);
+            if policy == FailurePolicy::Local {
+                return decide_in_memory(checks);
+            }
+            by_policy(policy, &enforced, timeout)
+        }
+    };
+    let op = if allowed { Op::Check } else { Op::Peek };
+    for check in checks.iter().filter(|c| c.shadow) {
+        let decision = match (&store, &check.redis) {
+            (_, None) => None,
+            (_, Some(enforcer)) if check.permits.get() > enforcer.limit.capacity() => None,
+            (Ok(store), Some(enforcer)) => {
+                let request = [LimitRequest {
+                    limit: &enforcer.limit,
+                    name: &enforcer.name,
+                    key: check.key.as_bytes(),
+                    permits: check.permits,
+                }];
+                let decide = store.decide_all(&request, op, Now::Server);
+                match tokio::time::timeout_at(deadline, decide).await {
+                    Ok(Ok(multi)) => multi.decisions.into_iter().next(),
+                    Ok(Err(error)) => {
+                        shadow_fallback(backend, metrics, check, op, BackendFailure::Redis(error))
+                    }
+                    Err(_) => shadow_fallback(
+                        backend,
+                        metrics,
+                        check,
+                        op,
+                        BackendFailure::Timeout(timeout),
+                    ),
+                }
+            }
+            (Err(_), Some(_)) => {
+                shadow_fallback(backend, metrics, check, op, BackendFailure::NotConnected)
+            }
+        };
+        decided.push((check, decision));
+    }
+    decided
+}
+
+/// A shadow-mode limit's answer when Redis failed on it.
+fn shadow_fallback(
+    backend: &RedisBackend,
+    metrics: &Metrics,
+    check: &Check,
+    op: Op,
+    failure: BackendFailure,
+) -> Option<Decision> {
+    backend.note_failure(metrics, &failure);
+    let policy = backend.options().failure_policy;
+    match (policy, &check.redis) {
+        (FailurePolicy::Local, _) => decide_one(check, op),
+        (_, Some(enforcer)) => Some(policy_decision(
+            policy,
+            enforcer,
+            check.permits,
+            backend.options().timeout,
+        )),
+        (_, None) => None,
+    }
+}
+
+/// The enforcing limits in Redis: one script call (per hash tag under Cluster). Returns each
+/// check's decision and whether the call is allowed (and was charged).
+async fn decide_enforced<'a>(
+    store: &RedisStore,
+    cluster: bool,
+    enforced: &[&'a Check],
+) -> Result<(Decided<'a>, bool), RedisLimitError> {
+    // The same limit on the same counter twice in one call (two identical descriptors) is
+    // asked once for the sum of their hits: one script call may name a key only once.
+    let mut asked: Vec<(&RedisEnforcer, &str, u64)> = Vec::new();
+    let mut slot_of = Vec::with_capacity(enforced.len());
+    let mut never = false;
+    for check in enforced {
+        let Some(enforcer) = &check.redis else {
+            never = true;
+            slot_of.push(None);
+            continue;
+        };
+        let same = asked
+            .iter()
+            .position(|(e, key, _)| e.name == enforcer.name && *key == check.key);
+        let slot = match same {
+            Some(slot) => {
+                asked[slot].2 = asked[slot].2.saturating_add(check.permits.get());
+                slot
+            }
+            None => {
+                asked.push((enforcer, &check.key, check.permits.get()));
+                asked.len() - 1
+            }
+        };
+        slot_of.push(Some(slot));
+    }
+    // More hits than a limit can ever grant: that limit never passes, the others are peeked.
+    let fits: Vec<bool> = asked
+        .iter()
+        .map(|(enforcer, _, permits)| *permits <= enforcer.limit.capacity())
+        .collect();
+    never |= fits.contains(&false);
+    let op = if never { Op::Peek } else { Op::Check };
+    let requests: Vec<LimitRequest<'_>> = asked
+        .iter()
+        .zip(&fits)
+        .filter(|(_, fits)| **fits)
+        .map(|((enforcer, key, permits), _)| LimitRequest {
+            limit: &enforcer.limit,
+            name: &enforcer.name,
+            key: key.as_bytes(),
+            permits: NonZeroU64::new(*permits).unwrap_or(NonZeroU64::MIN),
+        })
+        .collect();
+    let answers = decide_requests(store, cluster, &requests, op).await?;
+    let allowed = !never && answers.iter().all(|d| d.allowed);
+    // Back from the requests asked to every slot, then to every check.
+    let mut answers = answers.into_iter();
+    let by_slot: Vec<Option<Decision>> = fits
+        .iter()
+        .map(|fits| if *fits { answers.next() } else { None })
+        .collect();
+    let decided = enforced
+        .iter()
+        .zip(slot_of)
+        .map(|(check, slot)| (*check, slot.and_then(|s| by_slot[s])))
+        .collect();
+    Ok((decided, allowed))
+}
+
+/// Decides `requests` together: one `decide_all` on a single server; under Cluster, one per
+/// counter key, peeked first when there are several (see the module docs).
+async fn decide_requests(
+    store: &RedisStore,
+    cluster: bool,
+    requests: &[LimitRequest<'_>],
+    op: Op,
+) -> Result<Vec<Decision>, RedisLimitError> {
+    let Some(first) = requests.first() else {
+        return Ok(Vec::new());
+    };
+    if !cluster || requests.iter().all(|r| r.key == first.key) {
+        return Ok(store.decide_all(requests, op, Now::Server).await?.decisions);
+    }
+    let mut groups: Vec<(&[u8], Vec<usize>)> = Vec::new();
+    for (index, request) in requests.iter().enumerate() {
+        match groups.iter_mut().find(|(key, _)| *key == request.key) {
+            Some((_, members)) => members.push(index),
+            None => groups.push((request.key, vec![index])),
+        }
+    }
+    let run = async |op| -> Result<Vec<Decision>, RedisLimitError> {
+        let mut decisions: Vec<Option<Decision>> = vec![None; requests.len()];
+        for (_, members) in &groups {
+            let group: Vec<LimitRequest<'_>> = members.iter().map(|&i| requests[i]).collect();
+            let multi = store.decide_all(&group, op, Now::Server).await?;
+            for (&i, decision) in members.iter().zip(multi.decisions) {
+                decisions[i] = Some(decision);
+            }
+        }
+        decisions
+            .into_iter()
+            .map(|d| d.ok_or_else(|| RedisLimitError::UnexpectedReply("missing decision".into())))
+            .collect()
+    };
+    let peeked = run(Op::Peek).await?;
+    if !op.consumes() || !peeked.iter().all(|d| d.allowed) {
+        return Ok(peeked);
+    }
+    run(op).await
+}
+
+/// What the `open` and `closed` policies answer for the enforcing limits. A limit that can
+/// never pass still denies: it needs no Redis to know.
+fn by_policy<'a>(
+    policy: FailurePolicy,
+    enforced: &[&'a Check],
+    timeout: Duration,
+) -> (Decided<'a>, bool) {
+    let never = enforced.iter().any(|check| {
+        check
+            .redis
+            .as_ref()
+            .is_none_or(|e| check.permits.get() > e.limit.capacity())
+    });
+    let decided: Decided<'a> = enforced
+        .iter()
+        .map(|check| {
+            let decision = check
+                .redis
+                .as_ref()
+                .filter(|e| check.permits.get() <= e.limit.capacity())
+                .map(|e| policy_decision(policy, e, check.permits, timeout));
+            (*check, decision)
+        })
+        .collect();
+    (decided, !never && policy == FailurePolicy::Open)
+}
+
+/// One limit's answer by `open` (allowed, nothing known of the budget) or `closed` (denied,
+/// retry after the timeout).
+fn policy_decision(
+    policy: FailurePolicy,
+    enforcer: &RedisEnforcer,
+    permits: NonZeroU64,
+    timeout: Duration,
+) -> Decision {
+    let limit = enforcer.limit.capacity();
+    let allowed = policy == FailurePolicy::Open;
+    Decision {
+        allowed,
+        limit,
+        remaining: if allowed {
+            limit - permits.get().min(limit)
+        } else {
+            0
+        },
+        reset_after: Duration::ZERO,
+        retry_after: (!allowed).then_some(timeout),
+        wait: Duration::ZERO,
+    }
+}
