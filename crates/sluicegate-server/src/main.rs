@@ -41,9 +41,7 @@ fn main() -> anyhow::Result<ExitCode> {
 /// Runs the service until SIGTERM or Ctrl-C, then shuts down gracefully.
 fn serve(args: &sluicegate_server::serve::ServeArgs) -> anyhow::Result<()> {
     init_logging(args.log_json);
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
+    let runtime = sluicegate_server::serve::runtime()?;
     runtime.block_on(async {
         let mut server = sluicegate_server::serve::start(args.to_config()).await?;
         tokio::select! {

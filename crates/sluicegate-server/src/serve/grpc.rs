@@ -3,6 +3,8 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use prometheus_client::metrics::histogram::Histogram;
+
 use envoy_types::pb::envoy::config::core::v3::HeaderValue;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
     DescriptorStatus, RateLimit,
@@ -24,12 +26,22 @@ use crate::serve::protocol::{
 #[derive(Debug, Clone)]
 pub struct GrpcService {
     engine: Arc<Engine>,
+    // Looked up once: a family lookup per call costs a lock and a hash.
+    request_seconds: Histogram,
 }
 
 impl GrpcService {
     /// A service answering from `engine`, wrapped for tonic's router.
     pub fn server(engine: Arc<Engine>) -> RateLimitServiceServer<GrpcService> {
-        RateLimitServiceServer::new(GrpcService { engine })
+        let request_seconds = engine
+            .metrics()
+            .request_seconds
+            .get_or_create(&KindLabel { kind: "grpc" })
+            .clone();
+        RateLimitServiceServer::new(GrpcService {
+            engine,
+            request_seconds,
+        })
     }
 }
 
@@ -43,12 +55,10 @@ impl RateLimitService for GrpcService {
         let call = call_from_proto(request.into_inner())
             .map_err(|e| Status::invalid_argument(e.to_string()))?;
         let verdict = self.engine.should_rate_limit(&call).await;
-        self.engine
-            .metrics()
-            .request_seconds
-            .get_or_create(&KindLabel { kind: "grpc" })
+        let response = verdict_to_proto(verdict);
+        self.request_seconds
             .observe(started.elapsed().as_secs_f64());
-        Ok(Response::new(verdict_to_proto(&verdict)))
+        Ok(Response::new(response))
     }
 }
 
@@ -91,17 +101,17 @@ pub fn call_from_proto(request: RateLimitRequest) -> Result<RateLimitCall, CallE
     Ok(call)
 }
 
-/// Writes a verdict as a protobuf response.
-pub fn verdict_to_proto(verdict: &Verdict) -> RateLimitResponse {
+/// Writes a verdict as a protobuf response (moving its strings, not copying them).
+pub fn verdict_to_proto(verdict: Verdict) -> RateLimitResponse {
     RateLimitResponse {
         overall_code: verdict.overall.proto_number(),
         statuses: verdict
             .statuses
-            .iter()
+            .into_iter()
             .map(|s| DescriptorStatus {
                 code: s.code.proto_number(),
-                current_limit: s.current_limit.as_ref().map(|l| RateLimit {
-                    name: l.name.clone(),
+                current_limit: s.current_limit.map(|l| RateLimit {
+                    name: l.name,
                     requests_per_unit: l.requests_per_unit,
                     unit: l.unit.proto_number(),
                 }),
@@ -115,10 +125,10 @@ pub fn verdict_to_proto(verdict: &Verdict) -> RateLimitResponse {
             .collect(),
         response_headers_to_add: verdict
             .headers
-            .iter()
+            .into_iter()
             .map(|(key, value)| HeaderValue {
-                key: key.clone(),
-                value: value.clone(),
+                key,
+                value,
                 raw_value: Vec::new(),
             })
             .collect(),

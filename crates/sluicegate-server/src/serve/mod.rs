@@ -27,4 +27,4 @@ pub use protocol::{
     CallError, Code, CurrentLimit, DescriptorCall, DescriptorVerdict, EnvoyUnit, LimitOverride,
     RateLimitCall, Verdict,
 };
-pub use server::{RunningServer, ServerConfig, start};
+pub use server::{RunningServer, ServerConfig, grpc_incoming, grpc_server, runtime, start};

@@ -11,6 +11,7 @@ use sluicegate_rules::LoadOptions;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
+use tonic::transport::server::TcpIncoming;
 
 use crate::serve::engine::{Engine, EngineOptions};
 use crate::serve::grpc::GrpcService;
@@ -69,6 +70,25 @@ impl RunningServer {
     }
 }
 
+/// The tokio runtime `serve` runs on (shared with the benchmark's ceiling server, so both run
+/// on the same settings).
+pub fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+}
+
+/// The gRPC server settings `serve` uses (shared with the benchmark's ceiling server).
+pub fn grpc_server() -> tonic::transport::Server {
+    tonic::transport::Server::builder()
+}
+
+/// The gRPC connections accepted on `listener`, with `TCP_NODELAY` set: answers are small, and
+/// tonic ignores its own `tcp_nodelay` setting for a listener it did not bind.
+pub fn grpc_incoming(listener: TcpListener) -> TcpIncoming {
+    TcpIncoming::from(listener).with_nodelay(Some(true))
+}
+
 /// Loads the rules, binds both listeners and starts serving.
 pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
     let metrics = Arc::new(Metrics::new());
@@ -93,10 +113,9 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
     let grpc_engine = Arc::clone(&engine);
     let mut grpc_stopped = stopped.clone();
     tasks.spawn(async move {
-        let incoming = tokio_stream::wrappers::TcpListenerStream::new(grpc_listener);
-        tonic::transport::Server::builder()
+        grpc_server()
             .add_service(GrpcService::server(grpc_engine))
-            .serve_with_incoming_shutdown(incoming, async move {
+            .serve_with_incoming_shutdown(grpc_incoming(grpc_listener), async move {
                 let _ = grpc_stopped.wait_for(|s| *s).await;
             })
             .await

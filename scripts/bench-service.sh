@@ -1,0 +1,265 @@
+#!/usr/bin/env bash
+# Service load benchmark (DESIGN.md section 8): decisions per second and p50/p99 latency of
+# `sluicegate serve` over gRPC on loopback, against the ceiling measured in the same run (a no-op
+# ShouldRateLimit server on the same stack: tonic, envoy-types, the same runtime settings).
+#
+# Cases: one hot key, and keys drawn uniformly from 100k values. Targets: the ceiling, `serve` in
+# memory, and `serve --redis` on a local redis-server (when the binary has the flag).
+# Load: `rls_load` (a separate process, tonic client) for both cases, and h2load (nghttp2-client,
+# fully independent of the Rust stack) for the hot key. Every generator runs at the same number of
+# calls in flight. Each (generator, case, target) is run --repeats times, targets interleaved so
+# they share the machine's noise, and the table shows medians.
+#
+# Besides throughput and latency it reports the server process's CPU time per decision (from
+# /proc, over the measured run and its warm-up): on a machine shared with other work that figure
+# moves far less than decisions per second do.
+#
+# Usage: scripts/bench-service.sh [--duration S] [--warmup S] [--concurrency N] [--connections N]
+#                                 [--repeats N] [--keys N] [--pin] [--no-h2load] [--no-redis]
+#                                 [--bin-dir DIR]
+# --pin runs the servers on CPU 0 and the load generators on CPU 1 (taskset).
+# --bin-dir uses already built sluicegate, noop_rls and rls_load from DIR instead of building.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+duration=5
+warmup=2
+concurrency=64
+connections=4
+repeats=3
+many_keys=100000
+pin=0
+use_h2load=1
+use_redis=1
+bin_dir=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --duration) duration="$2"; shift 2 ;;
+    --warmup) warmup="$2"; shift 2 ;;
+    --concurrency) concurrency="$2"; shift 2 ;;
+    --connections) connections="$2"; shift 2 ;;
+    --repeats) repeats="$2"; shift 2 ;;
+    --keys) many_keys="$2"; shift 2 ;;
+    --pin) pin=1; shift ;;
+    --no-h2load) use_h2load=0; shift ;;
+    --no-redis) use_redis=0; shift ;;
+    --bin-dir) bin_dir="$2"; shift 2 ;;
+    *) echo "unknown argument: $1" >&2; exit 2 ;;
+  esac
+done
+if [ $((concurrency % connections)) -ne 0 ]; then
+  echo "--concurrency must be a multiple of --connections (h2load runs N streams per connection)" >&2
+  exit 2
+fi
+
+if [ -z "$bin_dir" ]; then
+  echo "== building (release)"
+  cargo build --release -q -p sluicegate-server --bin sluicegate --example noop_rls --example rls_load
+  sluicegate="${CARGO_TARGET_DIR:-target}/release/sluicegate"
+  noop="${CARGO_TARGET_DIR:-target}/release/examples/noop_rls"
+  load="${CARGO_TARGET_DIR:-target}/release/examples/rls_load"
+else
+  sluicegate="$bin_dir/sluicegate"
+  noop="$bin_dir/noop_rls"
+  load="$bin_dir/rls_load"
+fi
+
+work="$(mktemp -d)"
+pids=()
+cleanup() {
+  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+server_cpu=()
+load_cpu=()
+if [ "$pin" = 1 ]; then
+  server_cpu=(taskset -c 0)
+  load_cpu=(taskset -c 1)
+fi
+
+free_port() {
+  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+wait_for_port() {
+  local port="$1" name="$2"
+  for _ in $(seq 1 100); do
+    if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then return 0; fi
+    sleep 0.1
+  done
+  echo "$name did not start listening on port $port" >&2
+  exit 1
+}
+
+# Every key is allowed: the benchmark measures the cost of a decision, not of a denial.
+cat >"$work/rules.yaml" <<'EOF'
+domain: bench
+descriptors:
+  - key: key
+    rate_limit: {unit: second, requests_per_unit: 1000000000}
+EOF
+
+declare -A grpc_port server_pid
+grpc_port[ceiling]="$(free_port)"
+"${server_cpu[@]}" "$noop" --grpc-addr "127.0.0.1:${grpc_port[ceiling]}" >"$work/ceiling.log" 2>&1 &
+pids+=($!)
+server_pid[ceiling]=$!
+wait_for_port "${grpc_port[ceiling]}" "the ceiling server"
+
+start_serve() {
+  local name="$1"
+  shift
+  grpc_port[$name]="$(free_port)"
+  SLUICEGATE_LOG=warn "${server_cpu[@]}" "$sluicegate" serve --config "$work/rules.yaml" \
+    --grpc-addr "127.0.0.1:${grpc_port[$name]}" --http-addr "127.0.0.1:$(free_port)" "$@" \
+    >"$work/$name.log" 2>&1 &
+  pids+=($!)
+  server_pid[$name]=$!
+  wait_for_port "${grpc_port[$name]}" "sluicegate serve ($name)"
+}
+
+targets=(ceiling memory)
+start_serve memory
+
+redis_note=""
+if [ "$use_redis" = 0 ]; then
+  redis_note="Redis rows NOT measured: --no-redis was given."
+elif ! "$sluicegate" serve --help | grep -q -- '--redis'; then
+  redis_note="Redis rows NOT measured: this sluicegate binary has no 'serve --redis' flag yet."
+elif ! command -v redis-server >/dev/null 2>&1; then
+  redis_note="Redis rows NOT measured: redis-server is not installed (apt-get install redis-server)."
+else
+  redis_port="$(free_port)"
+  "${server_cpu[@]}" redis-server --port "$redis_port" --bind 127.0.0.1 --save '' \
+    --appendonly no >"$work/redis-server.log" 2>&1 &
+  pids+=($!)
+  wait_for_port "$redis_port" "redis-server"
+  start_serve redis --redis "redis://127.0.0.1:$redis_port"
+  targets+=(redis)
+fi
+[ -n "$redis_note" ] && echo "!! $redis_note"
+
+ticks_per_sec="$(getconf CLK_TCK)"
+# User plus system CPU time of a process, in clock ticks.
+cpu_ticks() {
+  awk '{ print $14 + $15 }' "/proc/$1/stat"
+}
+
+results="$work/results.tsv"
+: >"$results"
+
+run_rls_load() {
+  local target="$1" keys="$2" line cpu_before cpu_after
+  cpu_before="$(cpu_ticks "${server_pid[$target]}")"
+  line="$("${load_cpu[@]}" "$load" --target "http://127.0.0.1:${grpc_port[$target]}" \
+    --domain bench --key key --keys "$keys" --concurrency "$concurrency" \
+    --connections "$connections" --duration "$duration" --warmup "$warmup")"
+  cpu_after="$(cpu_ticks "${server_pid[$target]}")"
+  echo "   $line"
+  if ! grep -q ' errors=0 ' <<<"$line"; then
+    echo "!! calls to $target failed: $line" >&2
+  fi
+  local dps p50 p99 answered cpu_us
+  dps="$(sed -n 's/.*decisions_per_sec=\([0-9.]*\).*/\1/p' <<<"$line")"
+  p50="$(sed -n 's/.*p50_us=\([0-9.]*\).*/\1/p' <<<"$line")"
+  p99="$(sed -n 's/.*p99_us=\([0-9.]*\).*/\1/p' <<<"$line")"
+  answered="$(sed -n 's/.*answered=\([0-9]*\).*/\1/p' <<<"$line")"
+  cpu_us="$(awk -v t=$((cpu_after - cpu_before)) -v hz="$ticks_per_sec" -v n="$answered" \
+    'BEGIN { printf "%.1f", t / hz * 1e6 / n }')"
+  printf 'rls_load\t%s\t%s\t%s\t%s\t%s\t%s\n' "$keys" "$target" "$dps" "$p50" "$p99" "$cpu_us" >>"$results"
+}
+
+# h2load sends one fixed body: the framed protobuf of domain "bench", entry (key, k0), encoded
+# here by hand so this path shares no code with the service.
+write_grpc_body() {
+  python3 - "$1" <<'EOF'
+import struct, sys
+def field(number, payload):
+    assert len(payload) < 128
+    return bytes([number << 3 | 2, len(payload)]) + payload
+entry = field(1, b"key") + field(2, b"k0")
+descriptor = field(1, entry)
+request = field(1, b"bench") + field(2, descriptor)
+with open(sys.argv[1], "wb") as out:
+    out.write(b"\x00" + struct.pack(">I", len(request)) + request)
+EOF
+}
+
+run_h2load() {
+  local target="$1" out="$work/h2load.out" log="$work/h2load.log" cpu_before cpu_after
+  rm -f "$log" # h2load appends to its log file
+  cpu_before="$(cpu_ticks "${server_pid[$target]}")"
+  "${load_cpu[@]}" h2load -t 1 -c "$connections" -m $((concurrency / connections)) \
+    --warm-up-time="$warmup" -D "$duration" -d "$work/body.grpc" \
+    -H 'content-type: application/grpc' -H 'te: trailers' --log-file="$log" \
+    "http://127.0.0.1:${grpc_port[$target]}/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit" \
+    >"$out" 2>&1
+  cpu_after="$(cpu_ticks "${server_pid[$target]}")"
+  python3 - "$log" "$out" "$target" "$duration" $((cpu_after - cpu_before)) "$ticks_per_sec" "$warmup" \
+    >>"$results" <<'EOF'
+import re, sys
+log, out, target, duration = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
+cpu_seconds = int(sys.argv[5]) / int(sys.argv[6])
+text = open(out).read()
+done = re.search(r"(\d+) succeeded, (\d+) failed, (\d+) errored", text)
+if not done or int(done.group(2)) or int(done.group(3)):
+    sys.exit("h2load failed against %s:\n%s" % (target, text))
+latencies = sorted(int(l.split("\t")[2]) for l in open(log) if l.split("\t")[1] == "200")
+q = lambda p: latencies[min(len(latencies) - 1, int(p * len(latencies)))]
+# "succeeded" and the log count only the measured requests; the CPU time also covers the warm-up,
+# whose requests are estimated at the measured rate.
+answered = int(done.group(1))
+warmup = float(sys.argv[7])
+print("h2load\t1\t%s\t%.0f\t%.1f\t%.1f\t%.1f" % (target, answered / duration, q(0.50), q(0.99),
+    cpu_seconds * 1e6 / (answered * (duration + warmup) / duration)))
+EOF
+  echo "   $(tail -n 1 "$results" | cut -f3-)"
+}
+
+if [ "$use_h2load" = 1 ] && ! command -v h2load >/dev/null 2>&1; then
+  echo "!! h2load rows NOT measured: h2load is not installed (apt-get install nghttp2-client)."
+  use_h2load=0
+fi
+[ "$use_h2load" = 1 ] && write_grpc_body "$work/body.grpc"
+
+echo "== load: $concurrency calls in flight over $connections connections, ${warmup}s warm-up, ${duration}s measured, $repeats repeats"
+for repeat in $(seq 1 "$repeats"); do
+  for keys in 1 "$many_keys"; do
+    for target in "${targets[@]}"; do
+      echo "-- repeat $repeat, rls_load, $keys key(s), $target"
+      run_rls_load "$target" "$keys"
+    done
+  done
+  if [ "$use_h2load" = 1 ]; then
+    for target in "${targets[@]}"; do
+      echo "-- repeat $repeat, h2load, 1 key, $target"
+      run_h2load "$target"
+    done
+  fi
+done
+
+echo
+echo "== medians of $repeats runs (fraction and p99 ratio against the ceiling of the same generator and case)"
+python3 - "$results" <<'EOF'
+import statistics, sys
+rows = {}
+for line in open(sys.argv[1]):
+    generator, keys, target, *numbers = line.split("\t")
+    rows.setdefault((generator, keys, target), []).append([float(n) for n in numbers])
+def med(values, i):
+    return statistics.median(v[i] for v in values)
+print("| generator | keys | target | decisions/s | p50 µs | p99 µs | fraction of ceiling | p99 / ceiling p99 | server CPU µs/decision | CPU / ceiling CPU | decisions/s min–max |")
+print("|---|---|---|---|---|---|---|---|---|---|---|")
+for (generator, keys, target), values in rows.items():
+    ceiling = rows[(generator, keys, "ceiling")]
+    dps, p50, p99, cpu = (med(values, i) for i in range(4))
+    lo, hi = min(v[0] for v in values), max(v[0] for v in values)
+    print("| %s | %s | %s | %.0f | %.0f | %.0f | %.2f | %.2f | %.1f | %.2f | %.0f–%.0f |" % (
+        generator, keys, target, dps, p50, p99, dps / med(ceiling, 0), p99 / med(ceiling, 2),
+        cpu, cpu / med(ceiling, 3), lo, hi))
+EOF
+[ -n "$redis_note" ] && echo "!! $redis_note"
+exit 0
