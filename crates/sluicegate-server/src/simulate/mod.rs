@@ -5,7 +5,6 @@ mod args;
 mod event;
 mod output;
 mod plot;
-mod rng;
 mod run;
 mod trace;
 mod traffic;

@@ -3,7 +3,9 @@
 use sluicegate::{Micros, Op, Rate, micros_ceil, parse_duration};
 
 use crate::simulate::event::{Event, EventOp};
-use crate::simulate::rng::SplitMix64;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use rand_distr::{Distribution, Exp};
 
 /// A traffic generator, as given to `--traffic`.
 #[derive(Debug, Clone, PartialEq)]
@@ -102,7 +104,8 @@ impl TrafficSpec {
 
     /// The events, in time order, all before `duration`; the same `seed` gives the same ones.
     pub(crate) fn events(&self, seed: u64) -> impl Iterator<Item = Event> + '_ {
-        let mut rng = SplitMix64::new(seed);
+        // ChaCha8 is value-stable across rand_chacha releases: a seed names the same trace.
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
         let mut index: u64 = 0;
         let mut poisson_clock = 0.0f64;
         std::iter::from_fn(move || {
@@ -111,7 +114,9 @@ impl TrafficSpec {
                     // Gaps are exponential with mean 1/rate; the first arrival too, so the
                     // process has no special event at t = 0.
                     let per_micro = rate.per_second_f64() / 1e6;
-                    poisson_clock += -rng.unit_open_below().ln() / per_micro;
+                    // A rate is positive and finite, so the distribution always exists.
+                    let gap = Exp::new(per_micro).map_or(f64::INFINITY, |exp| exp.sample(&mut rng));
+                    poisson_clock += gap;
                     poisson_clock.floor()
                 }
                 Shape::Uniform { rate } => {
@@ -125,7 +130,7 @@ impl TrafficSpec {
                 return None;
             }
             let key = match self.shape {
-                Shape::Poisson { .. } => rng.below(self.keys),
+                Shape::Poisson { .. } => rng.random_range(0..self.keys.max(1)),
                 _ => index % self.keys,
             };
             index += 1;
