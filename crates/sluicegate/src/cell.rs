@@ -31,30 +31,27 @@ impl StateCell<u64> for WordCell {
         WordCell(AtomicU64::new(state))
     }
 
-    /// Runs `f` once to find the next state and commits it, then runs `f` again on the state
-    /// it was committed over for the result. `f` is pure, so that is the result of the
-    /// committed update; and building the result (a decision is several words) only after the
-    /// compare-and-swap keeps its stores from delaying the locked instruction, which has to
-    /// wait for every earlier store. Inlined, the first run's result is dead code.
+    /// Runs `f` on a copy of the word and commits the copy by compare-and-swap, again after
+    /// losing a race. Inlined, the result's fields are only needed once the exchange succeeds,
+    /// so the compiler is free to compute them after the locked instruction.
     #[inline(always)]
     fn update<R>(&self, mut f: impl FnMut(&mut u64) -> R) -> R {
         let mut current = self.0.load(Ordering::Acquire);
         loop {
             let mut next = current;
-            let _ = f(&mut next);
+            let result = f(&mut next);
             if next == current {
-                break;
+                return result;
             }
             match self
                 .0
                 .compare_exchange_weak(current, next, Ordering::AcqRel, Ordering::Acquire)
             {
-                Ok(_) => break,
+                Ok(_) => return result,
                 // The failed exchange already read the word: no second trip for the cache line.
                 Err(actual) => current = actual,
             }
         }
-        f(&mut current)
     }
 
     fn snapshot(&self) -> u64 {

@@ -47,26 +47,77 @@ pub trait Clock: Send + Sync {
 #[derive(Debug, Clone, Copy)]
 pub struct SystemClock {
     counter: &'static quanta::Clock,
+    scale: CounterScale,
     anchor_raw: u64,
     anchor_unix: Micros,
 }
 
-/// The process's one calibrated counter, shared by every [`SystemClock`].
-static COUNTER: OnceLock<quanta::Clock> = OnceLock::new();
+/// The process's one calibrated counter, shared by every [`SystemClock`], with its scale.
+static COUNTER: OnceLock<(quanta::Clock, CounterScale)> = OnceLock::new();
 
 impl SystemClock {
     /// A clock reading the Unix time now and counting monotonically from there.
     pub fn new() -> Self {
-        let counter = COUNTER.get_or_init(quanta::Clock::new);
+        let (counter, scale) = COUNTER.get_or_init(|| {
+            let counter = quanta::Clock::new();
+            let scale = CounterScale::new(&counter);
+            (counter, scale)
+        });
         let unix = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map(micros_ceil)
             .unwrap_or(0);
         SystemClock {
             counter,
+            scale: *scale,
             anchor_raw: counter.raw(),
             anchor_unix: unix,
         }
+    }
+}
+
+/// Raw counter counts to microseconds in one multiply and shift,
+/// `(counts * multiplier) >> (64 + shift)`: quanta's own scaling to nanoseconds (a multiply and
+/// a shift) followed by a division by 1000 would cost two multiplies in a row on every check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct CounterScale {
+    multiplier: u64,
+    shift: u32,
+}
+
+impl CounterScale {
+    /// Counts in the sample that fixes the scale: 2^50 counts (days of TSC counts, weeks of
+    /// nanoseconds) make quanta's rounding to whole nanoseconds negligible (2^-49 relative).
+    const SAMPLE_BITS: u32 = 50;
+
+    /// The scale of `counter`, taken from quanta's calibration of it: its nanoseconds for
+    /// 2^50 counts, over 1000. A counter of at least one count per microsecond (a TSC, or
+    /// quanta's fallback counting nanoseconds) gives a multiplier of at least 2^63, so the
+    /// scale is exact to 2^-63 besides that calibration.
+    fn new(counter: &quanta::Clock) -> CounterScale {
+        let nanos = u128::from(counter.delta_as_nanos(0, 1 << Self::SAMPLE_BITS).max(1));
+        // micros per count = nanos / (1000 * 2^50) = multiplier / 2^(64 + shift), so
+        // multiplier = nanos * 2^(14 + shift) / 1000: the largest shift keeping it below 2^64.
+        // Rounded up, as in exact division by a constant: a counter of nanoseconds then
+        // gives exactly `counts / 1000` for any count below 2^63.
+        let multiplier_at = |shift: u32| (nanos << (64 + shift - Self::SAMPLE_BITS)).div_ceil(1000);
+        let mut shift = 0;
+        while shift < 63
+            && nanos.leading_zeros() > 64 + shift + 1 - Self::SAMPLE_BITS
+            && multiplier_at(shift + 1) <= u128::from(u64::MAX)
+        {
+            shift += 1;
+        }
+        CounterScale {
+            multiplier: u64::try_from(multiplier_at(shift)).unwrap_or(u64::MAX),
+            shift,
+        }
+    }
+
+    #[inline(always)]
+    fn micros(&self, counts: u64) -> Micros {
+        let high = (u128::from(counts) * u128::from(self.multiplier)) >> 64;
+        (high as u64) >> self.shift
     }
 }
 
@@ -77,15 +128,12 @@ impl Default for SystemClock {
 }
 
 impl Clock for SystemClock {
-    #[inline]
+    #[inline(always)]
     fn now(&self) -> Micros {
-        // A multiply and a shift scale the counter to nanoseconds (no division), and dividing
-        // by the constant 1000 compiles to another multiply. A reading behind the anchor (a
-        // counter a few cycles apart between cores) counts as no time at all.
-        let nanos = self
-            .counter
-            .delta_as_nanos(self.anchor_raw, self.counter.raw());
-        self.anchor_unix.saturating_add(nanos / 1_000)
+        // A reading behind the anchor (a counter a few cycles apart between cores) counts as
+        // no time at all.
+        let counts = self.counter.raw().saturating_sub(self.anchor_raw);
+        self.anchor_unix.saturating_add(self.scale.micros(counts))
     }
 }
 
@@ -198,6 +246,41 @@ mod tests {
             .map(micros_ceil)
             .unwrap_or(0);
         assert!(clock.now().abs_diff(unix) < 86_400_000_000);
+    }
+
+    #[test]
+    fn counter_scale_agrees_with_quanta() {
+        let counter = quanta::Clock::new();
+        let scale = CounterScale::new(&counter);
+        assert!(scale.multiplier >= 1 << 63, "{scale:?}");
+        for counts in [
+            0,
+            1,
+            999,
+            1_000_000,
+            2_450_000_000,
+            1 << 40,
+            1 << 50,
+            1 << 60,
+        ] {
+            let quanta_micros = counter.delta_as_nanos(0, counts) / 1000;
+            let ours = scale.micros(counts);
+            assert!(
+                ours.abs_diff(quanta_micros) <= 2,
+                "{counts}: {ours} µs, quanta {quanta_micros}"
+            );
+        }
+        // Monotonic, as any multiply and shift.
+        assert!(scale.micros(u64::MAX) >= scale.micros(u64::MAX - 1));
+    }
+
+    #[test]
+    fn counter_scale_of_a_nanosecond_counter_divides_by_1000() {
+        let (mock_clock, _mock) = quanta::Clock::mock();
+        let scale = CounterScale::new(&mock_clock);
+        for counts in [0, 999, 1000, 1001, 123_456_789, 1 << 62, (1 << 63) - 1] {
+            assert_eq!(scale.micros(counts), counts / 1000, "{counts}");
+        }
     }
 
     #[test]

@@ -1,6 +1,8 @@
 //! What GCRA, the token bucket and the leaky bucket share: a bucket of `burst` permits refilled
 //! (or drained) at a rate, measured in exact ticks.
 
+use std::num::NonZeroU64;
+
 use crate::clock::Micros;
 use crate::decision::Decision;
 use crate::error::ConfigError;
@@ -131,7 +133,8 @@ impl BucketShape {
         if room < self.pace.interval {
             return 0;
         }
-        self.per_permit.divide(room)
+        // `room` is at most the tolerance, at most `MAX_TOLERANCE` (2^61) by construction.
+        self.per_permit.divide_small(room)
     }
 
     #[inline]
@@ -180,7 +183,9 @@ impl BucketShape {
 /// the plain division.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Divisor {
-    divisor: u64,
+    /// Non-zero, so the fallback division has no panic path: the first, state-only run of
+    /// `decide` in a word cell would otherwise keep the panic checks of its dead decision.
+    divisor: NonZeroU64,
     multiplier: u64,
     /// `l - 1`: the shift left after taking the high word of the product (`63 + l - 64`).
     /// Unused for a divisor of 1 (`l = 0`), which divides by returning the numerator.
@@ -189,9 +194,9 @@ struct Divisor {
 
 impl Divisor {
     fn new(divisor: u64) -> Divisor {
-        let divisor = divisor.max(1);
-        let l = u64::BITS - (divisor - 1).leading_zeros();
-        let multiplier = (1u128 << (63 + l)).div_ceil(u128::from(divisor));
+        let divisor = NonZeroU64::new(divisor).unwrap_or(NonZeroU64::MIN);
+        let l = u64::BITS - (divisor.get() - 1).leading_zeros();
+        let multiplier = (1u128 << (63 + l)).div_ceil(u128::from(divisor.get()));
         Divisor {
             divisor,
             // Below 2^64 by the bound above; the fallback keeps this total anyway.
@@ -205,7 +210,15 @@ impl Divisor {
         if numerator >> 63 != 0 {
             return numerator / self.divisor;
         }
-        if self.divisor == 1 {
+        self.divide_small(numerator)
+    }
+
+    /// [`Divisor::divide`] of a numerator the caller knows to be below 2^63 (checked in debug
+    /// builds), without the test for the fallback.
+    #[inline]
+    fn divide_small(&self, numerator: u64) -> u64 {
+        debug_assert!(numerator >> 63 == 0, "{numerator} is not below 2^63");
+        if self.divisor == NonZeroU64::MIN {
             return numerator;
         }
         let high = (u128::from(numerator) * u128::from(self.multiplier)) >> 64;
@@ -263,6 +276,8 @@ mod tests {
             prop_assert_eq!(Divisor::new(d).divide(n), n / d);
             prop_assert_eq!(Divisor::new(small).divide(n), n / small);
             prop_assert_eq!(Divisor::new(d).divide(n >> 1), (n >> 1) / d);
+            prop_assert_eq!(Divisor::new(d).divide_small(n >> 1), (n >> 1) / d);
+            prop_assert_eq!(Divisor::new(small).divide_small(n >> 1), (n >> 1) / small);
         }
 
         #[test]
