@@ -50,7 +50,8 @@ impl RuleSet {
         let mut found = None;
         let mut share_patterns: Vec<Option<&str>> = vec![None; entries.len()];
         let mut steps: Vec<Step<'_>> = Vec::with_capacity(entries.len());
-        let mut composite = String::new();
+        let longest = entries.iter().map(|(k, v)| k.len() + v.len()).max();
+        let mut composite = String::with_capacity(longest.unwrap_or(0) + 1);
         for (i, &(key, value)) in entries.iter().enumerate() {
             composite.clear();
             composite.push_str(key);
@@ -181,31 +182,41 @@ fn counter_key(domain: &str, entries: &[(&str, &str)], share: &[Option<&str>]) -
     key
 }
 
-fn key_value(key: &str, value: &str) -> String {
-    if value.is_empty() {
-        key.to_owned()
-    } else {
-        format!("{key}_{value}")
+/// `key_value`, or `key` alone for an empty value.
+fn push_key_value(out: &mut String, key: &str, value: &str) {
+    out.push_str(key);
+    if !value.is_empty() {
+        out.push('_');
+        out.push_str(value);
     }
 }
 
-/// One level of the `value_to_metric` stats key.
-fn metric_part(
+/// `key_value`, written into `out` without an intermediate string.
+fn push_pair(out: &mut String, key: &str, value: &str) {
+    out.push_str(key);
+    out.push('_');
+    out.push_str(value);
+}
+
+/// Appends one level of the `value_to_metric` stats key.
+fn push_metric_part(
+    out: &mut String,
     node: Option<&DescriptorNode>,
     how: How<'_>,
     key: &str,
     value: &str,
     share: Option<&str>,
-) -> String {
+) {
     let Some(node) = node else {
-        return key.to_owned();
+        out.push_str(key);
+        return;
     };
     match (how, share) {
-        (How::Wildcard(_) | How::Exact, Some(pattern)) => format!("{key}_{pattern}"),
-        (How::Wildcard(pattern), None) if !node.value_to_metric => pattern.to_owned(),
-        (How::Wildcard(_), None) | (How::Exact, None) => key_value(key, value),
-        _ if node.value_to_metric => key_value(key, value),
-        _ => node.key.clone(),
+        (How::Wildcard(_) | How::Exact, Some(pattern)) => push_pair(out, key, pattern),
+        (How::Wildcard(pattern), None) if !node.value_to_metric => out.push_str(pattern),
+        (How::Wildcard(_), None) | (How::Exact, None) => push_key_value(out, key, value),
+        _ if node.value_to_metric => push_key_value(out, key, value),
+        _ => out.push_str(&node.key),
     }
 }
 
@@ -216,14 +227,16 @@ fn stats_key(
     share: &[Option<&str>],
     steps: &[Step<'_>],
 ) -> String {
-    let mut key = domain.to_owned();
+    let room: usize = entries.iter().map(|(k, v)| k.len() + v.len() + 2).sum();
+    let mut key = String::with_capacity(domain.len() + room);
+    key.push_str(domain);
     if rule.detailed_metric {
         for (i, (k, v)) in entries.iter().enumerate() {
             key.push('.');
             match share[i] {
-                Some(pattern) => key.push_str(&format!("{k}_{pattern}")),
-                None if share.iter().any(Option::is_some) => key.push_str(&key_value(k, v)),
-                None => key.push_str(&format!("{k}_{v}")),
+                Some(pattern) => push_pair(&mut key, k, pattern),
+                None if share.iter().any(Option::is_some) => push_key_value(&mut key, k, v),
+                None => push_pair(&mut key, k, v),
             }
         }
         return key;
@@ -231,7 +244,7 @@ fn stats_key(
     for (i, &(node, how)) in steps.iter().enumerate() {
         let (k, v) = entries[i];
         key.push('.');
-        key.push_str(&metric_part(node, how, k, v, share[i]));
+        push_metric_part(&mut key, node, how, k, v, share[i]);
     }
     key
 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use parking_lot::Mutex;
+use parking_lot::{Mutex, RwLock};
 use sluicegate::{ConfigError, Decision, LimitTarget, Op, decide_together};
 use sluicegate_redis::RedisLimitError;
 use sluicegate_rules::{Limit, RuleSet, Window};
@@ -17,7 +17,8 @@ use crate::serve::headers::{HeaderOptions, headers_for};
 use crate::serve::limiter_table::{Enforcer, Limiter, LimiterTable, enforcer_for};
 use crate::serve::metrics::{DecisionLabels, Metrics, RuleLabels};
 use crate::serve::protocol::{
-    Code, CurrentLimit, DescriptorVerdict, EnvoyUnit, LimitOverride, RateLimitCall, Verdict,
+    Code, CurrentLimit, DescriptorCall, DescriptorVerdict, EnvoyUnit, LimitOverride, RateLimitCall,
+    Verdict,
 };
 use crate::serve::redis_decide::decide_on_redis;
 use crate::serve::redis_table::{RedisEnforcer, RedisTable, redis_limit_for};
@@ -53,13 +54,16 @@ pub struct Engine {
     redis: Option<RedisBackend>,
     options: EngineOptions,
     metrics: Arc<Metrics>,
+    /// Metric label strings (domains, stats keys), shared so that counting clones none; it
+    /// holds no more distinct strings than the metric families already do.
+    labels: RwLock<HashMap<String, Arc<String>>>,
 }
 
 /// What metrics record of a descriptor: its domain, its rule's stats key (empty when no rule
 /// matched), and whether the rule is in shadow mode.
 struct DescriptorStats {
-    domain: String,
-    rule: String,
+    domain: Arc<String>,
+    rule: Arc<String>,
     shadow: bool,
 }
 
@@ -115,6 +119,7 @@ impl Engine {
             redis,
             options,
             metrics,
+            labels: RwLock::new(HashMap::new()),
         })
     }
 
@@ -208,8 +213,8 @@ impl Engine {
                 shadow,
             } = &stats[index];
             let labels = |outcome| DecisionLabels {
-                domain: domain.clone(),
-                rule: rule.clone(),
+                domain: Arc::clone(domain),
+                rule: Arc::clone(rule),
                 outcome,
             };
             if status.current_limit.is_none() {
@@ -222,8 +227,8 @@ impl Engine {
                 continue;
             }
             let rule_labels = RuleLabels {
-                domain: domain.clone(),
-                rule: rule.clone(),
+                domain: Arc::clone(domain),
+                rule: Arc::clone(rule),
             };
             if status.code == Code::OverLimit && *shadow {
                 status.code = Code::Ok;
@@ -262,27 +267,18 @@ impl Engine {
 
     /// The limits each descriptor names, and what metrics record of each descriptor.
     fn plan(&self, call: &RateLimitCall, loaded: &LoadedRules) -> Plan {
-        let entries: Vec<Vec<(&str, &str)>> = call
-            .descriptors
-            .iter()
-            .map(|d| {
-                d.entries
-                    .iter()
-                    .map(|(k, v)| (k.as_str(), v.as_str()))
-                    .collect()
-            })
-            .collect();
-        let refs: Vec<&[(&str, &str)]> = entries.iter().map(Vec::as_slice).collect();
-        let matches = loaded.rules.find_all(&call.domain, &refs);
-        let mut checks = Vec::new();
+        let matches = find_all(&loaded.rules, call);
+        let domain = self.label(&call.domain);
+        let no_rule = self.label("");
+        let mut checks = Vec::with_capacity(call.descriptors.len());
         let mut stats = Vec::with_capacity(call.descriptors.len());
         for (index, (descriptor, found)) in call.descriptors.iter().zip(matches).enumerate() {
             let permits = NonZeroU64::new(descriptor.hits).unwrap_or(NonZeroU64::MIN);
             if let Some(limit_override) = descriptor.limit_override {
                 let Some(enforcer) = self.override_enforcer(limit_override) else {
                     stats.push(DescriptorStats {
-                        domain: call.domain.clone(),
-                        rule: String::new(),
+                        domain: Arc::clone(&domain),
+                        rule: Arc::clone(&no_rule),
                         shadow: false,
                     });
                     continue;
@@ -297,30 +293,37 @@ impl Engine {
                     shadow: false,
                 });
                 stats.push(DescriptorStats {
-                    domain: call.domain.clone(),
-                    rule: "limit_override".to_owned(),
+                    domain: Arc::clone(&domain),
+                    rule: self.label("limit_override"),
                     shadow: false,
                 });
                 continue;
             }
-            let Some(found) = found else {
+            let Some(mut found) = found else {
                 stats.push(DescriptorStats {
-                    domain: call.domain.clone(),
-                    rule: String::new(),
+                    domain: Arc::clone(&domain),
+                    rule: Arc::clone(&no_rule),
                     shadow: false,
                 });
                 continue;
             };
             let shadow = found.rule.shadow_mode;
             stats.push(DescriptorStats {
-                domain: call.domain.clone(),
-                rule: found.stats_key.clone(),
+                domain: Arc::clone(&domain),
+                rule: self.label(&found.stats_key),
                 shadow,
             });
             if found.rule.unlimited {
                 continue;
             }
-            for limit in &found.limits {
+            let last = found.limits.len().saturating_sub(1);
+            for (nth, limit) in found.limits.iter().enumerate() {
+                // The last check takes the counter key; only earlier ones copy it.
+                let key = if nth == last {
+                    std::mem::take(&mut found.counter_key)
+                } else {
+                    found.counter_key.clone()
+                };
                 let Some(position) = found
                     .rule
                     .limits
@@ -342,13 +345,26 @@ impl Engine {
                     report: report_of(limit),
                     enforcer: enforcer.clone(),
                     redis,
-                    key: found.counter_key.clone(),
+                    key,
                     permits,
                     shadow,
                 });
             }
         }
         Plan { checks, stats }
+    }
+
+    /// The shared copy of a metric label string.
+    fn label(&self, text: &str) -> Arc<String> {
+        if let Some(label) = self.labels.read().get(text) {
+            return Arc::clone(label);
+        }
+        let mut labels = self.labels.write();
+        Arc::clone(
+            labels
+                .entry(text.to_owned())
+                .or_insert_with(|| Arc::new(text.to_owned())),
+        )
     }
 
     /// The Redis limit of a per-descriptor override (with Redis; `None` for zero requests).
@@ -388,9 +404,43 @@ impl Engine {
     }
 }
 
+/// The rules matching each descriptor of `call`, as [`RuleSet::find_all`] finds them.
+fn find_all<'r>(
+    rules: &'r RuleSet,
+    call: &RateLimitCall,
+) -> Vec<Option<sluicegate_rules::Match<'r>>> {
+    // The common call names one descriptor: no nested vectors for it.
+    if let [descriptor] = call.descriptors.as_slice() {
+        let entries = entries_of(descriptor);
+        return rules.find_all(&call.domain, &[entries.as_slice()]);
+    }
+    let entries: Vec<Vec<(&str, &str)>> = call.descriptors.iter().map(entries_of).collect();
+    let refs: Vec<&[(&str, &str)]> = entries.iter().map(Vec::as_slice).collect();
+    rules.find_all(&call.domain, &refs)
+}
+
+fn entries_of(descriptor: &DescriptorCall) -> Vec<(&str, &str)> {
+    descriptor
+        .entries
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect()
+}
+
 /// Decides a call in memory: the enforcing limits together, all charged or none, then each
 /// shadow-mode limit on its own (charged only if the enforcing ones allowed).
 pub(crate) fn decide_in_memory(checks: &[Check]) -> Decided<'_> {
+    // The common call checks one enforcing limit: deciding it alone is deciding it together.
+    if let [check] = checks {
+        if let (false, Enforcer::Limiter(limiter)) = (check.shadow, &check.enforcer) {
+            let decision = match limiter.decide(&check.key, check.permits, Op::Check) {
+                Ok(decision) => Some(decision),
+                // More hits than the limit can ever grant: it can never pass.
+                Err(_) => peek_fitting(check),
+            };
+            return vec![(check, decision)];
+        }
+    }
     let never = checks
         .iter()
         .any(|c| !c.shadow && matches!(c.enforcer, Enforcer::Never));

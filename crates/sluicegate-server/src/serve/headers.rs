@@ -1,6 +1,8 @@
 //! Response headers that tell a client its budget: the IETF `RateLimit-Policy` / `RateLimit`
 //! fields, the legacy `X-RateLimit-*` trio, and `Retry-After` on denial.
 
+use std::borrow::Cow;
+use std::fmt::Write;
 use std::time::Duration;
 
 use crate::serve::protocol::{Code, DescriptorVerdict};
@@ -79,22 +81,32 @@ pub fn headers_for(
     } else {
         limit.name.as_str()
     };
-    let policy = policy.replace(['"', '\\'], "_");
+    let policy = if policy.contains(['"', '\\']) {
+        Cow::Owned(policy.replace(['"', '\\'], "_"))
+    } else {
+        Cow::Borrowed(policy)
+    };
     let reset = whole_seconds(tightest.duration_until_reset);
-    let mut headers = Vec::new();
+    let mut headers = Vec::with_capacity(6);
     if options.ietf {
-        headers.push((
-            "RateLimit-Policy".to_owned(),
-            format!(
-                "\"{policy}\";q={};w={}",
-                limit.requests_per_unit,
-                whole_seconds(Some(limit.window)).max(1)
-            ),
-        ));
-        headers.push((
-            "RateLimit".to_owned(),
-            format!("\"{policy}\";r={};t={reset}", tightest.limit_remaining),
-        ));
+        // Room for the quoted policy and two numbers: one allocation per value.
+        let room = policy.len() + 48;
+        let mut value = String::with_capacity(room);
+        // Writing into a String cannot fail.
+        let _ = write!(
+            value,
+            "\"{policy}\";q={};w={}",
+            limit.requests_per_unit,
+            whole_seconds(Some(limit.window)).max(1)
+        );
+        headers.push(("RateLimit-Policy".to_owned(), value));
+        let mut value = String::with_capacity(room);
+        let _ = write!(
+            value,
+            "\"{policy}\";r={};t={reset}",
+            tightest.limit_remaining
+        );
+        headers.push(("RateLimit".to_owned(), value));
     }
     if let Some(names) = &options.legacy {
         headers.push((names.limit.clone(), limit.requests_per_unit.to_string()));

@@ -1,5 +1,7 @@
 //! The service's Prometheus metrics, in one registry served at `GET /metrics`.
 
+use std::sync::Arc;
+
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -7,13 +9,14 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-/// A decision's labels: which rule, and how it came out.
+/// A decision's labels: which rule, and how it came out. The strings are shared (`Arc`) so
+/// that counting a decision clones no string.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct DecisionLabels {
     /// The rules' domain.
-    pub domain: String,
+    pub domain: Arc<String>,
     /// The rule's stats key (envoyproxy/ratelimit's naming).
-    pub rule: String,
+    pub rule: Arc<String>,
     /// `ok`, `over_limit`, `shadow_over_limit`, `unlimited` or `no_rule`.
     pub outcome: &'static str,
 }
@@ -22,9 +25,9 @@ pub struct DecisionLabels {
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RuleLabels {
     /// The rules' domain.
-    pub domain: String,
+    pub domain: Arc<String>,
     /// The rule's stats key.
-    pub rule: String,
+    pub rule: Arc<String>,
 }
 
 /// A label naming a kind of event (`transport`, `result`, `kind`).
