@@ -14,14 +14,16 @@ use sluicegate_rules::{Limit, RuleSet, Window};
 
 use crate::serve::backend::{BackendOptions, RedisBackend};
 use crate::serve::headers::{HeaderOptions, headers_for};
-use crate::serve::limiter_table::{Enforcer, Limiter, LimiterTable, enforcer_for};
+use crate::serve::limiter_table::{
+    Enforcer, Limiter, LimiterTable, build_limiter_table, enforcer_for,
+};
 use crate::serve::metrics::{DecisionLabels, Metrics, RuleLabels};
 use crate::serve::protocol::{
     Code, CurrentLimit, DescriptorCall, DescriptorVerdict, EnvoyUnit, LimitOverride, RateLimitCall,
     Verdict,
 };
 use crate::serve::redis_decide::decide_on_redis;
-use crate::serve::redis_table::{RedisEnforcer, RedisTable, redis_limit_for};
+use crate::serve::redis_table::{RedisEnforcer, RedisTable, build_redis_table, redis_limit_for};
 
 /// How the engine answers, beyond what the rules say.
 #[derive(Debug, Clone, Default)]
@@ -98,13 +100,13 @@ impl Engine {
         options: EngineOptions,
         metrics: Arc<Metrics>,
     ) -> Result<Engine, ConfigError> {
-        let limiters = LimiterTable::build(&rules, None)?;
+        let limiters = build_limiter_table(&rules, None)?;
         let redis = match &options.backend {
             BackendOptions::Memory => None,
             BackendOptions::Redis(redis) => Some(RedisBackend::new(redis.clone())),
         };
         let redis_limits = match redis {
-            Some(_) => Some(RedisTable::build(&rules, None)?),
+            Some(_) => Some(build_redis_table(&rules, None)?),
             None => None,
         };
         metrics.rules_loaded.set(count_rules(&rules));
@@ -153,9 +155,9 @@ impl Engine {
     /// flight finish on the rules they started with.
     pub fn replace_rules(&self, rules: RuleSet) -> Result<(), ConfigError> {
         let previous = self.loaded.load();
-        let limiters = LimiterTable::build(&rules, Some(&previous.limiters))?;
+        let limiters = build_limiter_table(&rules, Some(&previous.limiters))?;
         let redis = match &previous.redis {
-            Some(table) => Some(RedisTable::build(&rules, Some(table))?),
+            Some(table) => Some(build_redis_table(&rules, Some(table))?),
             None => None,
         };
         self.metrics.rules_loaded.set(count_rules(&rules));
@@ -339,7 +341,8 @@ impl Engine {
                     .redis
                     .as_ref()
                     .and_then(|table| table.get(&found.rule.id, position))
-                    .cloned();
+                    .cloned()
+                    .flatten();
                 checks.push(Check {
                     descriptor: index,
                     report: report_of(limit),

@@ -1,7 +1,6 @@
 //! The in-memory limiters behind the rules: one keyed limiter per configured limit, kept across
 //! reloads while the limit is unchanged, so a reload never resets anyone's budget.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use sluicegate::{
@@ -9,6 +8,8 @@ use sluicegate::{
     QueueDelay, SlidingLog, SlidingWindow, SystemClock, TokenBucket,
 };
 use sluicegate_rules::{Algorithm, Limit, RuleSet};
+
+use crate::serve::per_limit::PerLimit;
 
 /// A limiter for one configured limit, keyed by counter key.
 pub(crate) type Limiter = KeyedLimiter<String, AnyAlgorithm, SystemClock>;
@@ -22,45 +23,15 @@ pub(crate) enum Enforcer {
     Never,
 }
 
-/// The limiters of one rule set, by rule id and limit index.
-#[derive(Debug, Default)]
-pub(crate) struct LimiterTable {
-    by_rule: HashMap<String, Vec<(Limit, Enforcer)>>,
-}
+/// The in-memory limiters of one rule set, by rule id and limit index.
+pub(crate) type LimiterTable = PerLimit<Enforcer>;
 
-impl LimiterTable {
-    /// Limiters for every limit in `rules`, reusing `previous`'s where the limit is unchanged.
-    pub(crate) fn build(
-        rules: &RuleSet,
-        previous: Option<&LimiterTable>,
-    ) -> Result<LimiterTable, ConfigError> {
-        let mut by_rule = HashMap::new();
-        for domain in rules.domains() {
-            for rule in rules.rules(domain) {
-                let old = previous.and_then(|p| p.by_rule.get(&rule.id));
-                let mut enforcers = Vec::with_capacity(rule.limits.len());
-                for (index, limit) in rule.limits.iter().enumerate() {
-                    let reused = old
-                        .and_then(|limits| limits.get(index))
-                        .filter(|(old_limit, _)| old_limit == limit)
-                        .map(|(_, enforcer)| enforcer.clone());
-                    let enforcer = match reused {
-                        Some(enforcer) => enforcer,
-                        None => enforcer_for(limit)?,
-                    };
-                    enforcers.push((limit.clone(), enforcer));
-                }
-                by_rule.insert(rule.id.clone(), enforcers);
-            }
-        }
-        Ok(LimiterTable { by_rule })
-    }
-
-    /// The enforcer of limit `index` of rule `rule_id`.
-    pub(crate) fn get(&self, rule_id: &str, index: usize) -> Option<&Enforcer> {
-        let (_, enforcer) = self.by_rule.get(rule_id)?.get(index)?;
-        Some(enforcer)
-    }
+/// Limiters for every limit in `rules`, reusing `previous`'s where the limit is unchanged.
+pub(crate) fn build_limiter_table(
+    rules: &RuleSet,
+    previous: Option<&LimiterTable>,
+) -> Result<LimiterTable, ConfigError> {
+    PerLimit::build(rules, previous, |_, _, limit| enforcer_for(limit))
 }
 
 /// The algorithm enforcing `limit`, or `Never` for a limit of zero.

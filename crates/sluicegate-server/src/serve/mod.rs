@@ -9,6 +9,7 @@ mod http;
 mod json;
 mod limiter_table;
 mod metrics;
+mod per_limit;
 mod protocol;
 mod redis_decide;
 mod redis_table;

@@ -7,12 +7,13 @@
 //! of the name so that a rule whose algorithm changes starts afresh instead of reading another
 //! algorithm's state; other parameter changes keep the stored state (the script adapts it).
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use sluicegate::{ConfigError, QueueDelay, Rate};
 use sluicegate_redis::RedisLimit;
 use sluicegate_rules::{Algorithm, Limit, RuleSet};
+
+use crate::serve::per_limit::PerLimit;
 
 /// A configured limit in Redis: its parameters and the name that keeps it apart from the
 /// other limits on the same counter key.
@@ -22,54 +23,23 @@ pub(crate) struct RedisEnforcer {
     pub(crate) name: String,
 }
 
-/// A configured limit and its Redis limit (`None`: nothing ever passes, answered without
-/// asking Redis).
-type Entry = (Limit, Option<Arc<RedisEnforcer>>);
+/// The Redis limits of one rule set, by rule id and limit index (`None`: nothing ever
+/// passes, answered without asking Redis).
+pub(crate) type RedisTable = PerLimit<Option<Arc<RedisEnforcer>>>;
 
-/// The Redis limits of one rule set, by rule id and limit index.
-#[derive(Debug, Default)]
-pub(crate) struct RedisTable {
-    by_rule: HashMap<String, Vec<Entry>>,
-}
-
-impl RedisTable {
-    /// Redis limits for every limit in `rules`, reusing `previous`'s where unchanged.
-    pub(crate) fn build(
-        rules: &RuleSet,
-        previous: Option<&RedisTable>,
-    ) -> Result<RedisTable, ConfigError> {
-        let mut by_rule = HashMap::new();
-        for domain in rules.domains() {
-            for rule in rules.rules(domain) {
-                let old = previous.and_then(|p| p.by_rule.get(&rule.id));
-                let mut enforcers = Vec::with_capacity(rule.limits.len());
-                for (index, limit) in rule.limits.iter().enumerate() {
-                    let reused = old
-                        .and_then(|limits| limits.get(index))
-                        .filter(|(old_limit, _)| old_limit == limit)
-                        .map(|(_, enforcer)| enforcer.clone());
-                    let enforcer = match reused {
-                        Some(enforcer) => enforcer,
-                        None => redis_limit_for(limit)?.map(|redis| {
-                            Arc::new(RedisEnforcer {
-                                name: format!("{}#{index}#{}", rule.id, limit.algorithm.name()),
-                                limit: redis,
-                            })
-                        }),
-                    };
-                    enforcers.push((limit.clone(), enforcer));
-                }
-                by_rule.insert(rule.id.clone(), enforcers);
-            }
-        }
-        Ok(RedisTable { by_rule })
-    }
-
-    /// The Redis limit of limit `index` of rule `rule_id` (`None`: never passes, or unknown).
-    pub(crate) fn get(&self, rule_id: &str, index: usize) -> Option<&Arc<RedisEnforcer>> {
-        let (_, enforcer) = self.by_rule.get(rule_id)?.get(index)?;
-        enforcer.as_ref()
-    }
+/// Redis limits for every limit in `rules`, reusing `previous`'s where unchanged.
+pub(crate) fn build_redis_table(
+    rules: &RuleSet,
+    previous: Option<&RedisTable>,
+) -> Result<RedisTable, ConfigError> {
+    PerLimit::build(rules, previous, |rule, index, limit| {
+        Ok(redis_limit_for(limit)?.map(|redis| {
+            Arc::new(RedisEnforcer {
+                name: format!("{}#{index}#{}", rule.id, limit.algorithm.name()),
+                limit: redis,
+            })
+        }))
+    })
 }
 
 /// The Redis limit enforcing `limit` as the in-memory table does, or `None` for a limit of
