@@ -10,7 +10,9 @@ use crate::state_machine::{Algorithm, Op, ensure_capacity, unsupported};
 /// At most `limit` permits held at once; [`Op::Check`] takes, [`Op::Release`] gives back.
 ///
 /// Time plays no part, so a denial carries no `retry_after` (`None`): the request can pass once
-/// a holder releases. Limiters' `try_hold` gives permits that release themselves when dropped.
+/// a holder releases. For the same reason `reset_after` is always zero: no amount of waiting
+/// frees a permit, only a release does. Limiters' `try_hold` gives permits that release
+/// themselves when dropped.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Concurrency {
     limit: u64,

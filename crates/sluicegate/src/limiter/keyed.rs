@@ -131,7 +131,9 @@ impl<K: Hash + Eq + Clone, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         self.decide_at(key, self.clock.now(), permits, op)
     }
 
-    /// Applies `op` for `key` at `now` (a time from this limiter's clock).
+    /// Applies `op` for `key` at `now` (a time from this limiter's clock). A `now` ahead of
+    /// the clock is taken at its word: keys fresh at that time may be swept, and so start
+    /// afresh, even though the clock has not reached it yet.
     #[inline]
     pub fn decide_at(
         &self,
