@@ -433,17 +433,6 @@ fn entries_of(descriptor: &DescriptorCall) -> Vec<(&str, &str)> {
 /// Decides a call in memory: the enforcing limits together, all charged or none, then each
 /// shadow-mode limit on its own (charged only if the enforcing ones allowed).
 pub(crate) fn decide_in_memory(checks: &[Check]) -> Decided<'_> {
-    // The common call checks one enforcing limit: deciding it alone is deciding it together.
-    if let [check] = checks {
-        if let (false, Enforcer::Limiter(limiter)) = (check.shadow, &check.enforcer) {
-            let decision = match limiter.decide(&check.key, check.permits, Op::Check) {
-                Ok(decision) => Some(decision),
-                // More hits than the limit can ever grant: it can never pass.
-                Err(_) => peek_fitting(check),
-            };
-            return vec![(check, decision)];
-        }
-    }
     let never = checks
         .iter()
         .any(|c| !c.shadow && matches!(c.enforcer, Enforcer::Never));

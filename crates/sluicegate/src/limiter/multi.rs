@@ -71,11 +71,22 @@ where
     A: Algorithm,
     C: Clock,
 {
-    let Some(first) = targets.first() else {
-        return Ok(MultiDecision {
-            allowed: true,
-            decisions: Vec::new(),
-        });
+    let first = match targets {
+        [] => {
+            return Ok(MultiDecision {
+                allowed: true,
+                decisions: Vec::new(),
+            });
+        }
+        // One limit decided together is that limit decided alone: no scratch state needed.
+        [only] => {
+            let decision = only.limiter.decide(only.key, only.permits, op)?;
+            return Ok(MultiDecision {
+                allowed: decision.allowed,
+                decisions: vec![decision],
+            });
+        }
+        [first, ..] => first,
     };
     let now = first.limiter.clock().now();
     let located: Vec<(usize, u64, usize)> = targets
