@@ -64,7 +64,7 @@ impl RateLimitService for GrpcService {
 
 /// Reads a protobuf request into a call (validated).
 pub fn call_from_proto(request: RateLimitRequest) -> Result<RateLimitCall, CallError> {
-    let request_hits = u64::from(request.hits_addend.max(1));
+    let request_hits = Some(u64::from(request.hits_addend));
     let mut descriptors = Vec::with_capacity(request.descriptors.len());
     for (index, descriptor) in request.descriptors.into_iter().enumerate() {
         let limit_override = match descriptor.limit {
@@ -79,26 +79,20 @@ pub fn call_from_proto(request: RateLimitRequest) -> Result<RateLimitCall, CallE
                 })?,
             }),
         };
-        descriptors.push(DescriptorCall {
-            entries: descriptor
-                .entries
-                .into_iter()
-                .map(|e| (e.key, e.value))
-                .collect(),
-            hits: descriptor
-                .hits_addend
-                .map(|h| h.value)
-                .filter(|h| *h > 0)
-                .unwrap_or(request_hits),
+        let entries = descriptor
+            .entries
+            .into_iter()
+            .map(|e| (e.key, e.value))
+            .collect();
+        let own_hits = descriptor.hits_addend.map(|h| h.value);
+        descriptors.push(DescriptorCall::new(
+            entries,
+            own_hits,
+            request_hits,
             limit_override,
-        });
+        ));
     }
-    let call = RateLimitCall {
-        domain: request.domain,
-        descriptors,
-    };
-    call.validate()?;
-    Ok(call)
+    RateLimitCall::new(request.domain, descriptors)
 }
 
 /// Writes a verdict as a protobuf response (moving its strings, not copying them).

@@ -84,7 +84,6 @@ fn number<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<u64>, D::
 pub fn call_from_json(body: &[u8]) -> Result<RateLimitCall, CallError> {
     let request: JsonRequest =
         serde_json::from_slice(body).map_err(|e| CallError::Malformed(e.to_string()))?;
-    let request_hits = request.hits_addend.filter(|h| *h > 0).unwrap_or(1);
     let mut descriptors = Vec::with_capacity(request.descriptors.len());
     for (index, descriptor) in request.descriptors.into_iter().enumerate() {
         if descriptor.is_negative_hits {
@@ -114,25 +113,19 @@ pub fn call_from_json(body: &[u8]) -> Result<RateLimitCall, CallError> {
                 })
             }
         };
-        descriptors.push(DescriptorCall {
-            entries: descriptor
-                .entries
-                .into_iter()
-                .map(|e| (e.key, e.value))
-                .collect(),
-            hits: descriptor
-                .hits_addend
-                .filter(|h| *h > 0)
-                .unwrap_or(request_hits),
+        let entries = descriptor
+            .entries
+            .into_iter()
+            .map(|e| (e.key, e.value))
+            .collect();
+        descriptors.push(DescriptorCall::new(
+            entries,
+            descriptor.hits_addend,
+            request.hits_addend,
             limit_override,
-        });
+        ));
     }
-    let call = RateLimitCall {
-        domain: request.domain,
-        descriptors,
-    };
-    call.validate()?;
-    Ok(call)
+    RateLimitCall::new(request.domain, descriptors)
 }
 
 #[derive(Debug, Serialize)]

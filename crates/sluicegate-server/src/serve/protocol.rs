@@ -228,7 +228,42 @@ pub enum CallError {
     Malformed(String),
 }
 
+impl DescriptorCall {
+    /// A descriptor as a transport reads it: `own_hits` is the descriptor's `hits_addend`,
+    /// `request_hits` the request's; a missing or zero count falls back to the next (Envoy's
+    /// rule), and finally to one hit.
+    pub fn new(
+        entries: Vec<(String, String)>,
+        own_hits: Option<u64>,
+        request_hits: Option<u64>,
+        limit_override: Option<LimitOverride>,
+    ) -> DescriptorCall {
+        let hits = own_hits
+            .filter(|h| *h > 0)
+            .or(request_hits.filter(|h| *h > 0))
+            .unwrap_or(1);
+        DescriptorCall {
+            entries,
+            hits,
+            limit_override,
+        }
+    }
+}
+
 impl RateLimitCall {
+    /// A call, validated as both transports require.
+    pub fn new(
+        domain: String,
+        descriptors: Vec<DescriptorCall>,
+    ) -> Result<RateLimitCall, CallError> {
+        let call = RateLimitCall {
+            domain,
+            descriptors,
+        };
+        call.validate()?;
+        Ok(call)
+    }
+
     /// Checks what both transports require of a call.
     pub fn validate(&self) -> Result<(), CallError> {
         if self.domain.is_empty() {
