@@ -89,8 +89,8 @@ pub trait Algorithm: Send + Sync + 'static {
     fn is_fresh(&self, state: &Self::State, now: Micros) -> bool;
 
     /// Carries `state`, kept under `self`'s parameters, over to `new`'s parameters at `now`
-    /// (`set_rate`): buckets keep their fill ratio, windows keep their counts. The default
-    /// keeps the state as it is.
+    /// (`set_rate`): buckets keep their fill ratio (a debt reserved beyond empty keeps the time
+    /// it ends), windows keep their counts. The default keeps the state as it is.
     fn carry_over(&self, new: &Self, state: &mut Self::State, now: Micros) {
         let _ = (new, state, now);
     }

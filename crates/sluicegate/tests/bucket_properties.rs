@@ -353,3 +353,34 @@ fn set_rate_behind_the_last_refill_refills_once() -> Result<(), Box<dyn std::err
     }
     Ok(())
 }
+
+#[test]
+fn set_rate_keeps_the_time_reservations_end() -> Result<(), Box<dyn std::error::Error>> {
+    // 10/s, burst 1: a check and two reservations at 0 run the bucket 200ms into debt beyond
+    // empty (the last reservation waits until 200ms). At 100/s the reservations made still end
+    // at 200ms and the new rate refills from there: the next permit is due at 210ms.
+    let one = NonZeroU64::MIN;
+    let (slow, fast) = (
+        Gcra::new(Rate::per_second(10)?, 1)?,
+        Gcra::new(Rate::per_second(100)?, 1)?,
+    );
+    let mut tat = slow.initial_state(0);
+    let reserve = Op::Reserve { max_wait: None };
+    assert!(slow.decide(&mut tat, 0, one, Op::Check)?.allowed);
+    assert_eq!(
+        slow.decide(&mut tat, 0, one, reserve)?.wait,
+        Duration::from_millis(100)
+    );
+    assert_eq!(
+        slow.decide(&mut tat, 0, one, reserve)?.wait,
+        Duration::from_millis(200)
+    );
+    slow.carry_over(&fast, &mut tat, 0);
+    let next = fast.decide(&mut tat.clone(), 0, one, Op::Peek)?;
+    assert_eq!(next.retry_after, Some(Duration::from_millis(210)));
+    assert_eq!(
+        fast.decide(&mut tat, 0, one, reserve)?.wait,
+        Duration::from_millis(210)
+    );
+    Ok(())
+}

@@ -1,24 +1,29 @@
-//! The classic token bucket: a level of tokens and the time it was last refilled.
+//! The classic token bucket, kept as the time its bucket is full again.
 
 use std::num::NonZeroU64;
 
-use crate::algorithm::bucket::BucketShape;
-use crate::cell::LockedCell;
+use crate::algorithm::gcra::{Gcra, Tat};
 use crate::clock::Micros;
 use crate::decision::Decision;
 use crate::error::{CheckError, ConfigError};
 use crate::rate::Rate;
-use crate::state_machine::{Algorithm, AlgorithmState, Op, ensure_capacity, unsupported};
+use crate::state_machine::{Algorithm, Op};
 
 /// A bucket of `burst` tokens refilled at `rate`, lazily on access (never a timer per bucket).
 /// Starts full unless built [`with_initial`](TokenBucket::with_initial) tokens.
+///
+/// A token bucket and [GCRA](crate::Gcra) are one machine seen from two sides: a bucket with
+/// `tokens` of `burst` at `now` is full again at `now + (burst - tokens) × interval`, and that
+/// one time (GCRA's theoretical arrival time) is all the state either needs. So the bucket
+/// keeps that single word rather than a level and a refill time: its direct limiter updates it
+/// with one compare-and-swap instead of a lock, and it decides exactly as GCRA does. Only the
+/// name (in specs, rule files and traces) tells them apart.
 ///
 /// Reservations ([`Op::Reserve`]) may run the bucket into debt, up to 2^62 ticks of the rate's
 /// [`Pace`](crate::Pace) (about 146 000 years of permits at whole-microsecond paces); one that
 /// would go deeper is denied, with the `retry_after` at which it would fit. Times count up to
 /// a horizon (Unix time in the year 2398 at the finest pace, far later at coarser ones)
-/// beyond which the bucket stops refilling: it grants what it holds, then denies. GCRA does
-/// exactly the same.
+/// beyond which the bucket stops refilling: it grants what it holds, then denies.
 ///
 /// ```
 /// use sluicegate::{Algorithm, Op, Rate, TokenBucket};
@@ -32,48 +37,37 @@ use crate::state_machine::{Algorithm, AlgorithmState, Op, ensure_capacity, unsup
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TokenBucket {
-    shape: BucketShape,
+    gcra: Gcra,
 }
 
-/// A token bucket's level and last refill, both in ticks of the rate's pace.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct TokenBucketState {
-    /// Tokens, as ticks of refill time; negative after reservations ran ahead of the refill.
-    pub level: i64,
-    /// When `level` was last brought up to date.
-    pub refilled_at: u64,
-}
-
-impl AlgorithmState for TokenBucketState {
-    type Cell = LockedCell<TokenBucketState>;
-}
+/// A token bucket's state: the tick (of the rate's [`Pace`](crate::Pace)) at which the bucket
+/// is full again. The level at `now` is `burst` less the ticks from `now` until then, counted
+/// in permits; a time beyond `now + burst × interval` is debt from reservations.
+pub type TokenBucketState = Tat;
 
 impl TokenBucket {
     /// A full bucket of `burst` tokens refilled at `rate`.
     pub fn new(rate: Rate, burst: u64) -> Result<TokenBucket, ConfigError> {
         Ok(TokenBucket {
-            shape: BucketShape::new(rate, burst, None)?,
+            gcra: Gcra::new(rate, burst)?,
         })
     }
 
     /// A bucket starting with `initial` of its `burst` tokens.
     pub fn with_initial(rate: Rate, burst: u64, initial: u64) -> Result<TokenBucket, ConfigError> {
         Ok(TokenBucket {
-            shape: BucketShape::new(rate, burst, Some(initial))?,
+            gcra: Gcra::with_initial(rate, burst, initial)?,
         })
     }
 
-    fn full(&self) -> i64 {
-        // The shape keeps the tolerance under 2^61.
-        self.shape.tolerance as i64
+    /// The refill rate.
+    pub fn rate(&self) -> Rate {
+        self.gcra.rate()
     }
 
-    /// The level at `now_t`, refilled but not above full.
-    #[inline]
-    fn level_at(&self, state: &TokenBucketState, now_t: u64) -> i64 {
-        let elapsed = now_t.saturating_sub(state.refilled_at);
-        let elapsed = i64::try_from(elapsed).unwrap_or(i64::MAX);
-        state.level.saturating_add(elapsed).min(self.full())
+    /// The bucket size.
+    pub fn burst(&self) -> u64 {
+        self.gcra.burst()
     }
 }
 
@@ -85,19 +79,15 @@ impl Algorithm for TokenBucket {
     }
 
     fn limit(&self) -> u64 {
-        self.shape.burst
+        self.gcra.limit()
     }
 
     fn capacity(&self) -> u64 {
-        self.shape.burst
+        self.gcra.capacity()
     }
 
     fn initial_state(&self, created_at: Micros) -> TokenBucketState {
-        let s = &self.shape;
-        TokenBucketState {
-            level: (s.initial * s.pace.interval) as i64,
-            refilled_at: s.ticks(created_at),
-        }
+        self.gcra.initial_state(created_at)
     }
 
     #[inline(always)]
@@ -108,62 +98,22 @@ impl Algorithm for TokenBucket {
         permits: NonZeroU64,
         op: Op,
     ) -> Result<Decision, CheckError> {
-        let s = &self.shape;
-        let n = ensure_capacity(permits, s.burst)?;
-        if op == Op::Release {
-            return Err(unsupported(self.name(), op));
-        }
-        let now_t = s.ticks(now).max(state.refilled_at);
-        let level = self.level_at(state, now_t);
-        // How far from full the bucket is, in ticks (the same number GCRA calls its debt),
-        // before and after this request; an admitted one is at most `MAX_DEBT`.
-        let debt = self.full().abs_diff(level);
-        let debt_after = debt.saturating_add(n * s.pace.interval);
-        let commit = |state: &mut TokenBucketState| {
-            *state = TokenBucketState {
-                level: self.full() - debt_after as i64,
-                refilled_at: now_t,
-            };
-        };
-        if debt_after <= s.tolerance {
-            if op.consumes() {
-                commit(state);
-            }
-            return Ok(s.allow(debt_after));
-        }
-        let wait = s.micros_ceil(debt_after - s.tolerance);
-        let retry = match op {
-            Op::Reserve { max_wait } => {
-                let delay = s.reservation_delay(debt_after, wait, max_wait);
-                if delay == 0 {
-                    commit(state);
-                    return Ok(s.allow(debt_after).with_wait(wait));
-                }
-                delay
-            }
-            _ => wait,
-        };
-        Ok(s.deny(debt, retry))
+        self.gcra
+            .decide(state, now, permits, op)
+            .map_err(|error| match error {
+                CheckError::Unsupported { operation, .. } => CheckError::Unsupported {
+                    algorithm: self.name(),
+                    operation,
+                },
+                other => other,
+            })
     }
 
     fn is_fresh(&self, state: &TokenBucketState, now: Micros) -> bool {
-        self.level_at(state, self.shape.ticks(now)) >= self.full()
+        self.gcra.is_fresh(state, now)
     }
 
     fn carry_over(&self, new: &Self, state: &mut TokenBucketState, now: Micros) {
-        let now_t = self.shape.ticks(now).max(state.refilled_at);
-        let debt = self.full().abs_diff(self.level_at(state, now_t));
-        // At most `MAX_DEBT`, like every debt a decision leaves.
-        let new_debt = self.shape.rescale_debt(&new.shape, debt);
-        // The level is as of `now_t`, the later of now and the last refill (a clock that went
-        // back): stored as of now, the time in between would be refilled a second time.
-        let refilled_at = new
-            .shape
-            .ticks(now)
-            .max(self.shape.ticks_as(&new.shape, state.refilled_at));
-        *state = TokenBucketState {
-            level: new.full() - new_debt as i64,
-            refilled_at,
-        };
+        self.gcra.carry_over(&new.gcra, state, now);
     }
 }
