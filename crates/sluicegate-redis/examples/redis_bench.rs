@@ -82,7 +82,7 @@ async fn run() -> Result<(), BoxError> {
                     >> 1;
                 let decision = limiter.check(key.as_bytes()).await?;
                 total.fetch_add(1, Ordering::Relaxed);
-                allowed.fetch_add(u64::from(decision.allowed), Ordering::Relaxed);
+                allowed.fetch_add(u64::from(decision.allowed()), Ordering::Relaxed);
             }
             Ok::<(), sluicegate_redis::RedisLimitError>(())
         }));

@@ -207,22 +207,10 @@ impl FailSafeLimiter {
                 };
                 local.decide(key, at, permits, op)?
             }
-            None if self.policy == FailurePolicy::Open => Decision {
-                allowed: true,
-                limit,
-                remaining: limit - permits.get().min(limit),
-                reset_after: Duration::ZERO,
-                retry_after: None,
-                wait: Duration::ZERO,
-            },
-            None => Decision {
-                allowed: false,
-                limit,
-                remaining: 0,
-                reset_after: Duration::ZERO,
-                retry_after: Some(self.redis.store().timeout()),
-                wait: Duration::ZERO,
-            },
+            None if self.policy == FailurePolicy::Open => {
+                Decision::allow(limit, limit - permits.get().min(limit), 0)
+            }
+            None => Decision::deny(limit, 0, 0, Some(micros_of(self.redis.store().timeout()))),
         })
     }
 }
@@ -267,7 +255,7 @@ pub async fn decide_all_fail_safe(
     for r in requests {
         decisions.push(r.limiter.fallback(r.key, r.permits, probe, now)?);
     }
-    let allowed = decisions.iter().all(|d| d.allowed);
+    let allowed = decisions.iter().all(|d| d.allowed());
     if allowed && op.consumes() {
         for (r, decision) in requests.iter().zip(decisions.iter_mut()) {
             *decision = r.limiter.fallback(r.key, r.permits, op, now)?;
@@ -278,10 +266,15 @@ pub async fn decide_all_fail_safe(
         Now::Server => first.limiter.clock.now(),
     };
     let multi = MultiDecision {
-        allowed: allowed && decisions.iter().all(|d| d.allowed),
+        allowed: allowed && decisions.iter().all(|d| d.allowed()),
         decisions,
         leases: Vec::new(),
         now: at,
     };
     Ok((multi, Source::Fallback(error.to_string())))
+}
+
+/// `duration` in whole microseconds, saturating (a timeout beyond 584 000 years).
+fn micros_of(duration: Duration) -> u64 {
+    u64::try_from(duration.as_micros()).unwrap_or(u64::MAX)
 }

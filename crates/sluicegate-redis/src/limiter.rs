@@ -1,7 +1,6 @@
 //! Decisions in Redis: one limit per key, or several limits on one request, all or nothing.
 
 use std::num::NonZeroU64;
-use std::time::Duration;
 
 use redis::Value;
 use sluicegate::{Decision, Micros, Op};
@@ -124,7 +123,7 @@ impl RedisStore {
         };
         let reply = self.run_script(single, &keys, &args).await?;
         let (now, decisions) = parse_reply(&reply, requests.len())?;
-        let allowed = decisions.iter().all(|d| d.allowed);
+        let allowed = decisions.iter().all(|d| d.allowed());
         let leases = if allowed && op.consumes() {
             lease_slots
                 .into_iter()
@@ -161,7 +160,7 @@ impl RedisStore {
         limit.push_args(&mut args, None, &lease.id, self.grace_ms);
         let reply = self.run_script(None, &lease.keys, &args).await?;
         let (_, decisions) = parse_reply(&reply, 1)?;
-        Ok(decisions.first().is_some_and(|d| d.allowed))
+        Ok(decisions.first().is_some_and(|d| d.allowed()))
     }
 }
 
@@ -236,14 +235,13 @@ pub(crate) fn parse_reply(
         .chunks_exact(6)
         .map(|d| {
             let retry = int(&d[4])?;
-            Ok(Decision {
-                allowed: int(&d[0])? == 1,
-                limit: micros(&d[1])?,
-                remaining: micros(&d[2])?,
-                reset_after: Duration::from_micros(micros(&d[3])?),
-                retry_after: u64::try_from(retry).ok().map(Duration::from_micros),
-                wait: Duration::from_micros(micros(&d[5])?),
-            })
+            let (limit, remaining, reset_after) = (micros(&d[1])?, micros(&d[2])?, micros(&d[3])?);
+            let decision = if int(&d[0])? == 1 {
+                Decision::allow(limit, remaining, reset_after)
+            } else {
+                Decision::deny(limit, remaining, reset_after, u64::try_from(retry).ok())
+            };
+            Ok(decision.with_wait(micros(&d[5])?))
         })
         .collect::<Result<Vec<_>, RedisLimitError>>()?;
     Ok((now, decisions))

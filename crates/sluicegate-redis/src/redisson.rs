@@ -197,7 +197,7 @@ impl RateLimiterObject {
 
     /// Takes `permits` if they are available now (Redisson `tryAcquire(permits)`).
     pub async fn try_acquire(&self, permits: u64) -> Result<bool, RedisLimitError> {
-        Ok(self.try_acquire_at(permits, Now::Server).await?.allowed)
+        Ok(self.try_acquire_at(permits, Now::Server).await?.allowed())
     }
 
     /// Takes `permits` if they are available at `now`, with the full decision.
@@ -220,10 +220,10 @@ impl RateLimiterObject {
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
             let decision = self.try_acquire_at(permits, Now::Server).await?;
-            if decision.allowed {
+            if decision.allowed() {
                 return Ok(true);
             }
-            let wait = decision.retry_after.unwrap_or(Duration::from_millis(1));
+            let wait = decision.retry_after().unwrap_or(Duration::from_millis(1));
             if tokio::time::Instant::now() + wait > deadline {
                 return Ok(false);
             }
@@ -235,10 +235,10 @@ impl RateLimiterObject {
     pub async fn acquire(&self, permits: u64) -> Result<(), RedisLimitError> {
         loop {
             let decision = self.try_acquire_at(permits, Now::Server).await?;
-            if decision.allowed {
+            if decision.allowed() {
                 return Ok(());
             }
-            tokio::time::sleep(decision.retry_after.unwrap_or(Duration::from_millis(1))).await;
+            tokio::time::sleep(decision.retry_after().unwrap_or(Duration::from_millis(1))).await;
         }
     }
 
@@ -251,10 +251,10 @@ impl RateLimiterObject {
     /// at `now`.
     pub async fn available_permits_at(&self, now: Now) -> Result<u64, RedisLimitError> {
         let peek = self.decide(1, "peek", now).await?;
-        Ok(if peek.allowed {
-            peek.remaining + 1
+        Ok(if peek.allowed() {
+            peek.remaining() + 1
         } else {
-            peek.remaining
+            peek.remaining()
         })
     }
 }

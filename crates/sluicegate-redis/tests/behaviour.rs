@@ -33,7 +33,7 @@ async fn server_time_decisions_replay_identically_in_memory() -> Result<(), BoxE
         assert!(multi.now > 1_600_000_000_000_000, "{}", multi.now);
         let expected = gcra.decide(&mut state, multi.now, one(), Op::Check)?;
         assert_eq!(multi.decisions, vec![expected]);
-        allowed += usize::from(expected.allowed);
+        allowed += usize::from(expected.allowed());
     }
     assert!(allowed >= 4, "a full bucket of 4 grants at least 4");
     Ok(())
@@ -90,7 +90,7 @@ async fn sixty_four_tasks_on_one_key_get_exactly_the_burst() -> Result<(), BoxEr
             let mut granted = 0u32;
             for _ in 0..5 {
                 let decision = limiter.check(b"shared").await?;
-                granted += u32::from(decision.allowed);
+                granted += u32::from(decision.allowed());
             }
             Ok::<u32, RedisLimitError>(granted)
         }));
@@ -127,7 +127,7 @@ async fn several_limits_are_charged_all_or_none_under_contention() -> Result<(),
                 .store()
                 .decide_all(&requests, Op::Check, Now::Server)
                 .await?;
-            assert_eq!(multi.allowed, multi.decisions.iter().all(|d| d.allowed));
+            assert_eq!(multi.allowed, multi.decisions.iter().all(|d| d.allowed()));
             Ok::<bool, RedisLimitError>(multi.allowed)
         }));
     }
@@ -138,7 +138,7 @@ async fn several_limits_are_charged_all_or_none_under_contention() -> Result<(),
     assert_eq!(allowed, 25);
     // The 39 denied requests charged nothing to the wider limit.
     let wide_now = wide.decide(b"u", one(), Op::Peek, Now::Server).await?;
-    assert_eq!(wide_now.remaining, 40 - 25 - 1);
+    assert_eq!(wide_now.remaining(), 40 - 25 - 1);
     Ok(())
 }
 
@@ -151,18 +151,19 @@ async fn concurrency_leases_expire_so_crashed_holders_do_not_leak() -> Result<()
     let t0 = 1_763_000_000_000_000;
     let (first, lease_a) = redis.acquire_lease(b"k", one(), Now::At(t0)).await?;
     let (_, lease_b) = redis.acquire_lease(b"k", one(), Now::At(t0 + 1)).await?;
-    assert!(first.allowed && lease_a.is_some() && lease_b.is_some());
+    assert!(first.allowed() && lease_a.is_some() && lease_b.is_some());
     let (full, none) = redis.acquire_lease(b"k", one(), Now::At(t0 + 2)).await?;
-    assert!(!full.allowed && none.is_none());
-    assert_eq!(full.retry_after, None);
+    assert!(!full.allowed() && none.is_none());
+    assert_eq!(full.retry_after(), None);
     // The holder of lease A renews it; B's holder "crashed": its lease runs out.
     let lease_a = lease_a.ok_or("lease a")?;
     assert!(redis.renew(&lease_a, Now::At(t0 + 5_000_000)).await?);
     let later = Now::At(t0 + 10_000_002);
     let (after_expiry, lease_c) = redis.acquire_lease(b"k", one(), later).await?;
-    assert!(after_expiry.allowed, "B's lease expired");
+    assert!(after_expiry.allowed(), "B's lease expired");
     assert_eq!(
-        after_expiry.remaining, 0,
+        after_expiry.remaining(),
+        0,
         "A (renewed) and C hold both permits"
     );
     assert!(redis.release(&lease_a, later).await?);
@@ -181,7 +182,12 @@ async fn bad_input_is_an_error_never_a_wrong_answer() -> Result<(), BoxError> {
 
     // Keys with any bytes.
     let odd_key = [0u8, b'{', b'}', b':', 0xff, b'%'];
-    assert!(redis.decide(&odd_key, one(), Op::Check, now).await?.allowed);
+    assert!(
+        redis
+            .decide(&odd_key, one(), Op::Check, now)
+            .await?
+            .allowed()
+    );
 
     // Enormous permits: can never pass.
     let huge = NonZeroU64::new(u64::MAX).ok_or("max")?;
@@ -245,12 +251,12 @@ async fn the_script_is_reloaded_after_a_flush() -> Result<(), BoxError> {
         RedisLimit::gcra(Rate::per_second(5)?, 5)?,
         "x",
     );
-    assert!(redis.check(b"k").await?.allowed);
+    assert!(redis.check(b"k").await?.allowed());
     store
         .command::<()>(redis::cmd("SCRIPT").arg("FLUSH"))
         .await?;
     assert!(
-        redis.check(b"k").await?.allowed,
+        redis.check(b"k").await?.allowed(),
         "NOSCRIPT leads to a reload"
     );
     Ok(())
@@ -278,11 +284,11 @@ async fn every_key_lives_exactly_until_its_state_is_fresh() -> Result<(), BoxErr
         let name = format!("ttl{i}");
         let limiter = RedisLimiter::new(store.clone(), limit, name.clone());
         let decision = limiter.decide(b"k", two, Op::Check, Now::At(now)).await?;
-        assert!(decision.allowed);
+        assert!(decision.allowed());
         let key = format!("sluicegate:{{k}}{name}");
         let ttl: i64 = store.command(redis::cmd("PTTL").arg(&key)).await?;
         // reset_after in whole ms, rounded up; the key may have aged a little since.
-        let reset_ms = i64::try_from(decision.reset_after.as_micros().div_ceil(1000))?;
+        let reset_ms = i64::try_from(decision.reset_after().as_micros().div_ceil(1000))?;
         assert!(
             ttl > 0 && ttl <= reset_ms,
             "{name}: ttl {ttl}ms, reset {reset_ms}ms"
@@ -309,7 +315,7 @@ async fn idle_keys_disappear_by_themselves() -> Result<(), BoxError> {
     let store = server.store(StoreConfig::default()).await?;
     let limit = RedisLimit::gcra(Rate::new(1, Duration::from_millis(30))?, 1)?;
     let limiter = RedisLimiter::new(store.clone(), limit, "idle");
-    assert!(limiter.check(b"k").await?.allowed);
+    assert!(limiter.check(b"k").await?.allowed());
     let key = "sluicegate:{k}idle";
     let mut exists: i64 = store.command(redis::cmd("EXISTS").arg(key)).await?;
     assert_eq!(exists, 1);
@@ -322,6 +328,6 @@ async fn idle_keys_disappear_by_themselves() -> Result<(), BoxError> {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     assert_eq!(exists, 0, "the key outlived its state");
-    assert!(limiter.check(b"k").await?.allowed);
+    assert!(limiter.check(b"k").await?.allowed());
     Ok(())
 }

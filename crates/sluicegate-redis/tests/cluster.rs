@@ -35,7 +35,7 @@ async fn cluster_decides_like_memory_for_keys_on_every_node() -> Result<(), BoxE
                 memory_gcra.decide(&mut peek_tat, now, one, Op::Peek)?,
                 memory_bucket.decide(&mut peek_level, now, one, Op::Peek)?,
             ];
-            if expected.iter().all(|d| d.allowed) {
+            if expected.iter().all(|d| d.allowed()) {
                 memory_gcra.decide(&mut tat, now, one, Op::Check)?;
                 memory_bucket.decide(&mut level, now, one, Op::Check)?;
             }
@@ -85,7 +85,7 @@ async fn a_restarted_master_serves_again_without_a_new_store() -> Result<(), Box
         RedisLimit::gcra(Rate::per_second(100)?, 10)?,
         "r",
     );
-    assert!(limiter.check(b"k").await?.allowed);
+    assert!(limiter.check(b"k").await?.allowed());
 
     // Every master down in turn would be slow; take down the one holding the key's slot.
     let slot: i64 = store

@@ -49,7 +49,7 @@ async fn fails_fast_while_down_and_recovers_without_a_new_store() -> Result<(), 
     let mut server = RedisServer::start()?;
     let store = server.store(config()).await?;
     let limiter = RedisLimiter::new(store, RedisLimit::gcra(Rate::per_second(100)?, 10)?, "f");
-    assert!(limiter.check(b"k").await?.allowed);
+    assert!(limiter.check(b"k").await?.allowed());
 
     server.stop();
     for _ in 0..5 {
@@ -67,7 +67,7 @@ async fn fails_fast_while_down_and_recovers_without_a_new_store() -> Result<(), 
 
     server.restart()?;
     until_back(&limiter).await?;
-    assert!(limiter.check(b"k").await?.allowed);
+    assert!(limiter.check(b"k").await?.allowed());
     Ok(())
 }
 
@@ -88,17 +88,17 @@ async fn policies_answer_while_redis_is_down() -> Result<(), BoxError> {
 
     server.stop();
     let open_answer = no_hang(open.decide(b"k", one, Op::Check, now)).await??;
-    assert!(open_answer.decision.allowed);
+    assert!(open_answer.decision.allowed());
     assert!(matches!(open_answer.source, Source::Fallback(_)));
     let closed_answer = no_hang(closed.decide(b"k", one, Op::Check, now)).await??;
-    assert!(!closed_answer.decision.allowed);
-    assert_eq!(closed_answer.decision.retry_after, Some(TIMEOUT));
+    assert!(!closed_answer.decision.allowed());
+    assert_eq!(closed_answer.decision.retry_after(), Some(TIMEOUT));
     // Local: the same rules in memory, two permits and then no more.
     let mut granted = Vec::new();
     for _ in 0..3 {
         let answer = no_hang(local.decide(b"k", one, Op::Check, now)).await??;
         assert!(matches!(answer.source, Source::Fallback(_)));
-        granted.push(answer.decision.allowed);
+        granted.push(answer.decision.allowed());
     }
     assert_eq!(granted, [true, true, false]);
     // Request errors are still errors, whatever the policy.
@@ -138,7 +138,7 @@ async fn a_slow_redis_times_out_every_concurrent_call() -> Result<(), BoxError> 
         RedisLimit::gcra(Rate::per_second(100)?, 10)?,
         "slow",
     ));
-    assert!(limiter.check(b"k").await?.allowed);
+    assert!(limiter.check(b"k").await?.allowed());
     // Redis stops serving every client (as a stalled server would) for five timeouts.
     admin
         .command::<()>(redis::cmd("CLIENT").arg("PAUSE").arg(1_500).arg("ALL"))
@@ -210,7 +210,8 @@ async fn multi_limit_requests_fall_back_all_or_nothing() -> Result<(), BoxError>
     assert_eq!(seen, [true, true, false]);
     let (peek, _) = no_hang(decide_all_fail_safe(&request[..1], Op::Peek, now)).await??;
     assert_eq!(
-        peek.decisions[0].remaining, 0,
+        peek.decisions[0].remaining(),
+        0,
         "one left, and a peek of it leaves 0"
     );
     assert!(peek.allowed);

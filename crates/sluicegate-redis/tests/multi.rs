@@ -136,11 +136,11 @@ fn decide_together(
     for (r, &n) in refs.iter_mut().zip(permits) {
         decisions.push(r.decide(now, n, op, false)?);
     }
-    let allowed = decisions.iter().all(|d| d.allowed);
+    let allowed = decisions.iter().all(|d| d.allowed());
     for ((r, &n), decision) in refs.iter_mut().zip(permits).zip(decisions.iter_mut()) {
         if allowed {
             r.decide(now, n, op, op.consumes())?;
-        } else if decision.allowed {
+        } else if decision.allowed() {
             *decision = r.decide(now, n, Op::Peek, false)?;
         }
     }

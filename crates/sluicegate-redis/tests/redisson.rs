@@ -56,10 +56,10 @@ async fn configuration_is_set_once_read_back_and_replaced() -> Result<(), BoxErr
     assert_eq!(other.get_config().await?, expected);
 
     for _ in 0..3 {
-        assert!(limiter.try_acquire_at(1, Now::At(T0)).await?.allowed);
+        assert!(limiter.try_acquire_at(1, Now::At(T0)).await?.allowed());
     }
     assert!(
-        !other.try_acquire_at(1, Now::At(T0)).await?.allowed,
+        !other.try_acquire_at(1, Now::At(T0)).await?.allowed(),
         "OVERALL is shared"
     );
     // set_rate replaces the configuration and forgets the permits taken.
@@ -77,8 +77,8 @@ async fn per_client_budgets_are_separate() -> Result<(), BoxError> {
     a.try_set_rate(RateType::PerClient, 2, Duration::from_secs(10))
         .await?;
     for limiter in [&a, &b] {
-        assert!(limiter.try_acquire_at(2, Now::At(T0)).await?.allowed);
-        assert!(!limiter.try_acquire_at(1, Now::At(T0)).await?.allowed);
+        assert!(limiter.try_acquire_at(2, Now::At(T0)).await?.allowed());
+        assert!(!limiter.try_acquire_at(1, Now::At(T0)).await?.allowed());
     }
     // The same client id in another object shares that client's budget.
     let a_again = RateLimiterObject::with_client_id(store, "pc", "client-a");
@@ -94,12 +94,12 @@ async fn available_permits_come_back_the_moment_they_expire() -> Result<(), BoxE
     limiter
         .try_set_rate(RateType::Overall, 4, Duration::from_secs(1))
         .await?;
-    assert!(limiter.try_acquire_at(3, Now::At(T0)).await?.allowed);
+    assert!(limiter.try_acquire_at(3, Now::At(T0)).await?.allowed());
     assert!(
         limiter
             .try_acquire_at(1, Now::At(T0 + 400_000))
             .await?
-            .allowed
+            .allowed()
     );
     assert_eq!(
         limiter.available_permits_at(Now::At(T0 + 999_999)).await?,
@@ -155,7 +155,7 @@ fn no_interval_ever_holds_more_than_the_rate() -> Result<(), BoxError> {
             match (log.decide(&mut state, now, n, Op::Check), got) {
                 (Ok(expected), Ok(decision)) => {
                     prop_assert_eq!(expected, decision);
-                    if decision.allowed {
+                    if decision.allowed() {
                         granted.push((now, permits));
                     }
                 }

@@ -94,7 +94,7 @@ fn contended(c: &mut Criterion) {
         })
     });
     group.finish();
-    assert!(ours.check().map(|d| d.allowed).unwrap_or(false));
+    assert!(ours.check().map(|d| d.allowed()).unwrap_or(false));
     assert!(governor.check().is_ok());
 }
 

@@ -130,7 +130,7 @@ fn single_checks(group: &mut BenchmarkGroup<'_, WallTime>, limits: Limits, exhau
         let _ = governor_instant.check();
     }
     let check_ours = |d: Result<sluicegate::Decision, _>| {
-        debug_assert_eq!(d.as_ref().map(|d| d.allowed).ok(), Some(expect));
+        debug_assert_eq!(d.as_ref().map(|d| d.allowed()).ok(), Some(expect));
         d
     };
 
@@ -151,7 +151,7 @@ fn single_checks(group: &mut BenchmarkGroup<'_, WallTime>, limits: Limits, exhau
             check_ours(black_box(&ours_at).decide_at(black_box(now), NonZeroU64::MIN, Op::Check))
         })
     });
-    assert_eq!(ours.check().map(|d| d.allowed).ok(), Some(expect));
+    assert_eq!(ours.check().map(|d| d.allowed()).ok(), Some(expect));
     assert_eq!(governor.check().is_ok(), expect);
 }
 
@@ -195,7 +195,7 @@ fn check_n(c: &mut Criterion) {
         b.iter(|| black_box(&governor_instant).check_n(five32))
     });
     group.finish();
-    assert!(ours.check_n(five).map(|d| d.allowed).unwrap_or(false));
+    assert!(ours.check_n(five).map(|d| d.allowed()).unwrap_or(false));
 }
 
 criterion_group!(

@@ -34,7 +34,7 @@ fn keyed(c: &mut Criterion) {
         // Each key starts HOLD seconds short of full, so none goes fresh (and is dropped)
         // while the others are being inserted or measured.
         for key in 0..keys {
-            let allowed = ours.check_n(&key, HOLD).map(|d| d.allowed);
+            let allowed = ours.check_n(&key, HOLD).map(|d| d.allowed());
             assert_eq!(allowed.ok(), Some(true));
             assert!(matches!(governor.check_key_n(&key, HOLD32), Ok(Ok(()))));
             assert!(matches!(

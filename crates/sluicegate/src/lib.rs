@@ -15,8 +15,8 @@
 //! // 10 requests per second per user, in bursts of up to 20.
 //! let limiter = KeyedLimiter::new(Gcra::new(Rate::per_second(10)?, 20)?);
 //! let decision = limiter.check(&"user-42")?;
-//! assert!(decision.allowed);
-//! assert_eq!(decision.remaining, 19);
+//! assert!(decision.allowed());
+//! assert_eq!(decision.remaining(), 19);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 

@@ -90,7 +90,7 @@ proptest! {
             let a = gcra.decide(&mut tat, now, permits, event.op);
             let b = bucket.decide(&mut level, now, permits, event.op);
             let unchanged = match a {
-                Ok(d) => !d.allowed || event.op == Op::Peek,
+                Ok(d) => !d.allowed() || event.op == Op::Peek,
                 Err(_) => true,
             };
             if unchanged {
@@ -113,7 +113,7 @@ proptest! {
             now += event.gap_us;
             let permits = NonZeroU64::new(event.permits).expect("nonzero");
             if let Ok(d) = gcra.decide(&mut tat, now, permits, Op::Check) {
-                if d.allowed {
+                if d.allowed() {
                     granted.push((now, event.permits));
                 }
             }
@@ -138,11 +138,11 @@ fn retry_after_is_exact_and_sufficient() -> Result<(), Box<dyn std::error::Error
     let gcra = Gcra::new(Rate::per_second(3)?, 1)?;
     let one = NonZeroU64::MIN;
     let mut tat = gcra.initial_state(0);
-    assert!(gcra.decide(&mut tat, 0, one, Op::Check)?.allowed);
+    assert!(gcra.decide(&mut tat, 0, one, Op::Check)?.allowed());
     let denied = gcra.decide(&mut tat, 0, one, Op::Check)?;
-    assert_eq!(denied.retry_after, Some(Duration::from_micros(333_334)));
-    assert!(!gcra.decide(&mut tat, 333_333, one, Op::Check)?.allowed);
-    assert!(gcra.decide(&mut tat, 333_334, one, Op::Check)?.allowed);
+    assert_eq!(denied.retry_after(), Some(Duration::from_micros(333_334)));
+    assert!(!gcra.decide(&mut tat, 333_333, one, Op::Check)?.allowed());
+    assert!(gcra.decide(&mut tat, 333_334, one, Op::Check)?.allowed());
     Ok(())
 }
 
@@ -154,15 +154,15 @@ fn no_rounding_drift_over_many_permits() -> Result<(), Box<dyn std::error::Error
     let gcra = Gcra::new(Rate::per_second(3)?, 2)?;
     let one = NonZeroU64::MIN;
     let mut tat = gcra.initial_state(0);
-    assert!(gcra.decide(&mut tat, 0, one, Op::Check)?.allowed);
-    assert!(gcra.decide(&mut tat, 0, one, Op::Check)?.allowed);
+    assert!(gcra.decide(&mut tat, 0, one, Op::Check)?.allowed());
+    assert!(gcra.decide(&mut tat, 0, one, Op::Check)?.allowed());
     let (mut now, mut granted) = (0u64, 0);
     while granted < 3000 {
         let d = gcra.decide(&mut tat, now, one, Op::Check)?;
-        if d.allowed {
+        if d.allowed() {
             granted += 1;
         } else {
-            now += d.retry_after.map_or(1, |r| r.as_micros() as u64);
+            now += d.retry_after().map_or(1, |r| r.as_micros() as u64);
         }
     }
     assert_eq!(now, 1_000_000_000);
@@ -214,7 +214,7 @@ fn set_rate_keeps_the_fill_ratio() -> Result<(), Box<dyn std::error::Error>> {
         old.decide(&mut tat, 0, one, Op::Check)?;
     }
     old.carry_over(&new, &mut tat, 0);
-    assert_eq!(new.decide(&mut tat, 0, one, Op::Peek)?.remaining, 49);
+    assert_eq!(new.decide(&mut tat, 0, one, Op::Peek)?.remaining(), 49);
     let old = TokenBucket::new(Rate::per_second(10)?, 10)?;
     let new = TokenBucket::new(Rate::per_second(100)?, 100)?;
     let mut level = old.initial_state(0);
@@ -222,7 +222,7 @@ fn set_rate_keeps_the_fill_ratio() -> Result<(), Box<dyn std::error::Error>> {
         old.decide(&mut level, 0, one, Op::Check)?;
     }
     old.carry_over(&new, &mut level, 0);
-    assert_eq!(new.decide(&mut level, 0, one, Op::Peek)?.remaining, 49);
+    assert_eq!(new.decide(&mut level, 0, one, Op::Peek)?.remaining(), 49);
     Ok(())
 }
 
@@ -245,7 +245,7 @@ fn the_rate_strategy_reaches_rounded_paces_and_the_deepest_debt()
     let reserve = Op::Reserve { max_wait: None };
     let granted = (0..40)
         .map(|_| gcra.decide(&mut tat, 0, NonZeroU64::MIN, reserve))
-        .filter(|d| d.as_ref().is_ok_and(|d| d.allowed))
+        .filter(|d| d.as_ref().is_ok_and(|d| d.allowed()))
         .count();
     assert!(granted < 40, "never reached the deepest debt");
     Ok(())
@@ -269,28 +269,28 @@ fn reservations_beyond_the_deepest_debt_are_denied_alike() -> Result<(), Box<dyn
         let a = gcra.decide(&mut tat, 0, NonZeroU64::MIN, reserve)?;
         let b = bucket.decide(&mut level, 0, NonZeroU64::MIN, reserve)?;
         assert_eq!(a, b);
-        if a.allowed {
+        if a.allowed() {
             granted += 1;
-            assert_eq!(a.wait, Duration::from_micros((granted - 1) * interval));
+            assert_eq!(a.wait(), Duration::from_micros((granted - 1) * interval));
         } else {
             assert_eq!((tat, level), (tat_before, level_before));
             // Exactly when the debt has shrunk enough for one more permit.
             let retry = (granted + 1) * interval - (1 << 62);
-            assert_eq!(a.retry_after, Some(Duration::from_micros(retry)));
+            assert_eq!(a.retry_after(), Some(Duration::from_micros(retry)));
             let (mut probe_tat, mut probe_level) = (tat, level);
             assert!(
                 !gcra
                     .decide(&mut probe_tat, retry - 1, NonZeroU64::MIN, reserve)?
-                    .allowed
+                    .allowed()
             );
             assert!(
                 gcra.decide(&mut probe_tat, retry, NonZeroU64::MIN, reserve)?
-                    .allowed
+                    .allowed()
             );
             assert!(
                 bucket
                     .decide(&mut probe_level, retry, NonZeroU64::MIN, reserve)?
-                    .allowed
+                    .allowed()
             );
         }
     }
@@ -307,21 +307,25 @@ fn a_try_reserve_denial_reports_when_it_would_fit() -> Result<(), Box<dyn std::e
     let bucket = TokenBucket::new(rate, 1)?;
     let (mut tat, mut level) = (gcra.initial_state(0), bucket.initial_state(0));
     let one = NonZeroU64::MIN;
-    assert!(gcra.decide(&mut tat, 0, one, Op::Check)?.allowed);
-    assert!(bucket.decide(&mut level, 0, one, Op::Check)?.allowed);
+    assert!(gcra.decide(&mut tat, 0, one, Op::Check)?.allowed());
+    assert!(bucket.decide(&mut level, 0, one, Op::Check)?.allowed());
     let patient = Op::Reserve {
         max_wait: Some(30_000),
     };
     for now in [0, 50_000] {
         let a = gcra.decide(&mut tat, now, one, patient)?;
         assert_eq!(a, bucket.decide(&mut level, now, one, patient)?);
-        assert!(!a.allowed);
-        assert_eq!(a.retry_after, Some(Duration::from_micros(70_000 - now)));
+        assert!(!a.allowed());
+        assert_eq!(a.retry_after(), Some(Duration::from_micros(70_000 - now)));
     }
-    assert!(!gcra.decide(&mut tat.clone(), 69_999, one, patient)?.allowed);
+    assert!(
+        !gcra
+            .decide(&mut tat.clone(), 69_999, one, patient)?
+            .allowed()
+    );
     let a = gcra.decide(&mut tat, 70_000, one, patient)?;
     assert_eq!(a, bucket.decide(&mut level, 70_000, one, patient)?);
-    assert_eq!((a.allowed, a.wait), (true, Duration::from_millis(30)));
+    assert_eq!((a.allowed(), a.wait()), (true, Duration::from_millis(30)));
     Ok(())
 }
 
@@ -336,11 +340,11 @@ fn set_rate_behind_the_last_refill_refills_once() -> Result<(), Box<dyn std::err
         TokenBucket::new(Rate::per_second(3)?, 3)?,
     ] {
         let mut level = old.initial_state(0);
-        assert!(old.decide(&mut level, 1_000_000, one, Op::Check)?.allowed);
+        assert!(old.decide(&mut level, 1_000_000, one, Op::Check)?.allowed());
         old.carry_over(&new, &mut level, 0);
         let d = new.decide(&mut level, 1_000_000, one, Op::Peek)?;
-        assert!(!d.allowed, "refilled twice: {d:?}");
-        assert_eq!(d.remaining, 0);
+        assert!(!d.allowed(), "refilled twice: {d:?}");
+        assert_eq!(d.remaining(), 0);
         assert!(
             new.decide(
                 &mut level,
@@ -348,7 +352,7 @@ fn set_rate_behind_the_last_refill_refills_once() -> Result<(), Box<dyn std::err
                 NonZeroU64::new(new.limit()).ok_or("limit")?,
                 Op::Peek
             )?
-            .allowed
+            .allowed()
         );
     }
     Ok(())
@@ -366,20 +370,20 @@ fn set_rate_keeps_the_time_reservations_end() -> Result<(), Box<dyn std::error::
     );
     let mut tat = slow.initial_state(0);
     let reserve = Op::Reserve { max_wait: None };
-    assert!(slow.decide(&mut tat, 0, one, Op::Check)?.allowed);
+    assert!(slow.decide(&mut tat, 0, one, Op::Check)?.allowed());
     assert_eq!(
-        slow.decide(&mut tat, 0, one, reserve)?.wait,
+        slow.decide(&mut tat, 0, one, reserve)?.wait(),
         Duration::from_millis(100)
     );
     assert_eq!(
-        slow.decide(&mut tat, 0, one, reserve)?.wait,
+        slow.decide(&mut tat, 0, one, reserve)?.wait(),
         Duration::from_millis(200)
     );
     slow.carry_over(&fast, &mut tat, 0);
     let next = fast.decide(&mut tat.clone(), 0, one, Op::Peek)?;
-    assert_eq!(next.retry_after, Some(Duration::from_millis(210)));
+    assert_eq!(next.retry_after(), Some(Duration::from_millis(210)));
     assert_eq!(
-        fast.decide(&mut tat, 0, one, reserve)?.wait,
+        fast.decide(&mut tat, 0, one, reserve)?.wait(),
         Duration::from_millis(210)
     );
     Ok(())

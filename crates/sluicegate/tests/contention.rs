@@ -27,7 +27,7 @@ fn granted_by<A: Algorithm>(algorithm: A) -> u64 {
             let (keyed, granted) = (Arc::clone(&keyed), Arc::clone(&granted));
             std::thread::spawn(move || {
                 for _ in 0..TRIES_PER_THREAD {
-                    if keyed.check(&42u64).is_ok_and(|d| d.allowed) {
+                    if keyed.check(&42u64).is_ok_and(|d| d.allowed()) {
                         granted.fetch_add(1, Ordering::Relaxed);
                     }
                 }
@@ -49,7 +49,7 @@ fn granted_by_direct<A: Algorithm>(algorithm: A) -> u64 {
         for _ in 0..THREADS {
             scope.spawn(|| {
                 for _ in 0..TRIES_PER_THREAD {
-                    if limiter.check_n(NonZeroU64::MIN).is_ok_and(|d| d.allowed) {
+                    if limiter.check_n(NonZeroU64::MIN).is_ok_and(|d| d.allowed()) {
                         granted.fetch_add(1, Ordering::Relaxed);
                     }
                 }

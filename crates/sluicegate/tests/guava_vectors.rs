@@ -86,11 +86,11 @@ impl<A: Rerate> Driver for Pure<A> {
         let decision = self
             .algorithm
             .decide(&mut self.state, self.now, permits, op)?;
-        if !decision.allowed || !op.consumes() {
+        if !decision.allowed() || !op.consumes() {
             assert!(same_state(&before, &self.state), "{op:?} changed the state");
         }
-        if decision.allowed {
-            self.now = self.now.saturating_add(micros(decision.wait));
+        if decision.allowed() {
+            self.now = self.now.saturating_add(micros(decision.wait()));
         }
         Ok(decision)
     }
@@ -128,14 +128,14 @@ impl<A: Rerate> Driver for Direct<A> {
     fn decide(&mut self, permits: NonZeroU64, op: Op) -> Result<Decision, Box<dyn Error>> {
         let before = self.limiter.state();
         let decision = self.limiter.decide(permits, op)?;
-        if !decision.allowed {
+        if !decision.allowed() {
             assert!(
                 same_state(&before, &self.limiter.state()),
                 "a denial changed the state"
             );
         }
-        if decision.allowed {
-            self.limiter.clock().advance(decision.wait);
+        if decision.allowed() {
+            self.limiter.clock().advance(decision.wait());
         }
         Ok(decision)
     }
@@ -265,8 +265,8 @@ fn replay(script: &str, mode: Mode) -> Result<usize, Box<dyn Error>> {
         };
         match (decision, expected) {
             (Some(decision), Some(expected)) => {
-                let got = if decision.allowed {
-                    micros(decision.wait).to_string()
+                let got = if decision.allowed() {
+                    micros(decision.wait()).to_string()
                 } else {
                     "deny".to_owned()
                 };
@@ -475,17 +475,17 @@ fn time_to_warm_up_is_honoured_even_with_weights() -> TestResult {
 fn keyed_limiters_keep_a_guava_limiter_per_key() -> TestResult {
     let clock = ManualClock::new(0);
     let limiter = KeyedLimiter::with_clock(SmoothBursty::per_second(1.0)?, clock.clone());
-    assert!(limiter.check(&"alice")?.allowed);
-    assert!(!limiter.check(&"alice")?.allowed);
-    assert!(limiter.check(&"bob")?.allowed);
+    assert!(limiter.check(&"alice")?.allowed());
+    assert!(!limiter.check(&"alice")?.allowed());
+    assert!(limiter.check(&"bob")?.allowed());
     clock.advance(Duration::from_secs(2));
     limiter.retain_recent();
     assert!(limiter.is_empty(), "rested keys are dropped");
     // A key seen again has saved one permit since the limiter's creation, plus the free one.
     for _ in 0..2 {
-        assert!(limiter.check(&"alice")?.allowed);
+        assert!(limiter.check(&"alice")?.allowed());
     }
-    assert!(!limiter.check(&"alice")?.allowed);
+    assert!(!limiter.check(&"alice")?.allowed());
     Ok(())
 }
 
@@ -564,9 +564,9 @@ fn check_decision_fields<A: Rerate>(
 ) -> TestResult {
     let mut probe = *state;
     let next = algorithm.decide(&mut probe, now, NonZeroU64::MIN, Op::Check)?;
-    assert_eq!(decision.remaining > 0, next.allowed, "{decision:?}");
-    assert!(decision.remaining <= decision.limit);
-    let reset = micros(decision.reset_after);
+    assert_eq!(decision.remaining() > 0, next.allowed(), "{decision:?}");
+    assert!(decision.remaining() <= decision.limit());
+    let reset = micros(decision.reset_after());
     assert!(algorithm.is_fresh(state, now + reset), "{decision:?}");
     if reset >= 2 {
         assert!(!algorithm.is_fresh(state, now + reset - 2), "{decision:?}");
@@ -599,15 +599,15 @@ fn check_properties<A: Rerate>(algorithm: A, steps: &[Step]) -> TestResult {
                     _ => (Op::Check, 0),
                 };
                 let (after, decision) = decide(n, op)?;
-                let wait = micros(decision.wait);
-                if decision.allowed {
+                let wait = micros(decision.wait());
+                if decision.allowed() {
                     assert!(wait <= max_wait);
                     assert!(now + wait >= last_start);
                     last_start = now + wait;
                 } else {
                     assert!(same_state(&before, &after), "a denial changed the state");
                     // The earliest time the same request, with the same timeout, could pass.
-                    let retry = micros(decision.retry_after.unwrap_or_default());
+                    let retry = micros(decision.retry_after().unwrap_or_default());
                     assert!(retry > 0);
                     let ticket_in = i128::from(before.next_free_ticket) - i128::from(now);
                     assert_eq!(i128::from(retry), ticket_in - i128::from(max_wait));
@@ -619,11 +619,11 @@ fn check_properties<A: Rerate>(algorithm: A, steps: &[Step]) -> TestResult {
             Step::Reserve(n) | Step::Acquire(n) => {
                 let peeked = decide(n, Op::Peek)?.1;
                 let (after, decision) = decide(n, ACQUIRE)?;
-                assert!(decision.allowed);
+                assert!(decision.allowed());
                 // The wait is the time until the next free ticket, which a peek reports.
-                assert_eq!(decision.wait, peeked.retry_after.unwrap_or_default());
+                assert_eq!(decision.wait(), peeked.retry_after().unwrap_or_default());
                 // Reservations start in the order they were made.
-                let start = now + micros(decision.wait);
+                let start = now + micros(decision.wait());
                 assert!(start >= last_start);
                 last_start = start;
                 check_decision_fields(&limiter.algorithm, &after, now, &decision)?;
@@ -671,7 +671,7 @@ fn long_run(params: &Params, weights: &[u64]) -> TestResult {
         }
     };
     for &n in weights {
-        assert!(limiter.decide(permits(n)?, ACQUIRE)?.allowed);
+        assert!(limiter.decide(permits(n)?, ACQUIRE)?.allowed());
     }
     let total: u64 = weights.iter().sum();
     let paid_for = (total - weights.last().copied().unwrap_or_default()) as f64;

@@ -21,14 +21,14 @@ fn keyed_limiter_forgets_fresh_keys_without_a_cleanup_call() -> TestResult {
     let clock = ManualClock::new(0);
     let limiter = KeyedLimiter::with_clock(Gcra::new(Rate::per_second(10)?, 1)?, clock.clone());
     for key in 0..10_000u64 {
-        assert!(limiter.check(&key)?.allowed);
+        assert!(limiter.check(&key)?.allowed());
     }
     assert_eq!(limiter.len(), 10_000);
     // Every one of those buckets is full again after 100ms; new keys arriving make the tables
     // sweep instead of grow, so the old keys go away on their own.
     clock.advance(Duration::from_millis(100));
     for key in 10_000..20_000u64 {
-        assert!(limiter.check(&key)?.allowed);
+        assert!(limiter.check(&key)?.allowed());
     }
     // Every shard outgrew its table while adding the new keys (about 156 old and 156 new per
     // shard, against a table of 224), and each such sweep dropped all of its old keys; the new
@@ -41,8 +41,8 @@ fn keyed_limiter_forgets_fresh_keys_without_a_cleanup_call() -> TestResult {
     }
     assert_eq!(limiter.len(), 10_000);
     // A forgotten key starts fresh, exactly as if it had been kept.
-    assert!(limiter.check(&0)?.allowed);
-    assert!(!limiter.check(&0)?.allowed);
+    assert!(limiter.check(&0)?.allowed());
+    assert!(!limiter.check(&0)?.allowed());
     assert_eq!(limiter.len(), 10_001);
     Ok(())
 }
@@ -56,24 +56,24 @@ fn bucket_limiters_keep_limiting_past_2_pow_63_ticks() -> TestResult {
     let bucket =
         DirectLimiter::with_clock(TokenBucket::new(Rate::per_second(3)?, 1)?, clock.clone());
     let allowed = (0..10)
-        .filter(|_| gcra.check().is_ok_and(|d| d.allowed))
+        .filter(|_| gcra.check().is_ok_and(|d| d.allowed()))
         .count();
     assert_eq!(allowed, 1);
     let allowed = (0..10)
-        .filter(|_| bucket.check().is_ok_and(|d| d.allowed))
+        .filter(|_| bucket.check().is_ok_and(|d| d.allowed()))
         .count();
     assert_eq!(allowed, 1);
     // And exactly: the next permit is due 333 333.3µs later.
     assert_eq!(
-        gcra.check()?.retry_after,
+        gcra.check()?.retry_after(),
         Some(Duration::from_micros(333_334))
     );
     clock.advance_micros(333_333);
-    assert!(!gcra.check()?.allowed);
-    assert!(!bucket.check()?.allowed);
+    assert!(!gcra.check()?.allowed());
+    assert!(!bucket.check()?.allowed());
     clock.advance_micros(1);
-    assert!(gcra.check()?.allowed);
-    assert!(bucket.check()?.allowed);
+    assert!(gcra.check()?.allowed());
+    assert!(bucket.check()?.allowed());
     Ok(())
 }
 
@@ -90,16 +90,16 @@ fn bucket_limiters_keep_limiting_past_the_horizon() -> TestResult {
         let gcra = DirectLimiter::with_clock(Gcra::new(rate, 2)?, clock.clone());
         let bucket = DirectLimiter::with_clock(TokenBucket::new(rate, 2)?, clock.clone());
         let allowed = (0..5)
-            .filter(|_| gcra.check().is_ok_and(|d| d.allowed))
+            .filter(|_| gcra.check().is_ok_and(|d| d.allowed()))
             .count();
         assert_eq!(allowed, 2);
         let allowed = (0..5)
-            .filter(|_| bucket.check().is_ok_and(|d| d.allowed))
+            .filter(|_| bucket.check().is_ok_and(|d| d.allowed()))
             .count();
         assert_eq!(allowed, 2);
         clock.advance_micros(1_000_000);
-        assert!(!gcra.check()?.allowed);
-        assert!(!bucket.check()?.allowed);
+        assert!(!gcra.check()?.allowed());
+        assert!(!bucket.check()?.allowed());
         let reserve = Op::Reserve { max_wait: None };
         assert_eq!(gcra.decide(ONE, reserve)?, bucket.decide(ONE, reserve)?);
     }
@@ -111,11 +111,11 @@ fn key_cap_refuses_new_keys_and_never_resets_active_ones() -> TestResult {
     let clock = ManualClock::new(0);
     let limiter = KeyedLimiter::with_clock(Gcra::new(Rate::per_hour(1)?, 1)?, clock.clone())
         .with_max_keys(64);
-    assert!(limiter.check(&"victim".to_string())?.allowed);
+    assert!(limiter.check(&"victim".to_string())?.allowed());
     let mut refused = 0;
     for i in 0..10_000 {
         match limiter.check(&format!("spray-{i}")) {
-            Ok(d) => assert!(d.allowed),
+            Ok(d) => assert!(d.allowed()),
             Err(CheckError::KeyCapacityReached { max_keys }) => {
                 assert_eq!(max_keys, 64);
                 refused += 1;
@@ -126,7 +126,7 @@ fn key_cap_refuses_new_keys_and_never_resets_active_ones() -> TestResult {
     assert!(refused > 9_000, "only {refused} refused");
     assert!(limiter.len() <= 64 + 64, "held {}", limiter.len());
     // The spray did not evict (and so reset) the victim's spent budget.
-    assert!(!limiter.check(&"victim".to_string())?.allowed);
+    assert!(!limiter.check(&"victim".to_string())?.allowed());
     // Once keys are fresh again (an hour later), new keys are admitted.
     clock.advance(Duration::from_secs(3600));
     let mut admitted = 0;
@@ -154,15 +154,15 @@ fn peeks_and_denials_do_not_create_keys() -> TestResult {
 fn blocking_acquire_sleeps_the_reserved_wait_on_the_clock() -> TestResult {
     let clock = ManualClock::new(0);
     let limiter = DirectLimiter::with_clock(Gcra::new(Rate::per_second(4)?, 1)?, clock.clone());
-    assert_eq!(limiter.acquire(ONE)?.wait, Duration::ZERO);
-    assert_eq!(limiter.acquire(ONE)?.wait, Duration::from_millis(250));
+    assert_eq!(limiter.acquire(ONE)?.wait(), Duration::ZERO);
+    assert_eq!(limiter.acquire(ONE)?.wait(), Duration::from_millis(250));
     assert_eq!(clock.now(), 250_000);
     // Too long to wait: refused at once, nothing taken, no time passes.
     let refused = limiter.try_acquire(ONE, Duration::from_millis(100))?;
-    assert!(!refused.allowed);
+    assert!(!refused.allowed());
     assert_eq!(clock.now(), 250_000);
     let granted = limiter.try_acquire(ONE, Duration::from_millis(250))?;
-    assert!(granted.allowed);
+    assert!(granted.allowed());
     assert_eq!(clock.now(), 500_000);
     Ok(())
 }
@@ -184,16 +184,19 @@ async fn async_acquire_with_a_manual_clock() -> TestResult {
     let clock = ManualClock::new(0);
     let limiter =
         KeyedLimiter::with_clock(TokenBucket::new(Rate::per_second(2)?, 1)?, clock.clone());
-    assert_eq!(limiter.acquire_async(&"k", ONE).await?.wait, Duration::ZERO);
     assert_eq!(
-        limiter.acquire_async(&"k", ONE).await?.wait,
+        limiter.acquire_async(&"k", ONE).await?.wait(),
+        Duration::ZERO
+    );
+    assert_eq!(
+        limiter.acquire_async(&"k", ONE).await?.wait(),
         Duration::from_millis(500)
     );
     assert_eq!(clock.now(), 500_000);
     let refused = limiter
         .try_acquire_async(&"k", ONE, Duration::from_millis(1))
         .await?;
-    assert!(!refused.allowed);
+    assert!(!refused.allowed());
     Ok(())
 }
 
@@ -236,10 +239,10 @@ fn several_limits_are_charged_all_or_none() -> TestResult {
     assert!(decide_together(&request(&"alice", 2), Op::Check)?.allowed);
     let denied = decide_together(&request(&"bob", 2), Op::Check)?;
     assert!(!denied.allowed);
-    assert!(denied.decisions[0].allowed && !denied.decisions[1].allowed);
+    assert!(denied.decisions[0].allowed() && !denied.decisions[1].allowed());
     // Bob's own limit was not charged, and neither was the global one.
-    assert_eq!(per_user.peek(&"bob", ONE)?.remaining, 4);
-    assert_eq!(global.peek(&"all", ONE)?.remaining, 0);
+    assert_eq!(per_user.peek(&"bob", ONE)?.remaining(), 4);
+    assert_eq!(global.peek(&"all", ONE)?.remaining(), 0);
     assert!(decide_together(&request(&"bob", 1), Op::Check)?.allowed);
     // The same limit named twice is charged twice.
     let twice = [
@@ -255,7 +258,7 @@ fn several_limits_are_charged_all_or_none() -> TestResult {
         },
     ];
     assert!(!decide_together(&twice, Op::Check)?.allowed);
-    assert_eq!(per_user.peek(&"carol", ONE)?.remaining, 4);
+    assert_eq!(per_user.peek(&"carol", ONE)?.remaining(), 4);
     Ok(())
 }
 
@@ -267,8 +270,8 @@ fn set_algorithm_keeps_keyed_state() -> TestResult {
     limiter.check_n(&"k", n(10))?;
     limiter.set_algorithm(TokenBucket::new(Rate::per_second(20)?, 20)?);
     let d = limiter.peek(&"k", ONE)?;
-    assert!(!d.allowed);
-    assert_eq!(d.retry_after, Some(Duration::from_millis(50)));
+    assert!(!d.allowed());
+    assert_eq!(d.retry_after(), Some(Duration::from_millis(50)));
     Ok(())
 }
 
@@ -283,14 +286,14 @@ fn acquire_on_a_window_sleeps_until_the_retry_time() -> TestResult {
     limiter.acquire(ONE)?;
     assert_eq!(clock.now(), 0);
     // The window is spent: acquiring sleeps until the next one opens.
-    assert!(limiter.acquire(ONE)?.allowed);
+    assert!(limiter.acquire(ONE)?.allowed());
     assert_eq!(clock.now(), 1_000_000);
     // With a deadline shorter than that, nothing is taken and no time passes.
     limiter.acquire(ONE)?;
     assert!(
         !limiter
             .try_acquire(ONE, Duration::from_millis(999))?
-            .allowed
+            .allowed()
     );
     assert_eq!(clock.now(), 1_000_000);
     Ok(())
@@ -315,7 +318,7 @@ fn at_the_cap_fresh_keys_make_room_for_every_newcomer() -> TestResult {
     let mut refused = 0;
     for key in 100_000..106_000u64 {
         match limiter.check(&key) {
-            Ok(d) => assert!(d.allowed),
+            Ok(d) => assert!(d.allowed()),
             Err(CheckError::KeyCapacityReached { .. }) => refused += 1,
             Err(other) => return Err(other.into()),
         }
@@ -350,7 +353,7 @@ fn a_sweep_during_a_multi_limit_request_never_loses_a_charge() -> TestResult {
         match decide_together(&targets, Op::Check) {
             Ok(d) => {
                 assert!(d.allowed);
-                assert_eq!(limiter.peek(&0, ONE)?.remaining, 998, "attempt {attempt}");
+                assert_eq!(limiter.peek(&0, ONE)?.remaining(), 998, "attempt {attempt}");
             }
             Err(CheckError::KeyCapacityReached { .. }) => {}
             Err(other) => return Err(other.into()),
@@ -366,13 +369,17 @@ fn acquire_waits_out_a_full_nginx_queue() -> TestResult {
         sluicegate::LeakyQueue::new(Rate::per_second(10)?, 0, sluicegate::QueueDelay::NoDelay)?,
         clock.clone(),
     );
-    assert!(limiter.acquire(ONE)?.allowed);
+    assert!(limiter.acquire(ONE)?.allowed());
     // The queue is full for 100ms: a timeout of 1s is enough, one of 50ms is not.
-    assert!(!limiter.try_acquire(ONE, Duration::from_millis(50))?.allowed);
+    assert!(
+        !limiter
+            .try_acquire(ONE, Duration::from_millis(50))?
+            .allowed()
+    );
     assert_eq!(clock.now(), 0);
-    assert!(limiter.try_acquire(ONE, Duration::from_secs(1))?.allowed);
+    assert!(limiter.try_acquire(ONE, Duration::from_secs(1))?.allowed());
     assert_eq!(clock.now(), 100_000);
-    assert!(limiter.acquire(ONE)?.allowed);
+    assert!(limiter.acquire(ONE)?.allowed());
     assert_eq!(clock.now(), 200_000);
     Ok(())
 }

@@ -100,34 +100,34 @@ where
         prop_assert!(event.permits <= alg.capacity());
         if let Some(model) = model {
             prop_assert_eq!(
-                decision.allowed,
+                decision.allowed(),
                 model(&grants, now, event.permits),
                 "model disagrees at {} for {}",
                 now,
                 event.permits
             );
         }
-        if !decision.allowed || event.peek {
+        if !decision.allowed() || event.peek {
             prop_assert_eq!(&state, &before, "state changed by {:?}", decision);
         }
-        if decision.allowed && !event.peek {
+        if decision.allowed() && !event.peek {
             grants.push((now, event.permits));
         }
         if !exact {
             continue;
         }
-        if !decision.allowed {
-            let retry = micros(decision.retry_after.unwrap_or(Duration::MAX));
+        if !decision.allowed() {
+            let retry = micros(decision.retry_after().unwrap_or(Duration::MAX));
             prop_assert!(retry > 0, "denied with no wait: {:?}", decision);
             let mut probe = state.clone();
-            prop_assert!(alg.decide(&mut probe, now + retry, n, Op::Peek)?.allowed);
+            prop_assert!(alg.decide(&mut probe, now + retry, n, Op::Peek)?.allowed());
             prop_assert!(
                 !alg.decide(&mut probe, now + retry - 1, n, Op::Peek)?
-                    .allowed
+                    .allowed()
             );
         }
-        if !decision.allowed || !event.peek {
-            let reset = micros(decision.reset_after);
+        if !decision.allowed() || !event.peek {
+            let reset = micros(decision.reset_after());
             prop_assert!(alg.is_fresh(&state, now + reset), "{:?}", decision);
             prop_assert!(reset == 0 || !alg.is_fresh(&state, now + reset - 1));
         }
@@ -361,9 +361,9 @@ proptest! {
             let wait = u64::try_from((wait + per_micro - 1) / per_micro)?;
             let op = if event.peek { Op::Peek } else { Op::Check };
             let decision = queue.decide(&mut tat, now, NonZeroU64::MIN, op)?;
-            prop_assert_eq!(decision.allowed, admitted, "at {}", now);
+            prop_assert_eq!(decision.allowed(), admitted, "at {}", now);
             if admitted {
-                prop_assert_eq!(micros(decision.wait), wait, "at {}", now);
+                prop_assert_eq!(micros(decision.wait()), wait, "at {}", now);
                 if !event.peek {
                     node = Some((excess, now_t));
                 }
@@ -428,12 +428,12 @@ fn limiters_hold_the_new_algorithms() -> Result<(), Box<dyn std::error::Error>> 
         SlidingWindow::new(2, Duration::from_secs(1), Some(4))?,
         clock.clone(),
     );
-    assert!(keyed.check(&"a")?.allowed);
-    assert!(keyed.check(&"a")?.allowed);
-    assert!(!keyed.check(&"a")?.allowed);
-    assert!(keyed.check(&"b")?.allowed);
+    assert!(keyed.check(&"a")?.allowed());
+    assert!(keyed.check(&"a")?.allowed());
+    assert!(!keyed.check(&"a")?.allowed());
+    assert!(keyed.check(&"b")?.allowed());
     clock.advance(Duration::from_secs(1));
-    assert!(keyed.check(&"a")?.allowed);
+    assert!(keyed.check(&"a")?.allowed());
     clock.advance(Duration::from_secs(1));
     keyed.retain_recent();
     assert!(keyed.is_empty());
@@ -442,8 +442,8 @@ fn limiters_hold_the_new_algorithms() -> Result<(), Box<dyn std::error::Error>> 
         LeakyQueue::new(Rate::per_second(4)?, 1, QueueDelay::Shape)?,
         clock.clone(),
     );
-    assert_eq!(queue.check()?.wait, Duration::ZERO);
-    assert_eq!(queue.check()?.wait, Duration::from_millis(250));
-    assert!(!queue.check()?.allowed);
+    assert_eq!(queue.check()?.wait(), Duration::ZERO);
+    assert_eq!(queue.check()?.wait(), Duration::from_millis(250));
+    assert!(!queue.check()?.allowed());
     Ok(())
 }

@@ -521,10 +521,14 @@ fn peek_fitting(check: &Check) -> Option<Decision> {
 fn verdict_for(check: &Check, decision: Option<Decision>) -> DescriptorVerdict {
     match decision {
         Some(d) => DescriptorVerdict {
-            code: if d.allowed { Code::Ok } else { Code::OverLimit },
-            limit_remaining: u32::try_from(d.remaining).unwrap_or(u32::MAX),
-            duration_until_reset: Some(d.reset_after),
-            retry_after: d.retry_after,
+            code: if d.allowed() {
+                Code::Ok
+            } else {
+                Code::OverLimit
+            },
+            limit_remaining: u32::try_from(d.remaining()).unwrap_or(u32::MAX),
+            duration_until_reset: Some(d.reset_after()),
+            retry_after: d.retry_after(),
             current_limit: Some(check.report.clone()),
         },
         // Can never pass: zero requests allowed, or more hits than the limit holds.

@@ -165,7 +165,7 @@ async fn decide_enforced<'a>(
         })
         .collect();
     let answers = decide_requests(store, cluster, &requests, op).await?;
-    let allowed = !never && answers.iter().all(|d| d.allowed);
+    let allowed = !never && answers.iter().all(|d| d.allowed());
     // Back from the requests asked to every slot, then to every check.
     let mut answers = answers.into_iter();
     let by_slot: Vec<Option<Decision>> = fits
@@ -216,7 +216,7 @@ async fn decide_requests(
             .collect()
     };
     let peeked = run(Op::Peek).await?;
-    if !op.consumes() || !peeked.iter().all(|d| d.allowed) {
+    if !op.consumes() || !peeked.iter().all(|d| d.allowed()) {
         return Ok(peeked);
     }
     run(op).await
@@ -259,16 +259,10 @@ fn policy_decision(
 ) -> Decision {
     let limit = enforcer.limit.capacity();
     let allowed = policy == FailurePolicy::Open;
-    Decision {
-        allowed,
-        limit,
-        remaining: if allowed {
-            limit - permits.get().min(limit)
-        } else {
-            0
-        },
-        reset_after: Duration::ZERO,
-        retry_after: (!allowed).then_some(timeout),
-        wait: Duration::ZERO,
+    if allowed {
+        Decision::allow(limit, limit - permits.get().min(limit), 0)
+    } else {
+        let timeout = u64::try_from(timeout.as_micros()).unwrap_or(u64::MAX);
+        Decision::deny(limit, 0, 0, Some(timeout))
     }
 }

@@ -68,12 +68,12 @@ impl<W: Write> LineWriter<W> {
             key: &event.key,
             permits: event.permits,
             op: &op,
-            allowed: decision.allowed,
-            limit: decision.limit,
-            remaining: decision.remaining,
-            reset_after: duration_seconds(decision.reset_after),
-            retry_after: decision.retry_after.map(duration_seconds),
-            wait: duration_seconds(decision.wait),
+            allowed: decision.allowed(),
+            limit: decision.limit(),
+            remaining: decision.remaining(),
+            reset_after: duration_seconds(decision.reset_after()),
+            retry_after: decision.retry_after().map(duration_seconds),
+            wait: duration_seconds(decision.wait()),
         })
     }
 
@@ -126,7 +126,6 @@ fn duration_seconds(duration: std::time::Duration) -> f64 {
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
 
     use sluicegate::Op;
 
@@ -142,14 +141,7 @@ mod tests {
             permits: 1,
             op: EventOp::Decide(Op::Check, "check".into()),
         };
-        let decision = Decision {
-            allowed: true,
-            limit: 5,
-            remaining: 4,
-            reset_after: Duration::from_millis(800),
-            retry_after: None,
-            wait: Duration::ZERO,
-        };
+        let decision = Decision::allow(5, 4, 800_000);
         writer.decision(None, &event, &decision)?;
         writer.error(Some(1), Some(1_500_000), "bad \"line\"")?;
         writer.error(None, None, "bad t")?;

@@ -149,7 +149,7 @@ impl Simulation {
                             self.mark(
                                 index,
                                 event.t,
-                                if decision.allowed {
+                                if decision.allowed() {
                                     Mark::Allowed
                                 } else {
                                     Mark::Rejected

@@ -33,7 +33,8 @@ pub(crate) const HORIZON_TICKS: u64 = u64::MAX - MAX_DEBT;
 pub(crate) struct BucketShape {
     pub(crate) rate: Rate,
     pub(crate) pace: Pace,
-    pub(crate) burst: u64,
+    /// Non-zero, so that a check of one permit against it folds away.
+    burst: NonZeroU64,
     pub(crate) initial: u64,
     /// `burst` permits' worth of ticks: how far the bucket can be from full.
     pub(crate) tolerance: u64,
@@ -45,9 +46,9 @@ pub(crate) struct BucketShape {
 
 impl BucketShape {
     pub(crate) fn new(rate: Rate, burst: u64, initial: Option<u64>) -> Result<Self, ConfigError> {
-        if burst == 0 {
+        let Some(nonzero_burst) = NonZeroU64::new(burst) else {
             return Err(ConfigError::invalid("burst", burst, "must be at least 1"));
-        }
+        };
         let initial = initial.unwrap_or(burst);
         if initial > burst {
             return Err(ConfigError::invalid(
@@ -70,12 +71,18 @@ impl BucketShape {
         Ok(BucketShape {
             rate,
             pace,
-            burst,
+            burst: nonzero_burst,
             initial,
             tolerance,
             per_permit: Divisor::new(pace.interval),
             per_micro: Divisor::new(pace.ticks_per_micro),
         })
+    }
+
+    /// The bucket's size in permits.
+    #[inline(always)]
+    pub(crate) fn burst(&self) -> u64 {
+        self.burst.get()
     }
 
     /// `micros` in ticks, at most [`HORIZON_TICKS`]. Whole-microsecond paces, the common case,
@@ -140,7 +147,7 @@ impl BucketShape {
     #[inline]
     pub(crate) fn allow(&self, debt_after: u64) -> Decision {
         Decision::allow(
-            self.burst,
+            self.burst(),
             self.remaining(debt_after),
             self.micros_ceil(debt_after),
         )
@@ -149,10 +156,10 @@ impl BucketShape {
     #[inline]
     pub(crate) fn deny(&self, debt: u64, retry_us: u64) -> Decision {
         Decision::deny(
-            self.burst,
+            self.burst(),
             self.remaining(debt),
             self.micros_ceil(debt),
-            retry_us,
+            Some(retry_us),
         )
     }
 

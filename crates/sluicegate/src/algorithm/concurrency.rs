@@ -61,13 +61,14 @@ impl Algorithm for Concurrency {
         op: Op,
     ) -> Result<Decision, CheckError> {
         let n = ensure_capacity(permits, self.limit)?;
-        let decision = |allowed: bool, held: u64| Decision {
-            allowed,
-            limit: self.limit,
-            remaining: self.limit.saturating_sub(held),
-            reset_after: std::time::Duration::ZERO,
-            retry_after: None,
-            wait: std::time::Duration::ZERO,
+        // Nothing frees a permit but a release, so no time can be told for a retry.
+        let decision = |allowed: bool, held: u64| {
+            let remaining = self.limit.saturating_sub(held);
+            if allowed {
+                Decision::allow(self.limit, remaining, 0)
+            } else {
+                Decision::deny(self.limit, remaining, 0, None)
+            }
         };
         match op {
             Op::Check | Op::Peek => {
@@ -108,11 +109,11 @@ mod tests {
         let c = Concurrency::new(2)?;
         let mut held = c.initial_state(0);
         let one = NonZeroU64::MIN;
-        assert!(c.decide(&mut held, 0, one, Op::Check)?.allowed);
-        assert!(c.decide(&mut held, 0, one, Op::Check)?.allowed);
+        assert!(c.decide(&mut held, 0, one, Op::Check)?.allowed());
+        assert!(c.decide(&mut held, 0, one, Op::Check)?.allowed());
         let denied = c.decide(&mut held, 0, one, Op::Check)?;
-        assert!(!denied.allowed);
-        assert_eq!(denied.retry_after, None);
+        assert!(!denied.allowed());
+        assert_eq!(denied.retry_after(), None);
         assert_eq!(held, 2);
         c.decide(&mut held, 0, one, Op::Release)?;
         assert_eq!(held, 1);

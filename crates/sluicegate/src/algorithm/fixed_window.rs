@@ -26,11 +26,11 @@ use crate::state_machine::{Algorithm, AlgorithmState, Op, ensure_capacity, unsup
 /// let window = FixedWindow::new(2, Duration::from_secs(1))?;
 /// let mut state = window.initial_state(0);
 /// let one = NonZeroU64::MIN;
-/// assert!(window.decide(&mut state, 200_000, one, Op::Check)?.allowed);
-/// assert!(window.decide(&mut state, 300_000, one, Op::Check)?.allowed);
+/// assert!(window.decide(&mut state, 200_000, one, Op::Check)?.allowed());
+/// assert!(window.decide(&mut state, 300_000, one, Op::Check)?.allowed());
 /// let denied = window.decide(&mut state, 400_000, one, Op::Check)?;
-/// assert_eq!(denied.retry_after, Some(Duration::from_millis(600)));
-/// assert!(window.decide(&mut state, 1_000_000, one, Op::Check)?.allowed);
+/// assert_eq!(denied.retry_after(), Some(Duration::from_millis(600)));
+/// assert!(window.decide(&mut state, 1_000_000, one, Op::Check)?.allowed());
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -132,7 +132,7 @@ impl Algorithm for FixedWindow {
                 self.limit,
                 self.limit.saturating_sub(count),
                 until_end,
-                until_end,
+                Some(until_end),
             )),
         }
     }
@@ -165,20 +165,20 @@ mod tests {
         let mut s = fw.initial_state(4_000_000);
         let d = fw.decide(&mut s, 7_000_000, permits(2), Op::Check)?;
         assert_eq!(
-            (d.allowed, d.remaining, d.reset_after),
+            (d.allowed(), d.remaining(), d.reset_after()),
             (true, 1, Duration::from_secs(3))
         );
         let denied = fw.decide(&mut s, 9_500_000, permits(2), Op::Check)?;
-        assert!(!denied.allowed);
-        assert_eq!(denied.remaining, 1);
-        assert_eq!(denied.retry_after, Some(Duration::from_millis(500)));
+        assert!(!denied.allowed());
+        assert_eq!(denied.remaining(), 1);
+        assert_eq!(denied.retry_after(), Some(Duration::from_millis(500)));
         assert_eq!(s.count, 2);
         let d = fw.decide(&mut s, 9_999_999, permits(1), Op::Check)?;
-        assert_eq!((d.allowed, d.remaining), (true, 0));
-        assert_eq!(d.reset_after, Duration::from_micros(1));
+        assert_eq!((d.allowed(), d.remaining()), (true, 0));
+        assert_eq!(d.reset_after(), Duration::from_micros(1));
         // The next window starts empty.
         let d = fw.decide(&mut s, 10_000_000, permits(3), Op::Check)?;
-        assert_eq!((d.allowed, d.remaining), (true, 0));
+        assert_eq!((d.allowed(), d.remaining()), (true, 0));
         assert_eq!(
             s,
             FixedWindowState {
@@ -194,12 +194,12 @@ mod tests {
         let fw = FixedWindow::new(2, Duration::from_secs(1))?;
         let mut s = fw.initial_state(0);
         let peek = fw.decide(&mut s, 0, permits(2), Op::Peek)?;
-        assert_eq!((peek.allowed, peek.remaining), (true, 0));
+        assert_eq!((peek.allowed(), peek.remaining()), (true, 0));
         assert_eq!(s.count, 0);
         assert!(fw.is_fresh(&s, 0));
         fw.decide(&mut s, 0, permits(1), Op::Check)?;
         let before = s;
-        assert!(!fw.decide(&mut s, 1, permits(2), Op::Check)?.allowed);
+        assert!(!fw.decide(&mut s, 1, permits(2), Op::Check)?.allowed());
         assert_eq!(
             fw.decide(&mut s, 1, permits(3), Op::Check),
             Err(CheckError::InsufficientCapacity {
@@ -234,8 +234,8 @@ mod tests {
             }
         );
         let d = new.decide(&mut s, 61_700_000, permits(2), Op::Check)?;
-        assert!(!d.allowed);
-        assert_eq!(d.retry_after, Some(Duration::from_micros(58_300_000)));
+        assert!(!d.allowed());
+        assert_eq!(d.retry_after(), Some(Duration::from_micros(58_300_000)));
         Ok(())
     }
 
@@ -245,14 +245,17 @@ mod tests {
         let mut s = fw.initial_state(u64::MAX);
         assert!(
             fw.decide(&mut s, u64::MAX, permits(u64::MAX), Op::Check)?
-                .allowed
+                .allowed()
         );
         let d = fw.decide(&mut s, u64::MAX, permits(1), Op::Check)?;
-        assert!(!d.allowed);
-        assert_eq!(d.retry_after, Some(Duration::ZERO));
+        assert!(!d.allowed());
+        assert_eq!(d.retry_after(), Some(Duration::ZERO));
         let fw = FixedWindow::new(1, Duration::from_secs(7))?;
         let mut s = fw.initial_state(0);
-        assert!(fw.decide(&mut s, u64::MAX, permits(1), Op::Check)?.allowed);
+        assert!(
+            fw.decide(&mut s, u64::MAX, permits(1), Op::Check)?
+                .allowed()
+        );
         Ok(())
     }
 

@@ -22,10 +22,10 @@ use crate::state_machine::{Algorithm, AlgorithmState, Op, ensure_capacity, unsup
 /// let gcra = Gcra::new(Rate::per_second(10)?, 2)?;
 /// let mut tat = gcra.initial_state(0);
 /// let one = NonZeroU64::MIN;
-/// assert!(gcra.decide(&mut tat, 0, one, Op::Check)?.allowed);
-/// assert!(gcra.decide(&mut tat, 0, one, Op::Check)?.allowed);
+/// assert!(gcra.decide(&mut tat, 0, one, Op::Check)?.allowed());
+/// assert!(gcra.decide(&mut tat, 0, one, Op::Check)?.allowed());
 /// let denied = gcra.decide(&mut tat, 0, one, Op::Check)?;
-/// assert_eq!(denied.retry_after, Some(std::time::Duration::from_millis(100)));
+/// assert_eq!(denied.retry_after(), Some(std::time::Duration::from_millis(100)));
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -66,7 +66,7 @@ impl Gcra {
 
     /// The bucket size.
     pub fn burst(&self) -> u64 {
-        self.shape.burst
+        self.shape.burst()
     }
 }
 
@@ -78,16 +78,16 @@ impl Algorithm for Gcra {
     }
 
     fn limit(&self) -> u64 {
-        self.shape.burst
+        self.shape.burst()
     }
 
     fn capacity(&self) -> u64 {
-        self.shape.burst
+        self.shape.burst()
     }
 
     fn initial_state(&self, created_at: Micros) -> Tat {
         let s = &self.shape;
-        s.ticks(created_at) + (s.burst - s.initial) * s.pace.interval
+        s.ticks(created_at) + (s.burst() - s.initial) * s.pace.interval
     }
 
     #[inline(always)]
@@ -99,7 +99,7 @@ impl Algorithm for Gcra {
         op: Op,
     ) -> Result<Decision, CheckError> {
         let s = &self.shape;
-        let n = ensure_capacity(permits, s.burst)?;
+        let n = ensure_capacity(permits, s.burst())?;
         if op == Op::Release {
             return Err(unsupported(self.name(), op));
         }

@@ -29,10 +29,10 @@ use crate::state_machine::{Algorithm, AlgorithmState, Op, ensure_capacity, unsup
 /// let bucket = LeakyBucket::new(Rate::per_second(10)?, 2)?;
 /// let mut state = bucket.initial_state(0);
 /// let one = NonZeroU64::MIN;
-/// assert!(bucket.decide(&mut state, 0, one, Op::Check)?.allowed);
-/// assert!(bucket.decide(&mut state, 0, one, Op::Check)?.allowed);
+/// assert!(bucket.decide(&mut state, 0, one, Op::Check)?.allowed());
+/// assert!(bucket.decide(&mut state, 0, one, Op::Check)?.allowed());
 /// let denied = bucket.decide(&mut state, 0, one, Op::Check)?;
-/// assert_eq!(denied.retry_after, Some(Duration::from_millis(100)));
+/// assert_eq!(denied.retry_after(), Some(Duration::from_millis(100)));
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -78,7 +78,7 @@ impl LeakyBucket {
 
     /// The bucket's capacity.
     pub fn bucket_capacity(&self) -> u64 {
-        self.shape.burst
+        self.shape.burst()
     }
 
     /// The level at `now_t`, drained but not below empty.
@@ -98,11 +98,11 @@ impl Algorithm for LeakyBucket {
     }
 
     fn limit(&self) -> u64 {
-        self.shape.burst
+        self.shape.burst()
     }
 
     fn capacity(&self) -> u64 {
-        self.shape.burst
+        self.shape.burst()
     }
 
     fn initial_state(&self, created_at: Micros) -> LeakyBucketState {
@@ -121,7 +121,7 @@ impl Algorithm for LeakyBucket {
         op: Op,
     ) -> Result<Decision, CheckError> {
         let s = &self.shape;
-        let n = ensure_capacity(permits, s.burst)?;
+        let n = ensure_capacity(permits, s.burst())?;
         if !matches!(op, Op::Check | Op::Peek) {
             return Err(unsupported(self.name(), op));
         }
@@ -177,14 +177,14 @@ mod tests {
         let lb = LeakyBucket::new(Rate::per_second(3)?, 3)?;
         let mut s = lb.initial_state(0);
         let d = lb.decide(&mut s, 0, permits(3), Op::Check)?;
-        assert_eq!((d.allowed, d.remaining), (true, 0));
-        assert_eq!(d.reset_after, Duration::from_secs(1));
+        assert_eq!((d.allowed(), d.remaining()), (true, 0));
+        assert_eq!(d.reset_after(), Duration::from_secs(1));
         let denied = lb.decide(&mut s, 0, permits(2), Op::Check)?;
-        assert_eq!(denied.retry_after, Some(Duration::from_micros(666_667)));
+        assert_eq!(denied.retry_after(), Some(Duration::from_micros(666_667)));
         assert_eq!(s.level, 3_000_000);
-        assert!(!lb.decide(&mut s, 666_666, permits(2), Op::Check)?.allowed);
+        assert!(!lb.decide(&mut s, 666_666, permits(2), Op::Check)?.allowed());
         let d = lb.decide(&mut s, 666_667, permits(2), Op::Check)?;
-        assert_eq!((d.allowed, d.remaining), (true, 0));
+        assert_eq!((d.allowed(), d.remaining()), (true, 0));
         // 3 000 000 - 2 000 001 drained + 2 000 000 poured in.
         assert_eq!(s.level, 2_999_999);
         assert!(!lb.is_fresh(&s, 1_666_666));
@@ -222,7 +222,7 @@ mod tests {
         old.carry_over(&new, &mut s, 0);
         // Half full: 4 of 8 permits' worth, 500ms each.
         assert_eq!(s.level, 2_000_000);
-        assert_eq!(new.decide(&mut s, 0, permits(4), Op::Peek)?.remaining, 0);
+        assert_eq!(new.decide(&mut s, 0, permits(4), Op::Peek)?.remaining(), 0);
         Ok(())
     }
 
@@ -235,10 +235,13 @@ mod tests {
             let mut s = old.initial_state(0);
             assert!(
                 old.decide(&mut s, 1_000_000, permits(1), Op::Check)?
-                    .allowed
+                    .allowed()
             );
             old.carry_over(&new, &mut s, 0);
-            assert!(!new.decide(&mut s, 1_000_000, permits(1), Op::Peek)?.allowed);
+            assert!(
+                !new.decide(&mut s, 1_000_000, permits(1), Op::Peek)?
+                    .allowed()
+            );
             assert!(new.is_fresh(&s, 2_000_000));
         }
         Ok(())

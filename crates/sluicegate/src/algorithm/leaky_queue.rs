@@ -64,10 +64,10 @@ pub enum QueueDelay {
 /// let mut state = queue.initial_state(0);
 /// let one = NonZeroU64::MIN;
 /// let waits: Vec<_> = (0..3)
-///     .map(|_| queue.decide(&mut state, 0, one, Op::Check).map(|d| d.wait))
+///     .map(|_| queue.decide(&mut state, 0, one, Op::Check).map(|d| d.wait()))
 ///     .collect::<Result<_, _>>()?;
 /// assert_eq!(waits, [0, 100, 200].map(Duration::from_millis));
-/// assert!(!queue.decide(&mut state, 0, one, Op::Check)?.allowed);
+/// assert!(!queue.decide(&mut state, 0, one, Op::Check)?.allowed());
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -131,11 +131,11 @@ impl Algorithm for LeakyQueue {
     }
 
     fn limit(&self) -> u64 {
-        self.shape.burst
+        self.shape.burst()
     }
 
     fn capacity(&self) -> u64 {
-        self.shape.burst
+        self.shape.burst()
     }
 
     fn initial_state(&self, created_at: Micros) -> Tat {
@@ -151,7 +151,7 @@ impl Algorithm for LeakyQueue {
         op: Op,
     ) -> Result<Decision, CheckError> {
         let s = &self.shape;
-        let n = ensure_capacity(permits, s.burst)?;
+        let n = ensure_capacity(permits, s.burst())?;
         let max_wait = match op {
             Op::Check | Op::Peek => None,
             Op::Reserve { max_wait } => max_wait,
@@ -211,7 +211,7 @@ mod tests {
         let mut seen = Vec::new();
         for now in [0, 0, 0, 0, 150_000] {
             let d = q.decide(&mut tat, now, permits(1), Op::Check)?;
-            seen.push((d.allowed, d.wait));
+            seen.push((d.allowed(), d.wait()));
         }
         Ok(seen)
     }
@@ -261,13 +261,13 @@ mod tests {
         q.decide(&mut tat, 0, permits(3), Op::Check)?;
         let denied = q.decide(&mut tat, 0, permits(2), Op::Check)?;
         assert_eq!(
-            (denied.allowed, denied.remaining, denied.retry_after),
+            (denied.allowed(), denied.remaining(), denied.retry_after()),
             (false, 0, Some(ms(200)))
         );
-        assert_eq!(denied.reset_after, ms(300));
+        assert_eq!(denied.reset_after(), ms(300));
         assert_eq!(tat, 300_000);
         let d = q.decide(&mut tat, 200_000, permits(2), Op::Check)?;
-        assert_eq!((d.allowed, d.wait, d.remaining), (true, ms(200), 0));
+        assert_eq!((d.allowed(), d.wait(), d.remaining()), (true, ms(200), 0));
         Ok(())
     }
 
@@ -281,13 +281,13 @@ mod tests {
             max_wait: Some(120_000),
         };
         let denied = q.decide(&mut tat, 0, permits(1), patient)?;
-        assert_eq!(denied.retry_after, Some(ms(80)));
+        assert_eq!(denied.retry_after(), Some(ms(80)));
         assert_eq!(tat, before);
         let d = q.decide(&mut tat, 80_000, permits(1), patient)?;
-        assert_eq!((d.allowed, d.wait), (true, ms(120)));
+        assert_eq!((d.allowed(), d.wait()), (true, ms(120)));
         let d = q.decide(&mut tat, 80_000, permits(1), Op::Reserve { max_wait: None })?;
-        assert_eq!((d.allowed, d.wait), (false, Duration::ZERO));
-        assert_eq!(d.retry_after, Some(ms(20)));
+        assert_eq!((d.allowed(), d.wait()), (false, Duration::ZERO));
+        assert_eq!(d.retry_after(), Some(ms(20)));
         Ok(())
     }
 
@@ -298,7 +298,7 @@ mod tests {
         q.decide(&mut tat, 0, permits(1), Op::Check)?;
         let before = tat;
         let peek = q.decide(&mut tat, 0, permits(1), Op::Peek)?;
-        assert_eq!((peek.allowed, peek.wait), (true, ms(100)));
+        assert_eq!((peek.allowed(), peek.wait()), (true, ms(100)));
         assert_eq!(
             q.decide(&mut tat, 0, permits(3), Op::Check),
             Err(CheckError::InsufficientCapacity {
@@ -320,9 +320,9 @@ mod tests {
         let q = LeakyQueue::new(Rate::per_second(3)?, 4, QueueDelay::Shape)?;
         let mut tat = q.initial_state(u64::MAX);
         let d = q.decide(&mut tat, u64::MAX, permits(5), Op::Check)?;
-        assert!(d.allowed);
+        assert!(d.allowed());
         for later in [u64::MAX, u64::MAX - 1, u64::MAX / 2] {
-            assert!(!q.decide(&mut tat, later, permits(1), Op::Check)?.allowed);
+            assert!(!q.decide(&mut tat, later, permits(1), Op::Check)?.allowed());
         }
         Ok(())
     }

@@ -27,10 +27,10 @@ use crate::state_machine::{Algorithm, AlgorithmState, Op, ensure_capacity, unsup
 /// let log = SlidingLog::new(2, Duration::from_secs(1))?;
 /// let mut state = log.initial_state(0);
 /// let one = NonZeroU64::MIN;
-/// assert!(log.decide(&mut state, 0, one, Op::Check)?.allowed);
-/// assert!(log.decide(&mut state, 900_000, one, Op::Check)?.allowed);
+/// assert!(log.decide(&mut state, 0, one, Op::Check)?.allowed());
+/// assert!(log.decide(&mut state, 900_000, one, Op::Check)?.allowed());
 /// let denied = log.decide(&mut state, 950_000, one, Op::Check)?;
-/// assert_eq!(denied.retry_after, Some(Duration::from_millis(50)));
+/// assert_eq!(denied.retry_after(), Some(Duration::from_millis(50)));
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -169,7 +169,7 @@ impl Algorithm for SlidingLog {
             self.limit,
             self.limit.saturating_sub(used),
             newest.saturating_sub(now),
-            fits_at.saturating_sub(now),
+            Some(fits_at.saturating_sub(now)),
         ))
     }
 
@@ -198,23 +198,23 @@ mod tests {
         let log = SlidingLog::new(5, Duration::from_secs(10))?;
         let mut s = log.initial_state(0);
         let d = log.decide(&mut s, 1_000_000, permits(2), Op::Check)?;
-        assert_eq!((d.allowed, d.remaining), (true, 3));
-        assert_eq!(d.reset_after, Duration::from_secs(10));
+        assert_eq!((d.allowed(), d.remaining()), (true, 3));
+        assert_eq!(d.reset_after(), Duration::from_secs(10));
         log.decide(&mut s, 4_000_000, permits(1), Op::Check)?;
         log.decide(&mut s, 8_000_000, permits(2), Op::Check)?;
         // At 9s, 3 permits need 3 to leave: 2 leave at 11s, 1 more at 14s.
         let denied = log.decide(&mut s, 9_000_000, permits(3), Op::Check)?;
-        assert!(!denied.allowed);
-        assert_eq!(denied.remaining, 0);
-        assert_eq!(denied.retry_after, Some(Duration::from_secs(5)));
-        assert_eq!(denied.reset_after, Duration::from_secs(9));
+        assert!(!denied.allowed());
+        assert_eq!(denied.remaining(), 0);
+        assert_eq!(denied.retry_after(), Some(Duration::from_secs(5)));
+        assert_eq!(denied.reset_after(), Duration::from_secs(9));
         // One microsecond early it still fails; at 14s it passes.
         assert!(
             !log.decide(&mut s, 13_999_999, permits(3), Op::Peek)?
-                .allowed
+                .allowed()
         );
         let d = log.decide(&mut s, 14_000_000, permits(3), Op::Check)?;
-        assert_eq!((d.allowed, d.remaining), (true, 0));
+        assert_eq!((d.allowed(), d.remaining()), (true, 0));
         // The grants at 1s and 4s were dropped when the request at 14s was granted.
         assert_eq!(
             s.grants().iter().copied().collect::<Vec<_>>(),
@@ -227,12 +227,12 @@ mod tests {
     fn a_grant_leaves_exactly_one_window_later() -> Result<(), Box<dyn std::error::Error>> {
         let log = SlidingLog::new(1, Duration::from_micros(100))?;
         let mut s = log.initial_state(0);
-        assert!(log.decide(&mut s, 50, permits(1), Op::Check)?.allowed);
+        assert!(log.decide(&mut s, 50, permits(1), Op::Check)?.allowed());
         let denied = log.decide(&mut s, 149, permits(1), Op::Check)?;
-        assert_eq!(denied.retry_after, Some(Duration::from_micros(1)));
+        assert_eq!(denied.retry_after(), Some(Duration::from_micros(1)));
         assert!(!log.is_fresh(&s, 149));
         assert!(log.is_fresh(&s, 150));
-        assert!(log.decide(&mut s, 150, permits(1), Op::Check)?.allowed);
+        assert!(log.decide(&mut s, 150, permits(1), Op::Check)?.allowed());
         Ok(())
     }
 
@@ -243,8 +243,11 @@ mod tests {
         log.decide(&mut s, 0, permits(3), Op::Check)?;
         let before = s.clone();
         // Even long after the grant left, a peek does not prune.
-        assert!(log.decide(&mut s, 5_000_000, permits(3), Op::Peek)?.allowed);
-        assert!(!log.decide(&mut s, 10, permits(1), Op::Check)?.allowed);
+        assert!(
+            log.decide(&mut s, 5_000_000, permits(3), Op::Peek)?
+                .allowed()
+        );
+        assert!(!log.decide(&mut s, 10, permits(1), Op::Check)?.allowed());
         assert!(log.decide(&mut s, 10, permits(4), Op::Check).is_err());
         assert!(log.decide(&mut s, 10, permits(1), Op::Release).is_err());
         let reserve = Op::Reserve { max_wait: None };
@@ -259,13 +262,13 @@ mod tests {
         let mut s = log.initial_state(0);
         log.decide(&mut s, 5_000_000, permits(1), Op::Check)?;
         let d = log.decide(&mut s, 4_000_000, permits(1), Op::Check)?;
-        assert_eq!(d.reset_after, Duration::from_secs(2));
+        assert_eq!(d.reset_after(), Duration::from_secs(2));
         assert_eq!(
             s.grants().iter().copied().collect::<Vec<_>>(),
             vec![(5_000_000, 2)]
         );
         let denied = log.decide(&mut s, 4_000_000, permits(1), Op::Check)?;
-        assert_eq!(denied.retry_after, Some(Duration::from_secs(2)));
+        assert_eq!(denied.retry_after(), Some(Duration::from_secs(2)));
         Ok(())
     }
 
@@ -275,10 +278,10 @@ mod tests {
         let mut s = log.initial_state(0);
         assert!(
             log.decide(&mut s, u64::MAX - 1, permits(u64::MAX), Op::Check)?
-                .allowed
+                .allowed()
         );
         let d = log.decide(&mut s, u64::MAX - 1, permits(1), Op::Check)?;
-        assert_eq!(d.retry_after, Some(Duration::from_micros(1)));
+        assert_eq!(d.retry_after(), Some(Duration::from_micros(1)));
         Ok(())
     }
 

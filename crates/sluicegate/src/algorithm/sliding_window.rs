@@ -38,9 +38,9 @@ use crate::state_machine::{Algorithm, AlgorithmState, Op, ensure_capacity, unsup
 /// sw.decide(&mut state, 10_000_000, NonZeroU64::new(42).unwrap(), Op::Check)?;
 /// sw.decide(&mut state, 75_000_000, NonZeroU64::new(18).unwrap(), Op::Check)?;
 /// let denied = sw.decide(&mut state, 75_000_000, NonZeroU64::MIN, Op::Check)?;
-/// assert!(!denied.allowed);
+/// assert!(!denied.allowed());
 /// // 42 * (45s - d) / 60s + 19 <= 50 once d >= 714 285.7µs.
-/// assert_eq!(denied.retry_after, Some(Duration::from_micros(714_286)));
+/// assert_eq!(denied.retry_after(), Some(Duration::from_micros(714_286)));
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -286,7 +286,7 @@ impl Algorithm for SlidingWindow {
         if !allowed {
             let reset = self.reset_from(state, st.first_live, now);
             let retry = retry_at.saturating_sub(now);
-            return Ok(Decision::deny(self.limit, remaining, reset, retry));
+            return Ok(Decision::deny(self.limit, remaining, reset, Some(retry)));
         }
         if op.consumes() {
             state.slots.drain(..st.first_live);
@@ -342,27 +342,27 @@ mod tests {
         // 3 per 10µs in 3 slots: slots start at 0, 4, 7, 10, 14, 17, 20 (ceil(10j/3)).
         let sw = SlidingWindow::new(3, Duration::from_micros(10), Some(3))?;
         let mut s = sw.initial_state(0);
-        assert!(sw.decide(&mut s, 1, permits(2), Op::Check)?.allowed);
+        assert!(sw.decide(&mut s, 1, permits(2), Op::Check)?.allowed());
         let d = sw.decide(&mut s, 5, permits(1), Op::Check)?;
         assert_eq!(
-            (d.allowed, d.remaining, d.reset_after),
+            (d.allowed(), d.remaining(), d.reset_after()),
             (true, 0, us(9).unwrap_or_default())
         );
         // At 8 (slot 2) the slot-0 permits leave at 10, the slot-1 one at 14.
         let denied = sw.decide(&mut s, 8, permits(1), Op::Check)?;
-        assert_eq!(denied.retry_after, us(2));
-        assert_eq!(denied.reset_after, Duration::from_micros(6));
-        assert!(!sw.decide(&mut s, 9, permits(1), Op::Check)?.allowed);
+        assert_eq!(denied.retry_after(), us(2));
+        assert_eq!(denied.reset_after(), Duration::from_micros(6));
+        assert!(!sw.decide(&mut s, 9, permits(1), Op::Check)?.allowed());
         let d = sw.decide(&mut s, 10, permits(1), Op::Check)?;
-        assert_eq!((d.allowed, d.remaining), (true, 1));
-        assert_eq!(d.reset_after, Duration::from_micros(10));
+        assert_eq!((d.allowed(), d.remaining()), (true, 1));
+        assert_eq!(d.reset_after(), Duration::from_micros(10));
         assert_eq!(
             s.slots().iter().copied().collect::<Vec<_>>(),
             vec![(1, 1), (3, 1)]
         );
         // Three permits need both counted slots to leave: slot 3's leaves at 20.
         let denied = sw.decide(&mut s, 10, permits(3), Op::Check)?;
-        assert_eq!(denied.retry_after, us(10));
+        assert_eq!(denied.retry_after(), us(10));
         assert!(!sw.is_fresh(&s, 19));
         assert!(sw.is_fresh(&s, 20));
         Ok(())
@@ -376,17 +376,23 @@ mod tests {
         // 42 + 18 at the start of the next window is 60 > 50; 15s in, 31.5 + 18 = 49.5.
         assert!(
             !sw.decide(&mut s, 60_000_000, permits(18), Op::Check)?
-                .allowed
+                .allowed()
         );
         let d = sw.decide(&mut s, 75_000_000, permits(18), Op::Check)?;
-        assert_eq!((d.allowed, d.remaining), (true, 0));
-        assert_eq!(d.reset_after, Duration::from_secs(105));
+        assert_eq!((d.allowed(), d.remaining()), (true, 0));
+        assert_eq!(d.reset_after(), Duration::from_secs(105));
         let denied = sw.decide(&mut s, 75_000_000, permits(1), Op::Check)?;
-        assert_eq!(denied.remaining, 0);
-        assert_eq!(denied.retry_after, us(714_286));
-        assert_eq!(denied.reset_after, Duration::from_secs(105));
-        assert!(!sw.decide(&mut s, 75_714_285, permits(1), Op::Peek)?.allowed);
-        assert!(sw.decide(&mut s, 75_714_286, permits(1), Op::Peek)?.allowed);
+        assert_eq!(denied.remaining(), 0);
+        assert_eq!(denied.retry_after(), us(714_286));
+        assert_eq!(denied.reset_after(), Duration::from_secs(105));
+        assert!(
+            !sw.decide(&mut s, 75_714_285, permits(1), Op::Peek)?
+                .allowed()
+        );
+        assert!(
+            sw.decide(&mut s, 75_714_286, permits(1), Op::Peek)?
+                .allowed()
+        );
         Ok(())
     }
 
@@ -394,21 +400,21 @@ mod tests {
     fn weighted_retry_can_fall_in_the_next_window() -> Result<(), Box<dyn std::error::Error>> {
         let sw = SlidingWindow::new(2, Duration::from_micros(10), None)?;
         let mut s = sw.initial_state(0);
-        assert!(sw.decide(&mut s, 0, permits(2), Op::Check)?.allowed);
+        assert!(sw.decide(&mut s, 0, permits(2), Op::Check)?.allowed());
         // No previous count to decay: wait for the next window, then for 2 * (10 - e) + 10 <= 20.
         assert_eq!(
-            sw.decide(&mut s, 5, permits(1), Op::Check)?.retry_after,
+            sw.decide(&mut s, 5, permits(1), Op::Check)?.retry_after(),
             us(10)
         );
         // At 16: 2 * 4 / 10 + 1 = 1.8 <= 2.
         let d = sw.decide(&mut s, 16, permits(1), Op::Check)?;
-        assert_eq!((d.allowed, d.remaining), (true, 0));
+        assert_eq!((d.allowed(), d.remaining()), (true, 0));
         // Two more: 0.8 + 3 > 2; the previous count leaves at 20, then 1 * (10 - e) + 20 <= 20
         // at e = 10, i.e. 30.
         let denied = sw.decide(&mut s, 16, permits(2), Op::Check)?;
-        assert_eq!(denied.retry_after, us(14));
-        assert!(!sw.decide(&mut s, 29, permits(2), Op::Peek)?.allowed);
-        assert!(sw.decide(&mut s, 30, permits(2), Op::Peek)?.allowed);
+        assert_eq!(denied.retry_after(), us(14));
+        assert!(!sw.decide(&mut s, 29, permits(2), Op::Peek)?.allowed());
+        assert!(sw.decide(&mut s, 30, permits(2), Op::Peek)?.allowed());
         assert!(!sw.is_fresh(&s, 29));
         assert!(sw.is_fresh(&s, 30));
         Ok(())
@@ -421,8 +427,11 @@ mod tests {
             let mut s = sw.initial_state(0);
             sw.decide(&mut s, 0, permits(3), Op::Check)?;
             let before = s.clone();
-            assert!(sw.decide(&mut s, 9_000_000, permits(3), Op::Peek)?.allowed);
-            assert!(!sw.decide(&mut s, 10, permits(1), Op::Check)?.allowed);
+            assert!(
+                sw.decide(&mut s, 9_000_000, permits(3), Op::Peek)?
+                    .allowed()
+            );
+            assert!(!sw.decide(&mut s, 10, permits(1), Op::Check)?.allowed());
             assert!(sw.decide(&mut s, 10, permits(4), Op::Check).is_err());
             assert!(sw.decide(&mut s, 10, permits(1), Op::Release).is_err());
             let reserve = Op::Reserve { max_wait: None };
@@ -444,7 +453,7 @@ mod tests {
         assert_eq!(s.slots().iter().copied().collect::<Vec<_>>(), vec![(0, 5)]);
         assert!(
             !new.decide(&mut s, 4_200_000, permits(1), Op::Check)?
-                .allowed
+                .allowed()
         );
         Ok(())
     }
@@ -456,14 +465,20 @@ mod tests {
             let mut s = sw.initial_state(0);
             assert!(
                 sw.decide(&mut s, u64::MAX, permits(u64::MAX), Op::Check)?
-                    .allowed
+                    .allowed()
             );
             let d = sw.decide(&mut s, u64::MAX, permits(u64::MAX), Op::Check)?;
-            assert!(!d.allowed);
+            assert!(!d.allowed());
             let sw = SlidingWindow::new(3, Duration::from_secs(1), buckets)?;
             let mut s = sw.initial_state(0);
-            assert!(sw.decide(&mut s, u64::MAX, permits(3), Op::Check)?.allowed);
-            assert!(!sw.decide(&mut s, u64::MAX, permits(1), Op::Check)?.allowed);
+            assert!(
+                sw.decide(&mut s, u64::MAX, permits(3), Op::Check)?
+                    .allowed()
+            );
+            assert!(
+                !sw.decide(&mut s, u64::MAX, permits(1), Op::Check)?
+                    .allowed()
+            );
         }
         Ok(())
     }

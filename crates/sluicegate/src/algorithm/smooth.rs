@@ -180,7 +180,12 @@ pub(crate) fn decide<C: SmoothCurve>(
             .saturating_sub(timeout)
             .max(0) as u64;
         let reset_after = micros_to_fresh(curve, state, now);
-        return Ok(Decision::deny(curve.limit(), 0, reset_after, retry_after));
+        return Ok(Decision::deny(
+            curve.limit(),
+            0,
+            reset_after,
+            Some(retry_after),
+        ));
     }
     let mut next = *state;
     // `permits` is at most `i32::MAX`, so the conversion is exact, as Java's int to double.

@@ -36,8 +36,8 @@ use crate::state_machine::{Algorithm, Op};
 /// let mut state = limiter.initial_state(0);
 /// let acquire = Op::Reserve { max_wait: None };
 /// let one = NonZeroU64::MIN;
-/// assert_eq!(limiter.decide(&mut state, 0, one, acquire)?.wait, Duration::ZERO);
-/// assert_eq!(limiter.decide(&mut state, 0, one, acquire)?.wait, Duration::from_millis(200));
+/// assert_eq!(limiter.decide(&mut state, 0, one, acquire)?.wait(), Duration::ZERO);
+/// assert_eq!(limiter.decide(&mut state, 0, one, acquire)?.wait(), Duration::from_millis(200));
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Debug, Clone, PartialEq)]
@@ -226,7 +226,7 @@ mod tests {
             })
         );
         let most = NonZeroU64::new(i32::MAX as u64).expect("non-zero");
-        assert!(limiter.decide(&mut state, 0, most, Op::Check)?.allowed);
+        assert!(limiter.decide(&mut state, 0, most, Op::Check)?.allowed());
         Ok(())
     }
 
@@ -241,17 +241,17 @@ mod tests {
             let peek = limiter.decide(&mut state, now, ONE, Op::Peek)?;
             let decision = limiter.decide(&mut state, now, ONE, Op::Check)?;
             assert_eq!(peek, decision);
-            assert!(decision.allowed);
-            assert_eq!(decision.limit, 6);
-            assert_eq!(decision.remaining, expected_remaining);
+            assert!(decision.allowed());
+            assert_eq!(decision.limit(), 6);
+            assert_eq!(decision.remaining(), expected_remaining);
         }
         let before = state;
         let denied = limiter.decide(&mut state, now, ONE, Op::Check)?;
-        assert!(!denied.allowed);
+        assert!(!denied.allowed());
         assert_eq!(state, before);
-        assert_eq!(denied.retry_after, Some(Duration::from_millis(200)));
+        assert_eq!(denied.retry_after(), Some(Duration::from_millis(200)));
         // 200ms until the free permit is paid for, then 1s to save five again.
-        assert_eq!(denied.reset_after, Duration::from_millis(1200));
+        assert_eq!(denied.reset_after(), Duration::from_millis(1200));
         assert!(!limiter.is_fresh(&state, now + 1_199_999));
         assert!(limiter.is_fresh(&state, now + 1_200_000));
         Ok(())
@@ -264,8 +264,8 @@ mod tests {
         assert!(!limiter.is_fresh(&state, 10 * SECOND));
         assert!(limiter.is_fresh(&state, 11 * SECOND));
         let first = limiter.decide(&mut state, 10 * SECOND, ONE, Op::Check)?;
-        assert_eq!((first.allowed, first.remaining), (true, 0));
-        assert_eq!(first.reset_after, Duration::from_millis(1200));
+        assert_eq!((first.allowed(), first.remaining()), (true, 0));
+        assert_eq!(first.reset_after(), Duration::from_millis(1200));
         Ok(())
     }
 

@@ -35,7 +35,7 @@ use crate::state_machine::{Algorithm, Op};
 /// let mut waits = Vec::new();
 /// let mut now = 0;
 /// for _ in 0..6 {
-///     let wait = limiter.decide(&mut state, now, NonZeroU64::MIN, acquire)?.wait;
+///     let wait = limiter.decide(&mut state, now, NonZeroU64::MIN, acquire)?.wait();
 ///     now += wait.as_micros() as u64;
 ///     waits.push(wait.as_micros());
 /// }
@@ -277,16 +277,16 @@ mod tests {
         let mut state = limiter.initial_state(0);
         assert!(limiter.is_fresh(&state, 0));
         let first = limiter.decide(&mut state, 0, ONE, Op::Check)?;
-        assert_eq!((first.allowed, first.remaining), (true, 0));
+        assert_eq!((first.allowed(), first.remaining()), (true, 0));
         assert!(!limiter.is_fresh(&state, 0));
         let denied = limiter.decide(&mut state, 0, ONE, Op::Check)?;
-        assert_eq!(denied.retry_after, Some(Duration::from_micros(1_375_000)));
+        assert_eq!(denied.retry_after(), Some(Duration::from_micros(1_375_000)));
         // The first permit is paid for at 1.375s; 0.5s later (warm-up / maximum, the idle
         // time per stored permit) it is stored again, and the limiter is as cold as new.
-        assert_eq!(denied.reset_after, Duration::from_micros(1_875_000));
+        assert_eq!(denied.reset_after(), Duration::from_micros(1_875_000));
         assert!(limiter.is_fresh(&state, 1_875_000));
         let later = limiter.decide(&mut state, 1_875_000, ONE, Op::Peek)?;
-        assert_eq!((later.allowed, later.remaining), (true, 0));
+        assert_eq!((later.allowed(), later.remaining()), (true, 0));
         Ok(())
     }
 

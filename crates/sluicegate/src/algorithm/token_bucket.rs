@@ -32,7 +32,7 @@ use crate::state_machine::{Algorithm, Op};
 /// let bucket = TokenBucket::new(Rate::per_second(10)?, 20)?;
 /// let mut state = bucket.initial_state(0);
 /// let decision = bucket.decide(&mut state, 0, NonZeroU64::new(5).unwrap(), Op::Check)?;
-/// assert_eq!((decision.allowed, decision.remaining), (true, 15));
+/// assert_eq!((decision.allowed(), decision.remaining()), (true, 15));
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -30,22 +30,22 @@ pub(crate) fn acquire_step(
     // Truncated, as Guava truncates a timeout: never wait longer than asked.
     let max_wait = deadline.map(|left| u64::try_from(left.as_micros()).unwrap_or(u64::MAX));
     let decision = match decide(Op::Reserve { max_wait }) {
-        Ok(decision) if decision.allowed => return Ok(Step::Done(decision)),
+        Ok(decision) if decision.allowed() => return Ok(Step::Done(decision)),
         // Refused with a deadline: either the wait is too long (final, as Guava's tryAcquire
         // answers at once) or nothing can be admitted yet (a full nginx queue), which a peek
         // tells apart: it ignores the deadline.
         Ok(refused) => match decide(Op::Peek)? {
-            peek if peek.allowed => return Ok(Step::Done(refused)),
+            peek if peek.allowed() => return Ok(Step::Done(refused)),
             peek => peek,
         },
         Err(CheckError::Unsupported { .. }) => decide(Op::Check)?,
         Err(other) => return Err(other),
     };
-    if decision.allowed {
+    if decision.allowed() {
         return Ok(Step::Done(decision));
     }
     // Denied now (a window spent, a full nginx queue): time alone may let it through.
-    match decision.retry_after {
+    match decision.retry_after() {
         // Time alone will let this request through: sleep until then, unless that is too late.
         Some(retry) if deadline.is_none_or(|left| retry <= left) => {
             Ok(Step::SleepThenRetry(retry.max(Duration::from_micros(1))))
@@ -71,8 +71,8 @@ pub(crate) fn acquire_blocking<C: Clock>(
         let left = timeout.map(|t| t.saturating_sub(elapsed));
         match acquire_step(&decide, left)? {
             Step::Done(decision) => {
-                if decision.allowed && !decision.wait.is_zero() {
-                    clock.sleep(decision.wait);
+                if decision.allowed() && !decision.wait().is_zero() {
+                    clock.sleep(decision.wait());
                 }
                 return Ok(decision);
             }
@@ -101,8 +101,8 @@ pub(crate) async fn acquire_async<C: Clock>(
         let left = timeout.map(|t| t.saturating_sub(elapsed));
         match acquire_step(&decide, left)? {
             Step::Done(decision) => {
-                if decision.allowed && !decision.wait.is_zero() {
-                    pause(decision.wait).await;
+                if decision.allowed() && !decision.wait().is_zero() {
+                    pause(decision.wait()).await;
                 }
                 return Ok(decision);
             }

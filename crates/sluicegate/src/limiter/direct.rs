@@ -18,11 +18,11 @@ type CellOf<A> = <<A as Algorithm>::State as AlgorithmState>::Cell;
 ///
 /// let clock = ManualClock::new(0);
 /// let limiter = DirectLimiter::with_clock(Gcra::new(Rate::per_second(2)?, 2)?, clock.clone());
-/// assert!(limiter.check()?.allowed);
-/// assert!(limiter.check()?.allowed);
-/// assert!(!limiter.check()?.allowed);
+/// assert!(limiter.check()?.allowed());
+/// assert!(limiter.check()?.allowed());
+/// assert!(!limiter.check()?.allowed());
 /// clock.advance(std::time::Duration::from_millis(500));
-/// assert!(limiter.check()?.allowed);
+/// assert!(limiter.check()?.allowed());
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub struct DirectLimiter<A: Algorithm, C: Clock = SystemClock> {

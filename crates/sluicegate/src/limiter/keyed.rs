@@ -44,9 +44,9 @@ struct Shard<K, S> {
 /// use sluicegate::{Gcra, KeyedLimiter, ManualClock, Rate};
 ///
 /// let limiter = KeyedLimiter::with_clock(Gcra::new(Rate::per_minute(1)?, 1)?, ManualClock::new(0));
-/// assert!(limiter.check(&"alice")?.allowed);
-/// assert!(!limiter.check(&"alice")?.allowed);
-/// assert!(limiter.check(&"bob")?.allowed);
+/// assert!(limiter.check(&"alice")?.allowed());
+/// assert!(!limiter.check(&"alice")?.allowed());
+/// assert!(limiter.check(&"bob")?.allowed());
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub struct KeyedLimiter<K, A: Algorithm, C: Clock = SystemClock> {
@@ -156,7 +156,7 @@ impl<K: Hash + Eq + Clone, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         }
         let mut state = self.algorithm.initial_state(self.created_at);
         let decision = self.algorithm.decide(&mut state, now, permits, op)?;
-        if decision.allowed && op.consumes() {
+        if decision.allowed() && op.consumes() {
             self.make_room(shard, &mut table, now, 1)?;
             table.insert_unique(hash, (key.clone(), state), |(k, _)| self.hasher.hash_one(k));
         }

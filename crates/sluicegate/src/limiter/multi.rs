@@ -59,7 +59,7 @@ pub struct MultiDecision {
 /// assert!(decide_together(&request(&"alice"), Op::Check)?.allowed);
 /// // The global limit is spent: bob is denied, and his own limit is not charged.
 /// assert!(!decide_together(&request(&"bob"), Op::Check)?.allowed);
-/// assert_eq!(per_user.peek(&"bob", one)?.remaining, 9);
+/// assert_eq!(per_user.peek(&"bob", one)?.remaining(), 9);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub fn decide_together<K, A, C>(
@@ -82,7 +82,7 @@ where
         [only] => {
             let decision = only.limiter.decide(only.key, only.permits, op)?;
             return Ok(MultiDecision {
-                allowed: decision.allowed,
+                allowed: decision.allowed(),
                 decisions: vec![decision],
             });
         }
@@ -171,11 +171,11 @@ where
         scratch.push(state);
     }
 
-    let allowed = decisions.iter().all(|(d, _)| d.allowed);
+    let allowed = decisions.iter().all(|(d, _)| d.allowed());
     if !allowed {
         let mut peeked = Vec::with_capacity(targets.len());
         for ((decision, mut original), target) in decisions.into_iter().zip(targets) {
-            peeked.push(if decision.allowed {
+            peeked.push(if decision.allowed() {
                 target
                     .limiter
                     .algorithm()

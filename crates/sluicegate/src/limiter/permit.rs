@@ -75,7 +75,7 @@ impl<C: Clock> DirectLimiter<Concurrency, C> {
         permits: NonZeroU64,
     ) -> Result<Option<ConcurrencyPermit<'_, C>>, CheckError> {
         let decision = self.decide(permits, Op::Check)?;
-        Ok(decision.allowed.then_some(ConcurrencyPermit {
+        Ok(decision.allowed().then_some(ConcurrencyPermit {
             limiter: self,
             permits,
         }))
@@ -90,7 +90,7 @@ impl<K: Hash + Eq + Clone, C: Clock> KeyedLimiter<K, Concurrency, C> {
         permits: NonZeroU64,
     ) -> Result<Option<KeyedConcurrencyPermit<'_, K, C>>, CheckError> {
         let decision = self.decide(key, permits, Op::Check)?;
-        Ok(decision.allowed.then(|| KeyedConcurrencyPermit {
+        Ok(decision.allowed().then(|| KeyedConcurrencyPermit {
             limiter: self,
             key: key.clone(),
             permits,
@@ -104,7 +104,7 @@ impl<K: Hash + Eq + Clone, C: Clock> KeyedLimiter<K, Concurrency, C> {
         permits: NonZeroU64,
     ) -> Result<Option<OwnedConcurrencyPermit<K, C>>, CheckError> {
         let decision = self.decide(key, permits, Op::Check)?;
-        Ok(decision.allowed.then(|| OwnedConcurrencyPermit {
+        Ok(decision.allowed().then(|| OwnedConcurrencyPermit {
             limiter: Arc::clone(self),
             key: key.clone(),
             permits,

@@ -24,8 +24,8 @@ impl<A: Algorithm, C: Clock> DirectLimiter<A, C> {
     /// let clock = ManualClock::new(0);
     /// let limiter = DirectLimiter::with_clock(Gcra::new(Rate::per_second(5)?, 1)?, clock.clone());
     /// let one = NonZeroU64::MIN;
-    /// assert_eq!(limiter.acquire(one)?.wait.as_micros(), 0);
-    /// assert_eq!(limiter.acquire(one)?.wait.as_micros(), 200_000);
+    /// assert_eq!(limiter.acquire(one)?.wait().as_micros(), 0);
+    /// assert_eq!(limiter.acquire(one)?.wait().as_micros(), 200_000);
     /// assert_eq!(clock.now(), 200_000); // the manual clock "slept"
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```

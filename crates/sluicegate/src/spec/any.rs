@@ -24,9 +24,9 @@ macro_rules! any_algorithm {
         ///
         /// let algorithm: AnyAlgorithm = "gcra:rate=10/s,burst=2".parse()?;
         /// let limiter = KeyedLimiter::with_clock(algorithm, ManualClock::new(0));
-        /// assert!(limiter.check(&"a")?.allowed);
-        /// assert!(limiter.check(&"a")?.allowed);
-        /// assert!(!limiter.check(&"a")?.allowed);
+        /// assert!(limiter.check(&"a")?.allowed());
+        /// assert!(limiter.check(&"a")?.allowed());
+        /// assert!(!limiter.check(&"a")?.allowed());
         /// # Ok::<(), Box<dyn std::error::Error>>(())
         /// ```
         #[derive(Debug, Clone, PartialEq)]
@@ -147,7 +147,7 @@ impl AnyAlgorithm {
     ) -> Result<Decision, CheckError> {
         let mut fresh = self.initial_state(now);
         let decision = self.decide(&mut fresh, now, permits, op)?;
-        if decision.allowed && op.consumes() {
+        if decision.allowed() && op.consumes() {
             *state = fresh;
         }
         Ok(decision)

@@ -260,7 +260,7 @@ fn another_algorithms_state_counts_as_fresh() -> TestResult {
     gcra.decide(&mut taken, 0, ONE, Op::Check)?;
     let before = taken.clone();
     let denied = concurrency.decide(&mut taken, 0, NonZeroU64::MIN, Op::Peek)?;
-    assert!(denied.allowed);
+    assert!(denied.allowed());
     assert_eq!(taken, before);
     // Switching algorithm starts the new one afresh.
     gcra.carry_over(&concurrency, &mut taken, 5);
@@ -277,15 +277,15 @@ fn a_keyed_limiter_runs_any_algorithm() -> TestResult {
     let clock = crate::clock::ManualClock::new(0);
     let mut limiter =
         crate::limiter::KeyedLimiter::with_clock(spec("gcra:rate=10/s,burst=1")?, clock.clone());
-    assert!(limiter.check(&"a")?.allowed);
+    assert!(limiter.check(&"a")?.allowed());
     let denied = limiter.check(&"a")?;
-    assert_eq!(denied.retry_after, Some(Duration::from_millis(100)));
+    assert_eq!(denied.retry_after(), Some(Duration::from_millis(100)));
     let new = limiter.algorithm().with_rate("1/s")?;
     limiter.set_algorithm(new);
     clock.advance(Duration::from_millis(100));
-    assert!(!limiter.check(&"a")?.allowed);
+    assert!(!limiter.check(&"a")?.allowed());
     clock.advance(Duration::from_millis(900));
-    assert!(limiter.check(&"a")?.allowed);
+    assert!(limiter.check(&"a")?.allowed());
     Ok(())
 }
 
