@@ -110,7 +110,7 @@ impl Algorithm for TokenBucket {
     ) -> Result<Decision, CheckError> {
         let s = &self.shape;
         let n = ensure_capacity(permits, s.burst)?;
-        if op == Op::Release {
+        if matches!(op, Op::Release | Op::Charge) {
             return Err(unsupported(self.name(), op));
         }
         let now_t = s.ticks(now).max(state.refilled_at);
