@@ -4,7 +4,6 @@
 
 use std::collections::HashMap;
 
-use sluicegate::ConfigError;
 use sluicegate_rules::{Limit, Rule, RuleSet};
 
 /// One `T` per limit of every rule.
@@ -24,11 +23,11 @@ impl<T> Default for PerLimit<T> {
 impl<T: Clone> PerLimit<T> {
     /// A value for every limit in `rules`: `previous`'s where the limit is unchanged, else
     /// `make(rule, index, limit)`.
-    pub(crate) fn build(
+    pub(crate) fn build<E>(
         rules: &RuleSet,
         previous: Option<&PerLimit<T>>,
-        mut make: impl FnMut(&Rule, usize, &Limit) -> Result<T, ConfigError>,
-    ) -> Result<PerLimit<T>, ConfigError> {
+        mut make: impl FnMut(&Rule, usize, &Limit) -> Result<T, E>,
+    ) -> Result<PerLimit<T>, E> {
         let mut by_rule = HashMap::new();
         for domain in rules.domains() {
             for rule in rules.rules(domain) {
