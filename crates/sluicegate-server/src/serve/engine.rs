@@ -11,7 +11,7 @@ use arc_swap::ArcSwap;
 use parking_lot::{Mutex, RwLock};
 use sluicegate::{Algorithm as _, Decision, LimitTarget, Op, decide_together};
 use sluicegate_redis::RedisLimitError;
-use sluicegate_rules::{Limit, RuleSet, Window};
+use sluicegate_rules::{Limit, Match, RuleSet, Window};
 
 use crate::serve::backend::{BackendOptions, RedisBackend};
 use crate::serve::engine_error::EngineError;
@@ -418,19 +418,45 @@ impl Engine {
     }
 }
 
+/// The rule each descriptor of a call matched, in order.
+enum Matches<'r> {
+    One(std::iter::Once<Option<Match<'r>>>),
+    Many(std::vec::IntoIter<Option<Match<'r>>>),
+}
+
+impl<'r> Iterator for Matches<'r> {
+    type Item = Option<Match<'r>>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        match self {
+            Matches::One(one) => one.next(),
+            Matches::Many(many) => many.next(),
+        }
+    }
+}
+
 /// The rules matching each descriptor of `call`, as [`RuleSet::find_all`] finds them.
-fn find_all<'r>(
-    rules: &'r RuleSet,
-    call: &RateLimitCall,
-) -> Vec<Option<sluicegate_rules::Match<'r>>> {
-    // The common call names one descriptor: no nested vectors for it.
+fn find_all<'r>(rules: &'r RuleSet, call: &RateLimitCall) -> Matches<'r> {
+    // The common call names one descriptor: no vectors for it.
     if let [descriptor] = call.descriptors.as_slice() {
-        let entries = entries_of(descriptor);
-        return rules.find_all(&call.domain, &[entries.as_slice()]);
+        let found = with_entries(descriptor, |entries| rules.find_one(&call.domain, entries));
+        return Matches::One(std::iter::once(found));
     }
     let entries: Vec<Vec<(&str, &str)>> = call.descriptors.iter().map(entries_of).collect();
     let refs: Vec<&[(&str, &str)]> = entries.iter().map(Vec::as_slice).collect();
-    rules.find_all(&call.domain, &refs)
+    Matches::Many(rules.find_all(&call.domain, &refs).into_iter())
+}
+
+/// Runs `f` on a descriptor's entries as `&str` pairs, kept on the stack when there are few.
+fn with_entries<R>(descriptor: &DescriptorCall, f: impl FnOnce(&[(&str, &str)]) -> R) -> R {
+    let mut inline = [("", ""); 8];
+    if descriptor.entries.len() > inline.len() {
+        return f(&entries_of(descriptor));
+    }
+    for (slot, (key, value)) in inline.iter_mut().zip(&descriptor.entries) {
+        *slot = (key, value);
+    }
+    f(&inline[..descriptor.entries.len()])
 }
 
 fn entries_of(descriptor: &DescriptorCall) -> Vec<(&str, &str)> {
