@@ -410,3 +410,31 @@ fn find_one_answers_as_find_all_for_one_descriptor() -> TestResult {
     assert_eq!(kept.limits[0].requests_per_unit, 9);
     Ok(())
 }
+
+#[test]
+fn rules_are_numbered_in_listing_order() -> TestResult {
+    let first = "domain: a\ndescriptors:\n  - key: k\n    descriptors:\n      - key: n\n        rate_limit: {unit: second, requests_per_unit: 1}\n  - key: free\n    rate_limit: {unlimited: true}\n  - key: m\n    rate_limit: {unit: hour, requests_per_unit: 2}\n";
+    let second =
+        "domain: b\ndescriptors:\n  - key: x\n    rate_limit: {unit: day, requests_per_unit: 3}\n";
+    let set = RuleSet::from_sources(
+        &[
+            ("a.yaml".into(), first.to_owned()),
+            ("b.yaml".into(), second.to_owned()),
+        ],
+        &LoadOptions::default(),
+    )?;
+    let listed: Vec<(String, usize)> = set
+        .domains()
+        .flat_map(|d| set.rules(d))
+        .map(|r| (r.id.clone(), r.index()))
+        .collect();
+    assert_eq!(set.rule_count(), 4);
+    assert_eq!(
+        listed.iter().map(|(_, i)| *i).collect::<Vec<_>>(),
+        [0, 1, 2, 3],
+        "{listed:?}"
+    );
+    let found = set.find("b", &[("x", "1")]).ok_or("b.x matches")?;
+    assert_eq!(found.rule.index(), 3);
+    Ok(())
+}

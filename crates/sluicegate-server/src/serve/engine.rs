@@ -345,13 +345,13 @@ impl Engine {
                 else {
                     continue;
                 };
-                let Some(enforcer) = loaded.limiters.get(&found.rule.id, position) else {
+                let Some(enforcer) = loaded.limiters.get(found.rule, position) else {
                     continue;
                 };
                 let redis = loaded
                     .redis
                     .as_ref()
-                    .and_then(|table| table.get(&found.rule.id, position))
+                    .and_then(|table| table.get(found.rule, position))
                     .cloned()
                     .flatten();
                 checks.push(Check {
