@@ -280,7 +280,7 @@ impl RedisLimit {
                 self.kind,
                 LimitKind::Gcra(_) | LimitKind::TokenBucket(_) | LimitKind::LeakyQueue { .. }
             ),
-            Op::Release => false,
+            Op::Release | Op::Charge => false,
         }
     }
 

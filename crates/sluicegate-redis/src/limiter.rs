@@ -67,6 +67,11 @@ impl RedisStore {
                     "release a concurrency permit with RedisLimiter::release(lease)".into(),
                 ));
             }
+            Op::Charge => {
+                return Err(RedisLimitError::Unsupported(
+                    "charge (counting denied requests) is not supported on Redis yet".into(),
+                ));
+            }
         };
         let mut keys = Vec::new();
         let mut args = vec![

@@ -48,16 +48,16 @@ impl RuleSet {
         let &index = self.by_name.get(domain)?;
         let mut level: &Level = &self.domains[index].root;
         let mut found = None;
-        let mut share_patterns: Vec<Option<&str>> = vec![None; entries.len()];
-        let mut steps: Vec<Step<'_>> = Vec::with_capacity(entries.len());
-        let longest = entries.iter().map(|(k, v)| k.len() + v.len()).max();
-        let mut composite = String::with_capacity(longest.unwrap_or(0) + 1);
+        // Per-entry scratch on the stack for the usual short descriptors, on the heap beyond.
+        let (mut share_inline, mut share_heap) = ([None; INLINE_ENTRIES], Vec::new());
+        let share_patterns = scratch(&mut share_inline, &mut share_heap, entries.len(), None);
+        let missing: Step<'_> = (None, How::Missing);
+        let (mut steps_inline, mut steps_heap) = ([missing; INLINE_ENTRIES], Vec::new());
+        let steps = scratch(&mut steps_inline, &mut steps_heap, entries.len(), missing);
+        let mut taken = 0;
+        let mut composite = Composite::default();
         for (i, &(key, value)) in entries.iter().enumerate() {
-            composite.clear();
-            composite.push_str(key);
-            composite.push('_');
-            composite.push_str(value);
-            let (node, how) = lookup(level, key, &composite);
+            let (node, how) = lookup(level, key, composite.of(key, value));
             if let How::Wildcard(pattern) = how {
                 if node.is_some_and(|n| n.share_threshold) {
                     share_patterns[i] = pattern
@@ -65,7 +65,8 @@ impl RuleSet {
                         .and_then(|rest| rest.strip_prefix('_'));
                 }
             }
-            steps.push((node, how));
+            steps[i] = (node, how);
+            taken = i + 1;
             let Some(node) = node else { break };
             if i + 1 == entries.len() {
                 found = node.rule.as_ref();
@@ -76,8 +77,8 @@ impl RuleSet {
             level = &node.level;
         }
         let rule = found?;
-        let counter_key = counter_key(domain, entries, &share_patterns);
-        let stats_key = stats_key(domain, rule, entries, &share_patterns, &steps);
+        let counter_key = counter_key(domain, entries, share_patterns);
+        let stats_key = stats_key(domain, rule, entries, share_patterns, &steps[..taken]);
         Some(Match {
             rule,
             limits: rule.limits.iter().collect(),
@@ -107,20 +108,93 @@ impl RuleSet {
             return matches;
         }
         for slot in &mut matches {
-            if let Some(m) = slot {
-                m.limits
-                    .retain(|l| !l.name.as_deref().is_some_and(|n| replaced.contains(&n)));
-                if m.limits.is_empty() && !m.rule.unlimited {
-                    *slot = None;
-                }
-            }
+            drop_replaced(slot, &replaced);
         }
         matches
+    }
+
+    /// The rule for a request of one descriptor: what [`RuleSet::find_all`] answers for it,
+    /// without the Vec.
+    pub fn find_one(&self, domain: &str, entries: &[(&str, &str)]) -> Option<Match<'_>> {
+        let mut found = self.find(domain, entries);
+        if let Some(rule) = found.as_ref().map(|m| m.rule) {
+            if !rule.replaces.is_empty() {
+                let replaced: Vec<&str> = rule.replaces.iter().map(String::as_str).collect();
+                drop_replaced(&mut found, &replaced);
+            }
+        }
+        found
+    }
+}
+
+/// Removes the limits named in `replaced` from a match, and the match if none is left (and it
+/// is not unlimited).
+fn drop_replaced(slot: &mut Option<Match<'_>>, replaced: &[&str]) {
+    if let Some(m) = slot {
+        m.limits
+            .retain(|l| !l.name.as_deref().is_some_and(|n| replaced.contains(&n)));
+        if m.limits.is_empty() && !m.rule.unlimited {
+            *slot = None;
+        }
     }
 }
 
 /// The descriptor an entry led to, and how it was found.
 type Step<'a> = (Option<&'a DescriptorNode>, How<'a>);
+
+/// Entries a descriptor may have before matching it needs the heap for its scratch.
+const INLINE_ENTRIES: usize = 8;
+
+/// `len` slots of `fill`: the first of `inline` when they fit, else in `heap`.
+fn scratch<'s, T: Copy>(
+    inline: &'s mut [T; INLINE_ENTRIES],
+    heap: &'s mut Vec<T>,
+    len: usize,
+    fill: T,
+) -> &'s mut [T] {
+    if len <= INLINE_ENTRIES {
+        return &mut inline[..len];
+    }
+    heap.resize(len, fill);
+    heap
+}
+
+/// The `key_value` text a level's exact descriptors are looked up by, written on the stack
+/// when it is short (as it usually is), else into a String kept for the next entries.
+struct Composite {
+    bytes: [u8; 128],
+    long: String,
+}
+
+impl Default for Composite {
+    fn default() -> Self {
+        Composite {
+            bytes: [0; 128],
+            long: String::new(),
+        }
+    }
+}
+
+impl Composite {
+    fn of(&mut self, key: &str, value: &str) -> &str {
+        let len = key.len() + 1 + value.len();
+        if len <= self.bytes.len() {
+            self.bytes[..key.len()].copy_from_slice(key.as_bytes());
+            self.bytes[key.len()] = b'_';
+            self.bytes[key.len() + 1..len].copy_from_slice(value.as_bytes());
+            // Valid UTF-8 (two strings joined by an ASCII byte); checked all the same, since
+            // the workspace has no `unsafe` to skip the check.
+            if let Ok(text) = std::str::from_utf8(&self.bytes[..len]) {
+                return text;
+            }
+        }
+        self.long.clear();
+        self.long.push_str(key);
+        self.long.push('_');
+        self.long.push_str(value);
+        &self.long
+    }
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum How<'a> {

@@ -129,6 +129,8 @@ fn resolve_rule(raw: &RawDescriptor, full_key: &str, report: &mut Report) -> Opt
         value_to_metric: raw.value_to_metric,
         metadata: raw.metadata.clone(),
         source,
+        // Numbered once the whole rule set is loaded.
+        index: 0,
     };
     match (&raw.rate_limit, &raw.rate_limits) {
         (None, None) => None,

@@ -256,6 +256,20 @@ pub struct Rule {
     pub metadata: Option<serde_json::Value>,
     /// Where the rule was written.
     pub source: Source,
+    /// The rule's position in its rule set (see [`Rule::index`]).
+    #[serde(skip)]
+    pub(crate) index: usize,
+}
+
+impl Rule {
+    /// The rule's position among its rule set's rules, from 0 to
+    /// [`RuleSet::rule_count`](crate::RuleSet::rule_count), in the order
+    /// [`RuleSet::rules`](crate::RuleSet::rules) lists them domain by domain: a dense handle
+    /// for tables kept per rule of one rule set. Another rule set (a reload) numbers its rules
+    /// afresh; [`Rule::id`] is what stays the same.
+    pub fn index(&self) -> usize {
+        self.index
+    }
 }
 
 impl fmt::Display for Rule {

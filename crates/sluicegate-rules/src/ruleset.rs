@@ -35,6 +35,7 @@ pub struct RuleSet {
     pub(crate) domains: Vec<DomainTree>,
     pub(crate) by_name: HashMap<String, usize>,
     warnings: Vec<RuleError>,
+    rule_count: usize,
 }
 
 impl RuleSet {
@@ -107,10 +108,21 @@ impl RuleSet {
             set.warnings.append(&mut report.warnings);
         }
         if errors.is_empty() {
+            let mut next = 0;
+            for domain in &mut set.domains {
+                number_rules(&mut domain.root, &mut next);
+            }
+            set.rule_count = next;
             Ok(set)
         } else {
             Err(LoadErrors::new(errors))
         }
+    }
+
+    /// How many rules there are, in every domain: one more than the largest
+    /// [`Rule::index`](crate::Rule::index).
+    pub fn rule_count(&self) -> usize {
+        self.rule_count
     }
 
     fn add_file(&mut self, text: &str, options: &LoadOptions, report: &mut Report) {
@@ -191,6 +203,19 @@ impl RuleSet {
     /// True when no domain is loaded.
     pub fn is_empty(&self) -> bool {
         self.domains.is_empty()
+    }
+}
+
+/// Numbers the rules under `level` from `next` on, in [`collect_rules`]'s order.
+fn number_rules(level: &mut Level, next: &mut usize) {
+    for key in &level.order {
+        if let Some(node) = level.children.get_mut(key) {
+            if let Some(rule) = &mut node.rule {
+                rule.index = *next;
+                *next += 1;
+            }
+            number_rules(&mut node.level, next);
+        }
     }
 }
 

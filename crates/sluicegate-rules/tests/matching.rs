@@ -347,3 +347,94 @@ fn composite_keys_collide_as_upstream() -> TestResult {
     assert_eq!(rpu(&set, "d", &[("a_b", "anything")]), Some(1));
     Ok(())
 }
+
+#[test]
+fn find_one_answers_as_find_all_for_one_descriptor() -> TestResult {
+    // Ten levels deep (more entries than matching keeps on the stack), a value longer than
+    // its stack buffer, and a limit that another rule replaces (only when both match).
+    let mut deep = String::from("domain: d\ndescriptors:\n");
+    for level in 0..10 {
+        let indent = "  ".repeat(2 * level);
+        deep.push_str(&format!("{indent}  - key: k{level}\n"));
+        if level == 9 {
+            deep.push_str(&format!(
+                "{indent}    rate_limit: {{unit: second, requests_per_unit: 7}}\n"
+            ));
+        } else {
+            deep.push_str(&format!("{indent}    descriptors:\n"));
+        }
+    }
+    let long = "v".repeat(300);
+    deep.push_str(&format!(
+        "  - key: long\n    value: {long}\n    rate_limit: {{unit: hour, requests_per_unit: 3}}\n"
+    ));
+    deep.push_str("  - key: both\n    rate_limits:\n      - {unit: second, requests_per_unit: 5, name: a}\n      - {unit: hour, requests_per_unit: 9}\n  - key: vip\n    rate_limit: {unit: day, requests_per_unit: 1, replaces: [{name: a}]}\n");
+    let set = rules(&deep)?;
+    let values: Vec<String> = (0..10).map(|i| format!("x{i}")).collect();
+    let ten: Vec<(&str, &str)> = (0..10)
+        .map(|i| {
+            (
+                ["k0", "k1", "k2", "k3", "k4", "k5", "k6", "k7", "k8", "k9"][i],
+                values[i].as_str(),
+            )
+        })
+        .collect();
+    let requests: [&[(&str, &str)]; 6] = [
+        &ten,
+        &ten[..9],
+        &[("long", long.as_str())],
+        &[("long", "short")],
+        &[("both", "b")],
+        &[("nothing", "here")],
+    ];
+    for entries in requests {
+        let one = set.find_one("d", entries);
+        assert_eq!(one, set.find_all("d", &[entries]).remove(0), "{entries:?}");
+    }
+    assert_eq!(rpu(&set, "d", &ten), Some(7));
+    let deep_key = set
+        .find_one("d", &ten)
+        .ok_or("ten levels match")?
+        .counter_key;
+    assert_eq!(
+        deep_key,
+        "d_k0_x0_k1_x1_k2_x2_k3_x3_k4_x4_k5_x5_k6_x6_k7_x7_k8_x8_k9_x9_"
+    );
+    assert!(set.find_one("d", &[("long", long.as_str())]).is_some());
+    assert!(set.find_one("d", &[("long", "short")]).is_none());
+    let both = set.find_one("d", &[("both", "b")]).ok_or("both matches")?;
+    assert_eq!(both.limits.len(), 2);
+    let with_vip = set.find_all("d", &[&[("both", "b")], &[("vip", "v")]]);
+    let kept = with_vip[0].as_ref().ok_or("both still matches")?;
+    assert_eq!(kept.limits.len(), 1);
+    assert_eq!(kept.limits[0].requests_per_unit, 9);
+    Ok(())
+}
+
+#[test]
+fn rules_are_numbered_in_listing_order() -> TestResult {
+    let first = "domain: a\ndescriptors:\n  - key: k\n    descriptors:\n      - key: n\n        rate_limit: {unit: second, requests_per_unit: 1}\n  - key: free\n    rate_limit: {unlimited: true}\n  - key: m\n    rate_limit: {unit: hour, requests_per_unit: 2}\n";
+    let second =
+        "domain: b\ndescriptors:\n  - key: x\n    rate_limit: {unit: day, requests_per_unit: 3}\n";
+    let set = RuleSet::from_sources(
+        &[
+            ("a.yaml".into(), first.to_owned()),
+            ("b.yaml".into(), second.to_owned()),
+        ],
+        &LoadOptions::default(),
+    )?;
+    let listed: Vec<(String, usize)> = set
+        .domains()
+        .flat_map(|d| set.rules(d))
+        .map(|r| (r.id.clone(), r.index()))
+        .collect();
+    assert_eq!(set.rule_count(), 4);
+    assert_eq!(
+        listed.iter().map(|(_, i)| *i).collect::<Vec<_>>(),
+        [0, 1, 2, 3],
+        "{listed:?}"
+    );
+    let found = set.find("b", &[("x", "1")]).ok_or("b.x matches")?;
+    assert_eq!(found.rule.index(), 3);
+    Ok(())
+}

@@ -24,6 +24,18 @@ pub enum Op {
     },
     /// Give back permits taken earlier (concurrency limits only).
     Release,
+    /// Take the permits whatever the outcome: the decision says whether they fit, and if they
+    /// did not, the state still counts them, so a denied request uses up budget too.
+    ///
+    /// This is envoyproxy/ratelimit's counting (add the hits to the counter, then compare it
+    /// with the limit), for services that must report the same numbers. An allowed `Charge`
+    /// is exactly a [`Op::Check`]; a denied one reports `remaining: 0` and a `retry_after`
+    /// until the same request would fit given the charged state. More permits than the
+    /// limiter's capacity are still [`CheckError::InsufficientCapacity`] and charge nothing.
+    /// Supported by the counting algorithms whose state can hold an overdraft: fixed and
+    /// sliding windows, GCRA and the leaky bucket; the others answer
+    /// [`CheckError::Unsupported`].
+    Charge,
 }
 
 impl Op {
@@ -35,12 +47,23 @@ impl Op {
             Op::Reserve { max_wait: None } => "acquire",
             Op::Reserve { max_wait: Some(_) } => "try_acquire",
             Op::Release => "release",
+            Op::Charge => "charge",
         }
     }
 
     /// Whether an allowed decision for this op changes the state.
     pub fn consumes(&self) -> bool {
         !matches!(self, Op::Peek)
+    }
+
+    /// Whether a decision for this op that `allowed` (or not) changes the state: an allowed
+    /// one unless the op is a peek, a denied one only for [`Op::Charge`].
+    pub fn changes_state(&self, allowed: bool) -> bool {
+        match self {
+            Op::Peek => false,
+            Op::Charge => true,
+            _ => allowed,
+        }
     }
 }
 
@@ -55,7 +78,8 @@ pub trait AlgorithmState: Clone + Send + Sync + 'static {
 ///
 /// `decide` must be deterministic in its arguments and must leave `state` untouched when it
 /// denies, when `op` is [`Op::Peek`], and when it returns an error: a denied request consumes
-/// nothing. Stores call it under their own atomicity (a compare-and-swap loop or a lock), so it
+/// nothing. The one exception is [`Op::Charge`], which by its definition changes the state
+/// whether it is allowed or not (but still not on an error). Stores call it under their own atomicity (a compare-and-swap loop or a lock), so it
 /// may be called more than once for one request.
 pub trait Algorithm: Send + Sync + 'static {
     /// The per-limiter (or per-key) state.
@@ -75,7 +99,7 @@ pub trait Algorithm: Send + Sync + 'static {
     fn initial_state(&self, created_at: Micros) -> Self::State;
 
     /// Answers a request for `permits` at `now`, updating `state` if and only if permits are
-    /// consumed (or, for [`Op::Release`], given back).
+    /// consumed (or, for [`Op::Release`], given back; for [`Op::Charge`], also when denied).
     fn decide(
         &self,
         state: &mut Self::State,
@@ -93,6 +117,16 @@ pub trait Algorithm: Send + Sync + 'static {
     /// it ends), windows keep their counts. The default keeps the state as it is.
     fn carry_over(&self, new: &Self, state: &mut Self::State, now: Micros) {
         let _ = (new, state, now);
+    }
+
+    /// Whether this algorithm takes `op` at all (rather than answering
+    /// [`CheckError::Unsupported`]), found by asking a fresh state for one permit.
+    fn supports(&self, op: Op) -> bool {
+        let mut state = self.initial_state(0);
+        !matches!(
+            self.decide(&mut state, 0, NonZeroU64::MIN, op),
+            Err(CheckError::Unsupported { .. })
+        )
     }
 }
 

@@ -37,6 +37,11 @@ pub struct ServeArgs {
     /// Leave out the IETF `RateLimit-Policy` and `RateLimit` headers.
     #[arg(long, env = "SLUICEGATE_NO_IETF_HEADERS")]
     pub no_ietf_headers: bool,
+    /// Count every hit in every limit the call names, even when denied, as
+    /// envoyproxy/ratelimit does (by default a denied call charges nothing). Memory only for
+    /// now; every limit's algorithm must be able to count denials.
+    #[arg(long, env = "SLUICEGATE_COUNT_DENIED")]
+    pub count_denied: bool,
     /// Write logs as JSON lines (for log collectors) instead of text.
     #[arg(long, env = "SLUICEGATE_LOG_JSON")]
     pub log_json: bool,
@@ -102,6 +107,7 @@ impl ServeArgs {
                 },
                 shadow_mode: self.shadow_mode,
                 backend: self.backend(),
+                count_denied: self.count_denied,
             },
             reload_interval: Duration::from_millis(self.reload_interval_ms),
         }
@@ -137,6 +143,17 @@ mod tests {
     fn backend(args: &[&str]) -> Result<BackendOptions, clap::Error> {
         let cli = Cli::try_parse_from(["sluicegate", "--config", "rules"].iter().chain(args))?;
         Ok(cli.serve.to_config().engine.backend)
+    }
+
+    #[test]
+    fn count_denied_is_off_unless_asked() -> Result<(), clap::Error> {
+        let parse = |args: &[&str]| {
+            Cli::try_parse_from(["sluicegate", "--config", "rules"].iter().chain(args))
+                .map(|cli| cli.serve.to_config().engine.count_denied)
+        };
+        assert!(!parse(&[])?);
+        assert!(parse(&["--count-denied"])?);
+        Ok(())
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! From a call to a verdict: match the descriptors against the rules, decide every limit they
-//! name together (all charged or none), in memory or in Redis, and describe the outcome.
+//! name together (all charged or none; with `--count-denied`, every one charged), in memory or
+//! in Redis, and describe the outcome.
 
 use std::collections::HashMap;
 use std::num::NonZeroU64;
@@ -8,11 +9,12 @@ use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use parking_lot::{Mutex, RwLock};
-use sluicegate::{ConfigError, Decision, LimitTarget, Op, decide_together};
+use sluicegate::{Algorithm as _, Decision, LimitTarget, Op, decide_together};
 use sluicegate_redis::RedisLimitError;
-use sluicegate_rules::{Limit, RuleSet, Window};
+use sluicegate_rules::{Limit, Match, RuleSet, Window};
 
 use crate::serve::backend::{BackendOptions, RedisBackend};
+use crate::serve::engine_error::EngineError;
 use crate::serve::headers::{HeaderOptions, headers_for};
 use crate::serve::limiter_table::{
     Enforcer, Limiter, LimiterTable, build_limiter_table, enforcer_for,
@@ -34,6 +36,9 @@ pub struct EngineOptions {
     pub shadow_mode: bool,
     /// Where counters live.
     pub backend: BackendOptions,
+    /// Count every hit, allowed or denied, in every limit the call names, as
+    /// envoyproxy/ratelimit does (in memory only, for now).
+    pub count_denied: bool,
 }
 
 /// The rules in force and the limiters that enforce them, swapped as one on reload.
@@ -99,8 +104,11 @@ impl Engine {
         rules: RuleSet,
         options: EngineOptions,
         metrics: Arc<Metrics>,
-    ) -> Result<Engine, ConfigError> {
-        let limiters = build_limiter_table(&rules, None)?;
+    ) -> Result<Engine, EngineError> {
+        if options.count_denied && matches!(options.backend, BackendOptions::Redis(_)) {
+            return Err(EngineError::CountDeniedOnRedis);
+        }
+        let limiters = build_limiter_table(&rules, None, options.count_denied)?;
         let redis = match &options.backend {
             BackendOptions::Memory => None,
             BackendOptions::Redis(redis) => Some(RedisBackend::new(redis.clone())),
@@ -152,10 +160,12 @@ impl Engine {
     }
 
     /// Puts `rules` in force, keeping the state of every limit that did not change. Calls in
-    /// flight finish on the rules they started with.
-    pub fn replace_rules(&self, rules: RuleSet) -> Result<(), ConfigError> {
+    /// flight finish on the rules they started with. Rules the engine cannot serve are
+    /// refused, and the rules in force stay.
+    pub fn replace_rules(&self, rules: RuleSet) -> Result<(), EngineError> {
         let previous = self.loaded.load();
-        let limiters = build_limiter_table(&rules, Some(&previous.limiters))?;
+        let limiters =
+            build_limiter_table(&rules, Some(&previous.limiters), self.options.count_denied)?;
         let redis = match &previous.redis {
             Some(table) => Some(build_redis_table(&rules, Some(table))?),
             None => None,
@@ -184,7 +194,8 @@ impl Engine {
         let Some(redis) = &self.redis else {
             let loaded = self.loaded.load();
             let Plan { checks, stats } = self.plan(call, &loaded);
-            return self.verdict(call.descriptors.len(), &stats, decide_in_memory(&checks));
+            let decided = decide_in_memory(&checks, self.options.count_denied);
+            return self.verdict(call.descriptors.len(), &stats, decided);
         };
         // Held across the Redis call: a reload meanwhile does not change this call's rules.
         let loaded = self.loaded.load_full();
@@ -334,13 +345,13 @@ impl Engine {
                 else {
                     continue;
                 };
-                let Some(enforcer) = loaded.limiters.get(&found.rule.id, position) else {
+                let Some(enforcer) = loaded.limiters.get(found.rule, position) else {
                     continue;
                 };
                 let redis = loaded
                     .redis
                     .as_ref()
-                    .and_then(|table| table.get(&found.rule.id, position))
+                    .and_then(|table| table.get(found.rule, position))
                     .cloned()
                     .flatten();
                 checks.push(Check {
@@ -407,19 +418,45 @@ impl Engine {
     }
 }
 
+/// The rule each descriptor of a call matched, in order.
+enum Matches<'r> {
+    One(std::iter::Once<Option<Match<'r>>>),
+    Many(std::vec::IntoIter<Option<Match<'r>>>),
+}
+
+impl<'r> Iterator for Matches<'r> {
+    type Item = Option<Match<'r>>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        match self {
+            Matches::One(one) => one.next(),
+            Matches::Many(many) => many.next(),
+        }
+    }
+}
+
 /// The rules matching each descriptor of `call`, as [`RuleSet::find_all`] finds them.
-fn find_all<'r>(
-    rules: &'r RuleSet,
-    call: &RateLimitCall,
-) -> Vec<Option<sluicegate_rules::Match<'r>>> {
-    // The common call names one descriptor: no nested vectors for it.
+fn find_all<'r>(rules: &'r RuleSet, call: &RateLimitCall) -> Matches<'r> {
+    // The common call names one descriptor: no vectors for it.
     if let [descriptor] = call.descriptors.as_slice() {
-        let entries = entries_of(descriptor);
-        return rules.find_all(&call.domain, &[entries.as_slice()]);
+        let found = with_entries(descriptor, |entries| rules.find_one(&call.domain, entries));
+        return Matches::One(std::iter::once(found));
     }
     let entries: Vec<Vec<(&str, &str)>> = call.descriptors.iter().map(entries_of).collect();
     let refs: Vec<&[(&str, &str)]> = entries.iter().map(Vec::as_slice).collect();
-    rules.find_all(&call.domain, &refs)
+    Matches::Many(rules.find_all(&call.domain, &refs).into_iter())
+}
+
+/// Runs `f` on a descriptor's entries as `&str` pairs, kept on the stack when there are few.
+fn with_entries<R>(descriptor: &DescriptorCall, f: impl FnOnce(&[(&str, &str)]) -> R) -> R {
+    let mut inline = [("", ""); 8];
+    if descriptor.entries.len() > inline.len() {
+        return f(&entries_of(descriptor));
+    }
+    for (slot, (key, value)) in inline.iter_mut().zip(&descriptor.entries) {
+        *slot = (key, value);
+    }
+    f(&inline[..descriptor.entries.len()])
 }
 
 fn entries_of(descriptor: &DescriptorCall) -> Vec<(&str, &str)> {
@@ -431,8 +468,12 @@ fn entries_of(descriptor: &DescriptorCall) -> Vec<(&str, &str)> {
 }
 
 /// Decides a call in memory: the enforcing limits together, all charged or none, then each
-/// shadow-mode limit on its own (charged only if the enforcing ones allowed).
-pub(crate) fn decide_in_memory(checks: &[Check]) -> Decided<'_> {
+/// shadow-mode limit on its own (charged only if the enforcing ones allowed); with
+/// `count_denied`, as [`charge_in_memory`] does.
+pub(crate) fn decide_in_memory(checks: &[Check], count_denied: bool) -> Decided<'_> {
+    if count_denied {
+        return charge_in_memory(checks);
+    }
     let never = checks
         .iter()
         .any(|c| !c.shadow && matches!(c.enforcer, Enforcer::Never));
@@ -475,6 +516,36 @@ pub(crate) fn decide_in_memory(checks: &[Check]) -> Decided<'_> {
     }
 
     decided
+}
+
+/// Decides a call in memory as envoyproxy/ratelimit counts (`--count-denied`): every limit
+/// the call names is charged its hits, allowed or denied, shadow-mode ones included. A limit
+/// that can never pass (zero requests, or more hits than it holds) is over the limit and,
+/// unlike envoyproxy/ratelimit's counter, charged nothing: there is no count to keep past a
+/// limit that cannot be met.
+fn charge_in_memory(checks: &[Check]) -> Decided<'_> {
+    let can_pass = |check: &Check| match &check.enforcer {
+        Enforcer::Limiter(limiter) => check.permits.get() <= limiter.algorithm().capacity(),
+        Enforcer::Never => false,
+    };
+    let chargeable: Vec<&Check> = checks.iter().filter(|c| can_pass(c)).collect();
+    // Every algorithm was checked to count denials when the rules were loaded, and every
+    // request fits its limit's capacity, so this does not fail; if it did, nothing is charged.
+    let together = decide_together(&targets_of(&chargeable), Op::Charge);
+    let mut answers = together.as_ref().ok().map(|multi| multi.decisions.iter());
+    checks
+        .iter()
+        .map(|check| {
+            let answer = if !can_pass(check) {
+                None
+            } else if let Some(answers) = &mut answers {
+                answers.next().copied()
+            } else {
+                decide_one(check, Op::Peek)
+            };
+            (check, answer)
+        })
+        .collect()
 }
 
 /// The limit a per-descriptor override sets: fixed windows, as envoyproxy/ratelimit counts.

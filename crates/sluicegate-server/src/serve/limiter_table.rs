@@ -4,11 +4,12 @@
 use std::sync::Arc;
 
 use sluicegate::{
-    AnyAlgorithm, ConfigError, FixedWindow, Gcra, KeyedLimiter, LeakyBucket, LeakyQueue,
-    QueueDelay, SlidingLog, SlidingWindow, SystemClock, TokenBucket,
+    Algorithm as _, AnyAlgorithm, ConfigError, FixedWindow, Gcra, KeyedLimiter, LeakyBucket,
+    LeakyQueue, Op, QueueDelay, SlidingLog, SlidingWindow, SystemClock, TokenBucket,
 };
 use sluicegate_rules::{Algorithm, Limit, RuleSet};
 
+use crate::serve::engine_error::EngineError;
 use crate::serve::per_limit::PerLimit;
 
 /// A limiter for one configured limit, keyed by counter key.
@@ -27,11 +28,27 @@ pub(crate) enum Enforcer {
 pub(crate) type LimiterTable = PerLimit<Enforcer>;
 
 /// Limiters for every limit in `rules`, reusing `previous`'s where the limit is unchanged.
+/// With `count_denied`, every limiter must be able to count denied requests
+/// ([`Op::Charge`]).
 pub(crate) fn build_limiter_table(
     rules: &RuleSet,
     previous: Option<&LimiterTable>,
-) -> Result<LimiterTable, ConfigError> {
-    PerLimit::build(rules, previous, |_, _, limit| enforcer_for(limit))
+    count_denied: bool,
+) -> Result<LimiterTable, EngineError> {
+    PerLimit::build(rules, previous, |rule, _, limit| {
+        let enforcer = enforcer_for(limit)?;
+        if let Enforcer::Limiter(limiter) = &enforcer {
+            if count_denied && !limiter.algorithm().supports(Op::Charge) {
+                return Err(EngineError::CannotCountDenied {
+                    file: rule.source.file.clone(),
+                    position: rule.source.position,
+                    rule: rule.id.clone(),
+                    algorithm: limit.algorithm.name(),
+                });
+            }
+        }
+        Ok(enforcer)
+    })
 }
 
 /// The algorithm enforcing `limit`, or `Never` for a limit of zero.

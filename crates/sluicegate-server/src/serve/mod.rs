@@ -3,6 +3,7 @@
 mod args;
 mod backend;
 mod engine;
+mod engine_error;
 mod grpc;
 mod headers;
 mod http;
@@ -19,6 +20,7 @@ mod server;
 pub use args::{PolicyArg, ServeArgs};
 pub use backend::{BackendOptions, RedisOptions, RedisTarget};
 pub use engine::{Engine, EngineOptions, LoadedRules};
+pub use engine_error::EngineError;
 pub use grpc::{GrpcService, call_from_proto, verdict_to_proto};
 pub use headers::{HeaderOptions, LegacyHeaderNames, headers_for};
 pub use http::{MAX_BODY_BYTES, router};

@@ -50,7 +50,8 @@ pub(crate) async fn decide_on_redis<'a>(
         Err(failure) => {
             backend.note_failure(metrics, &failure);
             if policy == FailurePolicy::Local {
-                return decide_in_memory(checks);
+                // `--count-denied` is refused with Redis: the engine never gets here with it.
+                return decide_in_memory(checks, false);
             }
             by_policy(policy, &enforced, timeout)
         }

@@ -9,7 +9,7 @@ use std::time::{Duration, SystemTime};
 use sluicegate_rules::{LoadOptions, RuleSet};
 
 use crate::serve::engine::Engine;
-use crate::serve::metrics::KindLabel;
+use crate::serve::metrics::{KindLabel, Metrics};
 
 /// What identifies one version of the rule files: each file's path, length and mtime.
 type Fingerprint = Vec<(PathBuf, u64, Option<SystemTime>)>;
@@ -34,32 +34,36 @@ fn fingerprint(path: &Path) -> Fingerprint {
     files
 }
 
-/// Loads the rules at `path`, recording the outcome in the metrics and the log.
+/// Loads the rules at `path`, recording a failure in the metrics and the log (a success is
+/// recorded by [`rules_in_force`] once the engine has taken them: it may still refuse them).
 pub(crate) fn load_rules(
-    engine_metrics: &crate::serve::metrics::Metrics,
+    engine_metrics: &Metrics,
     path: &Path,
     options: &LoadOptions,
 ) -> Option<RuleSet> {
     match RuleSet::load(path, options) {
-        Ok(rules) => {
-            engine_metrics
-                .config_loads
-                .get_or_create(&KindLabel { kind: "success" })
-                .inc();
-            tracing::info!(path = %path.display(), "rules loaded");
-            Some(rules)
-        }
+        Ok(rules) => Some(rules),
         Err(errors) => {
-            engine_metrics
-                .config_loads
-                .get_or_create(&KindLabel { kind: "failure" })
-                .inc();
+            record(engine_metrics, "failure");
             for error in errors.errors() {
                 tracing::error!(%error, "rule file rejected; the previous rules stay in force");
             }
             None
         }
     }
+}
+
+/// Records that the rules at `path` are in force.
+pub(crate) fn rules_in_force(engine_metrics: &Metrics, path: &Path) {
+    record(engine_metrics, "success");
+    tracing::info!(path = %path.display(), "rules loaded");
+}
+
+fn record(engine_metrics: &Metrics, kind: &'static str) {
+    engine_metrics
+        .config_loads
+        .get_or_create(&KindLabel { kind })
+        .inc();
 }
 
 /// Polls `path` every `interval` and reloads the engine's rules when the files change.
@@ -82,13 +86,12 @@ pub(crate) async fn watch(
         let Some(rules) = load_rules(engine.metrics(), &path, &options) else {
             continue;
         };
-        if let Err(err) = engine.replace_rules(rules) {
-            engine
-                .metrics()
-                .config_loads
-                .get_or_create(&KindLabel { kind: "failure" })
-                .inc();
-            tracing::error!(%err, "rules rejected; the previous rules stay in force");
+        match engine.replace_rules(rules) {
+            Ok(()) => rules_in_force(engine.metrics(), &path),
+            Err(err) => {
+                record(engine.metrics(), "failure");
+                tracing::error!(%err, "rules rejected; the previous rules stay in force");
+            }
         }
     }
 }

@@ -17,7 +17,7 @@ use crate::serve::engine::{Engine, EngineOptions};
 use crate::serve::grpc::GrpcService;
 use crate::serve::http::router;
 use crate::serve::metrics::Metrics;
-use crate::serve::reload::{load_rules, watch as watch_rules};
+use crate::serve::reload::{load_rules, rules_in_force, watch as watch_rules};
 
 /// Everything `serve` needs.
 #[derive(Debug, Clone)]
@@ -95,6 +95,7 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
     let rules = load_rules(&metrics, &config.rules, &config.load_options)
         .with_context(|| format!("cannot load rules from {}", config.rules.display()))?;
     let engine = Arc::new(Engine::new(rules, config.engine.clone(), metrics)?);
+    rules_in_force(engine.metrics(), &config.rules);
     // Redis down at start is not fatal: the failure policy answers until it is up.
     let connected = engine.connect().await.context("invalid redis settings")?;
 

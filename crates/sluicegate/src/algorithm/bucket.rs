@@ -13,7 +13,9 @@ const MAX_TOLERANCE: u64 = 1 << 61;
 
 /// The furthest a bucket may be from full, in ticks, reservations included: a reservation that
 /// would take it further is denied (its `retry_after` says when it would fit), never clamped,
-/// so an admitted reservation is always charged in full.
+/// so an admitted reservation is always charged in full. Denied permits counted by
+/// [`Op::Charge`](crate::Op::Charge) are clamped to it instead: that deep, a bucket refuses
+/// for longer than any clock runs (146 000 years of whole-microsecond ticks).
 pub(crate) const MAX_DEBT: u64 = 1 << 62;
 
 /// The last time, in ticks, that the bucket algorithms tell from later ones: a clock reading
@@ -161,6 +163,17 @@ impl BucketShape {
             self.micros_ceil(debt),
             Some(retry_us),
         )
+    }
+
+    /// A denied [`Op::Charge`](crate::Op::Charge) of `n` permits that leaves the bucket
+    /// `debt_after` short of full: the debt kept (at most [`MAX_DEBT`], so stored times stay
+    /// in range), and the denial, whose retry is when `n` more permits would fit after it.
+    #[inline]
+    pub(crate) fn charge_denied(&self, debt_after: u64, n: u64) -> (u64, Decision) {
+        let charged = debt_after.min(MAX_DEBT);
+        // At most 2^62 + 2^61 (`n` permits are at most the tolerance): no overflow.
+        let overdraft = (charged + n * self.pace.interval).saturating_sub(self.tolerance);
+        (charged, self.deny(charged, self.micros_ceil(overdraft)))
     }
 
     /// The debt under `new` that keeps the same fill ratio as `debt` under `self`, rounded

@@ -91,7 +91,8 @@ impl Algorithm for Concurrency {
                 *held -= n;
                 Ok(decision(true, *held))
             }
-            Op::Reserve { .. } => Err(unsupported(self.name(), op)),
+            // A held permit is given back by its holder; a denied one was never held.
+            Op::Reserve { .. } | Op::Charge => Err(unsupported(self.name(), op)),
         }
     }
 

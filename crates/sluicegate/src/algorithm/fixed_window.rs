@@ -19,6 +19,9 @@ use crate::state_machine::{Algorithm, AlgorithmState, Op, ensure_capacity, unsup
 /// retries then, when the next window starts empty. Up to `2 * limit` permits can pass within
 /// one window's length across a boundary; that is the price of one counter per key.
 ///
+/// [`Op::Charge`] counts denied permits too, as envoyproxy/ratelimit does: the count may go
+/// past the limit, and the window then denies everything until it ends.
+///
 /// ```
 /// use sluicegate::{Algorithm, FixedWindow, Op};
 /// use std::{num::NonZeroU64, time::Duration};
@@ -44,7 +47,7 @@ pub struct FixedWindow {
 pub struct FixedWindowState {
     /// The start of the window `count` belongs to, a multiple of the window length.
     pub window_start: Micros,
-    /// Permits granted in that window.
+    /// Permits counted in that window: those granted, and with [`Op::Charge`] those denied.
     pub count: u64,
 }
 
@@ -113,7 +116,7 @@ impl Algorithm for FixedWindow {
         op: Op,
     ) -> Result<Decision, CheckError> {
         let n = ensure_capacity(permits, self.limit)?;
-        if !matches!(op, Op::Check | Op::Peek) {
+        if !matches!(op, Op::Check | Op::Peek | Op::Charge) {
             return Err(unsupported(self.name(), op));
         }
         let (start, count) = self.current(state, now);
@@ -128,12 +131,24 @@ impl Algorithm for FixedWindow {
                 }
                 Ok(Decision::allow(self.limit, self.limit - after, until_end))
             }
-            None => Ok(Decision::deny(
-                self.limit,
-                self.limit.saturating_sub(count),
-                until_end,
-                Some(until_end),
-            )),
+            None => {
+                let mut counted = count;
+                if op == Op::Charge {
+                    // Counted past the limit (saturating: `u64::MAX` is past any limit a
+                    // request fits). The next window still starts empty: retry then.
+                    counted = count.saturating_add(n);
+                    *state = FixedWindowState {
+                        window_start: start,
+                        count: counted,
+                    };
+                }
+                Ok(Decision::deny(
+                    self.limit,
+                    self.limit.saturating_sub(counted),
+                    until_end,
+                    Some(until_end),
+                ))
+            }
         }
     }
 

@@ -125,6 +125,12 @@ impl Algorithm for Gcra {
                 }
                 delay
             }
+            Op::Charge => {
+                let (charged, denial) = s.charge_denied(debt_after, n);
+                // No overflow: `now_t` is at most the horizon, `charged` at most `MAX_DEBT`.
+                *tat = now_t + charged;
+                return Ok(denial);
+            }
             _ => wait,
         };
         Ok(s.deny(debt, retry))

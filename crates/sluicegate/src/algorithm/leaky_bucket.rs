@@ -18,6 +18,8 @@ use crate::state_machine::{Algorithm, AlgorithmState, Op, ensure_capacity, unsup
 /// kept in exact ticks of the rate's [`Pace`](crate::Pace), `reset_after` is the time until
 /// the bucket is empty and `retry_after` the time until the request's permits fit, both rounded
 /// up to a whole microsecond. It has nothing to reserve, so [`Op::Reserve`] is unsupported.
+/// [`Op::Charge`] pours denied permits in too: the level may rise above the capacity (up to
+/// 2^62 ticks), and the bucket denies until it has drained back below.
 /// Like the token bucket, it counts time up to a horizon (Unix time in the year 2398 at the
 /// finest pace) past which time stands still: the bucket drains no more, so it denies once
 /// full.
@@ -122,13 +124,14 @@ impl Algorithm for LeakyBucket {
     ) -> Result<Decision, CheckError> {
         let s = &self.shape;
         let n = ensure_capacity(permits, s.burst())?;
-        if !matches!(op, Op::Check | Op::Peek) {
+        if !matches!(op, Op::Check | Op::Peek | Op::Charge) {
             return Err(unsupported(self.name(), op));
         }
         // A clock that went back does not drain (nor refill) anything.
         let now_t = s.ticks(now).max(state.leaked_at);
         let level = self.level_at(state, now_t);
-        // Both terms are at most the tolerance (< 2^61), so the sum cannot overflow.
+        // The level is at most `MAX_DEBT` (2^62, after a charge) and the permits at most the
+        // tolerance (< 2^61), so the sum cannot overflow.
         let after = level + n * s.pace.interval;
         if after <= s.tolerance {
             if op.consumes() {
@@ -138,6 +141,14 @@ impl Algorithm for LeakyBucket {
                 };
             }
             return Ok(s.allow(after));
+        }
+        if op == Op::Charge {
+            let (charged, denial) = s.charge_denied(after, n);
+            *state = LeakyBucketState {
+                level: charged,
+                leaked_at: now_t,
+            };
+            return Ok(denial);
         }
         Ok(s.deny(level, s.pace.to_micros_ceil(after - s.tolerance)))
     }

@@ -155,7 +155,8 @@ impl Algorithm for LeakyQueue {
         let max_wait = match op {
             Op::Check | Op::Peek => None,
             Op::Reserve { max_wait } => max_wait,
-            Op::Release => return Err(unsupported(self.name(), op)),
+            // A refused request never enters the queue: there is nothing to count it in.
+            Op::Release | Op::Charge => return Err(unsupported(self.name(), op)),
         };
         let now_t = s.ticks(now);
         // The queue ahead of this request, and with it, in ticks (nginx's excess + 1).

@@ -20,6 +20,12 @@ use crate::state_machine::{Algorithm, AlgorithmState, Op, ensure_capacity, unsup
 /// `t + window`. `retry_after` is the exact time until enough old grants have left the window,
 /// and `reset_after` the time until the newest one has.
 ///
+/// [`Op::Charge`] is unsupported: logging denied permits too would let one client that keeps
+/// asking grow the log by an entry per microsecond it asks in, without bound from the limit
+/// (a window of an hour at 100 000 denied calls a second is gigabytes per key). Use the
+/// [`SlidingWindow`](crate::SlidingWindow), which keeps a fixed number of slots whatever
+/// the traffic, to count denials.
+///
 /// ```
 /// use sluicegate::{Algorithm, Op, SlidingLog};
 /// use std::{num::NonZeroU64, time::Duration};

@@ -23,6 +23,10 @@ use crate::state_machine::{Algorithm, AlgorithmState, Op, ensure_capacity, unsup
 ///   `prev * (window - elapsed) / window + curr + n <= limit`, compared exactly as
 ///   `prev * (window - elapsed) + (curr + n) * window <= limit * window` in 128-bit integers.
 ///
+/// [`Op::Charge`] counts denied permits too (envoyproxy/ratelimit's counting): the counts may
+/// go past the limit, and a denial's `retry_after` is then when the same request would fit
+/// once the counted permits, the denied ones included, have aged out.
+///
 /// Both are exact: no floats, no rounding in the decision. `retry_after` is the earliest whole
 /// microsecond at which the same request would pass (the fractional instant rounded up), and
 /// `reset_after` the time until the newest counted slot stops counting. `remaining` is the
@@ -173,6 +177,45 @@ impl SlidingWindow {
         }
     }
 
+    /// `(allowed, remaining, retry_at)` for `n` permits, in either mode.
+    fn weigh(&self, state: &SlidingWindowState, st: &Standing, n: u64) -> (bool, u64, u64) {
+        match self.buckets {
+            Some(_) => self.decide_slots(state, st, n),
+            None => self.decide_weighted(state, st, n),
+        }
+    }
+
+    /// Adds `n` permits to the current slot, dropping the slots that no longer count.
+    fn count(state: &mut SlidingWindowState, st: &Standing, n: u64) {
+        state.slots.drain(..st.first_live);
+        match state.slots.back_mut() {
+            Some((s, p)) if *s == st.current => *p = p.saturating_add(n),
+            _ => state.slots.push_back((st.current, n)),
+        }
+    }
+
+    /// A denied [`Op::Charge`]: the permits are counted all the same, and the retry time is
+    /// when the same request would fit given the counts with them.
+    fn charge_denied(
+        &self,
+        state: &mut SlidingWindowState,
+        st: &Standing,
+        now: Micros,
+        n: u64,
+    ) -> Decision {
+        Self::count(state, st, n);
+        let st = self.standing(state, now);
+        // Over the limit already, so the same request is denied again; `remaining` is 0.
+        let (_, remaining, retry_at) = self.weigh(state, &st, n);
+        let reset = self.reset_from(state, st.first_live, now);
+        Decision::deny(
+            self.limit,
+            remaining,
+            reset,
+            Some(retry_at.saturating_sub(now)),
+        )
+    }
+
     /// `(allowed, remaining, retry_at)` over the last `K` slots.
     fn decide_slots(&self, state: &SlidingWindowState, st: &Standing, n: u64) -> (bool, u64, u64) {
         let live = state.slots.range(st.first_live..);
@@ -275,25 +318,21 @@ impl Algorithm for SlidingWindow {
         op: Op,
     ) -> Result<Decision, CheckError> {
         let n = ensure_capacity(permits, self.limit)?;
-        if !matches!(op, Op::Check | Op::Peek) {
+        if !matches!(op, Op::Check | Op::Peek | Op::Charge) {
             return Err(unsupported(self.name(), op));
         }
         let st = self.standing(state, now);
-        let (allowed, remaining, retry_at) = match self.buckets {
-            Some(_) => self.decide_slots(state, &st, n),
-            None => self.decide_weighted(state, &st, n),
-        };
+        let (allowed, remaining, retry_at) = self.weigh(state, &st, n);
         if !allowed {
+            if op == Op::Charge {
+                return Ok(self.charge_denied(state, &st, now, n));
+            }
             let reset = self.reset_from(state, st.first_live, now);
             let retry = retry_at.saturating_sub(now);
             return Ok(Decision::deny(self.limit, remaining, reset, Some(retry)));
         }
         if op.consumes() {
-            state.slots.drain(..st.first_live);
-            match state.slots.back_mut() {
-                Some((s, p)) if *s == st.current => *p = p.saturating_add(n),
-                _ => state.slots.push_back((st.current, n)),
-            }
+            Self::count(state, &st, n);
         }
         let reset = self.slot_expiry(st.current).saturating_sub(now);
         Ok(Decision::allow(self.limit, remaining, reset))

@@ -159,7 +159,8 @@ pub(crate) fn decide<C: SmoothCurve>(
     permits: NonZeroU64,
     op: Op,
 ) -> Result<Decision, CheckError> {
-    if op == Op::Release {
+    // Guava's limiters have no notion of a denied request counting.
+    if matches!(op, Op::Release | Op::Charge) {
         return Err(unsupported(curve.name(), op));
     }
     let permits = ensure_capacity(permits, CAPACITY)?;

@@ -156,7 +156,7 @@ impl<K: Hash + Eq + Clone, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         }
         let mut state = self.algorithm.initial_state(self.created_at);
         let decision = self.algorithm.decide(&mut state, now, permits, op)?;
-        if decision.allowed() && op.consumes() {
+        if op.changes_state(decision.allowed()) {
             self.make_room(shard, &mut table, now, 1)?;
             table.insert_unique(hash, (key.clone(), state), |(k, _)| self.hasher.hash_one(k));
         }

@@ -1,6 +1,7 @@
 //! Several limits on one request (per user per 10 s, per user per hour, global), decided
 //! together: the request passes only if every limit allows it, and then it is charged to all
-//! of them; if one denies, none is charged.
+//! of them; if one denies, none is charged. ([`Op::Charge`] instead charges every limit
+//! whatever the others say, as envoyproxy/ratelimit counts.)
 
 use std::hash::Hash;
 use std::num::NonZeroU64;
@@ -32,12 +33,17 @@ pub struct MultiDecision {
     /// Every limit allowed the request, and (unless it was a peek) every limit was charged.
     pub allowed: bool,
     /// Each limit's own decision, in the order of the targets. When the request as a whole is
-    /// denied, the limits that would have allowed it report what they have left uncharged.
+    /// denied, the limits that would have allowed it report what they have left uncharged
+    /// (with [`Op::Charge`], what they have left after their charge).
     pub decisions: Vec<Decision>,
 }
 
 /// Decides `targets` together at the first target's clock time, all or nothing (see the module
 /// docs). `op` is [`Op::Check`] or [`Op::Peek`] (or a reservation, applied to every limit).
+///
+/// With [`Op::Charge`] the request is still allowed only if every limit allows it, but every
+/// limit is charged whatever the others decide, and reports its own decision. An error (more
+/// permits than a limit's capacity, an algorithm that cannot charge) charges no limit.
 ///
 /// Shards are locked in one global order (by limiter address, then shard), so concurrent
 /// multi-limit requests over overlapping limits cannot deadlock; a limit named twice with the
@@ -172,7 +178,8 @@ where
     }
 
     let allowed = decisions.iter().all(|(d, _)| d.allowed());
-    if !allowed {
+    // A charge is kept by every limit, allowed or not: only the others undo theirs.
+    if !allowed && op != Op::Charge {
         let mut peeked = Vec::with_capacity(targets.len());
         for ((decision, mut original), target) in decisions.into_iter().zip(targets) {
             peeked.push(if decision.allowed() {

@@ -136,8 +136,8 @@ impl AlgorithmState for AnyState {
 
 impl AnyAlgorithm {
     /// Decides on a state kept by another algorithm (only reachable by misuse) as if the
-    /// limiter had been created now, replacing the state only when permits are taken, so a
-    /// denial still leaves it untouched.
+    /// limiter had been created now, replacing the state only when permits are taken (or
+    /// charged), so a denial still leaves it untouched.
     fn decide_from_fresh(
         &self,
         state: &mut AnyState,
@@ -147,7 +147,7 @@ impl AnyAlgorithm {
     ) -> Result<Decision, CheckError> {
         let mut fresh = self.initial_state(now);
         let decision = self.decide(&mut fresh, now, permits, op)?;
-        if decision.allowed() && op.consumes() {
+        if op.changes_state(decision.allowed()) {
             *state = fresh;
         }
         Ok(decision)

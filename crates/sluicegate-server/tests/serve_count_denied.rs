@@ -1,0 +1,463 @@
+//! `--count-denied`: the service counts as envoyproxy/ratelimit does, every hit in every limit
+//! the call names, even when denied; over real loopback gRPC and HTTP, and as a program that
+//! refuses what it cannot count.
+//!
+//! Windows are a year long (aligned to multiples of 365 days since the epoch) so that no test
+//! can straddle a window boundary.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use sluicegate_rules::{LoadOptions, RuleSet};
+use sluicegate_server::serve::{
+    BackendOptions, Engine, EngineError, EngineOptions, Metrics, RedisOptions, RedisTarget,
+    RunningServer, ServerConfig, start,
+};
+use tonic::transport::Channel;
+
+type TestResult = Result<(), Box<dyn std::error::Error>>;
+
+const OK: i32 = 1;
+const OVER_LIMIT: i32 = 2;
+
+const RULES: &str = r#"
+domain: shop
+descriptors:
+  - key: user
+    rate_limit: {unit: year, requests_per_unit: 3}
+  - key: team
+    rate_limit: {unit: year, requests_per_unit: 5, algorithm: gcra}
+  - key: path
+    value: /checkout
+    rate_limit: {unit: year, requests_per_unit: 1}
+  - key: path
+    value: /blocked
+    rate_limit: {unit: year, requests_per_unit: 0}
+  - key: path
+    value: /shadow
+    shadow_mode: true
+    rate_limit: {unit: year, requests_per_unit: 2, algorithm: sliding-window}
+"#;
+
+/// A rule whose algorithm keeps no count of denied requests.
+const SLIDING_LOG: &str = "domain: shop\ndescriptors:\n  - key: user\n    rate_limit: {unit: year, requests_per_unit: 3, algorithm: sliding-log}\n";
+
+struct Service {
+    server: RunningServer,
+    grpc: RateLimitServiceClient<Channel>,
+    http: reqwest::Client,
+    dir: tempfile::TempDir,
+}
+
+fn counting(count_denied: bool) -> EngineOptions {
+    EngineOptions {
+        count_denied,
+        ..EngineOptions::default()
+    }
+}
+
+impl Service {
+    async fn start(options: EngineOptions) -> Result<Service, Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        std::fs::write(dir.path().join("rules.yaml"), RULES)?;
+        let server = start(ServerConfig {
+            rules: dir.path().to_owned(),
+            load_options: LoadOptions::default(),
+            grpc_addr: "127.0.0.1:0".parse()?,
+            http_addr: "127.0.0.1:0".parse()?,
+            engine: options,
+            reload_interval: Duration::from_millis(20),
+        })
+        .await?;
+        let grpc = RateLimitServiceClient::connect(format!("http://{}", server.grpc_addr)).await?;
+        Ok(Service {
+            server,
+            grpc,
+            http: reqwest::Client::new(),
+            dir,
+        })
+    }
+
+    async fn ask(
+        &mut self,
+        descriptors: &[&[(&str, &str)]],
+        hits: u32,
+    ) -> Result<RateLimitResponse, tonic::Status> {
+        let request = RateLimitRequest {
+            domain: "shop".into(),
+            descriptors: descriptors.iter().map(|e| descriptor(e)).collect(),
+            hits_addend: hits,
+        };
+        Ok(self.grpc.should_rate_limit(request).await?.into_inner())
+    }
+
+    async fn codes(
+        &mut self,
+        entries: &[(&str, &str)],
+        hits: &[u32],
+    ) -> Result<Vec<i32>, tonic::Status> {
+        let mut codes = Vec::new();
+        for &n in hits {
+            codes.push(self.ask(&[entries], n).await?.overall_code);
+        }
+        Ok(codes)
+    }
+
+    async fn get(&self, path: &str) -> Result<String, reqwest::Error> {
+        let url = format!("http://{}{path}", self.server.http_addr);
+        self.http.get(url).send().await?.text().await
+    }
+}
+
+fn descriptor(entries: &[(&str, &str)]) -> RateLimitDescriptor {
+    RateLimitDescriptor {
+        entries: entries
+            .iter()
+            .map(|(key, value)| Entry {
+                key: (*key).into(),
+                value: (*value).into(),
+            })
+            .collect(),
+        ..RateLimitDescriptor::default()
+    }
+}
+
+#[tokio::test]
+async fn denied_calls_still_count() -> TestResult {
+    let mut service = Service::start(counting(true)).await?;
+    let alice = [("user", "alice")];
+    assert_eq!(
+        service.codes(&alice, &[1, 1, 1, 1, 1]).await?,
+        [OK, OK, OK, OVER_LIMIT, OVER_LIMIT]
+    );
+    let answer = service.ask(&[&alice], 1).await?;
+    assert_eq!(answer.statuses[0].code, OVER_LIMIT);
+    assert_eq!(answer.statuses[0].limit_remaining, 0);
+    assert!(
+        answer
+            .response_headers_to_add
+            .iter()
+            .any(|h| h.key == "Retry-After"),
+        "{:?}",
+        answer.response_headers_to_add
+    );
+
+    // Two hits, then two more (denied: 4 > 3), then one: by default the counter is at 2 and
+    // the last call passes; counting denials, it is at 4 and the call is denied.
+    let bob = [("user", "bob")];
+    assert_eq!(
+        service.codes(&bob, &[2, 2, 1]).await?,
+        [OK, OVER_LIMIT, OVER_LIMIT]
+    );
+    let mut default = Service::start(counting(false)).await?;
+    assert_eq!(default.codes(&bob, &[2, 2, 1]).await?, [OK, OVER_LIMIT, OK]);
+
+    // The same over JSON: one budget, a 429 when over.
+    let body = r#"{"domain":"shop","descriptors":[{"entries":[{"key":"user","value":"bob"}]}]}"#;
+    let url = format!("http://{}/json", service.server.http_addr);
+    let response = service.http.post(url).body(body).send().await?;
+    assert_eq!(response.status().as_u16(), 429);
+
+    // A bucket algorithm counts its denials too: 5 a year, 3 + 3 (denied) + 1 (denied).
+    let team = [("team", "t")];
+    assert_eq!(
+        service.codes(&team, &[3, 3, 1]).await?,
+        [OK, OVER_LIMIT, OVER_LIMIT]
+    );
+    assert_eq!(
+        default.codes(&team, &[3, 3, 1]).await?,
+        [OK, OVER_LIMIT, OK]
+    );
+    service.server.shutdown().await?;
+    default.server.shutdown().await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn every_descriptor_of_a_call_is_charged() -> TestResult {
+    let mut service = Service::start(counting(true)).await?;
+    let checkout = [("path", "/checkout")];
+    let answer = service.ask(&[&[("user", "carol")], &checkout], 0).await?;
+    assert_eq!(answer.overall_code, OK);
+    // The checkout limit is spent: the call is denied, but dave's own limit is charged.
+    let answer = service.ask(&[&[("user", "dave")], &checkout], 0).await?;
+    assert_eq!(answer.overall_code, OVER_LIMIT);
+    assert_eq!(
+        (answer.statuses[0].code, answer.statuses[1].code),
+        (OK, OVER_LIMIT)
+    );
+    assert_eq!(answer.statuses[0].limit_remaining, 2);
+    // Dave has 2 left, not 3: three hits are denied (and charged: now 4 of 3).
+    assert_eq!(
+        service.codes(&[("user", "dave")], &[3, 1]).await?,
+        [OVER_LIMIT, OVER_LIMIT]
+    );
+    // A limit that can never pass answers OVER_LIMIT; the call's other limits are charged.
+    let answer = service
+        .ask(&[&[("user", "erin")], &[("path", "/blocked")]], 0)
+        .await?;
+    assert_eq!(answer.overall_code, OVER_LIMIT);
+    assert_eq!(answer.statuses[0].limit_remaining, 2);
+    // More hits than a limit holds: over the limit, and charged to the other limits only.
+    let answer = service
+        .ask(&[&[("user", "erin")], &[("team", "x")]], 4)
+        .await?;
+    assert_eq!(answer.overall_code, OVER_LIMIT);
+    assert_eq!(
+        (answer.statuses[0].code, answer.statuses[1].code),
+        (OVER_LIMIT, OK)
+    );
+    assert_eq!(answer.statuses[1].limit_remaining, 1);
+    assert_eq!(
+        service.codes(&[("team", "x")], &[1, 1]).await?,
+        [OK, OVER_LIMIT]
+    );
+    service.server.shutdown().await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn shadow_mode_still_answers_ok_and_counts() -> TestResult {
+    let mut service = Service::start(counting(true)).await?;
+    let shadow = [("path", "/shadow")];
+    assert_eq!(
+        service.codes(&shadow, &[1, 1, 1, 1]).await?,
+        [OK, OK, OK, OK]
+    );
+    let metrics = service.get("/metrics").await?;
+    assert!(
+        metrics.contains("outcome=\"shadow_over_limit\"} 2"),
+        "{metrics}"
+    );
+    // A shadow limit is charged even when an enforcing limit of the call denies.
+    let answer = service
+        .ask(&[&[("path", "/checkout")], &[("user", "frank")]], 1)
+        .await?;
+    assert_eq!(answer.overall_code, OK);
+    let answer = service
+        .ask(&[&[("path", "/checkout")], &[("path", "/shadow")]], 1)
+        .await?;
+    assert_eq!(answer.overall_code, OVER_LIMIT);
+    assert_eq!(answer.statuses[1].code, OK);
+    let metrics = service.get("/metrics").await?;
+    assert!(
+        metrics.contains("outcome=\"shadow_over_limit\"} 3"),
+        "{metrics}"
+    );
+
+    // Global shadow mode: always OK, still counting.
+    let mut global = Service::start(EngineOptions {
+        shadow_mode: true,
+        count_denied: true,
+        ..EngineOptions::default()
+    })
+    .await?;
+    let gina = [("user", "gina")];
+    assert_eq!(global.codes(&gina, &[2, 2]).await?, [OK, OK]);
+    // At 4 of 3 (by default it would be at 2, and one more hit would be under the limit).
+    let answer = global.ask(&[&gina], 1).await?;
+    assert_eq!(answer.overall_code, OK);
+    assert_eq!(answer.statuses[0].code, OVER_LIMIT);
+    service.server.shutdown().await?;
+    global.server.shutdown().await?;
+    Ok(())
+}
+
+/// The families and label sets `/metrics` shows, without their values.
+fn shape(metrics: &str) -> Vec<String> {
+    let mut lines: Vec<String> = metrics
+        .lines()
+        .filter(|line| !line.starts_with('#') || line.starts_with("# TYPE"))
+        .map(|line| {
+            line.rsplit_once(' ')
+                .map_or(line, |(name, _)| name)
+                .to_owned()
+        })
+        .filter(|line| !line.contains("_bucket{") && !line.contains("le="))
+        .collect();
+    lines.sort();
+    lines.dedup();
+    lines
+}
+
+#[tokio::test]
+async fn metrics_keep_their_shape() -> TestResult {
+    let mut counted = Service::start(counting(true)).await?;
+    let mut default = Service::start(counting(false)).await?;
+    for service in [&mut counted, &mut default] {
+        service.codes(&[("user", "hal")], &[3, 1]).await?;
+        service.codes(&[("path", "/shadow")], &[2, 1]).await?;
+        service.codes(&[("path", "/blocked")], &[1]).await?;
+        service.codes(&[("nothing", "here")], &[1]).await?;
+    }
+    let (a, b) = (
+        counted.get("/metrics").await?,
+        default.get("/metrics").await?,
+    );
+    assert_eq!(shape(&a), shape(&b), "{a}\n---\n{b}");
+    assert!(a.contains("outcome=\"over_limit\""), "{a}");
+    counted.server.shutdown().await?;
+    default.server.shutdown().await?;
+    Ok(())
+}
+
+async fn wait_for_metric(service: &Service, needle: &str) -> TestResult {
+    // Bounded: the reload loop polls every 20ms; give it up to 10s on a loaded machine.
+    for _ in 0..500 {
+        if service.get("/metrics").await?.contains(needle) {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    Err(format!("metrics never showed {needle:?}").into())
+}
+
+fn write_atomically(file: &Path, text: &str) -> std::io::Result<()> {
+    let temp = file.with_extension("tmp");
+    std::fs::write(&temp, text)?;
+    std::fs::rename(temp, file)
+}
+
+#[tokio::test]
+async fn a_reload_to_an_algorithm_that_cannot_count_keeps_the_old_rules() -> TestResult {
+    let mut service = Service::start(counting(true)).await?;
+    assert_eq!(
+        service.codes(&[("user", "ivy")], &[3, 1]).await?,
+        [OK, OVER_LIMIT]
+    );
+    write_atomically(&service.dir.path().join("rules.yaml"), SLIDING_LOG)?;
+    wait_for_metric(
+        &service,
+        "sluicegate_config_loads_total{kind=\"failure\"} 1",
+    )
+    .await?;
+    let metrics = service.get("/metrics").await?;
+    assert!(
+        metrics.contains("sluicegate_config_loads_total{kind=\"success\"} 1"),
+        "only the start counts as a success: {metrics}"
+    );
+    let config = service.get("/rlconfig").await?;
+    assert!(!config.contains("sliding-log"), "{config}");
+    assert!(config.contains("shop.team"), "{config}");
+    // The old rules and their counters stay: ivy is still over, at 4 of 3.
+    assert_eq!(service.codes(&[("user", "ivy")], &[1]).await?, [OVER_LIMIT]);
+    service.server.shutdown().await?;
+    Ok(())
+}
+
+#[test]
+fn the_engine_names_the_rule_it_cannot_count() -> TestResult {
+    let file = std::path::PathBuf::from("rules/shop.yaml");
+    let rules = RuleSet::from_sources(&[(file, SLIDING_LOG.to_owned())], &LoadOptions::default())?;
+    let refused = Engine::new(rules.clone(), counting(true), Metrics::new().into())
+        .expect_err("sliding-log cannot count denials");
+    assert!(
+        matches!(
+            refused,
+            EngineError::CannotCountDenied {
+                algorithm: "sliding-log",
+                ..
+            }
+        ),
+        "{refused:?}"
+    );
+    let message = refused.to_string();
+    assert!(
+        message.starts_with("rules/shop.yaml:3:5: shop.user: algorithm sliding-log"),
+        "{message}"
+    );
+    assert!(Engine::new(rules, counting(false), Metrics::new().into()).is_ok());
+
+    let redis = EngineOptions {
+        count_denied: true,
+        backend: BackendOptions::Redis(RedisOptions {
+            target: RedisTarget::Single("redis://127.0.0.1:1".into()),
+            prefix: "sluicegate:".into(),
+            timeout: Duration::from_millis(50),
+            failure_policy: sluicegate_redis::FailurePolicy::Local,
+        }),
+        ..EngineOptions::default()
+    };
+    let rules = RuleSet::from_sources(
+        &[("r.yaml".into(), RULES.to_owned())],
+        &LoadOptions::default(),
+    )?;
+    let refused = Engine::new(rules, redis, Metrics::new().into()).expect_err("not on Redis");
+    assert_eq!(refused, EngineError::CountDeniedOnRedis);
+    Ok(())
+}
+
+/// Runs `sluicegate serve ARGS` (with `envs`) to its exit, which must come: it is refused at
+/// start. Returns the exit code and the standard error.
+fn serve_refused(
+    rules: &Path,
+    args: &[&str],
+    envs: &[(&str, &str)],
+) -> Result<(Option<i32>, String), Box<dyn std::error::Error>> {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_sluicegate"))
+        .arg("serve")
+        .arg("--config")
+        .arg(rules)
+        .args(["--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"])
+        .args(args)
+        .envs(envs.iter().copied())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    // Bounded (a refusal takes milliseconds; a service that started would never exit).
+    for _ in 0..600 {
+        if child.try_wait()?.is_some() {
+            let output = child.wait_with_output()?;
+            return Ok((
+                output.status.code(),
+                String::from_utf8_lossy(&output.stderr).into_owned(),
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    child.kill()?;
+    child.wait()?;
+    Err(format!("serve {args:?} started instead of refusing").into())
+}
+
+#[test]
+fn the_program_refuses_what_it_cannot_count() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let good = dir.path().join("good.yaml");
+    std::fs::write(&good, RULES)?;
+    let (missing_code, _) = serve_refused(&dir.path().join("missing.yaml"), &[], &[])?;
+    assert_ne!(missing_code, Some(0));
+
+    let (code, stderr) = serve_refused(
+        &good,
+        &["--count-denied", "--redis", "redis://127.0.0.1:1"],
+        &[],
+    )?;
+    assert_eq!(code, missing_code, "{stderr}");
+    assert!(
+        stderr.contains("--count-denied is not yet supported with Redis"),
+        "{stderr}"
+    );
+    let (code, stderr) = serve_refused(
+        &good,
+        &["--redis-cluster", "redis://127.0.0.1:1"],
+        &[("SLUICEGATE_COUNT_DENIED", "true")],
+    )?;
+    assert_eq!(code, missing_code, "{stderr}");
+    assert!(stderr.contains("not yet supported with Redis"), "{stderr}");
+
+    let log = dir.path().join("log.yaml");
+    std::fs::write(&log, SLIDING_LOG)?;
+    let (code, stderr) = serve_refused(&log, &["--count-denied"], &[])?;
+    assert_eq!(code, missing_code, "{stderr}");
+    assert!(
+        stderr.contains("log.yaml:3:5: shop.user: algorithm sliding-log cannot count denied"),
+        "{stderr}"
+    );
+    Ok(())
+}
