@@ -50,7 +50,7 @@ fn answers_each_event_before_the_next_is_sent() -> TestResult {
         (
             "0.2,a,1,bogus",
             Some(
-                serde_json::json!({"t": 0.2, "error": "unknown op `bogus` (ops: check, peek, acquire, try:SECONDS, set_rate:RATE, release)"}),
+                serde_json::json!({"t": 0.2, "error": "unknown op `bogus` (ops: check, peek, charge, acquire, try:SECONDS, set_rate:RATE, release)"}),
             ),
         ),
         ("0.3,a", Some(allowed(0.3, "a", 2, 1, 0.1))),

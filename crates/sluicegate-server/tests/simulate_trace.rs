@@ -46,6 +46,34 @@ t,key,permits,op
 }
 
 #[test]
+fn charge_counts_denied_hits_and_sliding_log_refuses_it() -> TestResult {
+    // 3 a second: the fourth and fifth charges are denied yet counted, so at 0.5 a check of
+    // one more is still over (5 counted), where plain checks would have stopped at 3.
+    let trace = "\
+0,a,1,charge
+0,a,2,charge
+0,a,1,charge
+0,a,1,charge
+0.5,a,1,check
+1.0,a,1,charge
+";
+    let expected = [
+        decision(0.0, "a", 1, "charge", true, 3, 2, 1.0, None, 0.0),
+        decision(0.0, "a", 2, "charge", true, 3, 0, 1.0, None, 0.0),
+        decision(0.0, "a", 1, "charge", false, 3, 0, 1.0, Some(1.0), 0.0),
+        decision(0.0, "a", 1, "charge", false, 3, 0, 1.0, Some(1.0), 0.0),
+        decision(0.5, "a", 1, "check", false, 3, 0, 0.5, Some(0.5), 0.0),
+        decision(1.0, "a", 1, "charge", true, 3, 2, 1.0, None, 0.0),
+    ];
+    assert_eq!(run("fixed-window:limit=3,window=1s", trace)?, expected);
+    assert_eq!(
+        run("sliding-log:limit=3,window=1s", "0,a,1,charge\n")?,
+        [error(0.0, "sliding-log does not support charge")]
+    );
+    Ok(())
+}
+
+#[test]
 fn gcra_set_rate_carries_every_key_over() -> TestResult {
     let trace = "\
 0,a

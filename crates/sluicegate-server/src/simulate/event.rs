@@ -15,8 +15,8 @@ pub(crate) struct Event {
 /// What an event does.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum EventOp {
-    /// Asks the limiter (`check`, `peek`, `acquire`, `try:SECONDS`, `release`); the text is the
-    /// op as echoed in the output.
+    /// Asks the limiter (`check`, `peek`, `charge`, `acquire`, `try:SECONDS`, `release`); the
+    /// text is the op as echoed in the output.
     Decide(Op, String),
     /// `set_rate:RATE`: the limiter (all keys) moves to a new rate.
     SetRate(String),
@@ -46,6 +46,7 @@ impl EventOp {
         match (name.as_str(), argument) {
             ("" | "check", _) => plain(Op::Check, "check"),
             ("peek", _) => plain(Op::Peek, "peek"),
+            ("charge", _) => plain(Op::Charge, "charge"),
             ("acquire", _) => plain(Op::Reserve { max_wait: None }, "acquire"),
             ("release", _) => plain(Op::Release, "release"),
             ("try", Some(timeout)) => {
@@ -63,7 +64,7 @@ impl EventOp {
             ("try", _) => Err("op `try` needs a timeout: try:SECONDS".into()),
             ("set_rate" | "set-rate", _) => Err("op `set_rate` needs a rate: set_rate:RATE".into()),
             _ => Err(format!(
-                "unknown op `{text}` (ops: check, peek, acquire, try:SECONDS, set_rate:RATE, release)"
+                "unknown op `{text}` (ops: check, peek, charge, acquire, try:SECONDS, set_rate:RATE, release)"
             )),
         }
     }
