@@ -43,3 +43,40 @@ local function bucket_params(argv, i)
     grace_ms = tonumber(argv[i + 7]),
   }, i + 8
 end
+
+-- GCRA's and the leaky queue's state, the string "t:r:d": the TAT as a pair (t us, r ticks of
+-- 1/d us), converted to p.d; the initial pair if the key is missing.
+local function read_tat(key, p)
+  local raw = get_state(key)
+  if raw == false then return p.init_a, p.init_b end
+  local t, r, d = string.match(raw, "^(%d+):(%d+):(%d+)$")
+  if t == nil then bad_state(key, raw) end
+  local d_old = int_field(key, "d", d, 1, 1024)
+  return convert_pair(int_field(key, "t", t, 0, 2 ^ 53), int_field(key, "r", r, 0, d_old - 1),
+    d_old, p.d)
+end
+
+-- Stores the TAT `debt_after` ticks after `now`, living until then.
+local function write_tat(key, now, debt_after, p)
+  local q, r = idiv(debt_after, p.d)
+  set_state(key, string.format("%d:%d:%d", now + q, r, p.d), debt_after, p.d, p.grace_ms)
+end
+
+-- The token and leaky buckets' state, the string "l:u:r:d:i" (level in ticks, the pair (u, r)
+-- it was measured at, d, interval): l as found, u, r, d and i checked; nil if the key is
+-- missing.
+local function read_level(key)
+  local raw = get_state(key)
+  if raw == false then return nil end
+  local l, u, r, d, i = string.match(raw, "^(%-?%d+):(%d+):(%d+):(%d+):(%d+)$")
+  if l == nil then bad_state(key, raw) end
+  local d_old = int_field(key, "d", d, 1, 1024)
+  return l, int_field(key, "u", u, 0, 2 ^ 53), int_field(key, "r", r, 0, d_old - 1), d_old,
+    int_field(key, "i", i, 1, EXACT)
+end
+
+-- Stores a level measured at pair (u, r), living `ticks` from now.
+local function write_level(key, level, u, r, p, ticks)
+  set_state(key, string.format("%d:%d:%d:%d:%d", level, u, r, p.d, p.interval), ticks, p.d,
+    p.grace_ms)
+end

@@ -9,6 +9,7 @@ use sluicegate::{Decision, Micros, Op};
 use crate::error::RedisLimitError;
 use crate::lease::{Lease, new_lease_id};
 use crate::limit::{LimitKind, RedisLimit};
+use crate::scripts::Entry;
 use crate::store::RedisStore;
 
 /// Where the time of a decision comes from.
@@ -69,6 +70,13 @@ impl RedisStore {
                 ));
             }
         };
+        if let [only] = requests
+            && let Some(entry) = only.limit.one_entry()
+        {
+            return self
+                .decide_one(entry, only, op, op_name, max_wait, now)
+                .await;
+        }
         let mut keys = Vec::new();
         let mut args = vec![
             now_arg(now),
@@ -86,21 +94,8 @@ impl RedisStore {
                     request.name
                 )));
             }
+            check_request(request, op)?;
             let permits = request.permits;
-            let capacity = request.limit.capacity();
-            if permits.get() > capacity {
-                return Err(RedisLimitError::InsufficientCapacity {
-                    requested: permits.get(),
-                    capacity,
-                });
-            }
-            if !request.limit.supports(op) {
-                return Err(RedisLimitError::Unsupported(format!(
-                    "{} does not support {}",
-                    request.limit.name(),
-                    op.name()
-                )));
-            }
             let lease = match request.limit.kind {
                 LimitKind::Concurrency { lease_us, .. } => {
                     let id = new_lease_id();
@@ -118,11 +113,7 @@ impl RedisStore {
                 .limit
                 .push_args(&mut args, max_wait, &lease, self.grace_ms);
         }
-        let single = match requests {
-            [only] => Some(&only.limit.kind),
-            _ => None,
-        };
-        let reply = self.run_script(single, &keys, &args).await?;
+        let reply = self.call_decide(&keys, &args).await?;
         let (now, decisions) = parse_reply(&reply, requests.len())?;
         let allowed = decisions.iter().all(|d| d.allowed);
         let leases = if allowed && op.consumes() {
@@ -146,6 +137,51 @@ impl RedisStore {
         })
     }
 
+    /// One limit with an entry point of its own: fewer arguments, fewer reply values, and
+    /// the arguments written straight into the command.
+    async fn decide_one(
+        &self,
+        entry: Entry,
+        request: &LimitRequest<'_>,
+        op: Op,
+        op_name: &str,
+        max_wait: Option<Micros>,
+        now: Now,
+    ) -> Result<MultiDecision, RedisLimitError> {
+        check_request(request, op)?;
+        let key = self.keys.key(request.key, request.name.as_bytes(), "");
+        let reply = self
+            .call(entry, |cmd| {
+                cmd.arg(1).arg(&key);
+                match now {
+                    Now::Server => cmd.arg(""),
+                    Now::At(micros) => cmd.arg(micros),
+                };
+                cmd.arg(op_name).arg(request.permits.get());
+                request.limit.push_args(cmd, max_wait, "", self.grace_ms);
+            })
+            .await?;
+        let (now, decision) = parse_one_reply(&reply, request.limit.capacity())?;
+        Ok(MultiDecision {
+            allowed: decision.allowed,
+            decisions: vec![decision],
+            leases: Vec::new(),
+            now,
+        })
+    }
+
+    /// Runs decide.lua on these keys and arguments.
+    pub(crate) async fn call_decide(
+        &self,
+        keys: &[Vec<u8>],
+        args: &[Vec<u8>],
+    ) -> Result<Vec<Value>, RedisLimitError> {
+        self.call(Entry::Decide, |cmd| {
+            cmd.arg(keys.len()).arg(keys).arg(args);
+        })
+        .await
+    }
+
     /// Gives back (`release`) or extends (`renew`) a concurrency lease. `Ok(false)` if the
     /// lease is no longer held (it expired, or was released already).
     pub(crate) async fn lease_op(
@@ -159,10 +195,30 @@ impl RedisStore {
         args.push(limit.name().into());
         args.push(lease.permits.to_string().into());
         limit.push_args(&mut args, None, &lease.id, self.grace_ms);
-        let reply = self.run_script(None, &lease.keys, &args).await?;
+        let reply = self.call_decide(&lease.keys, &args).await?;
         let (_, decisions) = parse_reply(&reply, 1)?;
         Ok(decisions.first().is_some_and(|d| d.allowed))
     }
+}
+
+/// Refuses what no limit could grant, and ops the algorithm does not take.
+fn check_request(request: &LimitRequest<'_>, op: Op) -> Result<(), RedisLimitError> {
+    let permits = request.permits.get();
+    let capacity = request.limit.capacity();
+    if permits > capacity {
+        return Err(RedisLimitError::InsufficientCapacity {
+            requested: permits,
+            capacity,
+        });
+    }
+    if !request.limit.supports(op) {
+        return Err(RedisLimitError::Unsupported(format!(
+            "{} does not support {}",
+            request.limit.name(),
+            op.name()
+        )));
+    }
+    Ok(())
 }
 
 pub(crate) fn now_arg(now: Now) -> Vec<u8> {
@@ -194,6 +250,50 @@ fn micros(value: &Value) -> Result<u64, RedisLimitError> {
     u64::try_from(n).map_err(|_| RedisLimitError::UnexpectedReply(format!("negative time {n}")))
 }
 
+/// The error of an `{"ERR", kind, detail}` reply.
+fn script_error(reply: &[Value]) -> RedisLimitError {
+    let kind = reply.get(1).map(text).unwrap_or_default();
+    let detail = reply.get(2).map(text).unwrap_or_default();
+    match kind.as_str() {
+        "corrupt" => RedisLimitError::CorruptState(detail),
+        "unconfigured" => RedisLimitError::NotConfigured(detail),
+        "capacity" => {
+            let mut numbers = detail.split(' ').map(str::parse::<u64>);
+            match (numbers.next(), numbers.next()) {
+                (Some(Ok(requested)), Some(Ok(capacity))) => {
+                    RedisLimitError::InsufficientCapacity {
+                        requested,
+                        capacity,
+                    }
+                }
+                _ => RedisLimitError::UnexpectedReply(detail),
+            }
+        }
+        "overflow" => RedisLimitError::Unsupported(detail),
+        _ => RedisLimitError::Script(format!("{kind}: {detail}")),
+    }
+}
+
+/// Reads a one-limit entry point's `{now, allowed, remaining, reset_us, retry_us, wait_us}`
+/// or `{"ERR", kind, detail}`; the limit is the one asked.
+fn parse_one_reply(reply: &[Value], limit: u64) -> Result<(Micros, Decision), RedisLimitError> {
+    match reply {
+        [now, allowed, remaining, reset, retry, wait] => Ok((
+            micros(now)?,
+            Decision {
+                allowed: int(allowed)? == 1,
+                limit,
+                remaining: micros(remaining)?,
+                reset_after: Duration::from_micros(micros(reset)?),
+                retry_after: u64::try_from(int(retry)?).ok().map(Duration::from_micros),
+                wait: Duration::from_micros(micros(wait)?),
+            },
+        )),
+        [first, ..] if text(first) == "ERR" => Err(script_error(reply)),
+        _ => Err(RedisLimitError::UnexpectedReply(format!("{reply:?}"))),
+    }
+}
+
 /// Reads `{"OK", now, 6 numbers per limit}` or `{"ERR", kind, detail}`.
 pub(crate) fn parse_reply(
     reply: &[Value],
@@ -201,28 +301,7 @@ pub(crate) fn parse_reply(
 ) -> Result<(Micros, Vec<Decision>), RedisLimitError> {
     match reply.first().map(text).as_deref() {
         Some("OK") => {}
-        Some("ERR") => {
-            let kind = reply.get(1).map(text).unwrap_or_default();
-            let detail = reply.get(2).map(text).unwrap_or_default();
-            return Err(match kind.as_str() {
-                "corrupt" => RedisLimitError::CorruptState(detail),
-                "unconfigured" => RedisLimitError::NotConfigured(detail),
-                "capacity" => {
-                    let mut numbers = detail.split(' ').map(str::parse::<u64>);
-                    match (numbers.next(), numbers.next()) {
-                        (Some(Ok(requested)), Some(Ok(capacity))) => {
-                            RedisLimitError::InsufficientCapacity {
-                                requested,
-                                capacity,
-                            }
-                        }
-                        _ => RedisLimitError::UnexpectedReply(detail),
-                    }
-                }
-                "overflow" => RedisLimitError::Unsupported(detail),
-                _ => RedisLimitError::Script(format!("{kind}: {detail}")),
-            });
-        }
+        Some("ERR") => return Err(script_error(reply)),
         _ => return Err(RedisLimitError::UnexpectedReply(format!("{reply:?}"))),
     }
     if reply.len() != 2 + 6 * count {
