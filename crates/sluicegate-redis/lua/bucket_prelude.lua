@@ -31,6 +31,8 @@ local function bucket_deny(p, debt, retry_us)
   return { 0, p.burst, (idiv(left, p.interval)), ceil_div(debt, p.d), retry_us, 0 }
 end
 
+-- A bucket's parameters from argv[i] on: d, interval, tolerance, burst, initial pair,
+-- max_wait, grace_ms. Never modified once built (one_params keeps them).
 local function bucket_params(argv, i)
   return {
     d = tonumber(argv[i]),
@@ -44,11 +46,20 @@ local function bucket_params(argv, i)
   }, i + 8
 end
 
--- GCRA's and the leaky queue's state, the string "t:r:d": the TAT as a pair (t us, r ticks of
--- 1/d us), converted to p.d; the initial pair if the key is missing.
+local function one_bucket_params(list)
+  if #list ~= 8 then fail("args", "bucket parameters") end
+  return (bucket_params(list, 1))
+end
+
+-- GCRA's and the leaky queue's state: the TAT as a pair (t us, r ticks of 1/d us), stored as
+-- "t:r:d", or as "t" alone when d = 1 (whole microseconds, so r = 0: the common case, parsed
+-- by one tonumber); converted to p.d; the initial pair if the key is missing.
 local function read_tat(key, p)
   local raw = get_state(key)
   if raw == false then return p.init_a, p.init_b end
+  if tonumber(raw) ~= nil then
+    return convert_pair(int_field(key, "t", raw, 0, 2 ^ 53), 0, 1, p.d)
+  end
   local t, r, d = string.match(raw, "^(%d+):(%d+):(%d+)$")
   if t == nil then bad_state(key, raw) end
   local d_old = int_field(key, "d", d, 1, 1024)
@@ -59,7 +70,13 @@ end
 -- Stores the TAT `debt_after` ticks after `now`, living until then.
 local function write_tat(key, now, debt_after, p)
   local q, r = idiv(debt_after, p.d)
-  set_state(key, string.format("%d:%d:%d", now + q, r, p.d), debt_after, p.d, p.grace_ms)
+  local value
+  if p.d == 1 then
+    value = string.format("%d", now + q)
+  else
+    value = string.format("%d:%d:%d", now + q, r, p.d)
+  end
+  set_state(key, value, debt_after, p.d, p.grace_ms)
 end
 
 -- The token and leaky buckets' state, the string "l:u:r:d:i" (level in ticks, the pair (u, r)

@@ -7,10 +7,11 @@ local function decide_fixed_window(key, now, n, limit, window, grace_ms)
   local _, into = idiv(now, window)
   local start, count = now - into, 0
   if raw ~= false then
-    local raw_s, raw_c = string.match(raw, "^(%d+):(%d+)$")
-    if raw_s == nil then bad_state(key, raw) end
-    local s = int_field(key, "s", raw_s, 0, 2 ^ 53)
-    local c = int_field(key, "c", raw_c, 0, EXACT)
+    -- A plain find and two subs cost less than a pattern with captures.
+    local colon = string.find(raw, ":", 1, true)
+    if colon == nil then bad_state(key, raw) end
+    local s = int_field(key, "s", string.sub(raw, 1, colon - 1), 0, 2 ^ 53)
+    local c = int_field(key, "c", string.sub(raw, colon + 1), 0, EXACT)
     if c > 0 and s >= start then start, count = s, c end
   end
   local until_end = math.max(0, start + window - now)

@@ -1,6 +1,6 @@
 -- GCRA. Concatenated after prelude.lua and bucket_prelude.lua (see src/store.rs).
 
--- GCRA (gcra.rs). State: the string "t:r:d" (TAT us, TAT remainder ticks, d).
+-- GCRA (gcra.rs). State: the TAT (see read_tat).
 -- Parameters: d, interval, tolerance, burst, initial TAT us, initial TAT remainder,
 -- max_wait_us (-1: none), grace_ms.
 local function decide_gcra(key, now, n, op, p)

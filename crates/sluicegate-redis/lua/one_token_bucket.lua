@@ -3,7 +3,7 @@
 local function run_one_token_bucket(KEYS, ARGV)
   local now, op = decision_time(ARGV[1]), ARGV[2]
   return one_reply(now, op, decide_token_bucket(KEYS[1], now, tonumber(ARGV[3]), op,
-    (bucket_params(ARGV, 4))))
+    one_params(ARGV[4], one_bucket_params)))
 end
 
 local function one_token_bucket(KEYS, ARGV)

@@ -96,12 +96,35 @@ local function decision_time(at)
   return tonumber(at)
 end
 
--- The reply of a one-limit entry point (one.lua), its state charged if it allowed and op is
--- not a peek: {now, allowed, remaining, reset_us, retry_us, wait_us}; the client knows the
--- limit.
+-- The reply of a one-limit entry point (one_*.lua), its state charged if it allowed and op is
+-- not a peek: {now, allowed, remaining, reset_us, retry_us, wait_us}, made of the decision
+-- itself (the client knows the limit).
 local function one_reply(now, op, decision, commit)
   if decision[1] == 1 and op ~= "peek" then commit() end
-  return { now, decision[1], decision[3], decision[4], decision[5], decision[6] }
+  decision[2] = decision[1]
+  decision[1] = now
+  return decision
+end
+
+-- A one-limit entry point takes its limit's parameters as one string of integers joined by
+-- ':'. As a Redis Function, whose library outlives its calls, it parses each distinct string
+-- once (a call would otherwise spend more on tonumber than on deciding); as a script, on
+-- every call. `parse` maps the list of numbers to the parameters.
+local params_seen, params_count = {}, 0
+local function one_params(raw, parse)
+  local p = params_seen[raw]
+  if p ~= nil then return p end
+  local list = {}
+  for v in string.gmatch(raw, "[^:]+") do
+    local n = tonumber(v)
+    if n == nil or n ~= math.floor(n) then fail("args", "parameters " .. raw) end
+    list[#list + 1] = n
+  end
+  p = parse(list)
+  if params_count >= 256 then params_seen, params_count = {}, 0 end
+  params_seen[raw] = p
+  params_count = params_count + 1
+  return p
 end
 
 -- The script's reply from pcall(run): run's reply, or {"ERR", kind, detail}.

@@ -364,7 +364,7 @@ impl RedisLimit {
     }
 }
 
-/// Where a call's arguments go: a list kept for later, or straight into the command.
+/// Where a call's arguments go: a list of arguments, or one argument of joined numbers.
 pub(crate) trait ArgSink {
     fn number(&mut self, value: u64);
     fn bytes(&mut self, value: &[u8]);
@@ -380,12 +380,20 @@ impl ArgSink for Vec<Vec<u8>> {
     }
 }
 
-impl ArgSink for redis::Cmd {
+/// Numbers joined by ':' into one argument, as the one-limit entry points take their
+/// parameters (see `one_params` in lua/prelude.lua).
+#[derive(Debug, Default)]
+pub(crate) struct Joined(pub(crate) Vec<u8>);
+
+impl ArgSink for Joined {
     fn number(&mut self, value: u64) {
-        self.arg(value);
+        self.bytes(value.to_string().as_bytes());
     }
 
     fn bytes(&mut self, value: &[u8]) {
-        self.arg(value);
+        if !self.0.is_empty() {
+            self.0.push(b':');
+        }
+        self.0.extend_from_slice(value);
     }
 }

@@ -8,7 +8,7 @@ use sluicegate::{Decision, Micros, Op};
 
 use crate::error::RedisLimitError;
 use crate::lease::{Lease, new_lease_id};
-use crate::limit::{LimitKind, RedisLimit};
+use crate::limit::{Joined, LimitKind, RedisLimit};
 use crate::scripts::Entry;
 use crate::store::RedisStore;
 
@@ -137,8 +137,8 @@ impl RedisStore {
         })
     }
 
-    /// One limit with an entry point of its own: fewer arguments, fewer reply values, and
-    /// the arguments written straight into the command.
+    /// One limit with an entry point of its own: fewer arguments (its parameters in one),
+    /// fewer reply values.
     async fn decide_one(
         &self,
         entry: Entry,
@@ -150,6 +150,10 @@ impl RedisStore {
     ) -> Result<MultiDecision, RedisLimitError> {
         check_request(request, op)?;
         let key = self.keys.key(request.key, request.name.as_bytes(), "");
+        let mut params = Joined::default();
+        request
+            .limit
+            .push_args(&mut params, max_wait, "", self.grace_ms);
         let reply = self
             .call(entry, |cmd| {
                 cmd.arg(1).arg(&key);
@@ -157,8 +161,7 @@ impl RedisStore {
                     Now::Server => cmd.arg(""),
                     Now::At(micros) => cmd.arg(micros),
                 };
-                cmd.arg(op_name).arg(request.permits.get());
-                request.limit.push_args(cmd, max_wait, "", self.grace_ms);
+                cmd.arg(op_name).arg(request.permits.get()).arg(&params.0);
             })
             .await?;
         let (now, decision) = parse_one_reply(&reply, request.limit.capacity())?;

@@ -218,6 +218,9 @@ async fn bad_input_is_an_error_never_a_wrong_answer() -> Result<(), BoxError> {
         ("sluicegate:{victim}bad", "1763000000000000:0"),
         ("sluicegate:{victim}bad", "1763000000000000:5:2"),
         ("sluicegate:{victim}bad", "99999999999999999999:0:1"),
+        ("sluicegate:{victim}bad", "99999999999999999999"),
+        ("sluicegate:{victim}bad", "-5"),
+        ("sluicegate:{victim}bad", "1.5"),
         ("sluicegate:{string}bad", "x"),
     ] {
         store
@@ -265,7 +268,12 @@ async fn bad_input_is_an_error_never_a_wrong_answer() -> Result<(), BoxError> {
         assert!(limiter.decide(b"k", one(), Op::Check, now).await?.allowed);
         let key = format!("sluicegate:{{k}}{name}");
         let good: String = store.command(redis::cmd("GET").arg(&key)).await?;
-        for bad in [format!("{good}:1"), good.replacen(':', ":-", 1), "".into()] {
+        for bad in [
+            format!("{good}:1"),
+            format!("{good}x"),
+            format!(":{good}"),
+            String::new(),
+        ] {
             store
                 .command::<()>(redis::cmd("SET").arg(&key).arg(&bad))
                 .await?;
