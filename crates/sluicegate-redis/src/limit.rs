@@ -387,7 +387,12 @@ pub(crate) struct Joined(pub(crate) Vec<u8>);
 
 impl ArgSink for Joined {
     fn number(&mut self, value: u64) {
-        self.bytes(value.to_string().as_bytes());
+        use std::io::Write as _;
+        if !self.0.is_empty() {
+            self.0.push(b':');
+        }
+        // Writing into a Vec cannot fail.
+        let _ = write!(self.0, "{value}");
     }
 
     fn bytes(&mut self, value: &[u8]) {

@@ -187,15 +187,13 @@ impl RedisStore {
         let mut loaded = false;
         loop {
             let functions = self.functions.load(Ordering::Relaxed);
-            let mut cmd = if functions {
-                let mut cmd = redis::cmd("FCALL");
-                cmd.arg(entry.function());
-                cmd
+            // Room for a one-limit call's arguments, so that building it allocates once.
+            let mut cmd = Cmd::with_capacity(8, 192);
+            if functions {
+                cmd.arg("FCALL").arg(entry.function());
             } else {
-                let mut cmd = redis::cmd("EVALSHA");
-                cmd.arg(entry.script().get_hash());
-                cmd
-            };
+                cmd.arg("EVALSHA").arg(entry.script().get_hash());
+            }
             fill(&mut cmd);
             let error = match self.query::<Value>(&cmd).await {
                 Ok(reply) => return Ok(reply),
