@@ -1,5 +1,5 @@
 -- Helpers of the bucket algorithms: time pairs, decisions, parameters.
--- Concatenated after prelude.lua (see src/store.rs).
+-- Concatenated after prelude.lua (see src/scripts.rs).
 
 -- A time pair (us, r in ticks of 1/d us) written under another d, converted by rounding the
 -- sub-microsecond part up (a later time: never grants more).

@@ -1,4 +1,4 @@
--- Fixed window. Concatenated after prelude.lua (see src/store.rs).
+-- Fixed window. Concatenated after prelude.lua (see src/scripts.rs).
 
 -- Fixed window (fixed_window.rs). State: the string "s:c" (window start us, count).
 -- Parameters: limit, window_us, grace_ms.

@@ -1,4 +1,4 @@
--- GCRA. Concatenated after prelude.lua and bucket_prelude.lua (see src/store.rs).
+-- GCRA. Concatenated after prelude.lua and bucket_prelude.lua (see src/scripts.rs).
 
 -- GCRA (gcra.rs). State: the TAT (see read_tat).
 -- Parameters: d, interval, tolerance, burst, initial TAT us, initial TAT remainder,

@@ -1,5 +1,5 @@
 -- Leaky bucket (meter) and leaky queue (nginx). Concatenated after prelude.lua and
--- bucket_prelude.lua (see src/store.rs).
+-- bucket_prelude.lua (see src/scripts.rs).
 
 -- Leaky bucket as a meter (leaky_bucket.rs). State: the string "l:u:r:d:i" (level ticks,
 -- leaked-at pair, d, interval). Parameters as GCRA (the initial pair unused: a missing key is

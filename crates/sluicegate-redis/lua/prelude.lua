@@ -22,6 +22,8 @@ local EXACT = 4503599627370496 -- 2^52: every stored difference stays below this
 -- Numbers reach Redis through string.format("%d") (exact for integers below 2^63, and cheaper
 -- than redis.call's own %.17g), never through Lua's tostring or `..`, which keep 14 digits.
 
+-- Raised as a table, so every entry point runs under pcall and replies through finish: a
+-- table error escaping a Redis Function crashed Redis 7.0.15 (SIGSEGV formatting the error).
 local function fail(kind, detail)
   return error({ sluicegate = true, kind = kind, detail = detail })
 end

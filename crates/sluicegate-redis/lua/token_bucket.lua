@@ -1,5 +1,5 @@
 -- Token bucket. Concatenated after prelude.lua and bucket_prelude.lua
--- (see src/store.rs).
+-- (see src/scripts.rs).
 
 -- Token bucket (token_bucket.rs). State: the string "l:u:r:d:i" (level ticks, negative after
 -- reservations; refilled-at pair; d; interval).
