@@ -1,5 +1,5 @@
 -- Helpers of the bucket algorithms: time pairs, decisions, parameters.
--- Concatenated after prelude.lua (see src/store.rs).
+-- Concatenated after prelude.lua (see src/scripts.rs).
 
 -- A time pair (us, r in ticks of 1/d us) written under another d, converted by rounding the
 -- sub-microsecond part up (a later time: never grants more).
@@ -31,6 +31,8 @@ local function bucket_deny(p, debt, retry_us)
   return { 0, p.burst, (idiv(left, p.interval)), ceil_div(debt, p.d), retry_us, 0 }
 end
 
+-- A bucket's parameters from argv[i] on: d, interval, tolerance, burst, initial pair,
+-- max_wait, grace_ms. Never modified once built (one_params keeps them).
 local function bucket_params(argv, i)
   return {
     d = tonumber(argv[i]),
@@ -42,4 +44,56 @@ local function bucket_params(argv, i)
     max_wait = tonumber(argv[i + 6]),
     grace_ms = tonumber(argv[i + 7]),
   }, i + 8
+end
+
+local function one_bucket_params(list)
+  if #list ~= 8 then fail("args", "bucket parameters") end
+  return (bucket_params(list, 1))
+end
+
+-- GCRA's and the leaky queue's state: the TAT as a pair (t us, r ticks of 1/d us), stored as
+-- "t:r:d", or as "t" alone when d = 1 (whole microseconds, so r = 0: the common case, parsed
+-- by one tonumber); converted to p.d; the initial pair if the key is missing.
+local function read_tat(key, p)
+  local raw = get_state(key)
+  if raw == false then return p.init_a, p.init_b end
+  if tonumber(raw) ~= nil then
+    return convert_pair(int_field(key, "t", raw, 0, 2 ^ 53), 0, 1, p.d)
+  end
+  local t, r, d = string.match(raw, "^(%d+):(%d+):(%d+)$")
+  if t == nil then bad_state(key, raw) end
+  local d_old = int_field(key, "d", d, 1, 1024)
+  return convert_pair(int_field(key, "t", t, 0, 2 ^ 53), int_field(key, "r", r, 0, d_old - 1),
+    d_old, p.d)
+end
+
+-- Stores the TAT `debt_after` ticks after `now`, living until then.
+local function write_tat(key, now, debt_after, p)
+  local q, r = idiv(debt_after, p.d)
+  local value
+  if p.d == 1 then
+    value = string.format("%d", now + q)
+  else
+    value = string.format("%d:%d:%d", now + q, r, p.d)
+  end
+  set_state(key, value, debt_after, p.d, p.grace_ms)
+end
+
+-- The token and leaky buckets' state, the string "l:u:r:d:i" (level in ticks, the pair (u, r)
+-- it was measured at, d, interval): l as found, u, r, d and i checked; nil if the key is
+-- missing.
+local function read_level(key)
+  local raw = get_state(key)
+  if raw == false then return nil end
+  local l, u, r, d, i = string.match(raw, "^(%-?%d+):(%d+):(%d+):(%d+):(%d+)$")
+  if l == nil then bad_state(key, raw) end
+  local d_old = int_field(key, "d", d, 1, 1024)
+  return l, int_field(key, "u", u, 0, 2 ^ 53), int_field(key, "r", r, 0, d_old - 1), d_old,
+    int_field(key, "i", i, 1, EXACT)
+end
+
+-- Stores a level measured at pair (u, r), living `ticks` from now.
+local function write_level(key, level, u, r, p, ticks)
+  set_state(key, string.format("%d:%d:%d:%d:%d", level, u, r, p.d, p.interval), ticks, p.d,
+    p.grace_ms)
 end

@@ -1,4 +1,4 @@
--- Concurrency limits as leases. Concatenated after prelude.lua (see src/store.rs).
+-- Concurrency limits as leases. Concatenated after prelude.lua (see src/scripts.rs).
 
 -- Concurrency (concurrency.rs) with leases. KEYS: a sorted set of lease ids scored by their
 -- expiry (us) and a hash {lease id = permits, "#" = permits held}. Parameters: limit, lease

@@ -1,10 +1,10 @@
 -- The entry point of any set of limits: parses the limits of one call, decides them all,
 -- commits all or none. Concatenated after prelude.lua and every algorithm file (see
--- src/store.rs).
+-- src/scripts.rs).
 
 -- Reads one limit's arguments from ARGV[i] and keys from KEYS[k]; returns a function deciding
 -- it for an op, and the next i and k.
-local function parse_limit(now, i, k)
+local function parse_limit(KEYS, ARGV, now, i, k)
   local kind, n = ARGV[i], tonumber(ARGV[i + 1])
   i = i + 2
   if kind == "gcra" or kind == "token-bucket" or kind == "leaky-bucket" then
@@ -15,23 +15,27 @@ local function parse_limit(now, i, k)
       ["token-bucket"] = decide_token_bucket,
       ["leaky-bucket"] = decide_leaky_bucket,
     })[kind]
-    return function(op) return decide(KEYS[k], now, n, op, p) end, i, k + 1
+    local key = KEYS[k]
+    return function(op) return decide(key, now, n, op, p) end, i, k + 1
   elseif kind == "leaky-queue" then
     local p
     p, i = bucket_params(ARGV, i)
     local no_wait = tonumber(ARGV[i])
-    return function(op) return decide_leaky_queue(KEYS[k], now, n, op, p, no_wait) end,
+    local key = KEYS[k]
+    return function(op) return decide_leaky_queue(key, now, n, op, p, no_wait) end,
       i + 1, k + 1
   elseif kind == "fixed-window" or kind == "sliding-log" then
     local limit, window, grace_ms = tonumber(ARGV[i]), tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2])
     local decide = decide_fixed_window
     if kind == "sliding-log" then decide = decide_sliding_log end
-    return function() return decide(KEYS[k], now, n, limit, window, grace_ms) end, i + 3, k + 1
+    local key = KEYS[k]
+    return function() return decide(key, now, n, limit, window, grace_ms) end, i + 3, k + 1
   elseif kind == "sliding-window" then
     local limit, window = tonumber(ARGV[i]), tonumber(ARGV[i + 1])
     local buckets, grace_ms = tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3])
+    local key = KEYS[k]
     return function()
-      return decide_sliding_window(KEYS[k], now, n, limit, window, buckets, grace_ms)
+      return decide_sliding_window(key, now, n, limit, window, buckets, grace_ms)
     end, i + 4, k + 1
   elseif kind == "redisson" then
     local client, grace_ms = ARGV[i], tonumber(ARGV[i + 1])
@@ -49,15 +53,15 @@ local function parse_limit(now, i, k)
   fail("args", "unknown algorithm " .. tostring(kind))
 end
 
-local function run()
-  local now = decision_time()
+local function run(KEYS, ARGV)
+  local now = decision_time(ARGV[1])
   local op = ARGV[2]
   local count = tonumber(ARGV[3])
   local i, k = 4, 1
   local deciders, decisions, commits = {}, {}, {}
   local all_allowed = true
   for j = 1, count do
-    deciders[j], i, k = parse_limit(now, i, k)
+    deciders[j], i, k = parse_limit(KEYS, ARGV, now, i, k)
     decisions[j], commits[j] = deciders[j](op)
     if decisions[j][1] ~= 1 then all_allowed = false end
   end
@@ -77,4 +81,4 @@ local function run()
   return reply
 end
 
-return finish(pcall(run))
+local function decide_all(KEYS, ARGV) return finish(pcall(run, KEYS, ARGV)) end

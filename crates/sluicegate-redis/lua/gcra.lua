@@ -1,26 +1,13 @@
--- GCRA. Concatenated after prelude.lua and bucket_prelude.lua (see src/store.rs).
+-- GCRA. Concatenated after prelude.lua and bucket_prelude.lua (see src/scripts.rs).
 
--- GCRA (gcra.rs). State: hash {t = TAT us, r = TAT remainder ticks, d}.
+-- GCRA (gcra.rs). State: the TAT (see read_tat).
 -- Parameters: d, interval, tolerance, burst, initial TAT us, initial TAT remainder,
 -- max_wait_us (-1: none), grace_ms.
 local function decide_gcra(key, now, n, op, p)
-  local f = hash_fields(key, "t", "r", "d")
-  local tat_us, tat_r
-  if f[1] == false then
-    tat_us, tat_r = p.init_a, p.init_b
-  else
-    local d_old = int_field(key, "d", f[3], 1, 1024)
-    tat_us = int_field(key, "t", f[1], 0, 2 ^ 53)
-    tat_r = int_field(key, "r", f[2], 0, d_old - 1)
-    tat_us, tat_r = convert_pair(tat_us, tat_r, d_old, p.d)
-  end
+  local tat_us, tat_r = read_tat(key, p)
   local debt = ticks_after(key, tat_us, tat_r, now, 0, p.d)
   local debt_after = debt + n * p.interval
-  local function commit()
-    local q, r = idiv(debt_after, p.d)
-    redis.call("HSET", key, "t", now + q, "r", r, "d", p.d)
-    pexpire(key, debt_after, p.d, p.grace_ms)
-  end
+  local function commit() write_tat(key, now, debt_after, p) end
   if debt_after <= p.tolerance then
     return bucket_allow(p, debt_after), commit
   end

@@ -1,18 +1,15 @@
 -- Leaky bucket (meter) and leaky queue (nginx). Concatenated after prelude.lua and
--- bucket_prelude.lua (see src/store.rs).
+-- bucket_prelude.lua (see src/scripts.rs).
 
--- Leaky bucket as a meter (leaky_bucket.rs). State: hash {l = level ticks, u, r = leaked-at
--- pair, d, i}. Parameters as GCRA (the initial pair unused: a missing key is empty).
+-- Leaky bucket as a meter (leaky_bucket.rs). State: the string "l:u:r:d:i" (level ticks,
+-- leaked-at pair, d, interval). Parameters as GCRA (the initial pair unused: a missing key is
+-- empty).
 local function decide_leaky_bucket(key, now, n, op, p)
-  local f = hash_fields(key, "l", "u", "r", "d", "i")
   local level, lu, lr = 0, 0, 0
-  if f[1] ~= false then
-    local d_old = int_field(key, "d", f[4], 1, 1024)
-    local i_old = int_field(key, "i", f[5], 1, EXACT)
-    level = int_field(key, "l", f[1], 0, EXACT)
-    lu = int_field(key, "u", f[2], 0, 2 ^ 53)
-    lr = int_field(key, "r", f[3], 0, d_old - 1)
-    lu, lr = convert_pair(lu, lr, d_old, p.d)
+  local raw_level, u, r, d_old, i_old = read_level(key)
+  if raw_level ~= nil then
+    level = int_field(key, "l", raw_level, 0, EXACT)
+    lu, lr = convert_pair(u, r, d_old, p.d)
     if d_old ~= p.d or i_old ~= p.interval then
       -- Other parameters: keep the time until empty (rounded up), not the level.
       level = math.min(ceil_div(level, d_old) * p.d, EXACT)
@@ -32,8 +29,7 @@ local function decide_leaky_bucket(key, now, n, op, p)
   local after = level_at + n * p.interval
   if after <= p.tolerance then
     return bucket_allow(p, after), function()
-      redis.call("HSET", key, "l", after, "u", now_us, "r", now_r, "d", p.d, "i", p.interval)
-      pexpire(key, after + (now_us - now) * p.d + now_r, p.d, p.grace_ms)
+      write_level(key, after, now_us, now_r, p, after + (now_us - now) * p.d + now_r)
     end
   end
   return bucket_deny(p, level_at, ceil_div(after - p.tolerance, p.d)), nil
@@ -43,14 +39,7 @@ end
 -- requests wait for the queue beyond no_wait ticks. State as GCRA. Parameters as GCRA, then
 -- no_wait.
 local function decide_leaky_queue(key, now, n, op, p, no_wait)
-  local f = hash_fields(key, "t", "r", "d")
-  local tat_us, tat_r = p.init_a, p.init_b
-  if f[1] ~= false then
-    local d_old = int_field(key, "d", f[3], 1, 1024)
-    tat_us = int_field(key, "t", f[1], 0, 2 ^ 53)
-    tat_r = int_field(key, "r", f[2], 0, d_old - 1)
-    tat_us, tat_r = convert_pair(tat_us, tat_r, d_old, p.d)
-  end
+  local tat_us, tat_r = read_tat(key, p)
   local queue = ticks_after(key, tat_us, tat_r, now, 0, p.d)
   local queue_after = queue + n * p.interval
   local wait = ceil_div(math.max(0, queue_after - no_wait), p.d)
@@ -63,8 +52,6 @@ local function decide_leaky_queue(key, now, n, op, p, no_wait)
   local decision = bucket_allow(p, queue_after)
   decision[6] = wait
   return decision, function()
-    local q, r = idiv(queue_after, p.d)
-    redis.call("HSET", key, "t", now + q, "r", r, "d", p.d)
-    pexpire(key, queue_after, p.d, p.grace_ms)
+    write_tat(key, now, queue_after, p)
   end
 end

@@ -1,8 +1,18 @@
--- The entry point of one fixed window alone, as one_gcra.lua is of GCRA. Concatenated after
--- prelude.lua and fixed_window.lua (see src/store.rs).
-return finish(pcall(function()
-  local now, op = decision_time(), ARGV[2]
-  local decision, commit = decide_fixed_window(KEYS[1], now, tonumber(ARGV[5]),
-    tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8]))
-  return single_reply(now, op, decision, commit)
-end))
+-- The entry point of one fixed window alone, as one_gcra.lua is of GCRA: ARGV now, op,
+-- permits, "limit:window_us:grace_ms". Concatenated after prelude.lua and fixed_window.lua
+-- (see src/scripts.rs).
+local function window_params(list)
+  if #list ~= 3 then fail("args", "window parameters") end
+  return list
+end
+
+local function run_one_fixed_window(KEYS, ARGV)
+  local now, op = decision_time(ARGV[1]), ARGV[2]
+  local p = one_params(ARGV[4], window_params)
+  return one_reply(now, op, decide_fixed_window(KEYS[1], now, tonumber(ARGV[3]), p[1], p[2],
+    p[3]))
+end
+
+local function one_fixed_window(KEYS, ARGV)
+  return finish(pcall(run_one_fixed_window, KEYS, ARGV))
+end

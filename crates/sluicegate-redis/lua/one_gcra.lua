@@ -1,10 +1,13 @@
--- The entry point of one GCRA limit alone (RedisLimiter's common case): decide.lua's
--- arguments (a count of 1) and reply, in a script without the other algorithms, since every
--- call builds the closures of everything a script defines. Concatenated after prelude.lua,
--- bucket_prelude.lua and gcra.lua (see src/store.rs).
-return finish(pcall(function()
-  local now, op = decision_time(), ARGV[2]
-  local decision, commit = decide_gcra(KEYS[1], now, tonumber(ARGV[5]), op,
-    (bucket_params(ARGV, 6)))
-  return single_reply(now, op, decision, commit)
-end))
+-- The entry point of one GCRA limit alone (RedisLimiter's common case), taking fewer arguments
+-- than decide.lua: ARGV now ("" = TIME), op, permits, then GCRA's parameters as one string
+-- (see one_params); KEYS the key. Reply: see one_reply (prelude.lua). Concatenated after
+-- prelude.lua, bucket_prelude.lua and gcra.lua (see src/scripts.rs): as an EVALSHA script,
+-- without the other algorithms, since every call of a script builds the closures of
+-- everything it defines.
+local function run_one_gcra(KEYS, ARGV)
+  local now, op = decision_time(ARGV[1]), ARGV[2]
+  return one_reply(now, op, decide_gcra(KEYS[1], now, tonumber(ARGV[3]), op,
+    one_params(ARGV[4], one_bucket_params)))
+end
+
+local function one_gcra(KEYS, ARGV) return finish(pcall(run_one_gcra, KEYS, ARGV)) end

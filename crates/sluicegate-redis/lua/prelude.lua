@@ -7,16 +7,23 @@
 -- ever formed in ticks: those are bounded by a bucket's tolerance, which the Rust side keeps
 -- below 2^50. Every division goes through idiv, which corrects the float quotient.
 --
--- ARGV: now ("" = the server's TIME), op, limit count, then per limit:
+-- The same code runs as Redis Functions (one library, loaded once: lua/functions.lua) or, on a
+-- Redis without them, as EVALSHA scripts (src/scripts.rs). Every entry point therefore takes
+-- its keys and arguments as parameters (KEYS, ARGV) rather than reading the script globals.
+--
+-- ARGV of decide (decide.lua): now ("" = the server's TIME), op, limit count, then per limit:
 --   kind, permits, then the kind's parameters (see the decide_* functions).
 -- KEYS: per limit, in order: one key (gcra, token-bucket) or two (concurrency).
 -- Reply: {"OK", now, then per limit: allowed, limit, remaining, reset_us, retry_us (-1: none),
 --   wait_us} or {"ERR", kind, detail}.
+-- The one-limit entry points (one.lua) take and return less: see there.
 
 local EXACT = 4503599627370496 -- 2^52: every stored difference stays below this
--- Numbers reach Redis as arguments of redis.call, which writes them exactly (%.17g); never
--- through Lua's own tostring or `..`, which keep only 14 digits.
+-- Numbers reach Redis through string.format("%d") (exact for integers below 2^63, and cheaper
+-- than redis.call's own %.17g), never through Lua's tostring or `..`, which keep 14 digits.
 
+-- Raised as a table, so every entry point runs under pcall and replies through finish: a
+-- table error escaping a Redis Function crashed Redis 7.0.15 (SIGSEGV formatting the error).
 local function fail(kind, detail)
   return error({ sluicegate = true, kind = kind, detail = detail })
 end
@@ -51,26 +58,75 @@ local function hash_fields(key, ...)
   return values
 end
 
-local function pexpire(key, ticks, d, grace_ms)
+-- A key's time to live in ms, as a string: until `ticks` (of 1/d us) from now, rounded up,
+-- plus the grace; at least 1.
+local function expiry_ms(ticks, d, grace_ms)
   local ms = ceil_div(ceil_div(ticks, d), 1000) + grace_ms
   if ms < 1 then ms = 1 end
-  redis.call("PEXPIRE", key, ms)
+  return string.format("%d", ms)
 end
 
--- The time of the decision: ARGV[1] in microseconds, or Redis's clock (TIME) if empty.
-local function decision_time()
-  if ARGV[1] == "" then
+local function pexpire(key, ticks, d, grace_ms)
+  redis.call("PEXPIRE", key, expiry_ms(ticks, d, grace_ms))
+end
+
+-- The state of the algorithms kept as one string of integers joined by ':' (bucket algorithms,
+-- fixed window), read with GET: the string, or false if the key is missing. Any other type
+-- under the key is a corrupt-state error.
+local function get_state(key)
+  local ok, raw = pcall(redis.call, "GET", key)
+  if not ok then fail("corrupt", key .. ": " .. tostring(raw.err or raw)) end
+  return raw
+end
+
+-- Such a state that does not have the expected shape.
+local function bad_state(key, raw)
+  fail("corrupt", key .. " = " .. string.format("%q", raw))
+end
+
+-- Writes such a state and its time to live in one call.
+local function set_state(key, value, ticks, d, grace_ms)
+  redis.call("SET", key, value, "PX", expiry_ms(ticks, d, grace_ms))
+end
+
+-- The time of the decision: `at` in microseconds, or Redis's clock (TIME) if empty.
+local function decision_time(at)
+  if at == "" then
     local t = redis.call("TIME")
     return tonumber(t[1]) * 1000000 + tonumber(t[2])
   end
-  return tonumber(ARGV[1])
+  return tonumber(at)
 end
 
--- One limit's reply, its state charged if it allowed and op is not a peek.
-local function single_reply(now, op, decision, commit)
+-- The reply of a one-limit entry point (one_*.lua), its state charged if it allowed and op is
+-- not a peek: {now, allowed, remaining, reset_us, retry_us, wait_us}, made of the decision
+-- itself (the client knows the limit).
+local function one_reply(now, op, decision, commit)
   if decision[1] == 1 and op ~= "peek" then commit() end
-  return { "OK", now, decision[1], decision[2], decision[3], decision[4], decision[5],
-    decision[6] }
+  decision[2] = decision[1]
+  decision[1] = now
+  return decision
+end
+
+-- A one-limit entry point takes its limit's parameters as one string of integers joined by
+-- ':'. As a Redis Function, whose library outlives its calls, it parses each distinct string
+-- once (a call would otherwise spend more on tonumber than on deciding); as a script, on
+-- every call. `parse` maps the list of numbers to the parameters.
+local params_seen, params_count = {}, 0
+local function one_params(raw, parse)
+  local p = params_seen[raw]
+  if p ~= nil then return p end
+  local list = {}
+  for v in string.gmatch(raw, "[^:]+") do
+    local n = tonumber(v)
+    if n == nil or n ~= math.floor(n) then fail("args", "parameters " .. raw) end
+    list[#list + 1] = n
+  end
+  p = parse(list)
+  if params_count >= 256 then params_seen, params_count = {}, 0 end
+  params_seen[raw] = p
+  params_count = params_count + 1
+  return p
 end
 
 -- The script's reply from pcall(run): run's reply, or {"ERR", kind, detail}.

@@ -1,22 +1,18 @@
 -- Token bucket. Concatenated after prelude.lua and bucket_prelude.lua
--- (see src/store.rs).
+-- (see src/scripts.rs).
 
--- Token bucket (token_bucket.rs). State: hash {l = level ticks (negative after
--- reservations), u = refilled-at us, r = refilled-at remainder ticks, d, i = interval}.
+-- Token bucket (token_bucket.rs). State: the string "l:u:r:d:i" (level ticks, negative after
+-- reservations; refilled-at pair; d; interval).
 -- Parameters as GCRA, with the initial level in place of the initial TAT pair.
 local function decide_token_bucket(key, now, n, op, p)
   local full = p.tolerance
-  local f = hash_fields(key, "l", "u", "r", "d", "i")
   local level, ref_us, ref_r
-  if f[1] == false then
+  local raw_level, u, r, d_old, i_old = read_level(key)
+  if raw_level == nil then
     level, ref_us, ref_r = p.init_a, 0, 0
   else
-    local d_old = int_field(key, "d", f[4], 1, 1024)
-    local i_old = int_field(key, "i", f[5], 1, EXACT)
-    level = int_field(key, "l", f[1], -EXACT, EXACT)
-    ref_us = int_field(key, "u", f[2], 0, 2 ^ 53)
-    ref_r = int_field(key, "r", f[3], 0, d_old - 1)
-    ref_us, ref_r = convert_pair(ref_us, ref_r, d_old, p.d)
+    level = int_field(key, "l", raw_level, -EXACT, EXACT)
+    ref_us, ref_r = convert_pair(u, r, d_old, p.d)
     if d_old ~= p.d or i_old ~= p.interval then
       -- Other parameters: keep the time until full (rounded up), not the level.
       local gap_us = ceil_div(math.max(0, full - level), d_old)
@@ -40,8 +36,7 @@ local function decide_token_bucket(key, now, n, op, p)
   local after = level_at - n * p.interval
   local debt_after = full - after
   local function commit()
-    redis.call("HSET", key, "l", after, "u", now_us, "r", now_r, "d", p.d, "i", p.interval)
-    pexpire(key, debt_after + (now_us - now) * p.d + now_r, p.d, p.grace_ms)
+    write_level(key, after, now_us, now_r, p, debt_after + (now_us - now) * p.d + now_r)
   end
   if after >= 0 then
     return bucket_allow(p, debt_after), commit

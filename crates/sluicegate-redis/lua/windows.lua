@@ -1,5 +1,5 @@
 -- Window algorithms kept as lists: sliding log (and Redisson's limiter on it), sliding
--- window. Concatenated after prelude.lua (see src/store.rs).
+-- window. Concatenated after prelude.lua (see src/scripts.rs).
 
 -- A list of (time or slot, permits) pairs, oldest first, strictly increasing.
 local function read_pairs(key, limit)

@@ -1,5 +1,6 @@
 //! Sluicegate's limiters shared through Redis: the core crate's algorithms run atomically in
-//! Redis as one Lua script per decision, with the same decisions as in memory.
+//! Redis as one Lua call per decision (a Redis Function, or a script on Redis 6), with the
+//! same decisions as in memory.
 //!
 //! - Times are integer microseconds, exactly as in the core crate; the script keeps every
 //!   number an exact integer below 2^53 (see `lua/prelude.lua`), so a trace run in memory and
@@ -20,6 +21,7 @@ mod lease;
 mod limit;
 mod limiter;
 mod redisson;
+mod scripts;
 mod store;
 #[cfg(feature = "testing")]
 pub mod testing;
@@ -32,4 +34,4 @@ pub use lease::Lease;
 pub use limit::{MAX_REDIS_TOLERANCE, RedisLimit};
 pub use limiter::{LimitRequest, MultiDecision, Now, RedisLimiter};
 pub use redisson::{RateConfig, RateLimiterObject, RateType};
-pub use store::{RedisStore, StoreConfig};
+pub use store::{RedisStore, ScriptMode, StoreConfig};

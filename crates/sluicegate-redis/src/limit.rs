@@ -7,6 +7,8 @@ use sluicegate::{
     QueueDelay, Rate, SlidingLog, SlidingWindow, TokenBucket, micros_ceil,
 };
 
+use crate::scripts::Entry;
+
 /// The largest window length, limit, or limit times window (weighted sliding window) the
 /// script counts exactly.
 const MAX_REDIS_WINDOW: u64 = 1 << 50;
@@ -292,15 +294,24 @@ impl RedisLimit {
         }
     }
 
+    /// The entry point deciding this limit alone, if it has one of its own.
+    pub(crate) fn one_entry(&self) -> Option<Entry> {
+        match self.kind {
+            LimitKind::Gcra(_) => Some(Entry::OneGcra),
+            LimitKind::TokenBucket(_) => Some(Entry::OneTokenBucket),
+            LimitKind::FixedWindow { .. } => Some(Entry::OneFixedWindow),
+            _ => None,
+        }
+    }
+
     /// The script's per-limit arguments after `kind, permits`.
     pub(crate) fn push_args(
         &self,
-        args: &mut Vec<Vec<u8>>,
+        args: &mut impl ArgSink,
         max_wait: Option<Micros>,
         lease: &str,
         grace_ms: u64,
     ) {
-        let mut push = |v: u64| args.push(v.to_string().into_bytes());
         match &self.kind {
             LimitKind::Gcra(b)
             | LimitKind::TokenBucket(b)
@@ -317,21 +328,21 @@ impl RedisLimit {
                     _ => (0, 0),
                 };
                 for v in [d, b.pace.interval, b.tolerance, b.burst, init_a, init_b] {
-                    push(v);
+                    args.number(v);
                 }
                 // -1 for "no limit on the wait"; waits beyond 2^53 µs are as good as none.
                 match max_wait {
-                    Some(w) => push(w.min(1 << 53)),
-                    None => args.push(b"-1".to_vec()),
+                    Some(w) => args.number(w.min(1 << 53)),
+                    None => args.bytes(b"-1"),
                 }
-                args.push(grace_ms.to_string().into_bytes());
+                args.number(grace_ms);
                 if let LimitKind::LeakyQueue { no_wait, .. } = self.kind {
-                    args.push(no_wait.to_string().into_bytes());
+                    args.number(no_wait);
                 }
             }
             LimitKind::FixedWindow { limit, window } | LimitKind::SlidingLog { limit, window } => {
                 for v in [*limit, *window, grace_ms] {
-                    args.push(v.to_string().into_bytes());
+                    args.number(v);
                 }
             }
             LimitKind::SlidingWindow {
@@ -340,15 +351,54 @@ impl RedisLimit {
                 buckets,
             } => {
                 for v in [*limit, *window, *buckets, grace_ms] {
-                    args.push(v.to_string().into_bytes());
+                    args.number(v);
                 }
             }
             LimitKind::Concurrency { limit, lease_us } => {
-                args.push(limit.to_string().into_bytes());
-                args.push(lease.as_bytes().to_vec());
-                args.push(lease_us.to_string().into_bytes());
-                args.push(grace_ms.to_string().into_bytes());
+                args.number(*limit);
+                args.bytes(lease.as_bytes());
+                args.number(*lease_us);
+                args.number(grace_ms);
             }
         }
+    }
+}
+
+/// Where a call's arguments go: a list of arguments, or one argument of joined numbers.
+pub(crate) trait ArgSink {
+    fn number(&mut self, value: u64);
+    fn bytes(&mut self, value: &[u8]);
+}
+
+impl ArgSink for Vec<Vec<u8>> {
+    fn number(&mut self, value: u64) {
+        self.push(value.to_string().into_bytes());
+    }
+
+    fn bytes(&mut self, value: &[u8]) {
+        self.push(value.to_vec());
+    }
+}
+
+/// Numbers joined by ':' into one argument, as the one-limit entry points take their
+/// parameters (see `one_params` in lua/prelude.lua).
+#[derive(Debug, Default)]
+pub(crate) struct Joined(pub(crate) Vec<u8>);
+
+impl ArgSink for Joined {
+    fn number(&mut self, value: u64) {
+        use std::io::Write as _;
+        if !self.0.is_empty() {
+            self.0.push(b':');
+        }
+        // Writing into a Vec cannot fail.
+        let _ = write!(self.0, "{value}");
+    }
+
+    fn bytes(&mut self, value: &[u8]) {
+        if !self.0.is_empty() {
+            self.0.push(b':');
+        }
+        self.0.extend_from_slice(value);
     }
 }

@@ -7,7 +7,8 @@ use sluicegate::{Decision, Micros, Op};
 
 use crate::error::RedisLimitError;
 use crate::lease::{Lease, new_lease_id};
-use crate::limit::{LimitKind, RedisLimit};
+use crate::limit::{Joined, LimitKind, RedisLimit};
+use crate::scripts::Entry;
 use crate::store::RedisStore;
 
 /// Where the time of a decision comes from.
@@ -73,6 +74,13 @@ impl RedisStore {
                 ));
             }
         };
+        if let [only] = requests
+            && let Some(entry) = only.limit.one_entry()
+        {
+            return self
+                .decide_one(entry, only, op, op_name, max_wait, now)
+                .await;
+        }
         let mut keys = Vec::new();
         let mut args = vec![
             now_arg(now),
@@ -90,21 +98,8 @@ impl RedisStore {
                     request.name
                 )));
             }
+            check_request(request, op)?;
             let permits = request.permits;
-            let capacity = request.limit.capacity();
-            if permits.get() > capacity {
-                return Err(RedisLimitError::InsufficientCapacity {
-                    requested: permits.get(),
-                    capacity,
-                });
-            }
-            if !request.limit.supports(op) {
-                return Err(RedisLimitError::Unsupported(format!(
-                    "{} does not support {}",
-                    request.limit.name(),
-                    op.name()
-                )));
-            }
             let lease = match request.limit.kind {
                 LimitKind::Concurrency { lease_us, .. } => {
                     let id = new_lease_id();
@@ -122,11 +117,7 @@ impl RedisStore {
                 .limit
                 .push_args(&mut args, max_wait, &lease, self.grace_ms);
         }
-        let single = match requests {
-            [only] => Some(&only.limit.kind),
-            _ => None,
-        };
-        let reply = self.run_script(single, &keys, &args).await?;
+        let reply = self.call_decide(&keys, &args).await?;
         let (now, decisions) = parse_reply(&reply, requests.len())?;
         let allowed = decisions.iter().all(|d| d.allowed());
         let leases = if allowed && op.consumes() {
@@ -150,6 +141,54 @@ impl RedisStore {
         })
     }
 
+    /// One limit with an entry point of its own: fewer arguments (its parameters in one),
+    /// fewer reply values.
+    async fn decide_one(
+        &self,
+        entry: Entry,
+        request: &LimitRequest<'_>,
+        op: Op,
+        op_name: &str,
+        max_wait: Option<Micros>,
+        now: Now,
+    ) -> Result<MultiDecision, RedisLimitError> {
+        check_request(request, op)?;
+        let key = self.keys.key(request.key, request.name.as_bytes(), "");
+        let mut params = Joined::default();
+        request
+            .limit
+            .push_args(&mut params, max_wait, "", self.grace_ms);
+        let reply = self
+            .call(entry, |cmd| {
+                cmd.arg(1).arg(&key);
+                match now {
+                    Now::Server => cmd.arg(""),
+                    Now::At(micros) => cmd.arg(micros),
+                };
+                cmd.arg(op_name).arg(request.permits.get()).arg(&params.0);
+            })
+            .await?;
+        let (now, decision) = parse_one_reply(&reply, request.limit.capacity())?;
+        Ok(MultiDecision {
+            allowed: decision.allowed(),
+            decisions: vec![decision],
+            leases: Vec::new(),
+            now,
+        })
+    }
+
+    /// Runs decide.lua on these keys and arguments.
+    pub(crate) async fn call_decide(
+        &self,
+        keys: &[Vec<u8>],
+        args: &[Vec<u8>],
+    ) -> Result<Vec<Value>, RedisLimitError> {
+        self.call(Entry::Decide, |cmd| {
+            cmd.arg(keys.len()).arg(keys).arg(args);
+        })
+        .await
+    }
+
     /// Gives back (`release`) or extends (`renew`) a concurrency lease. `Ok(false)` if the
     /// lease is no longer held (it expired, or was released already).
     pub(crate) async fn lease_op(
@@ -163,10 +202,30 @@ impl RedisStore {
         args.push(limit.name().into());
         args.push(lease.permits.to_string().into());
         limit.push_args(&mut args, None, &lease.id, self.grace_ms);
-        let reply = self.run_script(None, &lease.keys, &args).await?;
+        let reply = self.call_decide(&lease.keys, &args).await?;
         let (_, decisions) = parse_reply(&reply, 1)?;
         Ok(decisions.first().is_some_and(|d| d.allowed()))
     }
+}
+
+/// Refuses what no limit could grant, and ops the algorithm does not take.
+fn check_request(request: &LimitRequest<'_>, op: Op) -> Result<(), RedisLimitError> {
+    let permits = request.permits.get();
+    let capacity = request.limit.capacity();
+    if permits > capacity {
+        return Err(RedisLimitError::InsufficientCapacity {
+            requested: permits,
+            capacity,
+        });
+    }
+    if !request.limit.supports(op) {
+        return Err(RedisLimitError::Unsupported(format!(
+            "{} does not support {}",
+            request.limit.name(),
+            op.name()
+        )));
+    }
+    Ok(())
 }
 
 pub(crate) fn now_arg(now: Now) -> Vec<u8> {
@@ -198,6 +257,62 @@ fn micros(value: &Value) -> Result<u64, RedisLimitError> {
     u64::try_from(n).map_err(|_| RedisLimitError::UnexpectedReply(format!("negative time {n}")))
 }
 
+/// The error of an `{"ERR", kind, detail}` reply.
+fn script_error(reply: &[Value]) -> RedisLimitError {
+    let kind = reply.get(1).map(text).unwrap_or_default();
+    let detail = reply.get(2).map(text).unwrap_or_default();
+    match kind.as_str() {
+        "corrupt" => RedisLimitError::CorruptState(detail),
+        "unconfigured" => RedisLimitError::NotConfigured(detail),
+        "capacity" => {
+            let mut numbers = detail.split(' ').map(str::parse::<u64>);
+            match (numbers.next(), numbers.next()) {
+                (Some(Ok(requested)), Some(Ok(capacity))) => {
+                    RedisLimitError::InsufficientCapacity {
+                        requested,
+                        capacity,
+                    }
+                }
+                _ => RedisLimitError::UnexpectedReply(detail),
+            }
+        }
+        "overflow" => RedisLimitError::Unsupported(detail),
+        _ => RedisLimitError::Script(format!("{kind}: {detail}")),
+    }
+}
+
+/// Reads a one-limit entry point's `{now, allowed, remaining, reset_us, retry_us, wait_us}`
+/// or `{"ERR", kind, detail}`; the limit is the one asked.
+fn parse_one_reply(reply: &[Value], limit: u64) -> Result<(Micros, Decision), RedisLimitError> {
+    match reply {
+        [now, allowed, remaining, reset, retry, wait] => Ok((
+            micros(now)?,
+            decision(allowed, limit, remaining, reset, retry, wait)?,
+        )),
+        [first, ..] if text(first) == "ERR" => Err(script_error(reply)),
+        _ => Err(RedisLimitError::UnexpectedReply(format!("{reply:?}"))),
+    }
+}
+
+/// A decision from the script's numbers: `allowed` is 1 or 0, times are µs, and a negative
+/// `retry` means none.
+fn decision(
+    allowed: &Value,
+    limit: u64,
+    remaining: &Value,
+    reset: &Value,
+    retry: &Value,
+    wait: &Value,
+) -> Result<Decision, RedisLimitError> {
+    let (remaining, reset) = (micros(remaining)?, micros(reset)?);
+    let decision = if int(allowed)? == 1 {
+        Decision::allow(limit, remaining, reset)
+    } else {
+        Decision::deny(limit, remaining, reset, u64::try_from(int(retry)?).ok())
+    };
+    Ok(decision.with_wait(micros(wait)?))
+}
+
 /// Reads `{"OK", now, 6 numbers per limit}` or `{"ERR", kind, detail}`.
 pub(crate) fn parse_reply(
     reply: &[Value],
@@ -205,28 +320,7 @@ pub(crate) fn parse_reply(
 ) -> Result<(Micros, Vec<Decision>), RedisLimitError> {
     match reply.first().map(text).as_deref() {
         Some("OK") => {}
-        Some("ERR") => {
-            let kind = reply.get(1).map(text).unwrap_or_default();
-            let detail = reply.get(2).map(text).unwrap_or_default();
-            return Err(match kind.as_str() {
-                "corrupt" => RedisLimitError::CorruptState(detail),
-                "unconfigured" => RedisLimitError::NotConfigured(detail),
-                "capacity" => {
-                    let mut numbers = detail.split(' ').map(str::parse::<u64>);
-                    match (numbers.next(), numbers.next()) {
-                        (Some(Ok(requested)), Some(Ok(capacity))) => {
-                            RedisLimitError::InsufficientCapacity {
-                                requested,
-                                capacity,
-                            }
-                        }
-                        _ => RedisLimitError::UnexpectedReply(detail),
-                    }
-                }
-                "overflow" => RedisLimitError::Unsupported(detail),
-                _ => RedisLimitError::Script(format!("{kind}: {detail}")),
-            });
-        }
+        Some("ERR") => return Err(script_error(reply)),
         _ => return Err(RedisLimitError::UnexpectedReply(format!("{reply:?}"))),
     }
     if reply.len() != 2 + 6 * count {
@@ -238,16 +332,7 @@ pub(crate) fn parse_reply(
     let now = micros(&reply[1])?;
     let decisions = reply[2..]
         .chunks_exact(6)
-        .map(|d| {
-            let retry = int(&d[4])?;
-            let (limit, remaining, reset_after) = (micros(&d[1])?, micros(&d[2])?, micros(&d[3])?);
-            let decision = if int(&d[0])? == 1 {
-                Decision::allow(limit, remaining, reset_after)
-            } else {
-                Decision::deny(limit, remaining, reset_after, u64::try_from(retry).ok())
-            };
-            Ok(decision.with_wait(micros(&d[5])?))
-        })
+        .map(|d| decision(&d[0], micros(&d[1])?, &d[2], &d[3], &d[4], &d[5]))
         .collect::<Result<Vec<_>, RedisLimitError>>()?;
     Ok((now, decisions))
 }

@@ -188,7 +188,7 @@ impl RateLimiterObject {
             self.client_id.clone().into_bytes(),
             self.store.grace_ms.to_string().into_bytes(),
         ];
-        let reply = self.store.run_script(None, &self.keys(), &args).await?;
+        let reply = self.store.call_decide(&self.keys(), &args).await?;
         let (_, mut decisions) = parse_reply(&reply, 1)?;
         decisions
             .pop()

@@ -1,70 +1,19 @@
-//! The connection to Redis (single server or Cluster), the per-call timeout, and the
-//! decision scripts.
+//! The connection to Redis (single server or Cluster), the per-call timeout, and how calls
+//! reach the Lua code: `FCALL` of the library, or `EVALSHA` where Redis has no Functions.
 
-use std::sync::LazyLock;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
-use redis::{Script, Value};
+use redis::{Cmd, Value};
 use sluicegate::ConfigError;
 
 use crate::error::RedisLimitError;
 use crate::keys::KeyScheme;
-use crate::limit::LimitKind;
-
-/// The decision script of any set of limits: loaded once per server, then run by its SHA1
-/// (`EVALSHA`); after a `NOSCRIPT` (a restarted or flushed server) it is loaded again and the
-/// call repeated. One script, kept in several files to be read one concern at a time.
-static DECIDE_SCRIPT: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        include_str!("../lua/prelude.lua"),
-        include_str!("../lua/bucket_prelude.lua"),
-        include_str!("../lua/gcra.lua"),
-        include_str!("../lua/token_bucket.lua"),
-        include_str!("../lua/leaky.lua"),
-        include_str!("../lua/concurrency.lua"),
-        include_str!("../lua/fixed_window.lua"),
-        include_str!("../lua/windows.lua"),
-        include_str!("../lua/decide.lua"),
-    ))
-});
-
-/// The same decision for one GCRA limit alone, in a script holding only GCRA: Redis builds a
-/// closure for every function a script defines on every call, which made the full script
-/// cost about twice as much per call as the decision itself.
-static ONE_GCRA_SCRIPT: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        include_str!("../lua/prelude.lua"),
-        include_str!("../lua/bucket_prelude.lua"),
-        include_str!("../lua/gcra.lua"),
-        include_str!("../lua/one_gcra.lua"),
-    ))
-});
-
-/// One token bucket alone, as [`ONE_GCRA_SCRIPT`].
-static ONE_TOKEN_BUCKET_SCRIPT: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        include_str!("../lua/prelude.lua"),
-        include_str!("../lua/bucket_prelude.lua"),
-        include_str!("../lua/token_bucket.lua"),
-        include_str!("../lua/one_token_bucket.lua"),
-    ))
-});
-
-/// One fixed window alone, as [`ONE_GCRA_SCRIPT`].
-static ONE_FIXED_WINDOW_SCRIPT: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        include_str!("../lua/prelude.lua"),
-        include_str!("../lua/fixed_window.lua"),
-        include_str!("../lua/one_fixed_window.lua"),
-    ))
-});
-
-/// The configuration script of Redisson-style limiters.
-static CONFIG_SCRIPT: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../lua/config.lua")));
+use crate::scripts::{Entry, LIBRARY};
 
 /// How a [`RedisStore`] connects and names its keys.
 #[derive(Debug, Clone)]
@@ -77,6 +26,22 @@ pub struct StoreConfig {
     /// Added to every key's time to live, beyond the time until its state is fresh (default
     /// zero). Useful when callers pass their own `now` from clocks that may run behind Redis's.
     pub expiry_grace: Duration,
+    /// How calls run the Lua code (default [`ScriptMode::Auto`]).
+    pub scripts: ScriptMode,
+}
+
+/// How a [`RedisStore`] runs its Lua code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ScriptMode {
+    /// Redis Functions (`FCALL`; Redis 7 and later), the library loaded on first use and
+    /// again on any node that lost it (a restart, `FUNCTION FLUSH`); `EVALSHA` scripts from
+    /// the first sign that the server has no Functions.
+    #[default]
+    Auto,
+    /// `EVALSHA` scripts only, as on Redis 6, each loaded on first use and after a
+    /// `SCRIPT FLUSH` or restart. Redis runs a script's whole body on every call, so this
+    /// costs more server time per decision.
+    Eval,
 }
 
 impl Default for StoreConfig {
@@ -85,6 +50,7 @@ impl Default for StoreConfig {
             prefix: "sluicegate:".into(),
             timeout: Duration::from_secs(1),
             expiry_grace: Duration::ZERO,
+            scripts: ScriptMode::Auto,
         }
     }
 }
@@ -103,6 +69,8 @@ pub struct RedisStore {
     pub(crate) keys: KeyScheme,
     timeout: Duration,
     pub(crate) grace_ms: u64,
+    /// Whether calls go through `FCALL` (else `EVALSHA`); shared by the store's clones.
+    functions: Arc<AtomicBool>,
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -110,6 +78,7 @@ impl std::fmt::Debug for RedisStore {
         f.debug_struct("RedisStore")
             .field("keys", &self.keys)
             .field("timeout", &self.timeout)
+            .field("functions", &self.functions.load(Ordering::Relaxed))
             .finish_non_exhaustive()
     }
 }
@@ -164,6 +133,7 @@ impl RedisStore {
             keys,
             timeout: config.timeout,
             grace_ms,
+            functions: Arc::new(AtomicBool::new(config.scripts == ScriptMode::Auto)),
         }
     }
 
@@ -172,59 +142,102 @@ impl RedisStore {
         self.timeout
     }
 
-    /// Runs the decision script, within the timeout: the script of `single`'s algorithm alone
-    /// when the call decides that one limit (same arguments, same reply), else the full one.
-    pub(crate) async fn run_script(
-        &self,
-        single: Option<&LimitKind>,
-        keys: &[Vec<u8>],
-        args: &[Vec<u8>],
-    ) -> Result<Vec<Value>, RedisLimitError> {
-        let script: &Script = match single {
-            Some(LimitKind::Gcra(_)) => &ONE_GCRA_SCRIPT,
-            Some(LimitKind::TokenBucket(_)) => &ONE_TOKEN_BUCKET_SCRIPT,
-            Some(LimitKind::FixedWindow { .. }) => &ONE_FIXED_WINDOW_SCRIPT,
-            _ => &DECIDE_SCRIPT,
-        };
-        self.run(script, keys, args).await
+    /// Whether calls currently go through Redis Functions (`FCALL`) rather than `EVALSHA`.
+    pub fn uses_functions(&self) -> bool {
+        self.functions.load(Ordering::Relaxed)
     }
 
-    /// Runs the configuration script of Redisson-style limiters, within the timeout.
+    /// Calls `entry` with the key count, keys and arguments `fill` appends, within the
+    /// timeout. Loads the library (or script) the first time a server lacks it and repeats
+    /// the call once.
+    pub(crate) async fn call(
+        &self,
+        entry: Entry,
+        fill: impl Fn(&mut Cmd) + Sync,
+    ) -> Result<Vec<Value>, RedisLimitError> {
+        let reply =
+            match tokio::time::timeout(self.timeout, self.call_once_loaded(entry, &fill)).await {
+                Ok(result) => result.map_err(|e| RedisLimitError::from_redis(e, self.timeout))?,
+                Err(_) => return Err(RedisLimitError::Timeout(self.timeout)),
+            };
+        match reply {
+            Value::Array(items) => Ok(items),
+            Value::Int(n) => Ok(vec![Value::Int(n)]),
+            other => Err(RedisLimitError::UnexpectedReply(format!("{other:?}"))),
+        }
+    }
+
+    /// Runs the configuration code of Redisson-style limiters, within the timeout.
     pub(crate) async fn run_config_script(
         &self,
         keys: &[Vec<u8>],
         args: &[Vec<u8>],
     ) -> Result<Vec<Value>, RedisLimitError> {
-        self.run(&CONFIG_SCRIPT, keys, args).await
+        self.call(Entry::Config, |cmd| {
+            cmd.arg(keys.len()).arg(keys).arg(args);
+        })
+        .await
     }
 
-    async fn run(
+    async fn call_once_loaded(
         &self,
-        script: &Script,
-        keys: &[Vec<u8>],
-        args: &[Vec<u8>],
-    ) -> Result<Vec<Value>, RedisLimitError> {
-        let mut invocation = script.prepare_invoke();
-        for key in keys {
-            invocation.key(key.as_slice());
-        }
-        for arg in args {
-            invocation.arg(arg.as_slice());
-        }
-        let reply: Value = match &self.connection {
-            Connection::Single(manager) => {
-                let mut manager = manager.clone();
-                bounded(self.timeout, invocation.invoke_async(&mut manager)).await?
+        entry: Entry,
+        fill: &(dyn Fn(&mut Cmd) + Sync),
+    ) -> redis::RedisResult<Value> {
+        let mut loaded = false;
+        loop {
+            let functions = self.functions.load(Ordering::Relaxed);
+            // Room for a one-limit call's arguments, so that building it allocates once.
+            let mut cmd = Cmd::with_capacity(8, 192);
+            if functions {
+                cmd.arg("FCALL").arg(entry.function());
+            } else {
+                cmd.arg("EVALSHA").arg(entry.script().get_hash());
             }
-            Connection::Cluster(cluster) => {
-                let mut cluster = cluster.clone();
-                bounded(self.timeout, invocation.invoke_async(&mut cluster)).await?
+            fill(&mut cmd);
+            let error = match self.query::<Value>(&cmd).await {
+                Ok(reply) => return Ok(reply),
+                Err(error) => error,
+            };
+            if functions && unknown_command(&error) {
+                // A Redis before 7 (or one that forbids FCALL): scripts from now on.
+                self.functions.store(false, Ordering::Relaxed);
+                continue;
             }
-        };
-        match reply {
-            Value::Array(items) => Ok(items),
-            Value::Int(n) => Ok(vec![Value::Int(n)]),
-            other => Err(RedisLimitError::UnexpectedReply(format!("{other:?}"))),
+            if loaded {
+                return Err(error);
+            }
+            if functions && is_error(&error, "ERR", "Function not found") {
+                let mut load = redis::cmd("FUNCTION");
+                load.arg("LOAD").arg("REPLACE").arg(&LIBRARY.code);
+                if let Err(error) = self.query::<Value>(&load).await {
+                    if !unknown_command(&error) {
+                        return Err(error);
+                    }
+                    // FCALL but no FUNCTION LOAD: scripts, loaded as they are first needed.
+                    self.functions.store(false, Ordering::Relaxed);
+                    continue;
+                }
+            } else if !functions && error.code() == Some("NOSCRIPT") {
+                match &self.connection {
+                    Connection::Single(manager) => {
+                        entry.script().load_async(&mut manager.clone()).await?
+                    }
+                    Connection::Cluster(cluster) => {
+                        entry.script().load_async(&mut cluster.clone()).await?
+                    }
+                };
+            } else {
+                return Err(error);
+            }
+            loaded = true;
+        }
+    }
+
+    async fn query<T: redis::FromRedisValue>(&self, cmd: &Cmd) -> redis::RedisResult<T> {
+        match &self.connection {
+            Connection::Single(manager) => cmd.query_async(&mut manager.clone()).await,
+            Connection::Cluster(cluster) => cmd.query_async(&mut cluster.clone()).await,
         }
     }
 
@@ -233,17 +246,18 @@ impl RedisStore {
         &self,
         cmd: &redis::Cmd,
     ) -> Result<T, RedisLimitError> {
-        match &self.connection {
-            Connection::Single(manager) => {
-                let mut manager = manager.clone();
-                bounded(self.timeout, cmd.query_async(&mut manager)).await
-            }
-            Connection::Cluster(cluster) => {
-                let mut cluster = cluster.clone();
-                bounded(self.timeout, cmd.query_async(&mut cluster)).await
-            }
-        }
+        bounded(self.timeout, self.query(cmd)).await
     }
+}
+
+/// A server error with this code whose message starts with `detail`.
+fn is_error(error: &redis::RedisError, code: &str, detail: &str) -> bool {
+    error.code() == Some(code) && error.detail().is_some_and(|d| d.starts_with(detail))
+}
+
+/// The server does not know the command (`FCALL`, `FUNCTION` before Redis 7).
+fn unknown_command(error: &redis::RedisError) -> bool {
+    is_error(error, "ERR", "unknown command")
 }
 
 /// Awaits `call` for at most `timeout`.

@@ -216,49 +216,80 @@ async fn bad_input_is_an_error_never_a_wrong_answer() -> Result<(), BoxError> {
         Err(RedisLimitError::Config(_))
     ));
 
-    // State another program overwrote.
+    // State another program overwrote: not the shape this crate writes, numbers out of range,
+    // another type under the key (a hash, as older versions wrote).
     redis.decide(b"victim", one(), Op::Check, now).await?;
+    for (key, bad) in [
+        ("sluicegate:{victim}bad", "oops"),
+        ("sluicegate:{victim}bad", "1763000000000000:0"),
+        ("sluicegate:{victim}bad", "1763000000000000:5:2"),
+        ("sluicegate:{victim}bad", "99999999999999999999:0:1"),
+        ("sluicegate:{victim}bad", "99999999999999999999"),
+        ("sluicegate:{victim}bad", "-5"),
+        ("sluicegate:{victim}bad", "1.5"),
+        ("sluicegate:{string}bad", "x"),
+    ] {
+        store
+            .command::<()>(redis::cmd("SET").arg(key).arg(bad))
+            .await?;
+        let tag = if key.contains("victim") {
+            "victim"
+        } else {
+            "string"
+        };
+        let err = redis
+            .decide(tag.as_bytes(), one(), Op::Check, now)
+            .await
+            .err();
+        assert!(
+            matches!(err, Some(RedisLimitError::CorruptState(_))),
+            "{bad}: {err:?}"
+        );
+        let kept: String = store.command(redis::cmd("GET").arg(key)).await?;
+        assert_eq!(kept, bad, "corrupt state is left as found");
+    }
     store
         .command::<()>(
             redis::cmd("HSET")
-                .arg("sluicegate:{victim}bad")
+                .arg("sluicegate:{hash}bad")
                 .arg("t")
-                .arg("oops"),
+                .arg("1"),
         )
         .await?;
-    let err = redis.decide(b"victim", one(), Op::Check, now).await.err();
+    let err = redis.decide(b"hash", one(), Op::Check, now).await.err();
     assert!(
         matches!(err, Some(RedisLimitError::CorruptState(_))),
         "{err:?}"
     );
-    store
-        .command::<()>(redis::cmd("SET").arg("sluicegate:{string}bad").arg("x"))
-        .await?;
-    let err = redis.decide(b"string", one(), Op::Check, now).await.err();
-    assert!(
-        matches!(err, Some(RedisLimitError::CorruptState(_))),
-        "{err:?}"
-    );
-    Ok(())
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_script_is_reloaded_after_a_flush() -> Result<(), BoxError> {
-    let server = RedisServer::start()?;
-    let store = server.store(StoreConfig::default()).await?;
-    let redis = RedisLimiter::new(
-        store.clone(),
-        RedisLimit::gcra(Rate::per_second(5)?, 5)?,
-        "x",
-    );
-    assert!(redis.check(b"k").await?.allowed());
-    store
-        .command::<()>(redis::cmd("SCRIPT").arg("FLUSH"))
-        .await?;
-    assert!(
-        redis.check(b"k").await?.allowed(),
-        "NOSCRIPT leads to a reload"
-    );
+    // The same for the other string layouts (token bucket, fixed window) and the decide path.
+    let others = [
+        RedisLimit::token_bucket(Rate::per_second(5)?, 5)?,
+        RedisLimit::fixed_window(5, Duration::from_secs(1))?,
+        RedisLimit::leaky_bucket(Rate::per_second(5)?, 5)?,
+        RedisLimit::leaky_queue(Rate::per_second(5)?, 5, QueueDelay::Shape)?,
+    ];
+    for (i, limit) in others.into_iter().enumerate() {
+        let name = format!("other{i}");
+        let limiter = RedisLimiter::new(store.clone(), limit, name.clone());
+        assert!(limiter.decide(b"k", one(), Op::Check, now).await?.allowed());
+        let key = format!("sluicegate:{{k}}{name}");
+        let good: String = store.command(redis::cmd("GET").arg(&key)).await?;
+        for bad in [
+            format!("{good}:1"),
+            format!("{good}x"),
+            format!(":{good}"),
+            String::new(),
+        ] {
+            store
+                .command::<()>(redis::cmd("SET").arg(&key).arg(&bad))
+                .await?;
+            let err = limiter.decide(b"k", one(), Op::Check, now).await.err();
+            assert!(
+                matches!(err, Some(RedisLimitError::CorruptState(_))),
+                "{name} {bad}: {err:?}"
+            );
+        }
+    }
     Ok(())
 }
 

@@ -4,7 +4,7 @@
 use std::num::NonZeroU64;
 
 use sluicegate::{Algorithm, Gcra, Op, Rate, TokenBucket};
-use sluicegate_redis::{Now, RedisLimit, RedisLimitError, RedisLimiter, StoreConfig};
+use sluicegate_redis::{Now, RedisLimit, RedisLimitError, RedisLimiter, ScriptMode, StoreConfig};
 
 use sluicegate_redis::testing::RedisCluster;
 
@@ -56,6 +56,34 @@ async fn cluster_decides_like_memory_for_keys_on_every_node() -> Result<(), BoxE
         });
     }
     assert_eq!(slots.len(), 3, "keys landed on every master");
+
+    // One limit alone has entry points of its own: on every master, through Functions (each
+    // master loads the library) and through EVALSHA scripts.
+    for scripts in [ScriptMode::Auto, ScriptMode::Eval] {
+        let store = cluster
+            .store(StoreConfig {
+                scripts,
+                ..StoreConfig::default()
+            })
+            .await?;
+        assert_eq!(store.uses_functions(), scripts == ScriptMode::Auto);
+        let name = format!("one-{scripts:?}");
+        let gcra = RedisLimiter::new(store.clone(), RedisLimit::gcra(rate, 3)?, name);
+        for user in 0..30u32 {
+            let key = format!("user-{user}");
+            let mut tat = memory_gcra.initial_state(0);
+            let mut now = 1_763_000_000_000_000 + u64::from(user);
+            for step in 0..6u64 {
+                now += step * 50_000;
+                let got = gcra
+                    .decide(key.as_bytes(), one, Op::Check, Now::At(now))
+                    .await?;
+                let expected = memory_gcra.decide(&mut tat, now, one, Op::Check)?;
+                assert_eq!(got, expected, "{scripts:?} user {user} step {step}");
+            }
+        }
+        assert_eq!(store.uses_functions(), scripts == ScriptMode::Auto);
+    }
 
     // Keys of one request in different slots: a clear error, nothing decided.
     let requests = [gcra.request(b"user-1"), bucket.request(b"user-2")];
@@ -119,5 +147,17 @@ async fn a_restarted_master_serves_again_without_a_new_store() -> Result<(), Box
         last.is_none(),
         "the cluster never served the key again: {last:?}"
     );
+    // The restarted master lost the library and was given it again.
+    assert!(store.uses_functions());
+    let output = std::process::Command::new("redis-cli")
+        .args([
+            "-p",
+            &cluster.nodes[node].port.to_string(),
+            "FUNCTION",
+            "LIST",
+        ])
+        .output()?;
+    let listed = String::from_utf8_lossy(&output.stdout);
+    assert!(listed.contains("sluicegate_"), "{listed}");
     Ok(())
 }

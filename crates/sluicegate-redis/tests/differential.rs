@@ -10,7 +10,9 @@ use sluicegate::{
     Algorithm, Concurrency, FixedWindow, Gcra, LeakyBucket, LeakyQueue, Op, QueueDelay, Rate,
     SlidingLog, SlidingWindow, TokenBucket,
 };
-use sluicegate_redis::{Now, RedisLimit, RedisLimitError, RedisLimiter, RedisStore, StoreConfig};
+use sluicegate_redis::{
+    Now, RedisLimit, RedisLimitError, RedisLimiter, RedisStore, ScriptMode, StoreConfig,
+};
 
 use sluicegate_redis::testing::RedisServer;
 
@@ -111,10 +113,12 @@ fn same<A: Algorithm>(
     Ok(())
 }
 
+/// Cases alternate between Redis Functions and EVALSHA scripts, which run the same Lua.
 struct Harness {
     _server: RedisServer,
     runtime: tokio::runtime::Runtime,
     store: RedisStore,
+    eval_store: RedisStore,
     cases: std::sync::atomic::AtomicU64,
 }
 
@@ -125,20 +129,31 @@ impl Harness {
             .enable_all()
             .build()?;
         let store = runtime.block_on(server.store(config()))?;
+        let eval_store = runtime.block_on(server.store(StoreConfig {
+            scripts: ScriptMode::Eval,
+            ..config()
+        }))?;
         Ok(Harness {
             _server: server,
             runtime,
             store,
+            eval_store,
             cases: std::sync::atomic::AtomicU64::new(0),
         })
     }
 
-    /// A limiter name no earlier case used, so cases start from fresh keys.
-    fn fresh_name(&self) -> String {
+    /// A limiter under a name no earlier case used, so cases start from fresh keys; on
+    /// Functions in even cases, on EVALSHA in odd ones.
+    fn limiter(&self, limit: RedisLimit) -> RedisLimiter {
         let case = self
             .cases
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        format!("case-{case}")
+        let store = if case % 2 == 0 {
+            &self.store
+        } else {
+            &self.eval_store
+        };
+        RedisLimiter::new(store.clone(), limit, format!("case-{case}"))
     }
 }
 
@@ -161,7 +176,7 @@ fn gcra_matches_memory() -> Result<(), BoxError> {
     runner.run(&strategy, |((rate, burst, initial, base), trace)| {
         let algorithm = Gcra::with_initial(rate, burst, initial).expect("valid gcra");
         let limit = RedisLimit::gcra_with_initial(rate, burst, initial).expect("valid limit");
-        let redis = RedisLimiter::new(h.store.clone(), limit, h.fresh_name());
+        let redis = h.limiter(limit);
         same(&h.runtime, &algorithm, &redis, base, &trace)
     })?;
     Ok(())
@@ -186,7 +201,7 @@ fn token_bucket_matches_memory() -> Result<(), BoxError> {
     runner.run(&strategy, |((rate, burst, initial, base), trace)| {
         let algorithm = TokenBucket::with_initial(rate, burst, initial).expect("valid bucket");
         let limit = RedisLimit::token_bucket_with_initial(rate, burst, initial).expect("valid");
-        let redis = RedisLimiter::new(h.store.clone(), limit, h.fresh_name());
+        let redis = h.limiter(limit);
         same(&h.runtime, &algorithm, &redis, base, &trace)
     })?;
     Ok(())
@@ -214,7 +229,7 @@ fn concurrency_matches_memory() -> Result<(), BoxError> {
         let algorithm = Concurrency::new(limit).expect("valid limit");
         let redis_limit =
             RedisLimit::concurrency(limit, Duration::from_secs(3600)).expect("valid limit");
-        let redis = RedisLimiter::new(h.store.clone(), redis_limit, h.fresh_name());
+        let redis = h.limiter(redis_limit);
         let mut held = algorithm.initial_state(0);
         let mut leases = Vec::new();
         let now = Now::At(1_763_000_000_000_000);
@@ -295,7 +310,7 @@ fn window_case<A: Algorithm>(
             // Parameters both sides reject (more buckets than microseconds): nothing to run.
             return Ok(());
         };
-        let redis = RedisLimiter::new(h.store.clone(), redis_limit, h.fresh_name());
+        let redis = h.limiter(redis_limit);
         same(&h.runtime, &algorithm, &redis, base, &trace)
     })?;
     Ok(())
@@ -354,7 +369,7 @@ fn leaky_bucket_matches_memory() -> Result<(), BoxError> {
     runner.run(&strategy, |((rate, capacity, base), trace)| {
         let algorithm = LeakyBucket::new(rate, capacity).expect("valid bucket");
         let limit = RedisLimit::leaky_bucket(rate, capacity).expect("valid limit");
-        let redis = RedisLimiter::new(h.store.clone(), limit, h.fresh_name());
+        let redis = h.limiter(limit);
         same(&h.runtime, &algorithm, &redis, base, &trace)
     })?;
     Ok(())
@@ -381,7 +396,7 @@ fn leaky_queue_matches_memory() -> Result<(), BoxError> {
     runner.run(&strategy, |((rate, burst, delay, base), trace)| {
         let algorithm = LeakyQueue::new(rate, burst, delay).expect("valid queue");
         let limit = RedisLimit::leaky_queue(rate, burst, delay).expect("valid limit");
-        let redis = RedisLimiter::new(h.store.clone(), limit, h.fresh_name());
+        let redis = h.limiter(limit);
         same(&h.runtime, &algorithm, &redis, base, &trace)
     })?;
     Ok(())

@@ -10,7 +10,7 @@ use sluicegate::{
     Algorithm, CheckError, Decision, FixedWindow, Gcra, LeakyBucket, LeakyQueue, Micros, Op,
     QueueDelay, Rate, SlidingLog, SlidingWindow, TokenBucket,
 };
-use sluicegate_redis::{Now, RedisLimit, RedisLimitError, RedisLimiter, StoreConfig};
+use sluicegate_redis::{Now, RedisLimit, RedisLimitError, RedisLimiter, ScriptMode, StoreConfig};
 
 use sluicegate_redis::testing::RedisServer;
 
@@ -169,11 +169,17 @@ fn run_cases(
         expiry_grace: Duration::from_secs(3600),
         ..StoreConfig::default()
     };
+    // Cases alternate between Redis Functions and EVALSHA scripts.
+    let eval_store = runtime.block_on(server.store(StoreConfig {
+        scripts: ScriptMode::Eval,
+        ..config.clone()
+    }))?;
     let store = runtime.block_on(server.store(config))?;
     let cases = std::sync::atomic::AtomicU64::new(0);
     let mut runner = TestRunner::new(Config::with_cases(64));
     runner.run(&strategy, |(limits, trace)| {
         let case = cases.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let store = if case % 2 == 0 { &store } else { &eval_store };
         let mut refs = Vec::new();
         let mut redis = Vec::new();
         for (j, &(kind, size)) in limits.iter().enumerate() {

@@ -1,0 +1,154 @@
+//! The Lua code, twice: as one Redis Functions library (Redis 7+), loaded once per server and
+//! called with `FCALL`, and as `EVALSHA` scripts for servers without Functions. Redis runs a
+//! script's whole body on every `EVALSHA`, building a closure for every function it defines;
+//! a library's body runs once, at `FUNCTION LOAD`, so a call runs only its own code.
+
+use std::sync::LazyLock;
+
+use redis::Script;
+
+/// The code every entry point builds on.
+macro_rules! lua {
+    ($($file:literal),* $(,)?) => {
+        concat!($(include_str!(concat!("../lua/", $file))),*)
+    };
+}
+
+/// The library's code without its header, which names it after a hash of this.
+const LIBRARY_BODY: &str = lua!(
+    "prelude.lua",
+    "bucket_prelude.lua",
+    "gcra.lua",
+    "token_bucket.lua",
+    "leaky.lua",
+    "concurrency.lua",
+    "fixed_window.lua",
+    "windows.lua",
+    "decide.lua",
+    "one_gcra.lua",
+    "one_token_bucket.lua",
+    "one_fixed_window.lua",
+    "config.lua",
+    "functions.lua",
+);
+
+/// An entry point of the Lua code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Entry {
+    /// Any set of limits, all or nothing (`decide.lua`).
+    Decide,
+    /// One GCRA limit, with fewer arguments and reply values (`one_gcra.lua`).
+    OneGcra,
+    /// One token bucket (`one_token_bucket.lua`).
+    OneTokenBucket,
+    /// One fixed window (`one_fixed_window.lua`).
+    OneFixedWindow,
+    /// A Redisson-style limiter's configuration (`config.lua`).
+    Config,
+}
+
+const ENTRIES: [(Entry, &str); 5] = [
+    (Entry::Decide, "decide"),
+    (Entry::OneGcra, "one_gcra"),
+    (Entry::OneTokenBucket, "one_token_bucket"),
+    (Entry::OneFixedWindow, "one_fixed_window"),
+    (Entry::Config, "config"),
+];
+
+/// The library as `FUNCTION LOAD` takes it, and its functions' names in [`ENTRIES`] order.
+pub(crate) struct Library {
+    pub(crate) code: String,
+    names: Vec<String>,
+}
+
+/// Named after a hash of its code, so servers shared by several versions of this crate hold
+/// each version's library side by side.
+pub(crate) static LIBRARY: LazyLock<Library> = LazyLock::new(|| {
+    let hash = Script::new(LIBRARY_BODY).get_hash().to_owned();
+    let name = format!("sluicegate_{}", &hash[..16]);
+    Library {
+        code: format!("#!lua name={name}\nlocal FUNCTION_PREFIX = \"{name}_\"\n{LIBRARY_BODY}"),
+        names: ENTRIES
+            .iter()
+            .map(|(_, entry)| format!("{name}_{entry}"))
+            .collect(),
+    }
+});
+
+/// Every algorithm and the multi-limit entry point, for `EVALSHA`.
+static DECIDE_SCRIPT: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        lua!(
+            "prelude.lua",
+            "bucket_prelude.lua",
+            "gcra.lua",
+            "token_bucket.lua",
+            "leaky.lua",
+            "concurrency.lua",
+            "fixed_window.lua",
+            "windows.lua",
+            "decide.lua",
+        ),
+        "return decide_all(KEYS, ARGV)\n"
+    ))
+});
+
+/// One GCRA limit in a script holding GCRA alone: each `EVALSHA` builds only its closures.
+static ONE_GCRA_SCRIPT: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        lua!(
+            "prelude.lua",
+            "bucket_prelude.lua",
+            "gcra.lua",
+            "one_gcra.lua"
+        ),
+        "return one_gcra(KEYS, ARGV)\n"
+    ))
+});
+
+/// One token bucket alone, as [`ONE_GCRA_SCRIPT`].
+static ONE_TOKEN_BUCKET_SCRIPT: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        lua!(
+            "prelude.lua",
+            "bucket_prelude.lua",
+            "token_bucket.lua",
+            "one_token_bucket.lua"
+        ),
+        "return one_token_bucket(KEYS, ARGV)\n"
+    ))
+});
+
+/// One fixed window alone, as [`ONE_GCRA_SCRIPT`].
+static ONE_FIXED_WINDOW_SCRIPT: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        lua!("prelude.lua", "fixed_window.lua", "one_fixed_window.lua"),
+        "return one_fixed_window(KEYS, ARGV)\n"
+    ))
+});
+
+/// The configuration script of Redisson-style limiters.
+static CONFIG_SCRIPT: LazyLock<Script> =
+    LazyLock::new(|| Script::new(concat!(lua!("config.lua"), "return config(KEYS, ARGV)\n")));
+
+impl Entry {
+    /// The name `FCALL` calls it by.
+    pub(crate) fn function(self) -> &'static str {
+        let index = ENTRIES
+            .iter()
+            .position(|(entry, _)| *entry == self)
+            .unwrap_or(0);
+        &LIBRARY.names[index]
+    }
+
+    /// The script `EVALSHA` runs.
+    pub(crate) fn script(self) -> &'static Script {
+        match self {
+            Entry::Decide => &DECIDE_SCRIPT,
+            Entry::OneGcra => &ONE_GCRA_SCRIPT,
+            Entry::OneTokenBucket => &ONE_TOKEN_BUCKET_SCRIPT,
+            Entry::OneFixedWindow => &ONE_FIXED_WINDOW_SCRIPT,
+            Entry::Config => &CONFIG_SCRIPT,
+        }
+    }
+}
