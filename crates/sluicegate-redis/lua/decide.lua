@@ -26,16 +26,19 @@ local function parse_limit(KEYS, ARGV, now, i, k)
       i + 1, k + 1
   elseif kind == "fixed-window" or kind == "sliding-log" then
     local limit, window, grace_ms = tonumber(ARGV[i]), tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2])
-    local decide = decide_fixed_window
-    if kind == "sliding-log" then decide = decide_sliding_log end
     local key = KEYS[k]
-    return function() return decide(key, now, n, limit, window, grace_ms) end, i + 3, k + 1
+    if kind == "sliding-log" then
+      return function() return decide_sliding_log(key, now, n, limit, window, grace_ms) end,
+        i + 3, k + 1
+    end
+    return function(op) return decide_fixed_window(key, now, n, op, limit, window, grace_ms) end,
+      i + 3, k + 1
   elseif kind == "sliding-window" then
     local limit, window = tonumber(ARGV[i]), tonumber(ARGV[i + 1])
     local buckets, grace_ms = tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3])
     local key = KEYS[k]
-    return function()
-      return decide_sliding_window(key, now, n, limit, window, buckets, grace_ms)
+    return function(op)
+      return decide_sliding_window(key, now, n, op, limit, window, buckets, grace_ms)
     end, i + 4, k + 1
   elseif kind == "redisson" then
     local client, grace_ms = ARGV[i], tonumber(ARGV[i + 1])
@@ -65,7 +68,12 @@ local function run(KEYS, ARGV)
     decisions[j], commits[j] = deciders[j](op)
     if decisions[j][1] ~= 1 then all_allowed = false end
   end
-  if all_allowed and op ~= "peek" then
+  if op == "charge" then
+    -- Every limit counts the request, allowed or not (the core's decide_together).
+    for j = 1, count do
+      if commits[j] ~= nil then commits[j]() end
+    end
+  elseif all_allowed and op ~= "peek" then
     for j = 1, count do commits[j]() end
   elseif not all_allowed and op ~= "peek" then
     -- The limits that would have allowed report what they have left, uncharged (as the

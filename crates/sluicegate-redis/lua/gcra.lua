@@ -18,6 +18,13 @@ local function decide_gcra(key, now, n, op, p)
     decision[6] = wait
     return decision, commit
   end
+  if op == "charge" then
+    -- Counted all the same (gcra.rs): the same request fits once the debt has shrunk by
+    -- the overdraft it would add.
+    if debt_after >= EXACT then fail("overflow", key .. ": charged too far ahead") end
+    return bucket_deny(p, debt_after, ceil_div(debt_after + n * p.interval - p.tolerance, p.d)),
+      commit
+  end
   -- A try-reserve could pass once its wait has shrunk to max_wait.
   local retry = wait
   if op == "reserve" and p.max_wait >= 0 then retry = wait - p.max_wait end

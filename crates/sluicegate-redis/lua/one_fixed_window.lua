@@ -9,8 +9,8 @@ end
 local function run_one_fixed_window(KEYS, ARGV)
   local now, op = decision_time(ARGV[1]), ARGV[2]
   local p = one_params(ARGV[4], window_params)
-  return one_reply(now, op, decide_fixed_window(KEYS[1], now, tonumber(ARGV[3]), p[1], p[2],
-    p[3]))
+  return one_reply(now, op, decide_fixed_window(KEYS[1], now, tonumber(ARGV[3]), op, p[1],
+    p[2], p[3]))
 end
 
 local function one_fixed_window(KEYS, ARGV)

@@ -102,7 +102,8 @@ end
 -- not a peek: {now, allowed, remaining, reset_us, retry_us, wait_us}, made of the decision
 -- itself (the client knows the limit).
 local function one_reply(now, op, decision, commit)
-  if decision[1] == 1 and op ~= "peek" then commit() end
+  -- A denied charge comes with a commit of its own: it counts all the same.
+  if commit ~= nil and op ~= "peek" and (decision[1] == 1 or op == "charge") then commit() end
   decision[2] = decision[1]
   decision[1] = now
   return decision

@@ -48,6 +48,12 @@ local function decide_token_bucket(key, now, n, op, p)
     decision[6] = wait
     return decision, commit
   end
+  if op == "charge" then
+    -- Counted all the same, as GCRA counts it (token_bucket.rs decides as gcra.rs).
+    if debt_after >= EXACT then fail("overflow", key .. ": charged too far ahead") end
+    return bucket_deny(p, debt_after, ceil_div(debt_after + n * p.interval - p.tolerance, p.d)),
+      commit
+  end
   -- A try-reserve could pass once its wait has shrunk to max_wait.
   local retry = wait
   if op == "reserve" and p.max_wait >= 0 then retry = wait - p.max_wait end

@@ -113,7 +113,7 @@ end
 
 -- Sliding window (sliding_window.rs), K slots or (K = 0) Cloudflare's weighted two windows.
 -- State: list [slot1, p1, slot2, p2, ...]. Parameters: limit, window_us, K, grace_ms.
-local function decide_sliding_window(key, now, n, limit, window, k, grace_ms)
+local function decide_sliding_window(key, now, n, op, limit, window, k, grace_ms)
   local per, span = k, k
   if k == 0 then per, span = 1, 2 end
   -- floor(t * per / window) and ceil(j * window / per) without forming the big products.
@@ -126,21 +126,22 @@ local function decide_sliding_window(key, now, n, limit, window, k, grace_ms)
     return a * window + ceil_div(b * window, per)
   end
   local function slot_expiry(j) return slot_start(j + span) end
-  local ss, ps = read_pairs(key, limit)
-  local current = slot_of(now)
-  if #ss > 0 then current = math.max(ss[#ss], current) end
-  local dead = 0
-  for j = 1, #ss do
-    if ss[j] + span <= current then dead = j else break end
+  -- The current slot, how many leading pairs no longer count, and when the request counts.
+  local function standing(ss)
+    local current = slot_of(now)
+    if #ss > 0 then current = math.max(ss[#ss], current) end
+    local dead = 0
+    for j = 1, #ss do
+      if ss[j] + span <= current then dead = j else break end
+    end
+    return current, dead, math.max(now, slot_start(current))
   end
-  local at = math.max(now, slot_start(current))
-  local allowed, remaining, retry_at
-  if k > 0 then
-    local used = 0
-    for j = dead + 1, #ss do used = used + ps[j] end
-    if used + n <= limit then
-      allowed, remaining, retry_at = true, limit - used - n, 0
-    else
+  -- (allowed, remaining, retry_at) for n permits over the pairs that still count.
+  local function weigh(ss, ps, current, dead, at)
+    if k > 0 then
+      local used = 0
+      for j = dead + 1, #ss do used = used + ps[j] end
+      if used + n <= limit then return true, limit - used - n, 0 end
       local need = used - (limit - n)
       local freed, fits_at = 0, at
       for j = dead + 1, #ss do
@@ -148,9 +149,8 @@ local function decide_sliding_window(key, now, n, limit, window, k, grace_ms)
         fits_at = slot_expiry(ss[j])
         if freed >= need then break end
       end
-      allowed, remaining, retry_at = false, math.max(0, limit - used), fits_at
+      return false, math.max(0, limit - used), fits_at
     end
-  else
     local prev, curr = 0, 0
     for j = dead + 1, #ss do
       if ss[j] == current then curr = ps[j] else prev = ps[j] end
@@ -159,34 +159,49 @@ local function decide_sliding_window(key, now, n, limit, window, k, grace_ms)
     local cap = limit * window
     local carried = prev * (window - elapsed)
     local with_request = carried + (curr + n) * window
-    if with_request <= cap then
-      allowed, remaining, retry_at = true, (idiv(cap - with_request, window)), 0
-    else
-      allowed = false
-      remaining = (idiv(math.max(0, cap - (carried + curr * window)), window))
-      local excess = with_request - cap
-      local wait = nil
-      if prev > 0 then
-        wait = ceil_div(excess, prev)
-        if wait >= window - elapsed then wait = nil end
-      end
-      if wait then
-        retry_at = at + wait
-      else
-        local excess_next = math.max(0, (curr + n) * window - cap)
-        local into_next = 0
-        if excess_next > 0 then into_next = ceil_div(excess_next, math.max(curr, 1)) end
-        retry_at = slot_start(current + 1) + into_next
-      end
+    if with_request <= cap then return true, (idiv(cap - with_request, window)), 0 end
+    local remaining = (idiv(math.max(0, cap - (carried + curr * window)), window))
+    local excess = with_request - cap
+    if prev > 0 then
+      local wait = ceil_div(excess, prev)
+      if wait < window - elapsed then return false, remaining, at + wait end
+    end
+    local excess_next = math.max(0, (curr + n) * window - cap)
+    local into_next = 0
+    if excess_next > 0 then into_next = ceil_div(excess_next, math.max(curr, 1)) end
+    return false, remaining, slot_start(current + 1) + into_next
+  end
+  local function reset_from(ss, dead)
+    if #ss > dead then return math.max(0, slot_expiry(ss[#ss]) - now) end
+    return 0
+  end
+  -- Counts pass the limit only through charges (below), up to EXACT.
+  local ss, ps = read_pairs(key, EXACT)
+  local current, dead, at = standing(ss)
+  local allowed, remaining, retry_at = weigh(ss, ps, current, dead, at)
+  if allowed then
+    local reset = math.max(0, slot_expiry(current) - now)
+    return { 1, limit, remaining, reset, -1, 0 }, function()
+      append_pair(key, ss, ps, dead, current, n)
+      pexpire(key, reset, 1, grace_ms)
     end
   end
-  if not allowed then
-    local reset = 0
-    if #ss > dead then reset = math.max(0, slot_expiry(ss[#ss]) - now) end
-    return { 0, limit, remaining, reset, math.max(0, retry_at - now), 0 }, nil
+  if op ~= "charge" then
+    return { 0, limit, remaining, reset_from(ss, dead), math.max(0, retry_at - now), 0 }, nil
   end
-  local reset = math.max(0, slot_expiry(current) - now)
-  return { 1, limit, remaining, reset, -1, 0 }, function()
+  -- A denied charge is counted all the same; its answer is what the counts with it say.
+  local cs, cp = {}, {}
+  for j = dead + 1, #ss do cs[#cs + 1], cp[#cp + 1] = ss[j], ps[j] end
+  if #cs > 0 and cs[#cs] == current then
+    cp[#cp] = cp[#cp] + n
+  else
+    cs[#cs + 1], cp[#cp + 1] = current, n
+  end
+  if cp[#cp] >= EXACT then fail("overflow", key .. ": count too large") end
+  local c_current, c_dead, c_at = standing(cs)
+  local _, c_remaining, c_retry_at = weigh(cs, cp, c_current, c_dead, c_at)
+  local reset = reset_from(cs, c_dead)
+  return { 0, limit, c_remaining, reset, math.max(0, c_retry_at - now), 0 }, function()
     append_pair(key, ss, ps, dead, current, n)
     pexpire(key, reset, 1, grace_ms)
   end

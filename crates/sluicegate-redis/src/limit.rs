@@ -282,7 +282,17 @@ impl RedisLimit {
                 self.kind,
                 LimitKind::Gcra(_) | LimitKind::TokenBucket(_) | LimitKind::LeakyQueue { .. }
             ),
-            Op::Release | Op::Charge => false,
+            // As the core algorithms count denials: not a log (an entry per denied hit) nor a
+            // queue (a refused request never enters it).
+            Op::Charge => matches!(
+                self.kind,
+                LimitKind::Gcra(_)
+                    | LimitKind::TokenBucket(_)
+                    | LimitKind::LeakyBucket(_)
+                    | LimitKind::FixedWindow { .. }
+                    | LimitKind::SlidingWindow { .. }
+            ),
+            Op::Release => false,
         }
     }
 

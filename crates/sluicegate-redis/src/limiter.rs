@@ -68,11 +68,7 @@ impl RedisStore {
                     "release a concurrency permit with RedisLimiter::release(lease)".into(),
                 ));
             }
-            Op::Charge => {
-                return Err(RedisLimitError::Unsupported(
-                    "charge (counting denied requests) is not supported on Redis yet".into(),
-                ));
-            }
+            Op::Charge => ("charge", None),
         };
         if let [only] = requests
             && let Some(entry) = only.limit.one_entry()

@@ -55,6 +55,7 @@ fn events(max_permits: u64) -> impl Strategy<Value = Vec<Event>> {
     let op = prop_oneof![
         6 => Just(Op::Check),
         2 => Just(Op::Peek),
+        2 => Just(Op::Charge),
         1 => Just(Op::Reserve { max_wait: None }),
         1 => (0u64..3_000_000).prop_map(|w| Op::Reserve { max_wait: Some(w) }),
     ];

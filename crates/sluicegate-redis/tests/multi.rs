@@ -114,6 +114,7 @@ fn case(kinds: Vec<u8>, reserve: u32) -> impl Strategy<Value = (Vec<(u8, u64)>, 
         let op = prop_oneof![
             (8 - reserve) => Just(Op::Check),
             2 => Just(Op::Peek),
+            2 => Just(Op::Charge),
             reserve => (0u64..2_000_000).prop_map(|w| Op::Reserve { max_wait: Some(w) }),
             reserve => Just(Op::Reserve { max_wait: None }),
         ];
@@ -125,7 +126,7 @@ fn case(kinds: Vec<u8>, reserve: u32) -> impl Strategy<Value = (Vec<(u8, u64)>, 
 }
 
 /// The reference rule: each limit decides on a copy; all allowed: all charged; otherwise the
-/// ones that allowed report a peek.
+/// ones that allowed report a peek. A charge is kept by every limit, allowed or not.
 fn decide_together(
     refs: &mut [Box<dyn Reference>],
     now: Micros,
@@ -137,6 +138,13 @@ fn decide_together(
         decisions.push(r.decide(now, n, op, false)?);
     }
     let allowed = decisions.iter().all(|d| d.allowed());
+    if op == Op::Charge {
+        // Every limit counts the request, allowed or not.
+        for ((r, &n), decision) in refs.iter_mut().zip(permits).zip(decisions.iter_mut()) {
+            *decision = r.decide(now, n, op, true)?;
+        }
+        return Ok((allowed, decisions));
+    }
     for ((r, &n), decision) in refs.iter_mut().zip(permits).zip(decisions.iter_mut()) {
         if allowed {
             r.decide(now, n, op, op.consumes())?;

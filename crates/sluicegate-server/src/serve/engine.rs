@@ -105,9 +105,6 @@ impl Engine {
         options: EngineOptions,
         metrics: Arc<Metrics>,
     ) -> Result<Engine, EngineError> {
-        if options.count_denied && matches!(options.backend, BackendOptions::Redis(_)) {
-            return Err(EngineError::CountDeniedOnRedis);
-        }
         let limiters = build_limiter_table(&rules, None, options.count_denied)?;
         let redis = match &options.backend {
             BackendOptions::Memory => None,
@@ -200,7 +197,8 @@ impl Engine {
         // Held across the Redis call: a reload meanwhile does not change this call's rules.
         let loaded = self.loaded.load_full();
         let Plan { checks, stats } = self.plan(call, &loaded);
-        let decided = decide_on_redis(redis, &self.metrics, &checks).await;
+        let decided =
+            decide_on_redis(redis, &self.metrics, &checks, self.options.count_denied).await;
         self.verdict(call.descriptors.len(), &stats, decided)
     }
 

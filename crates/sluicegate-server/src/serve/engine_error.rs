@@ -28,10 +28,4 @@ pub enum EngineError {
         /// The algorithm's name.
         algorithm: &'static str,
     },
-    /// `--count-denied` with the Redis backend.
-    #[error(
-        "--count-denied is not yet supported with Redis (--redis, --redis-cluster): serve from \
-         memory to count denied requests, or leave --count-denied off"
-    )]
-    CountDeniedOnRedis,
 }

@@ -23,11 +23,13 @@ use crate::serve::engine::{Check, Decided, decide_in_memory, decide_one};
 use crate::serve::metrics::Metrics;
 use crate::serve::redis_table::RedisEnforcer;
 
-/// Decides `checks` in Redis, or by the failure policy if Redis fails.
+/// Decides `checks` in Redis, or by the failure policy if Redis fails. With `count_denied`,
+/// every limit is charged whatever the answer (`Op::Charge`), shadow-mode ones included.
 pub(crate) async fn decide_on_redis<'a>(
     backend: &RedisBackend,
     metrics: &Metrics,
     checks: &'a [Check],
+    count_denied: bool,
 ) -> Decided<'a> {
     let timeout = backend.options().timeout;
     let policy = backend.options().failure_policy;
@@ -36,7 +38,7 @@ pub(crate) async fn decide_on_redis<'a>(
     let store = backend.store();
     let outcome = match &store {
         Ok(store) => {
-            let decide = decide_enforced(store, backend.is_cluster(), &enforced);
+            let decide = decide_enforced(store, backend.is_cluster(), &enforced, count_denied);
             match tokio::time::timeout_at(deadline, decide).await {
                 Ok(Ok(outcome)) => Ok(outcome),
                 Ok(Err(error)) => Err(BackendFailure::Redis(error)),
@@ -50,13 +52,16 @@ pub(crate) async fn decide_on_redis<'a>(
         Err(failure) => {
             backend.note_failure(metrics, &failure);
             if policy == FailurePolicy::Local {
-                // `--count-denied` is refused with Redis: the engine never gets here with it.
-                return decide_in_memory(checks, false);
+                return decide_in_memory(checks, count_denied);
             }
             by_policy(policy, &enforced, timeout)
         }
     };
-    let op = if allowed { Op::Check } else { Op::Peek };
+    let op = match (count_denied, allowed) {
+        (true, _) => Op::Charge,
+        (false, true) => Op::Check,
+        (false, false) => Op::Peek,
+    };
     for check in checks.iter().filter(|c| c.shadow) {
         let decision = match (&store, &check.redis) {
             (_, None) => None,
@@ -120,6 +125,7 @@ async fn decide_enforced<'a>(
     store: &RedisStore,
     cluster: bool,
     enforced: &[&'a Check],
+    count_denied: bool,
 ) -> Result<(Decided<'a>, bool), RedisLimitError> {
     // The same limit on the same counter twice in one call (two identical descriptors) is
     // asked once for the sum of their hits: one script call may name a key only once.
@@ -147,13 +153,18 @@ async fn decide_enforced<'a>(
         };
         slot_of.push(Some(slot));
     }
-    // More hits than a limit can ever grant: that limit never passes, the others are peeked.
+    // More hits than a limit can ever grant: that limit never passes, the others are peeked
+    // (or, counting denials, charged).
     let fits: Vec<bool> = asked
         .iter()
         .map(|(enforcer, _, permits)| *permits <= enforcer.limit.capacity())
         .collect();
     never |= fits.contains(&false);
-    let op = if never { Op::Peek } else { Op::Check };
+    let op = match (count_denied, never) {
+        (true, _) => Op::Charge,
+        (false, true) => Op::Peek,
+        (false, false) => Op::Check,
+    };
     let requests: Vec<LimitRequest<'_>> = asked
         .iter()
         .zip(&fits)
@@ -182,7 +193,8 @@ async fn decide_enforced<'a>(
 }
 
 /// Decides `requests` together: one `decide_all` on a single server; under Cluster, one per
-/// counter key, peeked first when there are several (see the module docs).
+/// counter key, peeked first when there are several (see the module docs), except charges,
+/// which every group takes whatever the others answer.
 async fn decide_requests(
     store: &RedisStore,
     cluster: bool,
@@ -216,6 +228,10 @@ async fn decide_requests(
             .map(|d| d.ok_or_else(|| RedisLimitError::UnexpectedReply("missing decision".into())))
             .collect()
     };
+    if op == Op::Charge {
+        // Charged whatever the answer: nothing to peek first.
+        return run(op).await;
+    }
     let peeked = run(Op::Peek).await?;
     if !op.consumes() || !peeked.iter().all(|d| d.allowed()) {
         return Ok(peeked);
