@@ -18,6 +18,9 @@
 # on its current-thread runtime ("1 thread", as Node runs), rate-limiter-flexible as INFLIGHT async workers on one ioredis connection, `limits`
 # as INFLIGHT asyncio tasks on redis-py's connection pool. Every key gets 100 per second.
 #
+# BENCH_PIN=1 runs redis-server on CPU 0 and every client (and redis-benchmark) on CPU 1, so
+# that on a small machine the server and the client under test do not take turns on one core.
+#
 # BENCH_BASELINE=path/to/redis_bench (an examples/redis_bench binary built from another
 # commit) adds that build's gcra and fixed-window runs, labelled "sluicegate-redis (baseline)".
 #
@@ -46,10 +49,16 @@ fi
 cargo build --quiet --release -p sluicegate-redis --example redis_bench
 bin="${CARGO_TARGET_DIR:-$here/../../../target}/release/examples/redis_bench"
 
+server_cpu=() client_cpu=()
+if [ "${BENCH_PIN:-0}" = 1 ]; then
+  server_cpu=(taskset -c 0)
+  client_cpu=(taskset -c 1)
+fi
+
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 dir=$(mktemp -d)
 results="$dir/results"
-redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no --dir "$dir" \
+${server_cpu[@]+"${server_cpu[@]}"} redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no --dir "$dir" \
   --pidfile "$dir/redis.pid" >"$dir/redis.log" &
 redis_pid=$!
 trap 'kill $redis_pid 2>/dev/null; wait $redis_pid 2>/dev/null; rm -rf "$dir"' EXIT
@@ -67,7 +76,7 @@ run() {
   cli script flush >/dev/null
   cli config resetstat >/dev/null
   before=$(redis_ticks)
-  line=$("$@")
+  line=$(${client_cpu[@]+"${client_cpu[@]}"} "$@")
   after=$(redis_ticks)
   python3 - "$line" "$keys" "$round" "$((after - before))" "$(getconf CLK_TCK)" >>"$results" <<'PY'
 import json, sys
@@ -84,14 +93,15 @@ ceiling() {
   local sha rps
   sha=$(cli script load "return 1")
   cli config resetstat >/dev/null
-  rps=$(redis-benchmark -p "$port" "$@" -n "$((seconds * 40000))" --csv EVALSHA "$sha" 0 |
+  rps=$(${client_cpu[@]+"${client_cpu[@]}"} redis-benchmark -p "$port" "$@" -n "$((seconds * 40000))" --csv EVALSHA "$sha" 0 |
     tail -1 | cut -d, -f2 | tr -d '"')
   printf '{"impl":"redis-benchmark","algorithm":"EVALSHA return 1 (%s)","decisions":1,"per_second":%s,"keys":0,"round":%s,"redis_us_per_decision":null}\n' \
     "$*" "$rps" "$round" | tee -a "$results" >&2
 }
 
 echo "# $(date -u +%FT%TZ), $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs))," \
-  "redis $(redis-server --version | sed 's/.*v=\([^ ]*\).*/\1/'), ${seconds}s per run, $inflight in flight, $rounds rounds" >&2
+  "redis $(redis-server --version | sed 's/.*v=\([^ ]*\).*/\1/'), ${seconds}s per run, $inflight in flight, $rounds rounds," \
+  "pinned: ${BENCH_PIN:-0}, load average $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 export NODE_PATH="$cache/node/node_modules"
 url="redis://127.0.0.1:$port"
 for round in $(seq "$rounds"); do

@@ -74,8 +74,9 @@ end
 -- fixed window), read with GET: the string, or false if the key is missing. Any other type
 -- under the key is a corrupt-state error.
 local function get_state(key)
-  local ok, raw = pcall(redis.call, "GET", key)
-  if not ok then fail("corrupt", key .. ": " .. tostring(raw.err or raw)) end
+  -- redis.pcall answers an error as a table, where pcall(redis.call) would raise and unwind.
+  local raw = redis.pcall("GET", key)
+  if type(raw) == "table" then fail("corrupt", key .. ": " .. tostring(raw.err)) end
   return raw
 end
 
