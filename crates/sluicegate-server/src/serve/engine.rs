@@ -63,8 +63,9 @@ pub struct Engine {
     options: EngineOptions,
     metrics: Arc<Metrics>,
     /// Metric label strings (domains, stats keys), shared so that counting clones none; it
-    /// holds no more distinct strings than the metric families already do.
-    labels: RwLock<HashMap<String, Arc<String>>>,
+    /// holds no more distinct strings than the metric families already do. Looked up for every
+    /// descriptor: hashed with foldhash (the limiters' hasher), not SipHash.
+    labels: RwLock<HashMap<String, Arc<String>, foldhash::fast::RandomState>>,
 }
 
 /// What metrics record of a descriptor: its domain, its rule's stats key (empty when no rule
@@ -138,7 +139,7 @@ impl Engine {
             redis,
             options,
             metrics,
-            labels: RwLock::new(HashMap::new()),
+            labels: RwLock::new(HashMap::default()),
         })
     }
 

@@ -140,8 +140,9 @@ fn push_number(out: &mut String, mut n: u64) {
             break;
         }
     }
-    for &digit in &digits[start..] {
-        out.push(char::from(digit));
+    // ASCII digits: always valid UTF-8.
+    if let Ok(text) = std::str::from_utf8(&digits[start..]) {
+        out.push_str(text);
     }
 }
 
