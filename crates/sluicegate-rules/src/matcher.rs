@@ -7,6 +7,8 @@
 //! - no backtracking: once a level matched, the next entry is looked up among its children;
 //! - a rule applies only if it sits at the depth of the request's last entry.
 
+use smallvec::SmallVec;
+
 use crate::resolve::{DescriptorNode, Level};
 use crate::rule::{Limit, Rule};
 use crate::ruleset::RuleSet;
@@ -17,8 +19,9 @@ pub struct Match<'a> {
     /// The matched rule (limits and flags).
     pub rule: &'a Rule,
     /// The limits in force: the rule's, less those replaced by another matched limit
-    /// (only [`RuleSet::find_all`] removes any).
-    pub limits: Vec<&'a Limit>,
+    /// (only [`RuleSet::find_all`] removes any). Inline for rules of one or two limits, the
+    /// usual ones, so that matching them does not allocate for this list.
+    pub limits: SmallVec<[&'a Limit; 2]>,
     /// The counter key, as envoyproxy/ratelimit composes its cache key (without the window
     /// suffix): `domain_key1_value1_key2_value2_`, where an entry matched by a
     /// `share_threshold` wildcard carries the pattern (so all its values share one counter).

@@ -9,9 +9,10 @@ use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use parking_lot::{Mutex, RwLock};
-use sluicegate::{Algorithm as _, Decision, LimitTarget, Op, decide_together};
+use sluicegate::{Algorithm as _, CheckError, Decision, LimitTarget, Op, decide_together};
 use sluicegate_redis::RedisLimitError;
 use sluicegate_rules::{Limit, Match, RuleSet, Window};
+use smallvec::SmallVec;
 
 use crate::serve::backend::{BackendOptions, RedisBackend};
 use crate::serve::engine_error::EngineError;
@@ -62,8 +63,9 @@ pub struct Engine {
     options: EngineOptions,
     metrics: Arc<Metrics>,
     /// Metric label strings (domains, stats keys), shared so that counting clones none; it
-    /// holds no more distinct strings than the metric families already do.
-    labels: RwLock<HashMap<String, Arc<String>>>,
+    /// holds no more distinct strings than the metric families already do. Looked up for every
+    /// descriptor: hashed with foldhash (the limiters' hasher), not SipHash.
+    labels: RwLock<HashMap<String, Arc<String>, foldhash::fast::RandomState>>,
 }
 
 /// What metrics record of a descriptor: its domain, its rule's stats key (empty when no rule
@@ -74,10 +76,11 @@ struct DescriptorStats {
     shadow: bool,
 }
 
-/// What a call is checked against.
+/// What a call is checked against; inline for the usual call of one or two descriptors of one
+/// limit each, so that planning one allocates nothing.
 struct Plan {
-    checks: Vec<Check>,
-    stats: Vec<DescriptorStats>,
+    checks: SmallVec<[Check; 2]>,
+    stats: SmallVec<[DescriptorStats; 2]>,
 }
 
 /// One limit a call is checked against.
@@ -95,8 +98,15 @@ pub(crate) struct Check {
     pub(crate) shadow: bool,
 }
 
-/// Each check of a call with its decision (`None`: can never pass).
-pub(crate) type Decided<'a> = Vec<(&'a Check, Option<Decision>)>;
+/// Each check of a call with its decision (`None`: can never pass); inline for a few.
+pub(crate) type Decided<'a> = SmallVec<[(&'a Check, Option<Decision>); 2]>;
+
+/// A few checks of a call, inline.
+type CheckRefs<'a> = SmallVec<[&'a Check; 2]>;
+
+/// The decide-together targets of a call's enforcing in-memory limits.
+type Targets<'a> =
+    SmallVec<[LimitTarget<'a, String, sluicegate::AnyAlgorithm, sluicegate::SystemClock>; 2]>;
 
 impl Engine {
     /// An engine enforcing `rules`.
@@ -126,7 +136,7 @@ impl Engine {
             redis,
             options,
             metrics,
-            labels: RwLock::new(HashMap::new()),
+            labels: RwLock::new(HashMap::default()),
         })
     }
 
@@ -281,8 +291,8 @@ impl Engine {
         let matches = find_all(&loaded.rules, call);
         let domain = self.label(&call.domain);
         let no_rule = self.label("");
-        let mut checks = Vec::with_capacity(call.descriptors.len());
-        let mut stats = Vec::with_capacity(call.descriptors.len());
+        let mut checks = SmallVec::new();
+        let mut stats = SmallVec::with_capacity(call.descriptors.len());
         for (index, (descriptor, found)) in call.descriptors.iter().zip(matches).enumerate() {
             let permits = NonZeroU64::new(descriptor.hits).unwrap_or(NonZeroU64::MIN);
             if let Some(limit_override) = descriptor.limit_override {
@@ -475,19 +485,18 @@ pub(crate) fn decide_in_memory(checks: &[Check], count_denied: bool) -> Decided<
     let never = checks
         .iter()
         .any(|c| !c.shadow && matches!(c.enforcer, Enforcer::Never));
-    let enforced: Vec<&Check> = checks.iter().filter(|c| !c.shadow).collect();
-    let shadowed: Vec<&Check> = checks.iter().filter(|c| c.shadow).collect();
+    let enforced: CheckRefs<'_> = checks.iter().filter(|c| !c.shadow).collect();
 
     // Enforcing limits are decided together; if any can never pass, none is charged.
-    let mut decided: Vec<(&Check, Option<Decision>)> = Vec::with_capacity(checks.len());
+    let mut decided = Decided::with_capacity(checks.len());
     let op = if never { Op::Peek } else { Op::Check };
     let targets = targets_of(&enforced);
-    let together = decide_together(&targets, op);
+    let together = decide_targets(&targets, op);
     let mut enforced_allowed = !never;
     match together {
-        Ok(multi) => {
-            enforced_allowed &= multi.allowed;
-            let mut answers = multi.decisions.into_iter();
+        Ok((allowed, decisions)) => {
+            enforced_allowed &= allowed;
+            let mut answers = decisions.into_iter();
             for check in &enforced {
                 let answer = match check.enforcer {
                     Enforcer::Never => None,
@@ -504,7 +513,7 @@ pub(crate) fn decide_in_memory(checks: &[Check], count_denied: bool) -> Decided<
             }
         }
     }
-    for check in &shadowed {
+    for check in checks.iter().filter(|c| c.shadow) {
         let op = if enforced_allowed {
             Op::Check
         } else {
@@ -526,11 +535,14 @@ fn charge_in_memory(checks: &[Check]) -> Decided<'_> {
         Enforcer::Limiter(limiter) => check.permits.get() <= limiter.algorithm().capacity(),
         Enforcer::Never => false,
     };
-    let chargeable: Vec<&Check> = checks.iter().filter(|c| can_pass(c)).collect();
+    let chargeable: CheckRefs<'_> = checks.iter().filter(|c| can_pass(c)).collect();
     // Every algorithm was checked to count denials when the rules were loaded, and every
     // request fits its limit's capacity, so this does not fail; if it did, nothing is charged.
-    let together = decide_together(&targets_of(&chargeable), Op::Charge);
-    let mut answers = together.as_ref().ok().map(|multi| multi.decisions.iter());
+    let together = decide_targets(&targets_of(&chargeable), Op::Charge);
+    let mut answers = together
+        .as_ref()
+        .ok()
+        .map(|(_, decisions)| decisions.iter());
     checks
         .iter()
         .map(|check| {
@@ -557,10 +569,24 @@ fn override_limit(limit_override: LimitOverride) -> Option<Limit> {
     })
 }
 
+/// [`decide_together`]'s answer (all allowed, each decision), without its result vector for
+/// the usual single target: one limit decided together is that limit decided alone.
+fn decide_targets(
+    targets: &[LimitTarget<'_, String, sluicegate::AnyAlgorithm, sluicegate::SystemClock>],
+    op: Op,
+) -> Result<(bool, SmallVec<[Decision; 2]>), CheckError> {
+    if let [only] = targets {
+        let decision = only.limiter.decide(only.key, only.permits, op)?;
+        let mut decisions = SmallVec::new();
+        decisions.push(decision);
+        return Ok((decision.allowed(), decisions));
+    }
+    let multi = decide_together(targets, op)?;
+    Ok((multi.allowed, SmallVec::from_vec(multi.decisions)))
+}
+
 /// The decide-together targets of the enforcing limiters.
-fn targets_of<'a>(
-    checks: &[&'a Check],
-) -> Vec<LimitTarget<'a, String, sluicegate::AnyAlgorithm, sluicegate::SystemClock>> {
+fn targets_of<'a>(checks: &[&'a Check]) -> Targets<'a> {
     checks
         .iter()
         .filter_map(|check| match &check.enforcer {

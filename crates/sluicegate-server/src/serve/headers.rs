@@ -2,7 +2,6 @@
 //! fields, the legacy `X-RateLimit-*` trio, and `Retry-After` on denial.
 
 use std::borrow::Cow;
-use std::fmt::Write;
 use std::time::Duration;
 
 use crate::serve::protocol::{Code, DescriptorVerdict};
@@ -92,20 +91,18 @@ pub fn headers_for(
         // Room for the quoted policy and two numbers: one allocation per value.
         let room = policy.len() + 48;
         let mut value = String::with_capacity(room);
-        // Writing into a String cannot fail.
-        let _ = write!(
-            value,
-            "\"{policy}\";q={};w={}",
-            limit.requests_per_unit,
-            whole_seconds(Some(limit.window)).max(1)
-        );
+        push_quoted(&mut value, &policy);
+        value.push_str(";q=");
+        push_number(&mut value, u64::from(limit.requests_per_unit));
+        value.push_str(";w=");
+        push_number(&mut value, whole_seconds(Some(limit.window)).max(1));
         headers.push(("RateLimit-Policy".to_owned(), value));
         let mut value = String::with_capacity(room);
-        let _ = write!(
-            value,
-            "\"{policy}\";r={};t={reset}",
-            tightest.limit_remaining
-        );
+        push_quoted(&mut value, &policy);
+        value.push_str(";r=");
+        push_number(&mut value, u64::from(tightest.limit_remaining));
+        value.push_str(";t=");
+        push_number(&mut value, reset);
         headers.push(("RateLimit".to_owned(), value));
     }
     if let Some(names) = &options.legacy {
@@ -121,6 +118,32 @@ pub fn headers_for(
         headers.push(("Retry-After".to_owned(), retry.to_string()));
     }
     headers
+}
+
+/// `"text"`.
+fn push_quoted(out: &mut String, text: &str) {
+    out.push('"');
+    out.push_str(text);
+    out.push('"');
+}
+
+/// Appends `n` in decimal, without the formatting machinery (this runs for every answer).
+fn push_number(out: &mut String, mut n: u64) {
+    let mut digits = [0u8; 20];
+    let mut start = digits.len();
+    loop {
+        start -= 1;
+        // A digit: n % 10 < 10 fits in a byte.
+        digits[start] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    // ASCII digits: always valid UTF-8.
+    if let Ok(text) = std::str::from_utf8(&digits[start..]) {
+        out.push_str(text);
+    }
 }
 
 /// Whole seconds, rounded up, so a client never comes back too early.
@@ -192,6 +215,15 @@ mod tests {
             "{headers:?}"
         );
         assert!(headers.contains(&("RateLimit".into(), "\"default\";r=0;t=9".into())));
+    }
+
+    #[test]
+    fn numbers_are_written_in_decimal() {
+        for n in [0, 7, 10, 99, 1_000_000_000, u64::MAX] {
+            let mut out = String::new();
+            push_number(&mut out, n);
+            assert_eq!(out, n.to_string());
+        }
     }
 
     #[test]
