@@ -2,10 +2,12 @@
 //! 3-master Redis Cluster, each on free loopback ports with a temporary directory, killed when
 //! dropped. Shared by this crate's tests and by the service's (`sluicegate-server`).
 
+use std::collections::BTreeSet;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
+use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use crate::{RedisStore, StoreConfig};
@@ -22,8 +24,21 @@ pub struct RedisServer {
     extra: Vec<String>,
 }
 
+/// Every port this process has handed out. A stopped server keeps its port for its restart,
+/// and tests run in parallel: without this, another test's server could be given that port in
+/// between, and the restart would fail, or find the other server answering.
+static HANDED_OUT: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
+
+/// A free loopback port that no server of this process has had before.
 fn free_port() -> Result<u16, BoxError> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+    for _ in 0..1000 {
+        let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        let mut handed_out = HANDED_OUT.lock().unwrap_or_else(PoisonError::into_inner);
+        if handed_out.insert(port) {
+            return Ok(port);
+        }
+    }
+    Err("no free loopback port left that this process has not used".into())
 }
 
 /// Answers whether a server on `port` replies `+PONG` to `PING`.
