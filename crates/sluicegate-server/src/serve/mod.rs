@@ -9,6 +9,7 @@ mod headers;
 mod http;
 mod json;
 mod limiter_table;
+mod memory_decide;
 mod metrics;
 mod per_limit;
 mod protocol;

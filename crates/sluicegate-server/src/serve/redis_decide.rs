@@ -19,7 +19,8 @@ use sluicegate_redis::{FailurePolicy, LimitRequest, Now, RedisLimitError, RedisS
 use tokio::time::Instant;
 
 use crate::serve::backend::{BackendFailure, RedisBackend};
-use crate::serve::engine::{Check, Decided, decide_in_memory, decide_one};
+use crate::serve::engine::{Check, Decided};
+use crate::serve::memory_decide::{decide_in_memory, decide_one};
 use crate::serve::metrics::Metrics;
 use crate::serve::redis_table::RedisEnforcer;
 
