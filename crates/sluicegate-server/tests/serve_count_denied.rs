@@ -9,23 +9,16 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
-use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use sluicegate_redis::FailurePolicy;
 use sluicegate_redis::testing::RedisServer;
 use sluicegate_rules::{LoadOptions, RuleSet};
 use sluicegate_server::serve::{
     BackendOptions, Engine, EngineError, EngineOptions, Metrics, RedisOptions, RedisTarget,
-    RunningServer, ServerConfig, start,
 };
-use tonic::transport::Channel;
 
-type TestResult = Result<(), Box<dyn std::error::Error>>;
+mod loopback;
 
-const OK: i32 = 1;
-const OVER_LIMIT: i32 = 2;
+use loopback::{BoxError, OK, OVER_LIMIT, Service, TestResult};
 
 const RULES: &str = r#"
 domain: shop
@@ -49,13 +42,6 @@ descriptors:
 /// A rule whose algorithm keeps no count of denied requests.
 const SLIDING_LOG: &str = "domain: shop\ndescriptors:\n  - key: user\n    rate_limit: {unit: year, requests_per_unit: 3, algorithm: sliding-log}\n";
 
-struct Service {
-    server: RunningServer,
-    grpc: RateLimitServiceClient<Channel>,
-    http: reqwest::Client,
-    dir: tempfile::TempDir,
-}
-
 fn counting(count_denied: bool) -> EngineOptions {
     EngineOptions {
         count_denied,
@@ -72,9 +58,8 @@ enum Store {
 }
 
 impl Store {
-    fn redis() -> Result<Store, Box<dyn std::error::Error>> {
-        let server = RedisServer::start().map_err(|e| -> Box<dyn std::error::Error> { e })?;
-        Ok(Store::Redis(server))
+    fn redis() -> Result<Store, BoxError> {
+        Ok(Store::Redis(RedisServer::start()?))
     }
 
     fn options(&self, count_denied: bool, service: &str) -> EngineOptions {
@@ -94,70 +79,17 @@ impl Store {
     }
 }
 
-impl Service {
-    async fn start(options: EngineOptions) -> Result<Service, Box<dyn std::error::Error>> {
-        let dir = tempfile::tempdir()?;
-        std::fs::write(dir.path().join("rules.yaml"), RULES)?;
-        let server = start(ServerConfig {
-            rules: dir.path().to_owned(),
-            load_options: LoadOptions::default(),
-            grpc_addr: "127.0.0.1:0".parse()?,
-            http_addr: "127.0.0.1:0".parse()?,
-            engine: options,
-            reload_interval: Duration::from_millis(20),
-        })
-        .await?;
-        let grpc = RateLimitServiceClient::connect(format!("http://{}", server.grpc_addr)).await?;
-        Ok(Service {
-            server,
-            grpc,
-            http: reqwest::Client::new(),
-            dir,
-        })
+/// The overall code of each of a run of calls on one descriptor, one call per `hits`.
+async fn codes(
+    service: &mut Service,
+    entries: &[(&str, &str)],
+    hits: &[u32],
+) -> Result<Vec<i32>, tonic::Status> {
+    let mut codes = Vec::new();
+    for &n in hits {
+        codes.push(service.ask(&[entries], n).await?.overall_code);
     }
-
-    async fn ask(
-        &mut self,
-        descriptors: &[&[(&str, &str)]],
-        hits: u32,
-    ) -> Result<RateLimitResponse, tonic::Status> {
-        let request = RateLimitRequest {
-            domain: "shop".into(),
-            descriptors: descriptors.iter().map(|e| descriptor(e)).collect(),
-            hits_addend: hits,
-        };
-        Ok(self.grpc.should_rate_limit(request).await?.into_inner())
-    }
-
-    async fn codes(
-        &mut self,
-        entries: &[(&str, &str)],
-        hits: &[u32],
-    ) -> Result<Vec<i32>, tonic::Status> {
-        let mut codes = Vec::new();
-        for &n in hits {
-            codes.push(self.ask(&[entries], n).await?.overall_code);
-        }
-        Ok(codes)
-    }
-
-    async fn get(&self, path: &str) -> Result<String, reqwest::Error> {
-        let url = format!("http://{}{path}", self.server.http_addr);
-        self.http.get(url).send().await?.text().await
-    }
-}
-
-fn descriptor(entries: &[(&str, &str)]) -> RateLimitDescriptor {
-    RateLimitDescriptor {
-        entries: entries
-            .iter()
-            .map(|(key, value)| Entry {
-                key: (*key).into(),
-                value: (*value).into(),
-            })
-            .collect(),
-        ..RateLimitDescriptor::default()
-    }
+    Ok(codes)
 }
 
 #[tokio::test]
@@ -171,10 +103,10 @@ async fn denied_calls_still_count_on_redis() -> TestResult {
 }
 
 async fn denied_calls_still_count_in(store: Store) -> TestResult {
-    let mut service = Service::start(store.options(true, "counted")).await?;
+    let mut service = Service::start(RULES, store.options(true, "counted")).await?;
     let alice = [("user", "alice")];
     assert_eq!(
-        service.codes(&alice, &[1, 1, 1, 1, 1]).await?,
+        codes(&mut service, &alice, &[1, 1, 1, 1, 1]).await?,
         [OK, OK, OK, OVER_LIMIT, OVER_LIMIT]
     );
     let answer = service.ask(&[&alice], 1).await?;
@@ -193,11 +125,14 @@ async fn denied_calls_still_count_in(store: Store) -> TestResult {
     // the last call passes; counting denials, it is at 4 and the call is denied.
     let bob = [("user", "bob")];
     assert_eq!(
-        service.codes(&bob, &[2, 2, 1]).await?,
+        codes(&mut service, &bob, &[2, 2, 1]).await?,
         [OK, OVER_LIMIT, OVER_LIMIT]
     );
-    let mut default = Service::start(store.options(false, "default")).await?;
-    assert_eq!(default.codes(&bob, &[2, 2, 1]).await?, [OK, OVER_LIMIT, OK]);
+    let mut default = Service::start(RULES, store.options(false, "default")).await?;
+    assert_eq!(
+        codes(&mut default, &bob, &[2, 2, 1]).await?,
+        [OK, OVER_LIMIT, OK]
+    );
 
     // The same over JSON: one budget, a 429 when over.
     let body = r#"{"domain":"shop","descriptors":[{"entries":[{"key":"user","value":"bob"}]}]}"#;
@@ -208,11 +143,11 @@ async fn denied_calls_still_count_in(store: Store) -> TestResult {
     // A bucket algorithm counts its denials too: 5 a year, 3 + 3 (denied) + 1 (denied).
     let team = [("team", "t")];
     assert_eq!(
-        service.codes(&team, &[3, 3, 1]).await?,
+        codes(&mut service, &team, &[3, 3, 1]).await?,
         [OK, OVER_LIMIT, OVER_LIMIT]
     );
     assert_eq!(
-        default.codes(&team, &[3, 3, 1]).await?,
+        codes(&mut default, &team, &[3, 3, 1]).await?,
         [OK, OVER_LIMIT, OK]
     );
     service.server.shutdown().await?;
@@ -231,7 +166,7 @@ async fn every_descriptor_of_a_call_is_charged_on_redis() -> TestResult {
 }
 
 async fn every_descriptor_of_a_call_is_charged_in(store: Store) -> TestResult {
-    let mut service = Service::start(store.options(true, "counted")).await?;
+    let mut service = Service::start(RULES, store.options(true, "counted")).await?;
     let checkout = [("path", "/checkout")];
     let answer = service.ask(&[&[("user", "carol")], &checkout], 0).await?;
     assert_eq!(answer.overall_code, OK);
@@ -245,7 +180,7 @@ async fn every_descriptor_of_a_call_is_charged_in(store: Store) -> TestResult {
     assert_eq!(answer.statuses[0].limit_remaining, 2);
     // Dave has 2 left, not 3: three hits are denied (and charged: now 4 of 3).
     assert_eq!(
-        service.codes(&[("user", "dave")], &[3, 1]).await?,
+        codes(&mut service, &[("user", "dave")], &[3, 1]).await?,
         [OVER_LIMIT, OVER_LIMIT]
     );
     // A limit that can never pass answers OVER_LIMIT; the call's other limits are charged.
@@ -265,7 +200,7 @@ async fn every_descriptor_of_a_call_is_charged_in(store: Store) -> TestResult {
     );
     assert_eq!(answer.statuses[1].limit_remaining, 1);
     assert_eq!(
-        service.codes(&[("team", "x")], &[1, 1]).await?,
+        codes(&mut service, &[("team", "x")], &[1, 1]).await?,
         [OK, OVER_LIMIT]
     );
     service.server.shutdown().await?;
@@ -283,10 +218,10 @@ async fn shadow_mode_still_answers_ok_and_counts_on_redis() -> TestResult {
 }
 
 async fn shadow_mode_still_answers_ok_and_counts_in(store: Store) -> TestResult {
-    let mut service = Service::start(store.options(true, "counted")).await?;
+    let mut service = Service::start(RULES, store.options(true, "counted")).await?;
     let shadow = [("path", "/shadow")];
     assert_eq!(
-        service.codes(&shadow, &[1, 1, 1, 1]).await?,
+        codes(&mut service, &shadow, &[1, 1, 1, 1]).await?,
         [OK, OK, OK, OK]
     );
     let metrics = service.get("/metrics").await?;
@@ -311,13 +246,16 @@ async fn shadow_mode_still_answers_ok_and_counts_in(store: Store) -> TestResult 
     );
 
     // Global shadow mode: always OK, still counting.
-    let mut global = Service::start(EngineOptions {
-        shadow_mode: true,
-        ..store.options(true, "global")
-    })
+    let mut global = Service::start(
+        RULES,
+        EngineOptions {
+            shadow_mode: true,
+            ..store.options(true, "global")
+        },
+    )
     .await?;
     let gina = [("user", "gina")];
-    assert_eq!(global.codes(&gina, &[2, 2]).await?, [OK, OK]);
+    assert_eq!(codes(&mut global, &gina, &[2, 2]).await?, [OK, OK]);
     // At 4 of 3 (by default it would be at 2, and one more hit would be under the limit).
     let answer = global.ask(&[&gina], 1).await?;
     assert_eq!(answer.overall_code, OK);
@@ -346,13 +284,13 @@ fn shape(metrics: &str) -> Vec<String> {
 
 #[tokio::test]
 async fn metrics_keep_their_shape() -> TestResult {
-    let mut counted = Service::start(counting(true)).await?;
-    let mut default = Service::start(counting(false)).await?;
+    let mut counted = Service::start(RULES, counting(true)).await?;
+    let mut default = Service::start(RULES, counting(false)).await?;
     for service in [&mut counted, &mut default] {
-        service.codes(&[("user", "hal")], &[3, 1]).await?;
-        service.codes(&[("path", "/shadow")], &[2, 1]).await?;
-        service.codes(&[("path", "/blocked")], &[1]).await?;
-        service.codes(&[("nothing", "here")], &[1]).await?;
+        codes(service, &[("user", "hal")], &[3, 1]).await?;
+        codes(service, &[("path", "/shadow")], &[2, 1]).await?;
+        codes(service, &[("path", "/blocked")], &[1]).await?;
+        codes(service, &[("nothing", "here")], &[1]).await?;
     }
     let (a, b) = (
         counted.get("/metrics").await?,
@@ -384,9 +322,9 @@ fn write_atomically(file: &Path, text: &str) -> std::io::Result<()> {
 
 #[tokio::test]
 async fn a_reload_to_an_algorithm_that_cannot_count_keeps_the_old_rules() -> TestResult {
-    let mut service = Service::start(counting(true)).await?;
+    let mut service = Service::start(RULES, counting(true)).await?;
     assert_eq!(
-        service.codes(&[("user", "ivy")], &[3, 1]).await?,
+        codes(&mut service, &[("user", "ivy")], &[3, 1]).await?,
         [OK, OVER_LIMIT]
     );
     write_atomically(&service.dir.path().join("rules.yaml"), SLIDING_LOG)?;
@@ -404,7 +342,10 @@ async fn a_reload_to_an_algorithm_that_cannot_count_keeps_the_old_rules() -> Tes
     assert!(!config.contains("sliding-log"), "{config}");
     assert!(config.contains("shop.team"), "{config}");
     // The old rules and their counters stay: ivy is still over, at 4 of 3.
-    assert_eq!(service.codes(&[("user", "ivy")], &[1]).await?, [OVER_LIMIT]);
+    assert_eq!(
+        codes(&mut service, &[("user", "ivy")], &[1]).await?,
+        [OVER_LIMIT]
+    );
     service.server.shutdown().await?;
     Ok(())
 }
@@ -440,7 +381,7 @@ fn serve_refused(
     rules: &Path,
     args: &[&str],
     envs: &[(&str, &str)],
-) -> Result<(Option<i32>, String), Box<dyn std::error::Error>> {
+) -> Result<(Option<i32>, String), BoxError> {
     let mut child = Command::new(env!("CARGO_BIN_EXE_sluicegate"))
         .arg("serve")
         .arg("--config")

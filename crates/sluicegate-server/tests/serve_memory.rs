@@ -4,20 +4,14 @@
 use std::path::Path;
 use std::time::Duration;
 
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::{
-    Entry, RateLimitOverride,
-};
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
-use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::RateLimitOverride;
+use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use envoy_types::pb::google::protobuf::UInt64Value;
-use sluicegate_server::serve::{EngineOptions, RunningServer, ServerConfig, start};
-use tonic::transport::Channel;
+use sluicegate_server::serve::EngineOptions;
 
-type TestResult = Result<(), Box<dyn std::error::Error>>;
+mod loopback;
 
-const OK: i32 = 1;
-const OVER_LIMIT: i32 = 2;
+use loopback::{BoxError, OK, OVER_LIMIT, Service, TestResult, descriptor};
 
 const RULES: &str = r#"
 domain: shop
@@ -42,98 +36,25 @@ descriptors:
       - {unit: hour, requests_per_unit: 2}
 "#;
 
-struct Service {
-    server: RunningServer,
-    grpc: RateLimitServiceClient<Channel>,
-    http: reqwest::Client,
-    _dir: tempfile::TempDir,
-}
-
-impl Service {
-    async fn start(rules: &str) -> Result<Service, Box<dyn std::error::Error>> {
-        let dir = tempfile::tempdir()?;
-        std::fs::write(dir.path().join("rules.yaml"), rules)?;
-        Self::start_in(dir, EngineOptions::default()).await
-    }
-
-    async fn start_in(
-        dir: tempfile::TempDir,
-        engine: EngineOptions,
-    ) -> Result<Service, Box<dyn std::error::Error>> {
-        let server = start(ServerConfig {
-            rules: dir.path().to_owned(),
-            load_options: Default::default(),
-            grpc_addr: "127.0.0.1:0".parse()?,
-            http_addr: "127.0.0.1:0".parse()?,
-            engine,
-            reload_interval: Duration::from_millis(20),
-        })
+/// `POST /json` with `body`: the status, the headers and the body of the answer.
+async fn post_json(
+    service: &Service,
+    body: &str,
+) -> Result<(u16, reqwest::header::HeaderMap, String), reqwest::Error> {
+    let response = service
+        .http
+        .post(service.url("/json"))
+        .body(body.to_owned())
+        .send()
         .await?;
-        let grpc = RateLimitServiceClient::connect(format!("http://{}", server.grpc_addr)).await?;
-        Ok(Service {
-            server,
-            grpc,
-            http: reqwest::Client::new(),
-            _dir: dir,
-        })
-    }
-
-    fn url(&self, path: &str) -> String {
-        format!("http://{}{path}", self.server.http_addr)
-    }
-
-    async fn ask(
-        &mut self,
-        descriptors: &[&[(&str, &str)]],
-        hits: u32,
-    ) -> Result<RateLimitResponse, tonic::Status> {
-        let request = RateLimitRequest {
-            domain: "shop".into(),
-            descriptors: descriptors
-                .iter()
-                .map(|entries| descriptor(entries))
-                .collect(),
-            hits_addend: hits,
-        };
-        Ok(self.grpc.should_rate_limit(request).await?.into_inner())
-    }
-
-    async fn json(
-        &self,
-        body: &str,
-    ) -> Result<(u16, reqwest::header::HeaderMap, String), reqwest::Error> {
-        let response = self
-            .http
-            .post(self.url("/json"))
-            .body(body.to_owned())
-            .send()
-            .await?;
-        let status = response.status().as_u16();
-        let headers = response.headers().clone();
-        Ok((status, headers, response.text().await?))
-    }
-
-    async fn get(&self, path: &str) -> Result<String, reqwest::Error> {
-        self.http.get(self.url(path)).send().await?.text().await
-    }
-}
-
-fn descriptor(entries: &[(&str, &str)]) -> RateLimitDescriptor {
-    RateLimitDescriptor {
-        entries: entries
-            .iter()
-            .map(|(key, value)| Entry {
-                key: (*key).into(),
-                value: (*value).into(),
-            })
-            .collect(),
-        ..RateLimitDescriptor::default()
-    }
+    let status = response.status().as_u16();
+    let headers = response.headers().clone();
+    Ok((status, headers, response.text().await?))
 }
 
 #[tokio::test]
 async fn a_limit_allows_its_requests_then_denies_with_statuses() -> TestResult {
-    let mut service = Service::start(RULES).await?;
+    let mut service = Service::start(RULES, EngineOptions::default()).await?;
     for remaining in [2, 1, 0] {
         let answer = service.ask(&[&[("user", "alice")]], 0).await?;
         assert_eq!(answer.overall_code, OK);
@@ -171,14 +92,14 @@ async fn a_limit_allows_its_requests_then_denies_with_statuses() -> TestResult {
 
 #[tokio::test]
 async fn json_and_grpc_share_one_budget_and_agree() -> TestResult {
-    let mut service = Service::start(RULES).await?;
+    let mut service = Service::start(RULES, EngineOptions::default()).await?;
     let body =
         r#"{"domain":"shop","descriptors":[{"entries":[{"key":"path","value":"/checkout"}]}]}"#;
     assert_eq!(
         service.ask(&[&[("path", "/checkout")]], 0).await?.statuses[0].limit_remaining,
         1
     );
-    let (status, headers, text) = service.json(body).await?;
+    let (status, headers, text) = post_json(&service, body).await?;
     assert_eq!(status, 200);
     let json: serde_json::Value = serde_json::from_str(&text)?;
     assert_eq!(json["overallCode"], "OK");
@@ -192,7 +113,7 @@ async fn json_and_grpc_share_one_budget_and_agree() -> TestResult {
         headers.get("ratelimit").map(|v| v.to_str().ok()),
         Some(Some("\"checkout\";r=0;t=1"))
     );
-    let (status, headers, text) = service.json(body).await?;
+    let (status, headers, text) = post_json(&service, body).await?;
     assert_eq!(status, 429);
     assert!(headers.contains_key("retry-after"));
     let json: serde_json::Value = serde_json::from_str(&text)?;
@@ -210,7 +131,7 @@ async fn json_and_grpc_share_one_budget_and_agree() -> TestResult {
 
 #[tokio::test]
 async fn what_no_rule_names_passes_and_blocked_keys_never_do() -> TestResult {
-    let mut service = Service::start(RULES).await?;
+    let mut service = Service::start(RULES, EngineOptions::default()).await?;
     // A descriptor no rule matches, an unlimited one, an unknown domain: all allowed.
     assert_eq!(
         service
@@ -261,7 +182,7 @@ async fn what_no_rule_names_passes_and_blocked_keys_never_do() -> TestResult {
 
 #[tokio::test]
 async fn descriptors_of_one_request_are_charged_all_or_none() -> TestResult {
-    let mut service = Service::start(RULES).await?;
+    let mut service = Service::start(RULES, EngineOptions::default()).await?;
     assert_eq!(
         service
             .ask(&[&[("path", "/checkout")]], 2)
@@ -297,7 +218,7 @@ async fn descriptors_of_one_request_are_charged_all_or_none() -> TestResult {
 
 #[tokio::test]
 async fn shadow_mode_rules_report_but_never_deny() -> TestResult {
-    let mut service = Service::start(RULES).await?;
+    let mut service = Service::start(RULES, EngineOptions::default()).await?;
     assert_eq!(
         service
             .ask(&[&[("path", "/shadow")]], 0)
@@ -327,7 +248,7 @@ async fn shadow_mode_rules_report_but_never_deny() -> TestResult {
 
 #[tokio::test]
 async fn hits_addend_and_limit_override_per_descriptor() -> TestResult {
-    let mut service = Service::start(RULES).await?;
+    let mut service = Service::start(RULES, EngineOptions::default()).await?;
     let mut with_override = descriptor(&[("client", "x")]);
     with_override.limit = Some(RateLimitOverride {
         requests_per_unit: 4,
@@ -356,7 +277,7 @@ async fn hits_addend_and_limit_override_per_descriptor() -> TestResult {
 
 #[tokio::test]
 async fn bad_requests_get_clear_errors() -> TestResult {
-    let mut service = Service::start(RULES).await?;
+    let mut service = Service::start(RULES, EngineOptions::default()).await?;
     let status = service
         .grpc
         .should_rate_limit(RateLimitRequest {
@@ -376,21 +297,18 @@ async fn bad_requests_get_clear_errors() -> TestResult {
             "descriptor list must not be empty",
         ),
     ] {
-        let (status, _, text) = service.json(body).await?;
+        let (status, _, text) = post_json(&service, body).await?;
         assert_eq!(status, 400, "{body}");
         assert!(text.contains(expected), "{body}: {text}");
     }
     let huge = format!(r#"{{"domain":"{}","descriptors":[]}}"#, "x".repeat(100_000));
-    assert_eq!(service.json(&huge).await?.0, 413);
+    assert_eq!(post_json(&service, &huge).await?.0, 413);
     assert_eq!(service.get("/healthcheck").await?, "OK");
     service.server.shutdown().await?;
     Ok(())
 }
 
-async fn wait_for_rules(
-    service: &Service,
-    needle: &str,
-) -> Result<String, Box<dyn std::error::Error>> {
+async fn wait_for_rules(service: &Service, needle: &str) -> Result<String, BoxError> {
     // Bounded: the reload loop polls every 20ms; give it up to 10s on a loaded machine.
     for _ in 0..500 {
         let config = service.get("/rlconfig").await?;

@@ -5,25 +5,16 @@
 
 use std::time::Duration;
 
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::{
-    Entry, RateLimitOverride,
-};
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::RateLimitOverride;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use envoy_types::pb::google::protobuf::UInt64Value;
 use sluicegate_redis::testing::{RedisCluster, RedisServer};
 use sluicegate_redis::{FailurePolicy, StoreConfig};
-use sluicegate_server::serve::{
-    BackendOptions, EngineOptions, RedisOptions, RedisTarget, RunningServer, ServerConfig, start,
-};
-use tonic::transport::Channel;
+use sluicegate_server::serve::{BackendOptions, EngineOptions, RedisOptions, RedisTarget};
 
-type TestResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
+mod loopback;
 
-const OK: i32 = 1;
-const OVER_LIMIT: i32 = 2;
+use loopback::{BoxError, OK, OVER_LIMIT, Service, TestResult, descriptor};
 
 /// Per-call bound on Redis: generous, so a loaded test machine does not trip it while Redis
 /// is up; answers are asserted, never elapsed times.
@@ -51,13 +42,6 @@ descriptors:
     rate_limit: {unit: hour, requests_per_unit: 1, algorithm: token-bucket}
 "#;
 
-struct Service {
-    server: RunningServer,
-    grpc: RateLimitServiceClient<Channel>,
-    http: reqwest::Client,
-    _dir: tempfile::TempDir,
-}
-
 fn on_redis(url: &str, policy: FailurePolicy) -> RedisOptions {
     RedisOptions {
         target: RedisTarget::Single(url.to_owned()),
@@ -67,89 +51,25 @@ fn on_redis(url: &str, policy: FailurePolicy) -> RedisOptions {
     }
 }
 
-impl Service {
-    async fn start(redis: RedisOptions) -> Result<Service, BoxError> {
-        let dir = tempfile::tempdir()?;
-        std::fs::write(dir.path().join("rules.yaml"), RULES)?;
-        let server = start(ServerConfig {
-            rules: dir.path().to_owned(),
-            load_options: Default::default(),
-            grpc_addr: "127.0.0.1:0".parse()?,
-            http_addr: "127.0.0.1:0".parse()?,
-            engine: EngineOptions {
-                backend: BackendOptions::Redis(redis),
-                ..EngineOptions::default()
-            },
-            reload_interval: Duration::from_millis(20),
-        })
-        .await?;
-        let grpc = RateLimitServiceClient::connect(format!("http://{}", server.grpc_addr)).await?;
-        Ok(Service {
-            server,
-            grpc,
-            http: reqwest::Client::new(),
-            _dir: dir,
-        })
-    }
-
-    fn url(&self, path: &str) -> String {
-        format!("http://{}{path}", self.server.http_addr)
-    }
-
-    /// One gRPC call; guarded against a hang (a generous bound, not a timing measurement).
-    async fn ask(
-        &mut self,
-        descriptors: &[&[(&str, &str)]],
-    ) -> Result<RateLimitResponse, BoxError> {
-        let request = RateLimitRequest {
-            domain: "shop".into(),
-            descriptors: descriptors.iter().map(|e| descriptor(e)).collect(),
-            hits_addend: 0,
-        };
-        let call = self.grpc.should_rate_limit(request);
-        let answer = tokio::time::timeout(TIMEOUT * 20, call)
-            .await
-            .map_err(|_| "the call hung past its timeout")??;
-        Ok(answer.into_inner())
-    }
-
-    async fn code(&mut self, descriptors: &[&[(&str, &str)]]) -> Result<i32, BoxError> {
-        Ok(self.ask(descriptors).await?.overall_code)
-    }
-
-    async fn json(&self, body: &str) -> Result<(u16, serde_json::Value), BoxError> {
-        let response = self
-            .http
-            .post(self.url("/json"))
-            .body(body.to_owned())
-            .send()
-            .await?;
-        let status = response.status().as_u16();
-        Ok((status, serde_json::from_str(&response.text().await?)?))
-    }
-
-    async fn metrics(&self) -> Result<String, BoxError> {
-        Ok(self
-            .http
-            .get(self.url("/metrics"))
-            .send()
-            .await?
-            .text()
-            .await?)
-    }
+/// Serves the rules on Redis with `redis`'s settings.
+async fn start_on(redis: RedisOptions) -> Result<Service, BoxError> {
+    let engine = EngineOptions {
+        backend: BackendOptions::Redis(redis),
+        ..EngineOptions::default()
+    };
+    Service::start(RULES, engine).await
 }
 
-fn descriptor(entries: &[(&str, &str)]) -> RateLimitDescriptor {
-    RateLimitDescriptor {
-        entries: entries
-            .iter()
-            .map(|(key, value)| Entry {
-                key: (*key).into(),
-                value: (*value).into(),
-            })
-            .collect(),
-        ..RateLimitDescriptor::default()
-    }
+/// `POST /json` with `body`: the status and the answer.
+async fn post_json(service: &Service, body: &str) -> Result<(u16, serde_json::Value), BoxError> {
+    let response = service
+        .http
+        .post(service.url("/json"))
+        .body(body.to_owned())
+        .send()
+        .await?;
+    let status = response.status().as_u16();
+    Ok((status, serde_json::from_str(&response.text().await?)?))
 }
 
 /// The keys in Redis, sorted.
@@ -167,13 +87,13 @@ async fn until_code(
     user: &str,
     want: i32,
 ) -> Result<RateLimitResponse, BoxError> {
-    let mut answer = service.ask(&[&[("user", user)]]).await?;
+    let mut answer = service.ask(&[&[("user", user)]], 0).await?;
     for _ in 0..200 {
         if answer.overall_code == want {
             break;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
-        answer = service.ask(&[&[("user", user)]]).await?;
+        answer = service.ask(&[&[("user", user)]], 0).await?;
     }
     Ok(answer)
 }
@@ -181,15 +101,15 @@ async fn until_code(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_rules_apply_on_redis_over_grpc_and_json() -> TestResult {
     let redis = RedisServer::start()?;
-    let mut service = Service::start(on_redis(&redis.url(), FailurePolicy::Closed)).await?;
+    let mut service = start_on(on_redis(&redis.url(), FailurePolicy::Closed)).await?;
     for remaining in [2, 1, 0] {
-        let answer = service.ask(&[&[("user", "alice")]]).await?;
+        let answer = service.ask(&[&[("user", "alice")]], 0).await?;
         assert_eq!(answer.overall_code, OK);
         assert_eq!(answer.statuses[0].limit_remaining, remaining);
         let limit = answer.statuses[0].current_limit.as_ref().ok_or("limit")?;
         assert_eq!((limit.requests_per_unit, limit.unit), (3, 3 /* HOUR */));
     }
-    let answer = service.ask(&[&[("user", "alice")]]).await?;
+    let answer = service.ask(&[&[("user", "alice")]], 0).await?;
     assert_eq!(answer.overall_code, OVER_LIMIT);
     assert!(
         answer
@@ -205,10 +125,10 @@ async fn the_rules_apply_on_redis_over_grpc_and_json() -> TestResult {
     assert_eq!(service.code(&[&[("path", "/checkout")]]).await?, OK);
     let body =
         r#"{"domain":"shop","descriptors":[{"entries":[{"key":"path","value":"/checkout"}]}]}"#;
-    let (status, json) = service.json(body).await?;
+    let (status, json) = post_json(&service, body).await?;
     assert_eq!((status, &json["overallCode"]), (200, &"OK".into()));
     assert_eq!(json["statuses"][0]["currentLimit"]["name"], "checkout");
-    let (status, json) = service.json(body).await?;
+    let (status, json) = post_json(&service, body).await?;
     assert_eq!((status, &json["overallCode"]), (429, &"OVER_LIMIT".into()));
 
     // Zero requests never pass; a rule without a limit always does; shadow mode answers OK.
@@ -218,7 +138,7 @@ async fn the_rules_apply_on_redis_over_grpc_and_json() -> TestResult {
     assert_eq!(service.code(&[&[("path", "/shadow")]]).await?, OK);
     assert!(
         service
-            .metrics()
+            .get("/metrics")
             .await?
             .contains("outcome=\"shadow_over_limit\"")
     );
@@ -235,7 +155,12 @@ async fn the_rules_apply_on_redis_over_grpc_and_json() -> TestResult {
             .any(|k| k.starts_with("sluicegate:{shop_path_/checkout_}")),
         "{keys:?}"
     );
-    assert!(!service.metrics().await?.contains("backend_errors_total{"));
+    assert!(
+        !service
+            .get("/metrics")
+            .await?
+            .contains("backend_errors_total{")
+    );
     service.server.shutdown().await?;
     Ok(())
 }
@@ -243,8 +168,8 @@ async fn the_rules_apply_on_redis_over_grpc_and_json() -> TestResult {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_replicas_share_one_budget() -> TestResult {
     let redis = RedisServer::start()?;
-    let mut one = Service::start(on_redis(&redis.url(), FailurePolicy::Closed)).await?;
-    let mut two = Service::start(on_redis(&redis.url(), FailurePolicy::Closed)).await?;
+    let mut one = start_on(on_redis(&redis.url(), FailurePolicy::Closed)).await?;
+    let mut two = start_on(on_redis(&redis.url(), FailurePolicy::Closed)).await?;
     let mut allowed = 0;
     for round in 0..5 {
         for service in [&mut one, &mut two] {
@@ -295,8 +220,8 @@ async fn two_replicas_share_one_budget() -> TestResult {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn limit_overrides_and_hits_are_shared_through_redis() -> TestResult {
     let redis = RedisServer::start()?;
-    let mut one = Service::start(on_redis(&redis.url(), FailurePolicy::Closed)).await?;
-    let mut two = Service::start(on_redis(&redis.url(), FailurePolicy::Closed)).await?;
+    let mut one = start_on(on_redis(&redis.url(), FailurePolicy::Closed)).await?;
+    let mut two = start_on(on_redis(&redis.url(), FailurePolicy::Closed)).await?;
     let request = |hits: u64| {
         let mut with_override = descriptor(&[("client", "x")]);
         with_override.limit = Some(RateLimitOverride {
@@ -333,13 +258,13 @@ async fn limit_overrides_and_hits_are_shared_through_redis() -> TestResult {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_descriptors_of_a_call_are_charged_all_or_none_on_redis() -> TestResult {
     let redis = RedisServer::start()?;
-    let mut service = Service::start(on_redis(&redis.url(), FailurePolicy::Closed)).await?;
+    let mut service = start_on(on_redis(&redis.url(), FailurePolicy::Closed)).await?;
     let both: &[&[(&str, &str)]] = &[&[("user", "erin")], &[("tenant", "t1")]];
-    let answer = service.ask(both).await?;
+    let answer = service.ask(both, 0).await?;
     assert_eq!(answer.overall_code, OK);
     assert_eq!(answer.statuses[0].limit_remaining, 2);
     // The tenant is spent: the call is denied and erin's budget is not charged.
-    let answer = service.ask(both).await?;
+    let answer = service.ask(both, 0).await?;
     assert_eq!(answer.overall_code, OVER_LIMIT);
     assert_eq!(
         (answer.statuses[0].code, answer.statuses[1].code),
@@ -351,7 +276,7 @@ async fn the_descriptors_of_a_call_are_charged_all_or_none_on_redis() -> TestRes
     let blocked: &[&[(&str, &str)]] = &[&[("user", "erin")], &[("path", "/blocked")]];
     assert_eq!(service.code(blocked).await?, OVER_LIMIT);
     for remaining in [1, 0] {
-        let answer = service.ask(&[&[("user", "erin")]]).await?;
+        let answer = service.ask(&[&[("user", "erin")]], 0).await?;
         assert_eq!(
             (answer.overall_code, answer.statuses[0].limit_remaining),
             (OK, remaining)
@@ -365,9 +290,9 @@ async fn the_descriptors_of_a_call_are_charged_all_or_none_on_redis() -> TestRes
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_stopped_then_restarted_under_each_policy() -> TestResult {
     let mut redis = RedisServer::start()?;
-    let mut open = Service::start(on_redis(&redis.url(), FailurePolicy::Open)).await?;
-    let mut closed = Service::start(on_redis(&redis.url(), FailurePolicy::Closed)).await?;
-    let mut local = Service::start(on_redis(&redis.url(), FailurePolicy::Local)).await?;
+    let mut open = start_on(on_redis(&redis.url(), FailurePolicy::Open)).await?;
+    let mut closed = start_on(on_redis(&redis.url(), FailurePolicy::Closed)).await?;
+    let mut local = start_on(on_redis(&redis.url(), FailurePolicy::Local)).await?;
     // Frank's budget is spent in Redis.
     for _ in 0..3 {
         assert_eq!(open.code(&[&[("user", "frank")]]).await?, OK);
@@ -381,7 +306,7 @@ async fn redis_stopped_then_restarted_under_each_policy() -> TestResult {
     assert_eq!(open.code(&[&[("user", "frank")]]).await?, OK);
     assert_eq!(closed.code(&[&[("user", "hank")]]).await?, OVER_LIMIT);
     for remaining in [2, 1, 0] {
-        let answer = local.ask(&[&[("user", "frank")]]).await?;
+        let answer = local.ask(&[&[("user", "frank")]], 0).await?;
         assert_eq!(
             (answer.overall_code, answer.statuses[0].limit_remaining),
             (OK, remaining)
@@ -391,7 +316,7 @@ async fn redis_stopped_then_restarted_under_each_policy() -> TestResult {
     // A limit that never passes still denies under open.
     assert_eq!(open.code(&[&[("path", "/blocked")]]).await?, OVER_LIMIT);
     for service in [&open, &closed, &local] {
-        let metrics = service.metrics().await?;
+        let metrics = service.get("/metrics").await?;
         assert!(
             metrics.contains("sluicegate_backend_errors_total{kind="),
             "{metrics}"
@@ -410,7 +335,7 @@ async fn redis_stopped_then_restarted_under_each_policy() -> TestResult {
     assert_eq!(answer.overall_code, OK);
     // Both count in Redis again: frank has one left, then none, whoever asks.
     assert_eq!(
-        closed.ask(&[&[("user", "frank")]]).await?.statuses[0].limit_remaining,
+        closed.ask(&[&[("user", "frank")]], 0).await?.statuses[0].limit_remaining,
         1
     );
     assert_eq!(local.code(&[&[("user", "frank")]]).await?, OK);
@@ -430,8 +355,8 @@ async fn redis_stopped_then_restarted_under_each_policy() -> TestResult {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_frozen_redis_times_out_into_the_policy() -> TestResult {
     let redis = RedisServer::start()?;
-    let mut closed = Service::start(on_redis(&redis.url(), FailurePolicy::Closed)).await?;
-    let mut open = Service::start(on_redis(&redis.url(), FailurePolicy::Open)).await?;
+    let mut closed = start_on(on_redis(&redis.url(), FailurePolicy::Closed)).await?;
+    let mut open = start_on(on_redis(&redis.url(), FailurePolicy::Open)).await?;
     for _ in 0..3 {
         assert_eq!(closed.code(&[&[("user", "kim")]]).await?, OK);
     }
@@ -442,7 +367,7 @@ async fn a_frozen_redis_times_out_into_the_policy() -> TestResult {
     assert_eq!(closed.code(&[&[("user", "lee")]]).await?, OVER_LIMIT);
     assert_eq!(open.code(&[&[("user", "kim")]]).await?, OK);
     for service in [&closed, &open] {
-        let metrics = service.metrics().await?;
+        let metrics = service.get("/metrics").await?;
         assert!(
             metrics.contains("sluicegate_backend_errors_total{kind=\"timeout\"}"),
             "{metrics}"
@@ -468,11 +393,11 @@ async fn a_frozen_redis_times_out_into_the_policy() -> TestResult {
 async fn a_service_started_while_redis_is_down_serves_and_connects_later() -> TestResult {
     let mut redis = RedisServer::start()?;
     redis.stop();
-    let mut service = Service::start(on_redis(&redis.url(), FailurePolicy::Closed)).await?;
+    let mut service = start_on(on_redis(&redis.url(), FailurePolicy::Closed)).await?;
     assert_eq!(service.code(&[&[("user", "ivan")]]).await?, OVER_LIMIT);
     assert!(
         service
-            .metrics()
+            .get("/metrics")
             .await?
             .contains("sluicegate_backend_errors_total{kind=\"connection\"}")
     );
@@ -489,10 +414,10 @@ async fn a_service_started_while_redis_is_down_serves_and_connects_later() -> Te
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_redis_settings_stop_the_start() -> TestResult {
     let mut options = on_redis("not a url", FailurePolicy::Open);
-    assert!(Service::start(options.clone()).await.is_err());
+    assert!(start_on(options.clone()).await.is_err());
     options.target = RedisTarget::Single("redis://127.0.0.1:1".into());
     options.prefix = "bad{".into();
-    assert!(Service::start(options).await.is_err());
+    assert!(start_on(options).await.is_err());
     Ok(())
 }
 
@@ -505,12 +430,12 @@ async fn a_cluster_shares_budgets_and_keeps_calls_all_or_none() -> TestResult {
         timeout: TIMEOUT,
         failure_policy: FailurePolicy::Closed,
     };
-    let mut one = Service::start(options.clone()).await?;
-    let mut two = Service::start(options).await?;
+    let mut one = start_on(options.clone()).await?;
+    let mut two = start_on(options).await?;
     // Counter keys on different slots in one call: denied as a whole when one is spent.
     let both: &[&[(&str, &str)]] = &[&[("user", "judy")], &[("tenant", "t9")]];
     assert_eq!(one.code(both).await?, OK);
-    let answer = two.ask(both).await?;
+    let answer = two.ask(both, 0).await?;
     assert_eq!(answer.overall_code, OVER_LIMIT);
     assert_eq!(
         answer.statuses[0].limit_remaining, 1,
@@ -525,7 +450,7 @@ async fn a_cluster_shares_budgets_and_keeps_calls_all_or_none() -> TestResult {
         }
     }
     assert_eq!(allowed, 2, "judy had 2 left across both replicas");
-    assert!(!one.metrics().await?.contains("backend_errors_total{"));
+    assert!(!one.get("/metrics").await?.contains("backend_errors_total{"));
     one.server.shutdown().await?;
     two.server.shutdown().await?;
     Ok(())

@@ -1,0 +1,129 @@
+//! A `sluicegate serve` on loopback ports, with a real gRPC client and a real HTTP client:
+//! the harness of the service's tests in memory, on Redis and with `--count-denied`.
+
+#![allow(dead_code, unreachable_pub)]
+
+use std::time::Duration;
+
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use sluicegate_server::serve::{EngineOptions, RunningServer, ServerConfig, start};
+use tonic::transport::Channel;
+
+/// Any error of a test.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// A test's outcome.
+pub type TestResult = Result<(), BoxError>;
+
+/// The overall and per-descriptor codes of Envoy's answer.
+pub const OK: i32 = 1;
+pub const OVER_LIMIT: i32 = 2;
+
+/// A bound on one call, against a hang: generous, so a loaded machine never trips it. Answers
+/// are asserted, never elapsed times.
+const CALL_BOUND: Duration = Duration::from_secs(20);
+
+/// A running service and its clients; the rules directory lives as long as it does.
+pub struct Service {
+    pub server: RunningServer,
+    pub grpc: RateLimitServiceClient<Channel>,
+    pub http: reqwest::Client,
+    pub dir: tempfile::TempDir,
+}
+
+impl Service {
+    /// Serves `rules`, written as `rules.yaml` in a fresh directory, with `engine`.
+    pub async fn start(rules: &str, engine: EngineOptions) -> Result<Service, BoxError> {
+        let dir = tempfile::tempdir()?;
+        std::fs::write(dir.path().join("rules.yaml"), rules)?;
+        Self::start_in(dir, engine).await
+    }
+
+    /// Serves the rules in `dir` with `engine`, reloading them every 20ms.
+    pub async fn start_in(
+        dir: tempfile::TempDir,
+        engine: EngineOptions,
+    ) -> Result<Service, BoxError> {
+        let server = start(ServerConfig {
+            rules: dir.path().to_owned(),
+            load_options: Default::default(),
+            grpc_addr: "127.0.0.1:0".parse()?,
+            http_addr: "127.0.0.1:0".parse()?,
+            engine,
+            reload_interval: Duration::from_millis(20),
+        })
+        .await?;
+        let grpc = RateLimitServiceClient::connect(format!("http://{}", server.grpc_addr)).await?;
+        Ok(Service {
+            server,
+            grpc,
+            http: reqwest::Client::new(),
+            dir,
+        })
+    }
+
+    /// The URL of `path` on the HTTP listener.
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.server.http_addr)
+    }
+
+    /// One gRPC call in the domain `shop`; a call that hangs is an error.
+    pub async fn ask(
+        &mut self,
+        descriptors: &[&[(&str, &str)]],
+        hits: u32,
+    ) -> Result<RateLimitResponse, tonic::Status> {
+        self.send(request(descriptors, hits)).await
+    }
+
+    /// One gRPC call; a call that hangs is an error.
+    pub async fn send(
+        &mut self,
+        request: RateLimitRequest,
+    ) -> Result<RateLimitResponse, tonic::Status> {
+        let call = self.grpc.should_rate_limit(request);
+        match tokio::time::timeout(CALL_BOUND, call).await {
+            Ok(answer) => Ok(answer?.into_inner()),
+            Err(_) => Err(tonic::Status::deadline_exceeded("the call hung")),
+        }
+    }
+
+    /// The overall code of one call.
+    pub async fn code(&mut self, descriptors: &[&[(&str, &str)]]) -> Result<i32, tonic::Status> {
+        Ok(self.ask(descriptors, 0).await?.overall_code)
+    }
+
+    /// The body of `GET path`.
+    pub async fn get(&self, path: &str) -> Result<String, reqwest::Error> {
+        self.http.get(self.url(path)).send().await?.text().await
+    }
+}
+
+/// A request in the domain `shop`.
+pub fn request(descriptors: &[&[(&str, &str)]], hits: u32) -> RateLimitRequest {
+    RateLimitRequest {
+        domain: "shop".into(),
+        descriptors: descriptors
+            .iter()
+            .map(|entries| descriptor(entries))
+            .collect(),
+        hits_addend: hits,
+    }
+}
+
+/// A descriptor of `(key, value)` entries.
+pub fn descriptor(entries: &[(&str, &str)]) -> RateLimitDescriptor {
+    RateLimitDescriptor {
+        entries: entries
+            .iter()
+            .map(|(key, value)| Entry {
+                key: (*key).into(),
+                value: (*value).into(),
+            })
+            .collect(),
+        ..RateLimitDescriptor::default()
+    }
+}
