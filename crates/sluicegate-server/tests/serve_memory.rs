@@ -36,22 +36,6 @@ descriptors:
       - {unit: hour, requests_per_unit: 2}
 "#;
 
-/// `POST /json` with `body`: the status, the headers and the body of the answer.
-async fn post_json(
-    service: &Service,
-    body: &str,
-) -> Result<(u16, reqwest::header::HeaderMap, String), reqwest::Error> {
-    let response = service
-        .http
-        .post(service.url("/json"))
-        .body(body.to_owned())
-        .send()
-        .await?;
-    let status = response.status().as_u16();
-    let headers = response.headers().clone();
-    Ok((status, headers, response.text().await?))
-}
-
 #[tokio::test]
 async fn a_limit_allows_its_requests_then_denies_with_statuses() -> TestResult {
     let mut service = Service::start(RULES, EngineOptions::default()).await?;
@@ -99,7 +83,7 @@ async fn json_and_grpc_share_one_budget_and_agree() -> TestResult {
         service.ask(&[&[("path", "/checkout")]], 0).await?.statuses[0].limit_remaining,
         1
     );
-    let (status, headers, text) = post_json(&service, body).await?;
+    let (status, headers, text) = service.post_json(body).await?;
     assert_eq!(status, 200);
     let json: serde_json::Value = serde_json::from_str(&text)?;
     assert_eq!(json["overallCode"], "OK");
@@ -113,7 +97,7 @@ async fn json_and_grpc_share_one_budget_and_agree() -> TestResult {
         headers.get("ratelimit").map(|v| v.to_str().ok()),
         Some(Some("\"checkout\";r=0;t=1"))
     );
-    let (status, headers, text) = post_json(&service, body).await?;
+    let (status, headers, text) = service.post_json(body).await?;
     assert_eq!(status, 429);
     assert!(headers.contains_key("retry-after"));
     let json: serde_json::Value = serde_json::from_str(&text)?;
@@ -297,12 +281,12 @@ async fn bad_requests_get_clear_errors() -> TestResult {
             "descriptor list must not be empty",
         ),
     ] {
-        let (status, _, text) = post_json(&service, body).await?;
+        let (status, _, text) = service.post_json(body).await?;
         assert_eq!(status, 400, "{body}");
         assert!(text.contains(expected), "{body}: {text}");
     }
     let huge = format!(r#"{{"domain":"{}","descriptors":[]}}"#, "x".repeat(100_000));
-    assert_eq!(post_json(&service, &huge).await?.0, 413);
+    assert_eq!(service.post_json(&huge).await?.0, 413);
     assert_eq!(service.get("/healthcheck").await?, "OK");
     service.server.shutdown().await?;
     Ok(())

@@ -62,14 +62,8 @@ async fn start_on(redis: RedisOptions) -> Result<Service, BoxError> {
 
 /// `POST /json` with `body`: the status and the answer.
 async fn post_json(service: &Service, body: &str) -> Result<(u16, serde_json::Value), BoxError> {
-    let response = service
-        .http
-        .post(service.url("/json"))
-        .body(body.to_owned())
-        .send()
-        .await?;
-    let status = response.status().as_u16();
-    Ok((status, serde_json::from_str(&response.text().await?)?))
+    let (status, _, text) = service.post_json(body).await?;
+    Ok((status, serde_json::from_str(&text)?))
 }
 
 /// The keys in Redis, sorted.

@@ -96,6 +96,22 @@ impl Service {
         Ok(self.ask(descriptors, 0).await?.overall_code)
     }
 
+    /// `POST /json` with `body`: the status, the headers and the body of the answer.
+    pub async fn post_json(
+        &self,
+        body: &str,
+    ) -> Result<(u16, reqwest::header::HeaderMap, String), reqwest::Error> {
+        let response = self
+            .http
+            .post(self.url("/json"))
+            .body(body.to_owned())
+            .send()
+            .await?;
+        let status = response.status().as_u16();
+        let headers = response.headers().clone();
+        Ok((status, headers, response.text().await?))
+    }
+
     /// The body of `GET path`.
     pub async fn get(&self, path: &str) -> Result<String, reqwest::Error> {
         self.http.get(self.url(path)).send().await?.text().await
