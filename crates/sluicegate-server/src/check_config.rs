@@ -4,6 +4,7 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use sluicegate_rules::{LoadErrors, LoadOptions, RuleSet};
+use sluicegate_server::serve::{Engine, EngineError, EngineOptions, Metrics};
 
 /// Arguments of `check-config`.
 #[derive(Debug, clap::Args)]
@@ -17,6 +18,10 @@ pub(crate) struct CheckConfigArgs {
     /// Print the resolved rules as JSON (the form `GET /rlconfig` serves) instead of text.
     #[arg(long)]
     json: bool,
+    /// Also require what `serve --count-denied` requires: every limit's algorithm can count
+    /// denied requests.
+    #[arg(long, env = "SLUICEGATE_COUNT_DENIED")]
+    count_denied: bool,
 }
 
 /// Loads the rules: when they are valid, prints them to `out` (warnings to `err`) and returns
@@ -29,13 +34,31 @@ pub(crate) fn run(
 ) -> anyhow::Result<bool> {
     let options = LoadOptions::default().merge_domains(args.merge_domains);
     let loaded = RuleSet::load(&args.path, &options);
-    let valid = loaded.is_ok();
-    match print(args, &loaded, out, err) {
+    let refusal = match &loaded {
+        Ok(rules) if args.count_denied => refusal_to_count_denied(rules),
+        _ => None,
+    };
+    let valid = loaded.is_ok() && refusal.is_none();
+    let printed = match &refusal {
+        Some(refusal) => writeln!(err, "{refusal}").and_then(|()| err.flush()),
+        None => print(args, &loaded, out, err),
+    };
+    match printed {
         // A reader that stops early (`| head`) is not a failure of the check.
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(valid),
         Err(e) => Err(e.into()),
         Ok(()) => Ok(valid),
     }
+}
+
+/// Why `serve --count-denied` would refuse `rules` (a limit whose algorithm cannot count
+/// denied requests, with its file:line:column), if it would: the engine's own check.
+fn refusal_to_count_denied(rules: &RuleSet) -> Option<EngineError> {
+    let options = EngineOptions {
+        count_denied: true,
+        ..EngineOptions::default()
+    };
+    Engine::new(rules.clone(), options, Metrics::new().into()).err()
 }
 
 fn print(

@@ -20,6 +20,7 @@ fn check_config(args: &[&std::ffi::OsStr]) -> Result<(i32, String, String), std:
         .arg("check-config")
         .args(args)
         .env_remove("SLUICEGATE_MERGE_DOMAINS")
+        .env_remove("SLUICEGATE_COUNT_DENIED")
         .output()?;
     Ok((
         output.status.code().unwrap_or(-1),
@@ -112,5 +113,30 @@ fn a_missing_path_is_an_error_naming_it() -> TestResult {
         stderr.starts_with(&missing.display().to_string()),
         "{stderr}"
     );
+    Ok(())
+}
+
+#[test]
+fn count_denied_refuses_a_limit_that_cannot_count_denials() -> TestResult {
+    let dir = scratch_dir("check_config_count_denied")?;
+    let file = dir.join("shop.yaml");
+    std::fs::write(
+        &file,
+        "domain: shop\ndescriptors:\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 3, algorithm: sliding-log}\n",
+    )?;
+    let (code, _, stderr) = check_config(&[file.as_os_str()])?;
+    assert_eq!(code, 0, "stderr: {stderr}");
+    let (code, stdout, stderr) = check_config(&["--count-denied".as_ref(), file.as_os_str()])?;
+    assert_eq!(code, 1, "stdout: {stdout}");
+    assert!(
+        stderr.contains("shop.yaml:3:5: shop.user: algorithm sliding-log cannot count denied"),
+        "{stderr}"
+    );
+    std::fs::write(
+        &file,
+        "domain: shop\ndescriptors:\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 3, algorithm: gcra}\n",
+    )?;
+    let (code, _, stderr) = check_config(&["--count-denied".as_ref(), file.as_os_str()])?;
+    assert_eq!(code, 0, "stderr: {stderr}");
     Ok(())
 }
