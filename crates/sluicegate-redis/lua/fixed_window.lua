@@ -16,14 +16,15 @@ local function decide_fixed_window(key, now, n, op, limit, window, grace_ms)
   end
   local until_end = math.max(0, start + window - now)
   local after = count + n
+  if after > limit and op ~= "charge" then
+    return { 0, limit, math.max(0, limit - count), until_end, until_end, 0 }, nil
+  end
   local function commit()
     set_state(key, string.format("%d:%d", start, after), until_end, 1, grace_ms)
   end
   if after <= limit then return { 1, limit, limit - after, until_end, -1, 0 }, commit end
-  if op == "charge" then
-    -- Counted past the limit (fixed_window.rs); the next window starts empty all the same.
-    if after >= EXACT then fail("overflow", key .. ": count too large") end
-    return { 0, limit, 0, until_end, until_end, 0 }, commit
-  end
-  return { 0, limit, math.max(0, limit - count), until_end, until_end, 0 }, nil
+  -- A charge is counted past the limit (fixed_window.rs); the next window starts empty all
+  -- the same.
+  if after >= EXACT then fail("overflow", key .. ": count too large") end
+  return { 0, limit, 0, until_end, until_end, 0 }, commit
 end

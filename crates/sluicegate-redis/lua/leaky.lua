@@ -27,16 +27,16 @@ local function decide_leaky_bucket(key, now, n, op, p)
   end
   local level_at = level - math.min(level, drained)
   local after = level_at + n * p.interval
+  if after > p.tolerance and op ~= "charge" then
+    return bucket_deny(p, level_at, ceil_div(after - p.tolerance, p.d)), nil
+  end
   local function commit()
     write_level(key, after, now_us, now_r, p, after + (now_us - now) * p.d + now_r)
   end
   if after <= p.tolerance then return bucket_allow(p, after), commit end
-  if op == "charge" then
-    -- Poured in all the same (leaky_bucket.rs), above the capacity.
-    if after >= EXACT then fail("overflow", key .. ": charged too far above the capacity") end
-    return bucket_deny(p, after, ceil_div(after + n * p.interval - p.tolerance, p.d)), commit
-  end
-  return bucket_deny(p, level_at, ceil_div(after - p.tolerance, p.d)), nil
+  -- A charge is poured in all the same (leaky_bucket.rs), above the capacity.
+  if after >= EXACT then fail("overflow", key .. ": charged too far above the capacity") end
+  return bucket_deny(p, after, ceil_div(after + n * p.interval - p.tolerance, p.d)), commit
 end
 
 -- nginx limit_req as a queue (leaky_queue.rs): GCRA of burst + 1 permits whose admitted
