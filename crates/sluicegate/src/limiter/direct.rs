@@ -10,8 +10,8 @@ use crate::state_machine::{Algorithm, AlgorithmState, Op};
 
 type CellOf<A> = <<A as Algorithm>::State as AlgorithmState>::Cell;
 
-/// A limiter with a single state, applied atomically: lock-free for one-word states (GCRA),
-/// under a small mutex otherwise.
+/// A limiter with a single state, applied atomically: lock-free for one-word states (GCRA, the
+/// token bucket, the leaky queue, concurrency), under a small mutex otherwise.
 ///
 /// ```
 /// use sluicegate::{DirectLimiter, Gcra, ManualClock, Rate};
