@@ -79,7 +79,7 @@ local function write_tat(key, now, debt_after, p)
   set_state(key, value, debt_after, p.d, p.grace_ms)
 end
 
--- The token and leaky buckets' state, the string "l:u:r:d:i" (level in ticks, the pair (u, r)
+-- The leaky bucket's state, the string "l:u:r:d:i" (level in ticks, the pair (u, r)
 -- it was measured at, d, interval): l as found, u, r, d and i checked; nil if the key is
 -- missing.
 local function read_level(key)

@@ -12,7 +12,8 @@ local function parse_limit(KEYS, ARGV, now, i, k)
     p, i = bucket_params(ARGV, i)
     local decide = ({
       ["gcra"] = decide_gcra,
-      ["token-bucket"] = decide_token_bucket,
+      -- A token bucket decides as GCRA does (token_bucket.rs), on the same state.
+      ["token-bucket"] = decide_gcra,
       ["leaky-bucket"] = decide_leaky_bucket,
     })[kind]
     local key = KEYS[k]

@@ -3,6 +3,5 @@
 -- server can hold the libraries of several versions of this crate at once.
 redis.register_function(FUNCTION_PREFIX .. "decide", decide_all)
 redis.register_function(FUNCTION_PREFIX .. "one_gcra", one_gcra)
-redis.register_function(FUNCTION_PREFIX .. "one_token_bucket", one_token_bucket)
 redis.register_function(FUNCTION_PREFIX .. "one_fixed_window", one_fixed_window)
 redis.register_function(FUNCTION_PREFIX .. "config", config)

@@ -307,8 +307,8 @@ impl RedisLimit {
     /// The entry point deciding this limit alone, if it has one of its own.
     pub(crate) fn one_entry(&self) -> Option<Entry> {
         match self.kind {
-            LimitKind::Gcra(_) => Some(Entry::OneGcra),
-            LimitKind::TokenBucket(_) => Some(Entry::OneTokenBucket),
+            // A token bucket decides as GCRA does, on the same one-number state.
+            LimitKind::Gcra(_) | LimitKind::TokenBucket(_) => Some(Entry::OneGcra),
             LimitKind::FixedWindow { .. } => Some(Entry::OneFixedWindow),
             _ => None,
         }
@@ -330,11 +330,10 @@ impl RedisLimit {
                 let d = b.pace.ticks_per_micro;
                 let (init_a, init_b) = match self.kind {
                     // The TAT of a limiter created at time 0 (`initial_state(0)`), as a pair.
-                    LimitKind::Gcra(_) => {
+                    LimitKind::Gcra(_) | LimitKind::TokenBucket(_) => {
                         let ticks = (b.burst - b.initial) * b.pace.interval;
                         (ticks / d, ticks % d)
                     }
-                    LimitKind::TokenBucket(_) => (b.initial * b.pace.interval, 0),
                     _ => (0, 0),
                 };
                 for v in [d, b.pace.interval, b.tolerance, b.burst, init_a, init_b] {

@@ -19,14 +19,12 @@ const LIBRARY_BODY: &str = lua!(
     "prelude.lua",
     "bucket_prelude.lua",
     "gcra.lua",
-    "token_bucket.lua",
     "leaky.lua",
     "concurrency.lua",
     "fixed_window.lua",
     "windows.lua",
     "decide.lua",
     "one_gcra.lua",
-    "one_token_bucket.lua",
     "one_fixed_window.lua",
     "config.lua",
     "functions.lua",
@@ -37,20 +35,17 @@ const LIBRARY_BODY: &str = lua!(
 pub(crate) enum Entry {
     /// Any set of limits, all or nothing (`decide.lua`).
     Decide,
-    /// One GCRA limit, with fewer arguments and reply values (`one_gcra.lua`).
+    /// One GCRA limit or token bucket, with fewer arguments and reply values (`one_gcra.lua`).
     OneGcra,
-    /// One token bucket (`one_token_bucket.lua`).
-    OneTokenBucket,
     /// One fixed window (`one_fixed_window.lua`).
     OneFixedWindow,
     /// A Redisson-style limiter's configuration (`config.lua`).
     Config,
 }
 
-const ENTRIES: [(Entry, &str); 5] = [
+const ENTRIES: [(Entry, &str); 4] = [
     (Entry::Decide, "decide"),
     (Entry::OneGcra, "one_gcra"),
-    (Entry::OneTokenBucket, "one_token_bucket"),
     (Entry::OneFixedWindow, "one_fixed_window"),
     (Entry::Config, "config"),
 ];
@@ -82,7 +77,6 @@ static DECIDE_SCRIPT: LazyLock<Script> = LazyLock::new(|| {
             "prelude.lua",
             "bucket_prelude.lua",
             "gcra.lua",
-            "token_bucket.lua",
             "leaky.lua",
             "concurrency.lua",
             "fixed_window.lua",
@@ -103,19 +97,6 @@ static ONE_GCRA_SCRIPT: LazyLock<Script> = LazyLock::new(|| {
             "one_gcra.lua"
         ),
         "return one_gcra(KEYS, ARGV)\n"
-    ))
-});
-
-/// One token bucket alone, as [`ONE_GCRA_SCRIPT`].
-static ONE_TOKEN_BUCKET_SCRIPT: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        lua!(
-            "prelude.lua",
-            "bucket_prelude.lua",
-            "token_bucket.lua",
-            "one_token_bucket.lua"
-        ),
-        "return one_token_bucket(KEYS, ARGV)\n"
     ))
 });
 
@@ -146,7 +127,6 @@ impl Entry {
         match self {
             Entry::Decide => &DECIDE_SCRIPT,
             Entry::OneGcra => &ONE_GCRA_SCRIPT,
-            Entry::OneTokenBucket => &ONE_TOKEN_BUCKET_SCRIPT,
             Entry::OneFixedWindow => &ONE_FIXED_WINDOW_SCRIPT,
             Entry::Config => &CONFIG_SCRIPT,
         }
