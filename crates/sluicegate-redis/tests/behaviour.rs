@@ -4,7 +4,7 @@ use std::num::NonZeroU64;
 use std::sync::Arc;
 use std::time::Duration;
 
-use sluicegate::{Algorithm, Gcra, Op, QueueDelay, Rate};
+use sluicegate::{Algorithm, Gcra, Op, QueueDelay, Rate, TokenBucket};
 use sluicegate_redis::{Now, RedisLimit, RedisLimitError, RedisLimiter, RedisStore, StoreConfig};
 
 use sluicegate_redis::testing::RedisServer;
@@ -36,6 +36,36 @@ async fn server_time_decisions_replay_identically_in_memory() -> Result<(), BoxE
         allowed += usize::from(expected.allowed());
     }
     assert!(allowed >= 4, "a full bucket of 4 grants at least 4");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_bucket_answers_as_in_memory_when_times_go_back() -> Result<(), BoxError> {
+    // Explicit times out of order (clients passing their own clocks): Redis and memory keep
+    // the same one-number state, so they agree on every answer, including the times behind.
+    let server = RedisServer::start()?;
+    let store = server.store(StoreConfig::default()).await?;
+    let rate = Rate::per_second(10)?;
+    let redis = RedisLimiter::new(store, RedisLimit::token_bucket(rate, 3)?, "back");
+    let bucket = TokenBucket::new(rate, 3)?;
+    let mut state = bucket.initial_state(0);
+    let base = 1_763_000_000_000_000u64;
+    for (offset, op) in [
+        (500_000, Op::Check),
+        (500_000, Op::Check),
+        (200_000, Op::Check),
+        (0, Op::Peek),
+        (600_000, Op::Check),
+        (100_000, Op::Charge),
+        (650_000, Op::Check),
+        (300_000, Op::Reserve { max_wait: None }),
+        (900_000, Op::Check),
+    ] {
+        let now = base + offset;
+        let expected = bucket.decide(&mut state, now, one(), op)?;
+        let got = redis.decide(b"k", one(), op, Now::At(now)).await?;
+        assert_eq!(got, expected, "{op:?} at +{offset}");
+    }
     Ok(())
 }
 
