@@ -6,6 +6,7 @@ use std::time::Duration;
 use sluicegate::{
     Clock, Concurrency, ConfigError, Decision, FixedWindow, Gcra, KeyedLimiter, LeakyBucket,
     LeakyQueue, ManualClock, Micros, Op, SlidingLog, SlidingWindow, SystemClock, TokenBucket,
+    micros_ceil,
 };
 
 use crate::error::RedisLimitError;
@@ -210,7 +211,7 @@ impl FailSafeLimiter {
             None if self.policy == FailurePolicy::Open => {
                 Decision::allow(limit, limit - permits.get().min(limit), 0)
             }
-            None => Decision::deny(limit, 0, 0, Some(micros_of(self.redis.store().timeout()))),
+            None => Decision::deny(limit, 0, 0, Some(micros_ceil(self.redis.store().timeout()))),
         })
     }
 }
@@ -272,9 +273,4 @@ pub async fn decide_all_fail_safe(
         now: at,
     };
     Ok((multi, Source::Fallback(error.to_string())))
-}
-
-/// `duration` in whole microseconds, saturating (a timeout beyond 584 000 years).
-fn micros_of(duration: Duration) -> u64 {
-    u64::try_from(duration.as_micros()).unwrap_or(u64::MAX)
 }

@@ -14,20 +14,32 @@ macro_rules! lua {
     };
 }
 
+/// Every algorithm and the multi-limit entry point: the library's core and the `EVALSHA`
+/// decide script alike.
+macro_rules! decide_lua {
+    () => {
+        lua!(
+            "prelude.lua",
+            "bucket_prelude.lua",
+            "gcra.lua",
+            "leaky.lua",
+            "concurrency.lua",
+            "fixed_window.lua",
+            "windows.lua",
+            "decide.lua",
+        )
+    };
+}
+
 /// The library's code without its header, which names it after a hash of this.
-const LIBRARY_BODY: &str = lua!(
-    "prelude.lua",
-    "bucket_prelude.lua",
-    "gcra.lua",
-    "leaky.lua",
-    "concurrency.lua",
-    "fixed_window.lua",
-    "windows.lua",
-    "decide.lua",
-    "one_gcra.lua",
-    "one_fixed_window.lua",
-    "config.lua",
-    "functions.lua",
+const LIBRARY_BODY: &str = concat!(
+    decide_lua!(),
+    lua!(
+        "one_gcra.lua",
+        "one_fixed_window.lua",
+        "config.lua",
+        "functions.lua"
+    ),
 );
 
 /// An entry point of the Lua code.
@@ -71,21 +83,8 @@ pub(crate) static LIBRARY: LazyLock<Library> = LazyLock::new(|| {
 });
 
 /// Every algorithm and the multi-limit entry point, for `EVALSHA`.
-static DECIDE_SCRIPT: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        lua!(
-            "prelude.lua",
-            "bucket_prelude.lua",
-            "gcra.lua",
-            "leaky.lua",
-            "concurrency.lua",
-            "fixed_window.lua",
-            "windows.lua",
-            "decide.lua",
-        ),
-        "return decide_all(KEYS, ARGV)\n"
-    ))
-});
+static DECIDE_SCRIPT: LazyLock<Script> =
+    LazyLock::new(|| Script::new(concat!(decide_lua!(), "return decide_all(KEYS, ARGV)\n")));
 
 /// One GCRA limit in a script holding GCRA alone: each `EVALSHA` builds only its closures.
 static ONE_GCRA_SCRIPT: LazyLock<Script> = LazyLock::new(|| {

@@ -158,10 +158,9 @@ impl Harness {
     }
 }
 
-#[test]
-fn gcra_matches_memory() -> Result<(), BoxError> {
-    let h = Harness::new()?;
-    let strategy = (
+/// A bucket's rate, burst, initial permits and base time, with a trace for it.
+fn bucket_cases() -> impl Strategy<Value = ((Rate, u64, u64, u64), Vec<Event>)> {
+    (
         rates(),
         1u64..12,
         0u64..12,
@@ -172,9 +171,14 @@ fn gcra_matches_memory() -> Result<(), BoxError> {
                 Just((rate, burst, initial.min(burst), base)),
                 events(burst + 1),
             )
-        });
+        })
+}
+
+#[test]
+fn gcra_matches_memory() -> Result<(), BoxError> {
+    let h = Harness::new()?;
     let mut runner = TestRunner::new(Config::with_cases(64));
-    runner.run(&strategy, |((rate, burst, initial, base), trace)| {
+    runner.run(&bucket_cases(), |((rate, burst, initial, base), trace)| {
         let algorithm = Gcra::with_initial(rate, burst, initial).expect("valid gcra");
         let limit = RedisLimit::gcra_with_initial(rate, burst, initial).expect("valid limit");
         let redis = h.limiter(limit);
@@ -186,20 +190,8 @@ fn gcra_matches_memory() -> Result<(), BoxError> {
 #[test]
 fn token_bucket_matches_memory() -> Result<(), BoxError> {
     let h = Harness::new()?;
-    let strategy = (
-        rates(),
-        1u64..12,
-        0u64..12,
-        prop::sample::select(BASES.to_vec()),
-    )
-        .prop_flat_map(|(rate, burst, initial, base)| {
-            (
-                Just((rate, burst, initial.min(burst), base)),
-                events(burst + 1),
-            )
-        });
     let mut runner = TestRunner::new(Config::with_cases(64));
-    runner.run(&strategy, |((rate, burst, initial, base), trace)| {
+    runner.run(&bucket_cases(), |((rate, burst, initial, base), trace)| {
         let algorithm = TokenBucket::with_initial(rate, burst, initial).expect("valid bucket");
         let limit = RedisLimit::token_bucket_with_initial(rate, burst, initial).expect("valid");
         let redis = h.limiter(limit);

@@ -18,7 +18,7 @@ use sluicegate_server::serve::{
 
 mod loopback;
 
-use loopback::{BoxError, OK, OVER_LIMIT, Service, TestResult};
+use loopback::{BoxError, OK, OVER_LIMIT, Service, TestResult, adds_header};
 
 const RULES: &str = r#"
 domain: shop
@@ -113,10 +113,7 @@ async fn denied_calls_still_count_in(store: Store) -> TestResult {
     assert_eq!(answer.statuses[0].code, OVER_LIMIT);
     assert_eq!(answer.statuses[0].limit_remaining, 0);
     assert!(
-        answer
-            .response_headers_to_add
-            .iter()
-            .any(|h| h.key == "Retry-After"),
+        adds_header(&answer, "Retry-After"),
         "{:?}",
         answer.response_headers_to_add
     );

@@ -14,7 +14,7 @@ use sluicegate_server::serve::{BackendOptions, EngineOptions, RedisOptions, Redi
 
 mod loopback;
 
-use loopback::{BoxError, OK, OVER_LIMIT, Service, TestResult, descriptor};
+use loopback::{BoxError, OK, OVER_LIMIT, Service, TestResult, adds_header, descriptor};
 
 /// Per-call bound on Redis: generous, so a loaded test machine does not trip it while Redis
 /// is up; answers are asserted, never elapsed times.
@@ -106,10 +106,7 @@ async fn the_rules_apply_on_redis_over_grpc_and_json() -> TestResult {
     let answer = service.ask(&[&[("user", "alice")]], 0).await?;
     assert_eq!(answer.overall_code, OVER_LIMIT);
     assert!(
-        answer
-            .response_headers_to_add
-            .iter()
-            .any(|h| h.key == "Retry-After"),
+        adds_header(&answer, "Retry-After"),
         "{:?}",
         answer.response_headers_to_add
     );

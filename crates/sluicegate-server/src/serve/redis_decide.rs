@@ -14,7 +14,7 @@
 use std::num::NonZeroU64;
 use std::time::Duration;
 
-use sluicegate::{Decision, Op};
+use sluicegate::{Decision, Op, micros_ceil};
 use sluicegate_redis::{FailurePolicy, LimitRequest, Now, RedisLimitError, RedisStore};
 use tokio::time::Instant;
 
@@ -280,7 +280,6 @@ fn policy_decision(
     if allowed {
         Decision::allow(limit, limit - permits.get().min(limit), 0)
     } else {
-        let timeout = u64::try_from(timeout.as_micros()).unwrap_or(u64::MAX);
-        Decision::deny(limit, 0, 0, Some(timeout))
+        Decision::deny(limit, 0, 0, Some(micros_ceil(timeout)))
     }
 }

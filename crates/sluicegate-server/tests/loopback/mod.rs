@@ -118,6 +118,11 @@ impl Service {
     }
 }
 
+/// Whether Envoy is told to add the header `key` to the answer.
+pub fn adds_header(answer: &RateLimitResponse, key: &str) -> bool {
+    answer.response_headers_to_add.iter().any(|h| h.key == key)
+}
+
 /// A request in the domain `shop`.
 pub fn request(descriptors: &[&[(&str, &str)]], hits: u32) -> RateLimitRequest {
     RateLimitRequest {

@@ -177,12 +177,16 @@ impl BucketShape {
     }
 
     /// The debt under `new` that keeps the same fill ratio as `debt` under `self`, rounded
-    /// towards the emptier bucket. A debt beyond the bucket (reservations) keeps its length in
-    /// permits, up to [`MAX_DEBT`].
+    /// towards the emptier bucket. A debt beyond the bucket keeps its length in time, up to
+    /// [`MAX_DEBT`]: whether it is reserved permits, charged ones, or a `now` behind the last
+    /// decision, the time the bucket is back within its size stands (as Guava's `setRate`
+    /// keeps its next free ticket), and the new rate refills from there. Rescaled by permits,
+    /// a debt measured from a time behind the last decision would refill that gap twice.
     pub(crate) fn rescale_debt(&self, new: &BucketShape, debt: u64) -> u64 {
         if debt > self.tolerance {
-            let overdraft = u128::from(debt - self.tolerance) * u128::from(new.pace.interval);
-            let overdraft = overdraft.div_ceil(u128::from(self.pace.interval));
+            let overdraft =
+                u128::from(debt - self.tolerance) * u128::from(new.pace.ticks_per_micro);
+            let overdraft = overdraft.div_ceil(u128::from(self.pace.ticks_per_micro));
             return new
                 .tolerance
                 .saturating_add(u64::try_from(overdraft).unwrap_or(u64::MAX))

@@ -3,7 +3,7 @@
 
 use std::num::NonZeroU64;
 
-use crate::algorithm::bucket::{BucketShape, MAX_DEBT};
+use crate::algorithm::bucket::BucketShape;
 use crate::cell::WordCell;
 use crate::clock::Micros;
 use crate::decision::Decision;
@@ -142,17 +142,6 @@ impl Algorithm for Gcra {
 
     fn carry_over(&self, new: &Self, tat: &mut Tat, now: Micros) {
         let debt = tat.saturating_sub(self.shape.ticks(now));
-        if debt > self.shape.tolerance {
-            // Beyond the bucket's size the debt is reserved permits, or `now` is behind the
-            // last decision. Either way the time the bucket is empty again stands (as Guava's
-            // setRate keeps its next free ticket) and the new rate refills from there:
-            // rescaling a debt measured from a time behind the last decision would refill
-            // that gap a second time.
-            let empty_again = self.shape.ticks_as(&new.shape, *tat - self.shape.tolerance);
-            let deepest = new.shape.ticks(now) + (MAX_DEBT - new.shape.tolerance);
-            *tat = empty_again.min(deepest) + new.shape.tolerance;
-            return;
-        }
         // At most `MAX_DEBT`, so the sum stays in range.
         let new_debt = self.shape.rescale_debt(&new.shape, debt);
         *tat = new.shape.ticks(now) + new_debt;
