@@ -53,8 +53,14 @@ async fn run() -> Result<(), BoxError> {
         "sliding-window" => RedisLimit::sliding_window(100, Duration::from_secs(1), None)?,
         _ => RedisLimit::gcra(rate, 100)?,
     };
+    // BENCH_MAX_BATCH=1 sends every decision in a call of its own (no batching).
+    let max_batch = std::env::var("BENCH_MAX_BATCH")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(StoreConfig::default().max_batch);
     let config = StoreConfig {
         prefix: "bench:sluicegate:".into(),
+        max_batch,
         ..StoreConfig::default()
     };
     let store = RedisStore::connect(&url, config).await?;

@@ -57,13 +57,16 @@ end
 local function read_tat(key, p)
   local raw = get_state(key)
   if raw == false then return p.init_a, p.init_b end
-  if tonumber(raw) ~= nil then
-    return convert_pair(int_field(key, "t", raw, 0, 2 ^ 53), 0, 1, p.d)
+  local t = tonumber(raw)
+  if t ~= nil then
+    t = int_field(key, "t", t, 0, 2 ^ 53)
+    if p.d == 1 then return t, 0 end
+    return convert_pair(t, 0, 1, p.d)
   end
-  local t, r, d = string.match(raw, "^(%d+):(%d+):(%d+)$")
-  if t == nil then bad_state(key, raw) end
+  local t_raw, r, d = string.match(raw, "^(%d+):(%d+):(%d+)$")
+  if t_raw == nil then bad_state(key, raw) end
   local d_old = int_field(key, "d", d, 1, 1024)
-  return convert_pair(int_field(key, "t", t, 0, 2 ^ 53), int_field(key, "r", r, 0, d_old - 1),
+  return convert_pair(int_field(key, "t", t_raw, 0, 2 ^ 53), int_field(key, "r", r, 0, d_old - 1),
     d_old, p.d)
 end
 

@@ -4,4 +4,5 @@
 redis.register_function(FUNCTION_PREFIX .. "decide", decide_all)
 redis.register_function(FUNCTION_PREFIX .. "one_gcra", one_gcra)
 redis.register_function(FUNCTION_PREFIX .. "one_fixed_window", one_fixed_window)
+redis.register_function(FUNCTION_PREFIX .. "batch", batch)
 redis.register_function(FUNCTION_PREFIX .. "config", config)

@@ -6,11 +6,15 @@ local function window_params(list)
   return list
 end
 
+-- One fixed-window decision at `now` (batch.lua decides several in one call through this).
+local function one_fixed_window_at(key, now, op, n, raw)
+  local p = one_params(raw, window_params)
+  return one_reply(now, op, decide_fixed_window(key, now, n, op, p[1], p[2], p[3]))
+end
+
 local function run_one_fixed_window(KEYS, ARGV)
-  local now, op = decision_time(ARGV[1]), ARGV[2]
-  local p = one_params(ARGV[4], window_params)
-  return one_reply(now, op, decide_fixed_window(KEYS[1], now, tonumber(ARGV[3]), op, p[1],
-    p[2], p[3]))
+  return one_fixed_window_at(KEYS[1], decision_time(ARGV[1]), ARGV[2], tonumber(ARGV[3]),
+    ARGV[4])
 end
 
 local function one_fixed_window(KEYS, ARGV)

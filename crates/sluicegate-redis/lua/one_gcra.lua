@@ -4,10 +4,14 @@
 -- prelude.lua, bucket_prelude.lua and gcra.lua (see src/scripts.rs): as an EVALSHA script,
 -- without the other algorithms, since every call of a script builds the closures of
 -- everything it defines.
+
+-- One GCRA decision at `now` (batch.lua decides several in one call through this).
+local function one_gcra_at(key, now, op, n, raw)
+  return one_reply(now, op, decide_gcra(key, now, n, op, one_params(raw, one_bucket_params)))
+end
+
 local function run_one_gcra(KEYS, ARGV)
-  local now, op = decision_time(ARGV[1]), ARGV[2]
-  return one_reply(now, op, decide_gcra(KEYS[1], now, tonumber(ARGV[3]), op,
-    one_params(ARGV[4], one_bucket_params)))
+  return one_gcra_at(KEYS[1], decision_time(ARGV[1]), ARGV[2], tonumber(ARGV[3]), ARGV[4])
 end
 
 local function one_gcra(KEYS, ARGV) return finish(pcall(run_one_gcra, KEYS, ARGV)) end

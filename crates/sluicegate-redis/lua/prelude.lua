@@ -38,6 +38,8 @@ local function idiv(a, b)
 end
 
 local function ceil_div(a, b)
+  -- Most rates tick in whole microseconds (d = 1): no division to make.
+  if b == 1 then return a end
   local q, r = idiv(a, b)
   if r > 0 then q = q + 1 end
   return q

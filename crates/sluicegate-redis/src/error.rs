@@ -7,7 +7,7 @@ use sluicegate::{CheckError, ConfigError};
 
 /// An error from a Redis-backed limiter. A plain "not now" is not an error: it is a
 /// [`Decision`](sluicegate::Decision) with `allowed == false`.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum RedisLimitError {
     /// Redis did not answer within the configured per-call timeout (down, slow, or
@@ -17,6 +17,10 @@ pub enum RedisLimitError {
     /// The connection to Redis could not be made or broke during the call.
     #[error("cannot reach redis: {0}")]
     Connection(#[source] redis::RedisError),
+    /// The task that sends a store's batched calls has stopped: the tokio runtime the store
+    /// was connected on has shut down. Connect again on the runtime that uses it.
+    #[error("the redis store's batching task has stopped (its tokio runtime shut down)")]
+    Stopped,
     /// Redis answered the script call with an error (busy, loading, cluster down, a key in the
     /// wrong slot, ...).
     #[error("redis refused the limiter script: {0}")]
@@ -59,6 +63,7 @@ impl RedisLimitError {
             self,
             RedisLimitError::Timeout(_)
                 | RedisLimitError::Connection(_)
+                | RedisLimitError::Stopped
                 | RedisLimitError::Script(_)
         )
     }

@@ -14,6 +14,7 @@
 //! - Every call is bounded by a timeout; [`FailSafeLimiter`] applies a [`FailurePolicy`]
 //!   when Redis is down.
 
+mod batch;
 mod error;
 mod failure;
 mod keys;

@@ -5,6 +5,7 @@ use std::num::NonZeroU64;
 use redis::Value;
 use sluicegate::{Decision, Micros, Op};
 
+use crate::batch::OneCall;
 use crate::error::RedisLimitError;
 use crate::lease::{Lease, new_lease_id};
 use crate::limit::{Joined, LimitKind, RedisLimit};
@@ -144,7 +145,7 @@ impl RedisStore {
         entry: Entry,
         request: &LimitRequest<'_>,
         op: Op,
-        op_name: &str,
+        op_name: &'static str,
         max_wait: Option<Micros>,
         now: Now,
     ) -> Result<MultiDecision, RedisLimitError> {
@@ -154,16 +155,18 @@ impl RedisStore {
         request
             .limit
             .push_args(&mut params, max_wait, "", self.grace_ms);
-        let reply = self
-            .call(entry, |cmd| {
-                cmd.arg(1).arg(&key);
-                match now {
-                    Now::Server => cmd.arg(""),
-                    Now::At(micros) => cmd.arg(micros),
-                };
-                cmd.arg(op_name).arg(request.permits.get()).arg(&params.0);
-            })
-            .await?;
+        let call = OneCall {
+            entry,
+            key,
+            now,
+            op: op_name,
+            permits: request.permits.get(),
+            params: params.0,
+        };
+        let reply = match &self.batcher {
+            Some(batcher) => batcher.call(call, self.timeout()).await?,
+            None => self.call(entry, |cmd| call.fill(cmd)).await?,
+        };
         let (now, decision) = parse_one_reply(&reply, request.limit.capacity())?;
         Ok(MultiDecision {
             allowed: decision.allowed(),

@@ -37,6 +37,7 @@ const LIBRARY_BODY: &str = concat!(
     lua!(
         "one_gcra.lua",
         "one_fixed_window.lua",
+        "batch.lua",
         "config.lua",
         "functions.lua"
     ),
@@ -51,14 +52,17 @@ pub(crate) enum Entry {
     OneGcra,
     /// One fixed window (`one_fixed_window.lua`).
     OneFixedWindow,
+    /// Several one-limit decisions of the two entries above, each on its own (`batch.lua`).
+    Batch,
     /// A Redisson-style limiter's configuration (`config.lua`).
     Config,
 }
 
-const ENTRIES: [(Entry, &str); 4] = [
+const ENTRIES: [(Entry, &str); 5] = [
     (Entry::Decide, "decide"),
     (Entry::OneGcra, "one_gcra"),
     (Entry::OneFixedWindow, "one_fixed_window"),
+    (Entry::Batch, "batch"),
     (Entry::Config, "config"),
 ];
 
@@ -107,6 +111,22 @@ static ONE_FIXED_WINDOW_SCRIPT: LazyLock<Script> = LazyLock::new(|| {
     ))
 });
 
+/// Batches of one-limit decisions: GCRA and fixed window, without the other algorithms.
+static BATCH_SCRIPT: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        lua!(
+            "prelude.lua",
+            "bucket_prelude.lua",
+            "gcra.lua",
+            "fixed_window.lua",
+            "one_gcra.lua",
+            "one_fixed_window.lua",
+            "batch.lua"
+        ),
+        "return batch(KEYS, ARGV)\n"
+    ))
+});
+
 /// The configuration script of Redisson-style limiters.
 static CONFIG_SCRIPT: LazyLock<Script> =
     LazyLock::new(|| Script::new(concat!(lua!("config.lua"), "return config(KEYS, ARGV)\n")));
@@ -127,6 +147,7 @@ impl Entry {
             Entry::Decide => &DECIDE_SCRIPT,
             Entry::OneGcra => &ONE_GCRA_SCRIPT,
             Entry::OneFixedWindow => &ONE_FIXED_WINDOW_SCRIPT,
+            Entry::Batch => &BATCH_SCRIPT,
             Entry::Config => &CONFIG_SCRIPT,
         }
     }

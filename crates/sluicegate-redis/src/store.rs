@@ -11,6 +11,7 @@ use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, Value};
 use sluicegate::ConfigError;
 
+use crate::batch::Batcher;
 use crate::error::RedisLimitError;
 use crate::keys::KeyScheme;
 use crate::scripts::{Entry, LIBRARY};
@@ -28,6 +29,13 @@ pub struct StoreConfig {
     pub expiry_grace: Duration,
     /// How calls run the Lua code (default [`ScriptMode::Auto`]).
     pub scripts: ScriptMode,
+    /// The most one-limit decisions (a GCRA, token bucket or fixed window checked alone) sent
+    /// to a single Redis server in one call (default 64). Decisions that arrive while earlier
+    /// calls are in flight wait for the next call and go out together, each decided and
+    /// charged exactly as alone: under load this nearly halves Redis's time per decision,
+    /// while a lone call still leaves at once. 1 sends every decision in a call of its own.
+    /// Redis Cluster connections never batch.
+    pub max_batch: usize,
 }
 
 /// How a [`RedisStore`] runs its Lua code.
@@ -51,6 +59,7 @@ impl Default for StoreConfig {
             timeout: Duration::from_secs(1),
             expiry_grace: Duration::ZERO,
             scripts: ScriptMode::Auto,
+            max_batch: 64,
         }
     }
 }
@@ -71,6 +80,8 @@ pub struct RedisStore {
     pub(crate) grace_ms: u64,
     /// Whether calls go through `FCALL` (else `EVALSHA`); shared by the store's clones.
     functions: Arc<AtomicBool>,
+    /// Where one-limit decisions go, if they are batched (see [`StoreConfig::max_batch`]).
+    pub(crate) batcher: Option<Batcher>,
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -97,11 +108,11 @@ impl RedisStore {
             .set_number_of_retries(3);
         let connect = ConnectionManager::new_with_config(client, manager_config);
         let manager = bounded(config.timeout, connect).await?;
-        Ok(Self::with_connection(
-            Connection::Single(manager),
-            keys,
-            &config,
-        ))
+        let mut store = Self::with_connection(Connection::Single(manager), keys, &config);
+        if config.max_batch > 1 {
+            store.batcher = Some(Batcher::start(store.clone(), config.max_batch));
+        }
+        Ok(store)
     }
 
     /// Connects to a Redis Cluster through any of its `nodes` (`redis://host:port`).
@@ -134,6 +145,7 @@ impl RedisStore {
             timeout: config.timeout,
             grace_ms,
             functions: Arc::new(AtomicBool::new(config.scripts == ScriptMode::Auto)),
+            batcher: None,
         }
     }
 

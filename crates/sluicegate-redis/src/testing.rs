@@ -2,7 +2,7 @@
 //! 3-master Redis Cluster, each on free loopback ports with a temporary directory, killed when
 //! dropped. Shared by this crate's tests and by the service's (`sluicegate-server`).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::Path;
@@ -232,4 +232,31 @@ impl RedisCluster {
         let refs: Vec<&str> = urls.iter().map(String::as_str).collect();
         Ok(RedisStore::connect_cluster(&refs, config).await?)
     }
+}
+
+/// `INFO commandstats` calls per command (`fcall`, `evalsha`, `function|load`, ...).
+pub async fn command_calls(store: &RedisStore) -> Result<HashMap<String, u64>, BoxError> {
+    let info: String = store
+        .command(redis::cmd("INFO").arg("commandstats"))
+        .await?;
+    let mut calls = HashMap::new();
+    for line in info.lines() {
+        let Some((name, stats)) = line
+            .strip_prefix("cmdstat_")
+            .and_then(|l| l.split_once(':'))
+        else {
+            continue;
+        };
+        let count = stats
+            .split(',')
+            .find_map(|s| s.strip_prefix("calls="))
+            .ok_or("no calls= in commandstats")?;
+        calls.insert(name.to_owned(), count.parse()?);
+    }
+    Ok(calls)
+}
+
+/// The calls of `command` in [`command_calls`]'s answer (none if absent).
+pub fn calls_of(calls: &HashMap<String, u64>, command: &str) -> u64 {
+    calls.get(command).copied().unwrap_or(0)
 }

@@ -2,41 +2,14 @@
 //! asked or when the server has no Functions; either is loaded again after a flush or a
 //! restart, and both decide alike.
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use sluicegate::Rate;
 use sluicegate_redis::{RedisLimit, RedisLimiter, RedisStore, ScriptMode, StoreConfig};
 
-use sluicegate_redis::testing::RedisServer;
+use sluicegate_redis::testing::{RedisServer, calls_of, command_calls};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
-
-/// `INFO commandstats` calls per command (`fcall`, `evalsha`, `function|load`, ...).
-async fn command_calls(store: &RedisStore) -> Result<HashMap<String, u64>, BoxError> {
-    let info: String = store
-        .command(redis::cmd("INFO").arg("commandstats"))
-        .await?;
-    let mut calls = HashMap::new();
-    for line in info.lines() {
-        let Some((name, stats)) = line
-            .strip_prefix("cmdstat_")
-            .and_then(|l| l.split_once(':'))
-        else {
-            continue;
-        };
-        let count = stats
-            .split(',')
-            .find_map(|s| s.strip_prefix("calls="))
-            .ok_or("no calls= in commandstats")?;
-        calls.insert(name.to_owned(), count.parse()?);
-    }
-    Ok(calls)
-}
-
-fn calls_of(calls: &HashMap<String, u64>, command: &str) -> u64 {
-    calls.get(command).copied().unwrap_or(0)
-}
 
 /// One limiter of each entry point: one-limit GCRA, token bucket and fixed window, and a
 /// sliding log (the multi-limit entry point).

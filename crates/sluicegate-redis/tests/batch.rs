@@ -1,0 +1,228 @@
+//! Batched one-limit decisions (`StoreConfig::max_batch`): the decisions that queue up while
+//! a call is in flight go to Redis together, and each answers exactly as it would alone, in
+//! the order it was asked; one decision's error stays its own.
+
+use std::num::NonZeroU64;
+use std::time::Duration;
+
+use sluicegate::{Decision, Op, Rate};
+use sluicegate_redis::testing::{RedisServer, calls_of, command_calls};
+use sluicegate_redis::{
+    Now, RedisLimit, RedisLimitError, RedisLimiter, RedisStore, ScriptMode, StoreConfig,
+};
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// One decision to ask: which limiter, key, permits, op and time.
+#[derive(Debug, Clone, Copy)]
+struct Ask {
+    limiter: usize,
+    key: &'static [u8],
+    permits: u64,
+    op: Op,
+    at: u64,
+}
+
+/// The one-limit entry points: GCRA in whole microseconds, a token bucket (GCRA's code) whose
+/// interval (7/3 ms) needs a sub-microsecond tick, a fixed window.
+fn limiters(store: &RedisStore) -> Result<Vec<RedisLimiter>, BoxError> {
+    Ok(vec![
+        RedisLimiter::new(
+            store.clone(),
+            RedisLimit::gcra(Rate::per_second(4)?, 3)?,
+            "g",
+        ),
+        RedisLimiter::new(
+            store.clone(),
+            RedisLimit::token_bucket(Rate::new(3, Duration::from_millis(7))?, 2)?,
+            "t",
+        ),
+        RedisLimiter::new(
+            store.clone(),
+            RedisLimit::fixed_window(3, Duration::from_secs(1))?,
+            "f",
+        ),
+    ])
+}
+
+/// Rounds of asks, each round asked all at once: runs of the same limiter, op and time on
+/// several keys (one run in the batch), the same key again within a round (its decisions must
+/// follow one another), and ops the fixed window refuses (an error in the middle of a batch).
+fn rounds() -> Vec<Vec<Ask>> {
+    let keys: [&'static [u8]; 3] = [b"a", b"b", b"c"];
+    let ops = [
+        Op::Check,
+        Op::Check,
+        Op::Peek,
+        Op::Charge,
+        Op::Reserve {
+            max_wait: Some(400_000),
+        },
+    ];
+    let mut seed = 7_u64;
+    let mut next = |bound: u64| {
+        seed = seed
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        (seed >> 33) % bound
+    };
+    (0..8_u64)
+        .map(|round| {
+            let mut asks = Vec::new();
+            for run in 0..12_u64 {
+                let limiter = usize::try_from(next(3)).unwrap_or(0);
+                let op = ops[usize::try_from(next(5)).unwrap_or(0)];
+                let permits = 1 + next(2);
+                let at = 1_000_000 + round * 300_000 + run * next(3) * 10_000;
+                for _ in 0..=next(3) {
+                    let key = keys[usize::try_from(next(3)).unwrap_or(0)];
+                    asks.push(Ask {
+                        limiter,
+                        key,
+                        permits,
+                        op,
+                        at,
+                    });
+                }
+            }
+            asks
+        })
+        .collect()
+}
+
+type Answer = Result<Decision, String>;
+
+async fn ask_one(limiter: &RedisLimiter, ask: Ask) -> Answer {
+    let permits = NonZeroU64::new(ask.permits).unwrap_or(NonZeroU64::MIN);
+    limiter
+        .decide(ask.key, permits, ask.op, Now::At(ask.at))
+        .await
+        .map_err(|e| e.to_string())
+}
+
+/// Every ask of a round started at once, in order, on a current-thread runtime: they queue
+/// in that order, so the batch holds them in that order.
+async fn ask_together(limiters: &[RedisLimiter], round: &[Ask]) -> Result<Vec<Answer>, BoxError> {
+    let tasks: Vec<_> = round
+        .iter()
+        .map(|&ask| {
+            let limiter = limiters[ask.limiter].clone();
+            tokio::spawn(async move { ask_one(&limiter, ask).await })
+        })
+        .collect();
+    let mut answers = Vec::new();
+    for task in tasks {
+        answers.push(task.await?);
+    }
+    Ok(answers)
+}
+
+#[test]
+fn batched_decisions_answer_as_asked_one_by_one() -> Result<(), BoxError> {
+    let server = RedisServer::start()?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async {
+        for scripts in [ScriptMode::Auto, ScriptMode::Eval] {
+            let prefix = format!("{scripts:?}:");
+            let batched = server
+                .store(StoreConfig {
+                    prefix: format!("{prefix}batched:"),
+                    scripts,
+                    ..StoreConfig::default()
+                })
+                .await?;
+            let alone = server
+                .store(StoreConfig {
+                    prefix: format!("{prefix}alone:"),
+                    scripts,
+                    max_batch: 1,
+                    ..StoreConfig::default()
+                })
+                .await?;
+            let (batched_limiters, alone_limiters) = (limiters(&batched)?, limiters(&alone)?);
+            // Loads the code, so that the counts below are of decisions only.
+            batched_limiters[0].check(b"warm-up").await?;
+            let mut asked = 0;
+            let before = command_calls(&batched).await?;
+            let mut together = Vec::new();
+            for round in rounds() {
+                asked += round.len();
+                together.extend(ask_together(&batched_limiters, &round).await?);
+            }
+            let after = command_calls(&batched).await?;
+            let mut one_by_one = Vec::new();
+            for ask in rounds().into_iter().flatten() {
+                one_by_one.push(ask_one(&alone_limiters[ask.limiter], ask).await);
+            }
+            assert_eq!(together, one_by_one, "{scripts:?}");
+            assert!(
+                together.iter().any(Result::is_err) && together.iter().any(Result::is_ok),
+                "the trace exercises errors and decisions alike"
+            );
+            let command = if scripts == ScriptMode::Auto {
+                "fcall"
+            } else {
+                "evalsha"
+            };
+            let calls = calls_of(&after, command) - calls_of(&before, command);
+            // Refused ops never reach Redis; the rest went in one call per round, plus, for
+            // scripts, the batch script's first call, which found it not yet loaded.
+            assert!(
+                calls <= 9 && asked > 8 * 8,
+                "{calls} calls for {asked} decisions ({scripts:?})"
+            );
+        }
+        Ok(())
+    })
+}
+
+#[test]
+fn a_corrupt_key_fails_alone_in_its_batch() -> Result<(), BoxError> {
+    let server = RedisServer::start()?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async {
+        let store = server
+            .store(StoreConfig {
+                prefix: "p:".into(),
+                ..StoreConfig::default()
+            })
+            .await?;
+        let limiters = limiters(&store)?;
+        store
+            .command::<()>(redis::cmd("SET").arg("p:{k2}g").arg("not a time"))
+            .await?;
+        store
+            .command::<()>(redis::cmd("RPUSH").arg("p:{k4}f").arg("a list"))
+            .await?;
+        let keys: [&'static [u8]; 5] = [b"k1", b"k2", b"k3", b"k4", b"k5"];
+        let tasks: Vec<_> = keys
+            .iter()
+            .enumerate()
+            .map(|(i, &key)| {
+                let limiter = limiters[if i == 3 { 2 } else { 0 }].clone();
+                tokio::spawn(async move { limiter.check(key).await })
+            })
+            .collect();
+        let mut answers = Vec::new();
+        for task in tasks {
+            answers.push(task.await?);
+        }
+        for (key, answer) in keys.iter().zip(&answers) {
+            match (*key, answer) {
+                (b"k2" | b"k4", Err(RedisLimitError::CorruptState(detail))) => {
+                    assert!(
+                        detail.contains("p:{k2}g") || detail.contains("p:{k4}f"),
+                        "{detail}"
+                    );
+                }
+                (b"k1" | b"k3" | b"k5", Ok(decision)) => assert!(decision.allowed()),
+                (key, answer) => panic!("{}: {answer:?}", String::from_utf8_lossy(key)),
+            }
+        }
+        Ok(())
+    })
+}
