@@ -8,8 +8,10 @@
 -- ARGV: runs of decisions that share their arguments (the common case: one limiter's checks),
 -- six per run: entry ("g": one_gcra, "f": one_fixed_window), now ("" = TIME, read once per
 -- call), op, permits, parameters, and how many decisions (keys) the run holds. KEYS: one per
--- decision, in order. Reply: per decision, the reply its entry point would give
--- ({now, allowed, ...} or {"ERR", kind, detail}).
+-- decision, in order. Reply: one flat array, six values per decision: the reply its entry
+-- point would give ({now, allowed, ...}), or {"ERR", kind, detail, 0, 0, 0}. Flat, because
+-- Redis probes every table of a reply for seven special fields: a table per decision cost
+-- more than deciding.
 local batch_entries = { g = one_gcra_at, f = one_fixed_window_at }
 
 local function batch(KEYS, ARGV)
@@ -25,11 +27,15 @@ local function batch(KEYS, ARGV)
       now = tonumber(at)
     end
     for _ = 1, count do
+      local reply
       if decide == nil then
-        replies[k] = { "ERR", "args", "unknown batch entry " .. tostring(ARGV[i]) }
+        reply = { "ERR", "args", "unknown batch entry " .. tostring(ARGV[i]) }
       else
-        replies[k] = finish(pcall(decide, KEYS[k], now, op, n, raw))
+        reply = finish(pcall(decide, KEYS[k], now, op, n, raw))
       end
+      local at_reply = (k - 1) * 6
+      for j = 1, 3 do replies[at_reply + j] = reply[j] end
+      for j = 4, 6 do replies[at_reply + j] = reply[j] or 0 end
       k = k + 1
     end
     i = i + 6

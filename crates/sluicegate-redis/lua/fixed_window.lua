@@ -1,8 +1,15 @@
 -- Fixed window. Concatenated after prelude.lua (see src/scripts.rs).
 
+-- Writes a window that started at `start` holding `count`, living until its end.
+local function write_window(key, start, count, until_end, grace_ms)
+  set_state(key, string.format("%d:%d", start, count), until_end, 1, grace_ms)
+end
+
 -- Fixed window (fixed_window.rs). State: the string "s:c" (window start us, count).
 -- Parameters: limit, window_us, grace_ms.
-local function decide_fixed_window(key, now, n, op, limit, window, grace_ms)
+-- The decision and, if it charges, the window's start, its count after, and the time until
+-- it ends (what write_window stores); nothing more if nothing is to be charged.
+local function fixed_window_decision(key, now, n, op, limit, window)
   local raw = get_state(key)
   local _, into = idiv(now, window)
   local start, count = now - into, 0
@@ -17,14 +24,20 @@ local function decide_fixed_window(key, now, n, op, limit, window, grace_ms)
   local until_end = math.max(0, start + window - now)
   local after = count + n
   if after > limit and op ~= "charge" then
-    return { 0, limit, math.max(0, limit - count), until_end, until_end, 0 }, nil
+    return { 0, limit, math.max(0, limit - count), until_end, until_end, 0 }
   end
-  local function commit()
-    set_state(key, string.format("%d:%d", start, after), until_end, 1, grace_ms)
+  if after <= limit then
+    return { 1, limit, limit - after, until_end, -1, 0 }, start, after, until_end
   end
-  if after <= limit then return { 1, limit, limit - after, until_end, -1, 0 }, commit end
   -- A charge is counted past the limit (fixed_window.rs); the next window starts empty all
   -- the same.
   if after >= EXACT then fail("overflow", key .. ": count too large") end
-  return { 0, limit, 0, until_end, until_end, 0 }, commit
+  return { 0, limit, 0, until_end, until_end, 0 }, start, after, until_end
+end
+
+-- The fixed window as decide.lua takes every algorithm: the decision and its commit.
+local function decide_fixed_window(key, now, n, op, limit, window, grace_ms)
+  local decision, start, after, until_end = fixed_window_decision(key, now, n, op, limit, window)
+  if start == nil then return decision, nil end
+  return decision, function() write_window(key, start, after, until_end, grace_ms) end
 end

@@ -9,7 +9,9 @@ end
 -- One fixed-window decision at `now` (batch.lua decides several in one call through this).
 local function one_fixed_window_at(key, now, op, n, raw)
   local p = one_params(raw, window_params)
-  return one_reply(now, op, decide_fixed_window(key, now, n, op, p[1], p[2], p[3]))
+  local decision, start, after, until_end = fixed_window_decision(key, now, n, op, p[1], p[2])
+  if start == nil then return one_reply(now, op, decision) end
+  return one_reply(now, op, decision, write_window, key, start, after, until_end, p[3])
 end
 
 local function run_one_fixed_window(KEYS, ARGV)

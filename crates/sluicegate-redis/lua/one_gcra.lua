@@ -7,7 +7,10 @@
 
 -- One GCRA decision at `now` (batch.lua decides several in one call through this).
 local function one_gcra_at(key, now, op, n, raw)
-  return one_reply(now, op, decide_gcra(key, now, n, op, one_params(raw, one_bucket_params)))
+  local p = one_params(raw, one_bucket_params)
+  local decision, debt_after = gcra_decision(key, now, n, op, p)
+  if debt_after == nil then return one_reply(now, op, decision) end
+  return one_reply(now, op, decision, write_tat, key, now, debt_after, p)
 end
 
 local function run_one_gcra(KEYS, ARGV)

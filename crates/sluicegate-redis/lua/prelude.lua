@@ -103,10 +103,12 @@ end
 
 -- The reply of a one-limit entry point (one_*.lua), its state charged if it allowed and op is
 -- not a peek: {now, allowed, remaining, reset_us, retry_us, wait_us}, made of the decision
--- itself (the client knows the limit).
-local function one_reply(now, op, decision, commit)
-  -- A denied charge comes with a commit of its own: it counts all the same.
-  if commit ~= nil and op ~= "peek" and (decision[1] == 1 or op == "charge") then commit() end
+-- itself (the client knows the limit). The charge is `write(...)`, if `write` is not nil:
+-- a function and its arguments rather than a closure, which would cost an allocation per
+-- captured variable on every call.
+local function one_reply(now, op, decision, write, ...)
+  -- A denied charge comes with a write of its own: it counts all the same.
+  if write ~= nil and op ~= "peek" and (decision[1] == 1 or op == "charge") then write(...) end
   decision[2] = decision[1]
   decision[1] = now
   return decision

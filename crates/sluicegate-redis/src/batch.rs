@@ -20,6 +20,10 @@ use crate::store::RedisStore;
 /// leave together in the next one; two let the client build a batch while Redis runs the other.
 const CALLS_IN_FLIGHT: usize = 2;
 
+/// Values per decision in a batch's flat reply (`lua/batch.lua`): its entry point's reply,
+/// an error padded to the same length.
+const BATCH_REPLY_LEN: usize = 6;
+
 /// One decision of a one-limit entry point (`one_gcra`, `one_fixed_window`).
 #[derive(Debug)]
 pub(crate) struct OneCall {
@@ -157,18 +161,14 @@ async fn send(store: &RedisStore, mut batch: Vec<Queued>) {
         })
         .await;
     match replies {
-        Ok(replies) if replies.len() == batch.len() => {
-            for (queued, reply) in batch.into_iter().zip(replies) {
-                let answer = match reply {
-                    Value::Array(items) => Ok(items),
-                    other => Err(RedisLimitError::UnexpectedReply(format!("{other:?}"))),
-                };
-                let _ = queued.answer.send(answer);
+        Ok(replies) if replies.len() == batch.len() * BATCH_REPLY_LEN => {
+            for (queued, reply) in batch.into_iter().zip(replies.chunks_exact(BATCH_REPLY_LEN)) {
+                let _ = queued.answer.send(Ok(reply.to_vec()));
             }
         }
         Ok(replies) => {
             let error = RedisLimitError::UnexpectedReply(format!(
-                "{} replies to a batch of {} decisions",
+                "{} values in reply to a batch of {} decisions",
                 replies.len(),
                 batch.len()
             ));

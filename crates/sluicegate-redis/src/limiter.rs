@@ -284,11 +284,12 @@ fn script_error(reply: &[Value]) -> RedisLimitError {
 /// or `{"ERR", kind, detail}`; the limit is the one asked.
 fn parse_one_reply(reply: &[Value], limit: u64) -> Result<(Micros, Decision), RedisLimitError> {
     match reply {
+        // First: a batch pads an error to a decision's length.
+        [Value::BulkString(first), ..] if first == b"ERR" => Err(script_error(reply)),
         [now, allowed, remaining, reset, retry, wait] => Ok((
             micros(now)?,
             decision(allowed, limit, remaining, reset, retry, wait)?,
         )),
-        [first, ..] if text(first) == "ERR" => Err(script_error(reply)),
         _ => Err(RedisLimitError::UnexpectedReply(format!("{reply:?}"))),
     }
 }
