@@ -15,6 +15,7 @@
 local batch_entries = { g = one_gcra_at, f = one_fixed_window_at }
 
 local function batch(KEYS, ARGV)
+  if floor == nil then bind_standard() end
   local replies, server_now, k, i = {}, nil, 1, 1
   while ARGV[i] ~= nil do
     local decide, at, op = batch_entries[ARGV[i]], ARGV[i + 1], ARGV[i + 2]

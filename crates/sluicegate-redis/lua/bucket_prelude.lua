@@ -75,9 +75,9 @@ local function write_tat(key, now, debt_after, p)
   local q, r = idiv(debt_after, p.d)
   local value
   if p.d == 1 then
-    value = string.format("%d", now + q)
+    value = format("%d", now + q)
   else
-    value = string.format("%d:%d:%d", now + q, r, p.d)
+    value = format("%d:%d:%d", now + q, r, p.d)
   end
   set_state(key, value, debt_after, p.d, p.grace_ms)
 end

@@ -90,4 +90,7 @@ local function run(KEYS, ARGV)
   return reply
 end
 
-local function decide_all(KEYS, ARGV) return finish(pcall(run, KEYS, ARGV)) end
+local function decide_all(KEYS, ARGV)
+  if floor == nil then bind_standard() end
+  return finish(pcall(run, KEYS, ARGV))
+end

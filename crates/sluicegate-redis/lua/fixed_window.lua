@@ -2,7 +2,7 @@
 
 -- Writes a window that started at `start` holding `count`, living until its end.
 local function write_window(key, start, count, until_end, grace_ms)
-  set_state(key, string.format("%d:%d", start, count), until_end, 1, grace_ms)
+  set_state(key, format("%d:%d", start, count), until_end, 1, grace_ms)
 end
 
 -- Fixed window (fixed_window.rs). State: the string "s:c" (window start us, count).

@@ -20,5 +20,6 @@ local function run_one_fixed_window(KEYS, ARGV)
 end
 
 local function one_fixed_window(KEYS, ARGV)
+  if floor == nil then bind_standard() end
   return finish(pcall(run_one_fixed_window, KEYS, ARGV))
 end

@@ -17,4 +17,7 @@ local function run_one_gcra(KEYS, ARGV)
   return one_gcra_at(KEYS[1], decision_time(ARGV[1]), ARGV[2], tonumber(ARGV[3]), ARGV[4])
 end
 
-local function one_gcra(KEYS, ARGV) return finish(pcall(run_one_gcra, KEYS, ARGV)) end
+local function one_gcra(KEYS, ARGV)
+  if floor == nil then bind_standard() end
+  return finish(pcall(run_one_gcra, KEYS, ARGV))
+end
