@@ -8,18 +8,21 @@
 -- ARGV: runs of decisions that share their arguments (the common case: one limiter's checks),
 -- six per run: entry ("g": one_gcra, "f": one_fixed_window), now ("" = TIME, read once per
 -- call), op, permits, parameters, and how many decisions (keys) the run holds. KEYS: one per
--- decision, in order. Reply: one flat array, six values per decision: the reply its entry
--- point would give ({now, allowed, ...}), or {"ERR", kind, detail, 0, 0, 0}. Flat, because
--- Redis probes every table of a reply for seven special fields: a table per decision cost
--- more than deciding.
-local batch_entries = { g = one_gcra_at, f = one_fixed_window_at }
+-- decision, in order. Reply: one flat array: per run its time, then five values per decision,
+-- its entry point's reply after the time (allowed, remaining, reset_us, retry_us, wait_us), or
+-- {"ERR", kind, detail, 0, 0}. Flat, because Redis probes every table of a reply for seven
+-- special fields: a table per decision cost more than deciding.
+local batch_entries = {
+  g = { decide = one_gcra_with, parse = one_bucket_params },
+  f = { decide = one_fixed_window_with, parse = window_params },
+}
 
 local function batch(KEYS, ARGV)
   if floor == nil then bind_standard() end
-  local replies, server_now, k, i = {}, nil, 1, 1
+  local replies, server_now, k, i, m = {}, nil, 1, 1, 0
   while ARGV[i] ~= nil do
-    local decide, at, op = batch_entries[ARGV[i]], ARGV[i + 1], ARGV[i + 2]
-    local n, raw, count = tonumber(ARGV[i + 3]), ARGV[i + 4], tonumber(ARGV[i + 5]) or 0
+    local entry, at, op = batch_entries[ARGV[i]], ARGV[i + 1], ARGV[i + 2]
+    local n, count = tonumber(ARGV[i + 3]), tonumber(ARGV[i + 5]) or 0
     local now
     if at == "" then
       if server_now == nil then server_now = decision_time("") end
@@ -27,16 +30,30 @@ local function batch(KEYS, ARGV)
     else
       now = tonumber(at)
     end
+    local ok, p = false, nil
+    if entry == nil then
+      p = { sluicegate = true, kind = "args", detail = "unknown batch entry " .. tostring(ARGV[i]) }
+    else
+      ok, p = pcall(one_params, ARGV[i + 4], entry.parse)
+    end
+    m = m + 1
+    replies[m] = now
     for _ = 1, count do
       local reply
-      if decide == nil then
-        reply = { "ERR", "args", "unknown batch entry " .. tostring(ARGV[i]) }
+      if ok then
+        reply = finish(pcall(entry.decide, KEYS[k], now, op, n, p))
       else
-        reply = finish(pcall(decide, KEYS[k], now, op, n, raw))
+        reply = finish(false, p)
       end
-      local at_reply = (k - 1) * 6
-      for j = 1, 3 do replies[at_reply + j] = reply[j] end
-      for j = 4, 6 do replies[at_reply + j] = reply[j] or 0 end
+      if reply[1] == "ERR" then
+        replies[m + 1], replies[m + 2], replies[m + 3], replies[m + 4], replies[m + 5] =
+          "ERR", reply[2], reply[3], 0, 0
+      else
+        -- The entry point's reply after its time, which the run's replaces.
+        replies[m + 1], replies[m + 2], replies[m + 3], replies[m + 4], replies[m + 5] =
+          reply[2], reply[3], reply[4], reply[5], reply[6]
+      end
+      m = m + 5
       k = k + 1
     end
     i = i + 6

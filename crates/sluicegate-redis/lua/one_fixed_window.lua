@@ -6,17 +6,17 @@ local function window_params(list)
   return list
 end
 
--- One fixed-window decision at `now` (batch.lua decides several in one call through this).
-local function one_fixed_window_at(key, now, op, n, raw)
-  local p = one_params(raw, window_params)
+-- One fixed-window decision at `now` with parsed parameters (batch.lua decides a run of
+-- decisions that share them through this).
+local function one_fixed_window_with(key, now, op, n, p)
   local decision, start, after, until_end = fixed_window_decision(key, now, n, op, p[1], p[2])
   if start == nil then return one_reply(now, op, decision) end
   return one_reply(now, op, decision, write_window, key, start, after, until_end, p[3])
 end
 
 local function run_one_fixed_window(KEYS, ARGV)
-  return one_fixed_window_at(KEYS[1], decision_time(ARGV[1]), ARGV[2], tonumber(ARGV[3]),
-    ARGV[4])
+  return one_fixed_window_with(KEYS[1], decision_time(ARGV[1]), ARGV[2], tonumber(ARGV[3]),
+    one_params(ARGV[4], window_params))
 end
 
 local function one_fixed_window(KEYS, ARGV)

@@ -5,16 +5,17 @@
 -- without the other algorithms, since every call of a script builds the closures of
 -- everything it defines.
 
--- One GCRA decision at `now` (batch.lua decides several in one call through this).
-local function one_gcra_at(key, now, op, n, raw)
-  local p = one_params(raw, one_bucket_params)
+-- One GCRA decision at `now` with parsed parameters (batch.lua decides a run of decisions that
+-- share them through this).
+local function one_gcra_with(key, now, op, n, p)
   local decision, debt_after = gcra_decision(key, now, n, op, p)
   if debt_after == nil then return one_reply(now, op, decision) end
   return one_reply(now, op, decision, write_tat, key, now, debt_after, p)
 end
 
 local function run_one_gcra(KEYS, ARGV)
-  return one_gcra_at(KEYS[1], decision_time(ARGV[1]), ARGV[2], tonumber(ARGV[3]), ARGV[4])
+  return one_gcra_with(KEYS[1], decision_time(ARGV[1]), ARGV[2], tonumber(ARGV[3]),
+    one_params(ARGV[4], one_bucket_params))
 end
 
 local function one_gcra(KEYS, ARGV)

@@ -20,9 +20,9 @@ use crate::store::RedisStore;
 /// leave together in the next one; two let the client build a batch while Redis runs the other.
 const CALLS_IN_FLIGHT: usize = 2;
 
-/// Values per decision in a batch's flat reply (`lua/batch.lua`): its entry point's reply,
-/// an error padded to the same length.
-const BATCH_REPLY_LEN: usize = 6;
+/// Values per decision in a batch's flat reply (`lua/batch.lua`): its entry point's reply
+/// after the time (one per run), or an error padded to the same length.
+const BATCH_REPLY_LEN: usize = 5;
 
 /// One decision of a one-limit entry point (`one_gcra`, `one_fixed_window`).
 #[derive(Debug)]
@@ -149,6 +149,10 @@ async fn send(store: &RedisStore, mut batch: Vec<Queued>) {
         }
         return;
     }
+    let run_lens: Vec<usize> = batch
+        .chunk_by(|a, b| a.call.same_args(&b.call))
+        .map(<[Queued]>::len)
+        .collect();
     let replies = store
         .call(Entry::Batch, |cmd| {
             cmd.arg(batch.len());
@@ -160,20 +164,34 @@ async fn send(store: &RedisStore, mut batch: Vec<Queued>) {
             }
         })
         .await;
-    match replies {
-        Ok(replies) if replies.len() == batch.len() * BATCH_REPLY_LEN => {
-            for (queued, reply) in batch.into_iter().zip(replies.chunks_exact(BATCH_REPLY_LEN)) {
-                let _ = queued.answer.send(Ok(reply.to_vec()));
-            }
-        }
-        Ok(replies) => {
-            let error = RedisLimitError::UnexpectedReply(format!(
-                "{} values in reply to a batch of {} decisions",
+    let replies = replies.and_then(|replies| {
+        let expected = run_lens.len() + batch.len() * BATCH_REPLY_LEN;
+        if replies.len() == expected {
+            Ok(replies)
+        } else {
+            Err(RedisLimitError::UnexpectedReply(format!(
+                "{} values in reply to a batch of {} decisions in {} runs",
                 replies.len(),
-                batch.len()
-            ));
-            for queued in batch {
-                let _ = queued.answer.send(Err(error.clone()));
+                batch.len(),
+                run_lens.len()
+            )))
+        }
+    });
+    match replies {
+        Ok(replies) => {
+            let (mut values, mut batch) = (replies.into_iter(), batch.into_iter());
+            for len in run_lens {
+                let now = values.next().unwrap_or(Value::Nil);
+                for queued in batch.by_ref().take(len) {
+                    let mut reply = Vec::with_capacity(BATCH_REPLY_LEN + 1);
+                    reply.push(now.clone());
+                    reply.extend(values.by_ref().take(BATCH_REPLY_LEN));
+                    if reply.get(1).is_some_and(is_error) {
+                        // An error reply is the entry point's own, without a time.
+                        reply.remove(0);
+                    }
+                    let _ = queued.answer.send(Ok(reply));
+                }
             }
         }
         Err(error) => {
@@ -182,4 +200,9 @@ async fn send(store: &RedisStore, mut batch: Vec<Queued>) {
             }
         }
     }
+}
+
+/// The marker of an error reply (`{"ERR", kind, detail}`).
+fn is_error(value: &Value) -> bool {
+    matches!(value, Value::BulkString(bytes) if bytes == b"ERR")
 }
