@@ -125,6 +125,10 @@ async fn send_batches(
         let Some(first) = waiting.recv().await else {
             return;
         };
+        // Lets the tasks that are ready to run (those the last reply woke, say) ask first, so
+        // that they join this batch: tokio runs the task woken last first, and that is often
+        // this one, woken by the slot the reply freed.
+        tokio::task::yield_now().await;
         let mut batch = vec![first];
         while batch.len() < max_batch
             && let Ok(next) = waiting.try_recv()
