@@ -21,10 +21,13 @@ local function fixed_window_decision(key, now, n, op, limit, window)
     local c = int_field(key, "c", string.sub(raw, colon + 1), 0, EXACT)
     if c > 0 and s >= start then start, count = s, c end
   end
-  local until_end = math.max(0, start + window - now)
+  local until_end = start + window - now
+  if until_end < 0 then until_end = 0 end
   local after = count + n
   if after > limit and op ~= "charge" then
-    return { 0, limit, math.max(0, limit - count), until_end, until_end, 0 }
+    local left = limit - count
+    if left < 0 then left = 0 end
+    return { 0, limit, left, until_end, until_end, 0 }
   end
   if after <= limit then
     return { 1, limit, limit - after, until_end, -1, 0 }, start, after, until_end
