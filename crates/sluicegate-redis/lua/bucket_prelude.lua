@@ -57,7 +57,7 @@ end
 local function read_tat(key, p)
   local raw = get_state(key)
   if raw == false then return p.init_a, p.init_b end
-  local t = tonumber(raw)
+  local t = to_number(raw)
   if t ~= nil then
     t = int_field(key, "t", t, 0, 2 ^ 53)
     if p.d == 1 then return t, 0 end
@@ -72,11 +72,11 @@ end
 
 -- Stores the TAT `debt_after` ticks after `now`, living until then.
 local function write_tat(key, now, debt_after, p)
-  local q, r = idiv(debt_after, p.d)
   local value
   if p.d == 1 then
-    value = format("%d", now + q)
+    value = format("%d", now + debt_after)
   else
+    local q, r = idiv(debt_after, p.d)
     value = format("%d:%d:%d", now + q, r, p.d)
   end
   set_state(key, value, debt_after, p.d, p.grace_ms)

@@ -26,9 +26,10 @@ local EXACT = 4503599627370496 -- 2^52: every stored difference stays below this
 -- Redis's protected globals on every use, about twice a local's cost. Every entry point binds
 -- them on its first call (bind_standard), since Redis 7.0 hides math and string while it
 -- loads a library.
-local floor, format, redis_call, redis_pcall
+local floor, format, redis_call, redis_pcall, to_number, type_of
 local function bind_standard()
   floor, format, redis_call, redis_pcall = math.floor, string.format, redis.call, redis.pcall
+  to_number, type_of = tonumber, type
 end
 
 -- Raised as a table, so every entry point runs under pcall and replies through finish: a
@@ -56,7 +57,7 @@ end
 
 -- A stored field as an exact integer in [lo, hi], or a corrupt-state error naming it.
 local function int_field(key, name, raw, lo, hi)
-  local n = tonumber(raw)
+  local n = to_number(raw)
   if n == nil or n ~= floor(n) or n < lo or n > hi then
     fail("corrupt", key .. " field " .. name .. " = " .. tostring(raw))
   end
@@ -72,7 +73,9 @@ end
 -- A key's time to live in ms, as a string: until `ticks` (of 1/d us) from now, rounded up,
 -- plus the grace; at least 1.
 local function expiry_ms(ticks, d, grace_ms)
-  local ms = ceil_div(ceil_div(ticks, d), 1000) + grace_ms
+  local us = ticks
+  if d ~= 1 then us = ceil_div(ticks, d) end
+  local ms = ceil_div(us, 1000) + grace_ms
   if ms < 1 then ms = 1 end
   return format("%d", ms)
 end
@@ -87,7 +90,7 @@ end
 local function get_state(key)
   -- redis.pcall answers an error as a table, where pcall(redis.call) would raise and unwind.
   local raw = redis_pcall("GET", key)
-  if type(raw) == "table" then fail("corrupt", key .. ": " .. tostring(raw.err)) end
+  if type_of(raw) == "table" then fail("corrupt", key .. ": " .. tostring(raw.err)) end
   return raw
 end
 
