@@ -17,18 +17,21 @@ local batch_entries = {
   f = { decide = one_fixed_window_with, parse = window_params },
 }
 
-local function batch(KEYS, ARGV)
-  if floor == nil then bind_standard() end
+local function run_batch(KEYS, ARGV)
   local replies, server_now, k, i, m = {}, nil, 1, 1, 0
   while ARGV[i] ~= nil do
     local entry, at, op = batch_entries[ARGV[i]], ARGV[i + 1], ARGV[i + 2]
-    local n, count = tonumber(ARGV[i + 3]), tonumber(ARGV[i + 5]) or 0
+    local n, count = to_number(ARGV[i + 3]), to_number(ARGV[i + 5])
+    if count == nil or count < 0 or count > #KEYS - k + 1 then
+      fail("args", "a run of " .. tostring(ARGV[i + 5]) .. " decisions")
+    end
     local now
     if at == "" then
       if server_now == nil then server_now = decision_time("") end
       now = server_now
     else
-      now = tonumber(at)
+      now = to_number(at)
+      if now == nil then fail("args", "time " .. tostring(at)) end
     end
     local ok, p = false, nil
     if entry == nil then
@@ -59,4 +62,10 @@ local function batch(KEYS, ARGV)
     i = i + 6
   end
   return replies
+end
+
+-- A malformed call (which this crate does not send) fails whole: {"ERR", kind, detail}.
+local function batch(KEYS, ARGV)
+  if floor == nil then bind_standard() end
+  return finish(pcall(run_batch, KEYS, ARGV))
 end

@@ -73,6 +73,7 @@ end
 -- A key's time to live in ms, as a string: until `ticks` (of 1/d us) from now, rounded up,
 -- plus the grace; at least 1.
 local function expiry_ms(ticks, d, grace_ms)
+  -- Tested here too: a call less on every write in whole microseconds.
   local us = ticks
   if d ~= 1 then us = ceil_div(ticks, d) end
   local ms = ceil_div(us, 1000) + grace_ms
@@ -108,9 +109,9 @@ end
 local function decision_time(at)
   if at == "" then
     local t = redis_call("TIME")
-    return tonumber(t[1]) * 1000000 + tonumber(t[2])
+    return to_number(t[1]) * 1000000 + to_number(t[2])
   end
-  return tonumber(at)
+  return to_number(at)
 end
 
 -- The reply of a one-limit entry point (one_*.lua), its state charged if it allowed and op is
@@ -136,8 +137,8 @@ local function one_params(raw, parse)
   if p ~= nil then return p end
   local list = {}
   for v in string.gmatch(raw, "[^:]+") do
-    local n = tonumber(v)
-    if n == nil or n ~= math.floor(n) then fail("args", "parameters " .. raw) end
+    local n = to_number(v)
+    if n == nil or n ~= floor(n) then fail("args", "parameters " .. raw) end
     list[#list + 1] = n
   end
   p = parse(list)
@@ -150,8 +151,8 @@ end
 -- The script's reply from pcall(run): run's reply, or {"ERR", kind, detail}.
 local function finish(ok, result)
   if ok then return result end
-  if type(result) == "table" and result.sluicegate then
+  if type_of(result) == "table" and result.sluicegate then
     return { "ERR", result.kind, result.detail }
   end
-  return { "ERR", "script", tostring(type(result) == "table" and result.err or result) }
+  return { "ERR", "script", tostring(type_of(result) == "table" and result.err or result) }
 end

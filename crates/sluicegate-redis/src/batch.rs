@@ -1,9 +1,10 @@
 //! Batching of one-limit decisions on a single Redis server: the calls that queue up while
 //! earlier ones are in flight go to Redis together, in one call of `lua/batch.lua`, which
-//! decides each exactly as its own call would, in order. Calling a Redis Function costs the
-//! server about as much as the work of a decision, so under load a batch nearly halves Redis's
-//! time per decision. A call that finds a free slot goes out at once, alone, through its own
-//! entry point: batching never makes a quiet limiter wait.
+//! decides each, in the order they were queued, exactly as its own call would. Calling a Redis
+//! Function costs the server about as much as the work of a decision, so under load a batch
+//! nearly halves Redis's time per decision. A call that finds a free slot goes out at once,
+//! alone, through its own entry point: batching never makes a quiet limiter wait for a batch
+//! to fill.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,8 +13,8 @@ use redis::{Cmd, Value};
 use tokio::sync::{Semaphore, mpsc, oneshot};
 
 use crate::error::RedisLimitError;
-use crate::limiter::Now;
-use crate::scripts::Entry;
+use crate::limiter::{Now, is_error_reply, script_error};
+use crate::scripts::{Entry, OneEntry};
 use crate::store::RedisStore;
 
 /// Calls a batcher keeps in flight at once. While they are out, new decisions queue up and
@@ -24,10 +25,10 @@ const CALLS_IN_FLIGHT: usize = 2;
 /// after the time (one per run), or an error padded to the same length.
 const BATCH_REPLY_LEN: usize = 5;
 
-/// One decision of a one-limit entry point (`one_gcra`, `one_fixed_window`).
+/// One decision of a one-limit entry point.
 #[derive(Debug)]
 pub(crate) struct OneCall {
-    pub(crate) entry: Entry,
+    pub(crate) entry: OneEntry,
     pub(crate) key: Vec<u8>,
     pub(crate) now: Now,
     pub(crate) op: &'static str,
@@ -43,9 +44,9 @@ impl OneCall {
         self.fill_args(cmd);
     }
 
-    /// The arguments of a run of `len` decisions like this one in a batch (`lua/batch.lua`).
+    /// The arguments of a run of `len` decisions like this one in a batch.
     fn fill_run(&self, cmd: &mut Cmd, len: usize) {
-        cmd.arg(self.batch_code());
+        cmd.arg(self.entry.batch_code());
         self.fill_args(cmd);
         cmd.arg(len);
     }
@@ -65,14 +66,6 @@ impl OneCall {
             Now::At(micros) => cmd.arg(micros),
         };
         cmd.arg(self.op).arg(self.permits).arg(&self.params);
-    }
-
-    /// How `lua/batch.lua` names its entry point.
-    fn batch_code(&self) -> &'static str {
-        match self.entry {
-            Entry::OneFixedWindow => "f",
-            _ => "g",
-        }
     }
 }
 
@@ -98,20 +91,26 @@ impl Batcher {
         Batcher { queue }
     }
 
-    /// The reply its entry point would give `call`, within `timeout` (queueing included).
-    pub(crate) async fn call(&self, call: OneCall, timeout: Duration) -> Answer {
+    /// The reply its entry point would give `call`, within `timeout` (queueing included); or
+    /// `call` back, unsent, if the task has stopped (the runtime it ran on has shut down),
+    /// for the caller to send alone.
+    pub(crate) async fn call(&self, call: OneCall, timeout: Duration) -> Result<Answer, OneCall> {
         let (answer, reply) = oneshot::channel();
-        self.queue
-            .send(Queued { call, answer })
-            .map_err(|_| RedisLimitError::Stopped)?;
-        match tokio::time::timeout(timeout, reply).await {
+        if let Err(unsent) = self.queue.send(Queued { call, answer }) {
+            return Err(unsent.0.call);
+        }
+        Ok(match tokio::time::timeout(timeout, reply).await {
             Ok(Ok(answer)) => answer,
+            // Dropped unanswered: the task stopped with the call queued or in flight.
             Ok(Err(_)) => Err(RedisLimitError::Stopped),
             Err(_) => Err(RedisLimitError::Timeout(timeout)),
-        }
+        })
     }
 }
 
+/// Takes the next batch when a call slot is free: what is queued by then, up to `max_batch`
+/// decisions whose callers still wait. Callers that timed out are dropped as they come, so
+/// while Redis stalls the queue holds at most about a timeout's worth of calls.
 async fn send_batches(
     store: RedisStore,
     mut waiting: mpsc::UnboundedReceiver<Queued>,
@@ -129,14 +128,21 @@ async fn send_batches(
         // that they join this batch: tokio runs the task woken last first, and that is often
         // this one, woken by the slot the reply freed.
         tokio::task::yield_now().await;
-        let mut batch = vec![first];
-        while batch.len() < max_batch
-            && let Ok(next) = waiting.try_recv()
-        {
-            batch.push(next);
+        let mut batch = Vec::new();
+        let mut next = Some(first);
+        while let Some(queued) = next {
+            if !queued.answer.is_closed() {
+                batch.push(queued);
+            }
+            next = if batch.len() < max_batch {
+                waiting.try_recv().ok()
+            } else {
+                None
+            };
         }
-        // Callers that timed out while queued no longer wait for an answer.
-        batch.retain(|queued| !queued.answer.is_closed());
+        if batch.is_empty() {
+            continue;
+        }
         let store = store.clone();
         tokio::spawn(async move {
             send(&store, batch).await;
@@ -146,11 +152,12 @@ async fn send_batches(
 }
 
 async fn send(store: &RedisStore, mut batch: Vec<Queued>) {
-    if batch.len() <= 1 {
-        if let Some(only) = batch.pop() {
-            let answer = store.call(only.call.entry, |cmd| only.call.fill(cmd)).await;
-            let _ = only.answer.send(answer);
-        }
+    if batch.len() == 1
+        && let Some(only) = batch.pop()
+    {
+        let call = &only.call;
+        let answer = store.call(call.entry.entry(), |cmd| call.fill(cmd)).await;
+        let _ = only.answer.send(answer);
         return;
     }
     let run_lens: Vec<usize> = batch
@@ -163,24 +170,14 @@ async fn send(store: &RedisStore, mut batch: Vec<Queued>) {
             for queued in &batch {
                 cmd.arg(&queued.call.key);
             }
-            for run in batch.chunk_by(|a, b| a.call.same_args(&b.call)) {
-                run[0].call.fill_run(cmd, run.len());
+            let mut first = 0;
+            for &len in &run_lens {
+                batch[first].call.fill_run(cmd, len);
+                first += len;
             }
         })
-        .await;
-    let replies = replies.and_then(|replies| {
-        let expected = run_lens.len() + batch.len() * BATCH_REPLY_LEN;
-        if replies.len() == expected {
-            Ok(replies)
-        } else {
-            Err(RedisLimitError::UnexpectedReply(format!(
-                "{} values in reply to a batch of {} decisions in {} runs",
-                replies.len(),
-                batch.len(),
-                run_lens.len()
-            )))
-        }
-    });
+        .await
+        .and_then(|replies| check_length(replies, batch.len(), run_lens.len()));
     match replies {
         Ok(replies) => {
             let (mut values, mut batch) = (replies.into_iter(), batch.into_iter());
@@ -190,7 +187,7 @@ async fn send(store: &RedisStore, mut batch: Vec<Queued>) {
                     let mut reply = Vec::with_capacity(BATCH_REPLY_LEN + 1);
                     reply.push(now.clone());
                     reply.extend(values.by_ref().take(BATCH_REPLY_LEN));
-                    if reply.get(1).is_some_and(is_error) {
+                    if reply.get(1).is_some_and(is_error_reply) {
                         // An error reply is the entry point's own, without a time.
                         reply.remove(0);
                     }
@@ -206,7 +203,17 @@ async fn send(store: &RedisStore, mut batch: Vec<Queued>) {
     }
 }
 
-/// The marker of an error reply (`{"ERR", kind, detail}`).
-fn is_error(value: &Value) -> bool {
-    matches!(value, Value::BulkString(bytes) if bytes == b"ERR")
+/// The batch's reply if it holds a time per run and a reply per decision; the error it
+/// stands for if the whole call failed (`{"ERR", kind, detail}`).
+fn check_length(replies: Vec<Value>, decisions: usize, runs: usize) -> Answer {
+    if replies.len() == runs + decisions * BATCH_REPLY_LEN {
+        return Ok(replies);
+    }
+    if replies.first().is_some_and(is_error_reply) {
+        return Err(script_error(&replies));
+    }
+    Err(RedisLimitError::UnexpectedReply(format!(
+        "{} values in reply to a batch of {decisions} decisions in {runs} runs",
+        replies.len(),
+    )))
 }

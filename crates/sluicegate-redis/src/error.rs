@@ -17,9 +17,10 @@ pub enum RedisLimitError {
     /// The connection to Redis could not be made or broke during the call.
     #[error("cannot reach redis: {0}")]
     Connection(#[source] redis::RedisError),
-    /// The task that sends a store's batched calls has stopped: the tokio runtime the store
-    /// was connected on has shut down. Connect again on the runtime that uses it.
-    #[error("the redis store's batching task has stopped (its tokio runtime shut down)")]
+    /// The task that sends a store's batched calls stopped before it answered (the tokio
+    /// runtime the store was connected on shut down, or the task panicked): nothing is known
+    /// about whether the permits were taken. Once that runtime is gone, calls go alone.
+    #[error("the redis store's batching task stopped before answering")]
     Stopped,
     /// Redis answered the script call with an error (busy, loading, cluster down, a key in the
     /// wrong slot, ...).

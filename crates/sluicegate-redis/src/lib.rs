@@ -1,6 +1,6 @@
 //! Sluicegate's limiters shared through Redis: the core crate's algorithms run atomically in
-//! Redis as one Lua call per decision (a Redis Function, or a script on Redis 6), with the
-//! same decisions as in memory.
+//! Redis in at most one Lua call per decision (a Redis Function, or a script on Redis 6; under
+//! load, one call decides many), with the same decisions as in memory.
 //!
 //! - Times are integer microseconds, exactly as in the core crate; the script keeps every
 //!   number an exact integer below 2^53 (see `lua/prelude.lua`), so a trace run in memory and

@@ -7,7 +7,7 @@ use sluicegate::{
     QueueDelay, Rate, SlidingLog, SlidingWindow, TokenBucket, micros_ceil,
 };
 
-use crate::scripts::Entry;
+use crate::scripts::OneEntry;
 
 /// The largest window length, limit, or limit times window (weighted sliding window) the
 /// script counts exactly.
@@ -305,11 +305,11 @@ impl RedisLimit {
     }
 
     /// The entry point deciding this limit alone, if it has one of its own.
-    pub(crate) fn one_entry(&self) -> Option<Entry> {
+    pub(crate) fn one_entry(&self) -> Option<OneEntry> {
         match self.kind {
             // A token bucket decides as GCRA does, on the same one-number state.
-            LimitKind::Gcra(_) | LimitKind::TokenBucket(_) => Some(Entry::OneGcra),
-            LimitKind::FixedWindow { .. } => Some(Entry::OneFixedWindow),
+            LimitKind::Gcra(_) | LimitKind::TokenBucket(_) => Some(OneEntry::Gcra),
+            LimitKind::FixedWindow { .. } => Some(OneEntry::FixedWindow),
             _ => None,
         }
     }

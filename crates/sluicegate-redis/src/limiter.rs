@@ -9,7 +9,7 @@ use crate::batch::OneCall;
 use crate::error::RedisLimitError;
 use crate::lease::{Lease, new_lease_id};
 use crate::limit::{Joined, LimitKind, RedisLimit};
-use crate::scripts::Entry;
+use crate::scripts::{Entry, OneEntry};
 use crate::store::RedisStore;
 
 /// Where the time of a decision comes from.
@@ -142,7 +142,7 @@ impl RedisStore {
     /// fewer reply values.
     async fn decide_one(
         &self,
-        entry: Entry,
+        entry: OneEntry,
         request: &LimitRequest<'_>,
         op: Op,
         op_name: &'static str,
@@ -164,8 +164,12 @@ impl RedisStore {
             params: params.0,
         };
         let reply = match &self.batcher {
-            Some(batcher) => batcher.call(call, self.timeout()).await?,
-            None => self.call(entry, |cmd| call.fill(cmd)).await?,
+            Some(batcher) => match batcher.call(call, self.timeout()).await {
+                Ok(answer) => answer?,
+                // The batching task is gone with the runtime it ran on: the call goes alone.
+                Err(call) => self.call(entry.entry(), |cmd| call.fill(cmd)).await?,
+            },
+            None => self.call(entry.entry(), |cmd| call.fill(cmd)).await?,
         };
         let (now, decision) = parse_one_reply(&reply, request.limit.capacity())?;
         Ok(MultiDecision {
@@ -256,8 +260,13 @@ fn micros(value: &Value) -> Result<u64, RedisLimitError> {
     u64::try_from(n).map_err(|_| RedisLimitError::UnexpectedReply(format!("negative time {n}")))
 }
 
+/// The first value of an error reply (`{"ERR", kind, detail}`).
+pub(crate) fn is_error_reply(value: &Value) -> bool {
+    matches!(value, Value::BulkString(bytes) if bytes == b"ERR")
+}
+
 /// The error of an `{"ERR", kind, detail}` reply.
-fn script_error(reply: &[Value]) -> RedisLimitError {
+pub(crate) fn script_error(reply: &[Value]) -> RedisLimitError {
     let kind = reply.get(1).map(text).unwrap_or_default();
     let detail = reply.get(2).map(text).unwrap_or_default();
     match kind.as_str() {
@@ -285,7 +294,7 @@ fn script_error(reply: &[Value]) -> RedisLimitError {
 fn parse_one_reply(reply: &[Value], limit: u64) -> Result<(Micros, Decision), RedisLimitError> {
     match reply {
         // First: a batch pads an error to a decision's length.
-        [Value::BulkString(first), ..] if first == b"ERR" => Err(script_error(reply)),
+        [first, ..] if is_error_reply(first) => Err(script_error(reply)),
         [now, allowed, remaining, reset, retry, wait] => Ok((
             micros(now)?,
             decision(allowed, limit, remaining, reset, retry, wait)?,

@@ -58,6 +58,33 @@ pub(crate) enum Entry {
     Config,
 }
 
+/// The entry points that decide one limit alone, which a batch (`batch.lua`) also runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum OneEntry {
+    /// `one_gcra.lua`: GCRA, and the token bucket, which decides as GCRA does.
+    Gcra,
+    /// `one_fixed_window.lua`.
+    FixedWindow,
+}
+
+impl OneEntry {
+    /// The entry point a call of its own goes to.
+    pub(crate) fn entry(self) -> Entry {
+        match self {
+            OneEntry::Gcra => Entry::OneGcra,
+            OneEntry::FixedWindow => Entry::OneFixedWindow,
+        }
+    }
+
+    /// How `batch.lua` names it.
+    pub(crate) fn batch_code(self) -> &'static str {
+        match self {
+            OneEntry::Gcra => "g",
+            OneEntry::FixedWindow => "f",
+        }
+    }
+}
+
 const ENTRIES: [(Entry, &str); 5] = [
     (Entry::Decide, "decide"),
     (Entry::OneGcra, "one_gcra"),

@@ -47,7 +47,8 @@ fn limiters(store: &RedisStore) -> Result<Vec<RedisLimiter>, BoxError> {
 
 /// Rounds of asks, each round asked all at once: runs of the same limiter, op and time on
 /// several keys (one run in the batch), the same key again within a round (its decisions must
-/// follow one another), and ops the fixed window refuses (an error in the middle of a batch).
+/// follow one another), and ops the fixed window refuses (answered before Redis is asked: the
+/// batch closes around the gap).
 fn rounds() -> Vec<Vec<Ask>> {
     let keys: [&'static [u8]; 3] = [b"a", b"b", b"c"];
     let ops = [
@@ -90,14 +91,19 @@ fn rounds() -> Vec<Vec<Ask>> {
         .collect()
 }
 
-type Answer = Result<Decision, String>;
+/// A decision and the time it was made at, or the error.
+type Answer = Result<(u64, Decision), String>;
 
 async fn ask_one(limiter: &RedisLimiter, ask: Ask) -> Answer {
     let permits = NonZeroU64::new(ask.permits).unwrap_or(NonZeroU64::MIN);
-    limiter
-        .decide(ask.key, permits, ask.op, Now::At(ask.at))
+    let request = limiter.request_n(ask.key, permits);
+    let mut multi = limiter
+        .store()
+        .decide_all(&[request], ask.op, Now::At(ask.at))
         .await
-        .map_err(|e| e.to_string())
+        .map_err(|e| e.to_string())?;
+    let decision = multi.decisions.pop().ok_or("no decision")?;
+    Ok((multi.now, decision))
 }
 
 /// Every ask of a round started at once, in order, on a current-thread runtime: they queue
@@ -205,37 +211,92 @@ fn a_corrupt_key_fails_alone_in_its_batch() -> Result<(), BoxError> {
             })
             .await?;
         let limiters = limiters(&store)?;
+        // Loads the code, so that the count below is of the batch alone.
+        limiters[0].check(b"warm-up").await?;
         store
             .command::<()>(redis::cmd("SET").arg("p:{k2}g").arg("not a time"))
             .await?;
         store
             .command::<()>(redis::cmd("RPUSH").arg("p:{k4}f").arg("a list"))
             .await?;
+        let before = command_calls(&store).await?;
+        // On Redis's clock: the batch reads it once, so every decision in it has one time.
         let keys: [&'static [u8]; 5] = [b"k1", b"k2", b"k3", b"k4", b"k5"];
         let tasks: Vec<_> = keys
             .iter()
             .enumerate()
             .map(|(i, &key)| {
                 let limiter = limiters[if i == 3 { 2 } else { 0 }].clone();
-                tokio::spawn(async move { limiter.check(key).await })
+                tokio::spawn(async move {
+                    let request = limiter.request(key);
+                    limiter
+                        .store()
+                        .decide_all(&[request], Op::Check, Now::Server)
+                        .await
+                })
             })
             .collect();
         let mut answers = Vec::new();
         for task in tasks {
             answers.push(task.await?);
         }
+        let after = command_calls(&store).await?;
+        assert_eq!(
+            calls_of(&after, "fcall") - calls_of(&before, "fcall"),
+            1,
+            "one batch"
+        );
+        let mut times = Vec::new();
         for (key, answer) in keys.iter().zip(&answers) {
             match (*key, answer) {
-                (b"k2" | b"k4", Err(RedisLimitError::CorruptState(detail))) => {
-                    assert!(
-                        detail.contains("p:{k2}g") || detail.contains("p:{k4}f"),
-                        "{detail}"
-                    );
+                (b"k2", Err(RedisLimitError::CorruptState(detail))) => {
+                    assert!(detail.contains("p:{k2}g"), "{detail}");
                 }
-                (b"k1" | b"k3" | b"k5", Ok(decision)) => assert!(decision.allowed()),
+                (b"k4", Err(RedisLimitError::CorruptState(detail))) => {
+                    assert!(detail.contains("p:{k4}f"), "{detail}");
+                }
+                (b"k1" | b"k3" | b"k5", Ok(multi)) => {
+                    assert!(multi.allowed);
+                    times.push(multi.now);
+                }
                 (key, answer) => panic!("{}: {answer:?}", String::from_utf8_lossy(key)),
             }
         }
+        assert!(times.windows(2).all(|w| w[0] == w[1]), "{times:?}");
+        Ok(())
+    })
+}
+
+#[test]
+fn a_store_outlives_the_runtime_it_connected_on() -> Result<(), BoxError> {
+    let server = RedisServer::start()?;
+    let first = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let store = first.block_on(server.store(StoreConfig::default()))?;
+    let limiter = RedisLimiter::new(store, RedisLimit::gcra(Rate::per_second(2)?, 2)?, "g");
+    first.block_on(limiter.check(b"k"))?;
+    // Takes the batching task and the connection's tasks with it.
+    drop(first);
+    let second = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    second.block_on(async {
+        // The connection may need a failed call to notice it is gone and connect again.
+        let mut last = None;
+        for _ in 0..50 {
+            match limiter.check(b"k").await {
+                Ok(decision) => {
+                    last = None;
+                    assert!(decision.allowed(), "the second of two permits");
+                    break;
+                }
+                Err(RedisLimitError::Stopped) => panic!("the call was not sent alone"),
+                Err(error) => last = Some(error),
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(last.is_none(), "never served again: {last:?}");
         Ok(())
     })
 }

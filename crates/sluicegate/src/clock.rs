@@ -133,7 +133,7 @@ impl Clock for SystemClock {
         // A reading behind the anchor (a counter a few cycles apart between cores) counts as
         // no time at all.
         let counts = self.counter.raw().saturating_sub(self.anchor_raw);
-        // No overflow: a count is at least a nanosecond, so the microseconds since the
+        // No overflow: a count lasts at most a nanosecond, so the microseconds since the
         // anchor stay below 2^64 / 1000, and the anchor is today's Unix time, about 2^51.
         self.anchor_unix + self.scale.micros(counts)
     }

@@ -138,7 +138,7 @@ impl BucketShape {
     #[inline]
     pub(crate) fn remaining(&self, debt: u64) -> u64 {
         let room = self.tolerance.saturating_sub(debt);
-        // Every denial of a single permit lands here: less than one permit of room is none.
+        // A denial of a single permit leaves less than one permit of room: none.
         if room < self.pace.interval {
             return 0;
         }
@@ -163,6 +163,13 @@ impl BucketShape {
             self.micros_ceil(debt),
             Some(retry_us),
         )
+    }
+
+    /// A single permit denied for lack of room at `debt`: none is left. Where a plain check
+    /// inlines this, `n` is known to be one, so the room is not even computed.
+    #[inline]
+    pub(crate) fn deny_one(&self, debt: u64, retry_us: u64) -> Decision {
+        Decision::deny(self.burst(), 0, self.micros_ceil(debt), Some(retry_us))
     }
 
     /// A denied [`Op::Charge`](crate::Op::Charge) of `n` permits that leaves the bucket

@@ -133,15 +133,8 @@ impl Algorithm for Gcra {
             }
             _ => wait,
         };
-        // `n` permits did not fit in the room the debt leaves: when `n` is one (known at
-        // compile time for a plain check), there is no room to count.
         if n == 1 {
-            return Ok(Decision::deny(
-                s.burst(),
-                0,
-                s.micros_ceil(debt),
-                Some(retry),
-            ));
+            return Ok(s.deny_one(debt, retry));
         }
         Ok(s.deny(debt, retry))
     }
