@@ -8,20 +8,21 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use parking_lot::{Mutex, RwLock};
+use parking_lot::Mutex;
 use sluicegate::Decision;
 use sluicegate_redis::RedisLimitError;
 use sluicegate_rules::{Limit, Match, RuleSet, Window};
 use smallvec::SmallVec;
 
 use crate::serve::backend::{BackendOptions, RedisBackend};
+use crate::serve::decision_counters::{CounterCache, RuleCounters};
 use crate::serve::engine_error::EngineError;
 use crate::serve::headers::{HeaderOptions, headers_for};
 use crate::serve::limiter_table::{
     Enforcer, Limiter, LimiterTable, build_limiter_table, enforcer_for,
 };
 use crate::serve::memory_decide::decide_in_memory;
-use crate::serve::metrics::{DecisionLabels, Metrics, RuleLabels};
+use crate::serve::metrics::Metrics;
 use crate::serve::protocol::{
     Code, CurrentLimit, DescriptorCall, DescriptorVerdict, EnvoyUnit, LimitOverride, RateLimitCall,
     Verdict,
@@ -63,17 +64,14 @@ pub struct Engine {
     redis: Option<RedisBackend>,
     options: EngineOptions,
     metrics: Arc<Metrics>,
-    /// Metric label strings (domains, stats keys), shared so that counting clones none; it
-    /// holds no more distinct strings than the metric families already do. Looked up for every
-    /// descriptor: hashed with foldhash (the limiters' hasher), not SipHash.
-    labels: RwLock<HashMap<String, Arc<String>, foldhash::fast::RandomState>>,
+    /// The counters of each domain and stats key, found in `metrics` once.
+    counters: CounterCache,
 }
 
-/// What metrics record of a descriptor: its domain, its rule's stats key (empty when no rule
-/// matched), and whether the rule is in shadow mode.
+/// What metrics record of a descriptor: the counters of its domain and its rule's stats key
+/// (empty when no rule matched), and whether the rule is in shadow mode.
 struct DescriptorStats {
-    domain: Arc<String>,
-    rule: Arc<String>,
+    counters: Arc<RuleCounters>,
     shadow: bool,
 }
 
@@ -130,7 +128,7 @@ impl Engine {
             redis,
             options,
             metrics,
-            labels: RwLock::new(HashMap::default()),
+            counters: CounterCache::default(),
         })
     }
 
@@ -198,6 +196,16 @@ impl Engine {
             let decided = decide_in_memory(&checks, self.options.count_denied);
             return self.verdict(call.descriptors.len(), &stats, decided);
         };
+        // Boxed: inline, the Redis call's state (about 2 KB) would make every caller's future,
+        // in-memory calls included, that large, a big allocation and copy per call.
+        Box::pin(self.should_rate_limit_on_redis(redis, call)).await
+    }
+
+    async fn should_rate_limit_on_redis(
+        &self,
+        redis: &RedisBackend,
+        call: &RateLimitCall,
+    ) -> Verdict {
         // Held across the Redis call: a reload meanwhile does not change this call's rules.
         let loaded = self.loaded.load_full();
         let Plan { checks, stats } = self.plan(call, &loaded);
@@ -221,53 +229,29 @@ impl Engine {
             }
         }
         let mut overall = Code::Ok;
+        let metrics = &*self.metrics;
         for (index, status) in statuses.iter_mut().enumerate() {
-            let DescriptorStats {
-                domain,
-                rule,
-                shadow,
-            } = &stats[index];
-            let labels = |outcome| DecisionLabels {
-                domain: Arc::clone(domain),
-                rule: Arc::clone(rule),
-                outcome,
-            };
+            let DescriptorStats { counters, shadow } = &stats[index];
             if status.current_limit.is_none() {
-                let outcome = if rule.is_empty() {
-                    "no_rule"
-                } else {
-                    "unlimited"
-                };
-                self.metrics.decisions.get_or_create(&labels(outcome)).inc();
+                counters.count_no_limit(metrics);
                 continue;
             }
-            let rule_labels = RuleLabels {
-                domain: Arc::clone(domain),
-                rule: Arc::clone(rule),
-            };
             if status.code == Code::OverLimit && *shadow {
                 status.code = Code::Ok;
-                self.metrics.shadow_mode.get_or_create(&rule_labels).inc();
-                self.metrics
-                    .decisions
-                    .get_or_create(&labels("shadow_over_limit"))
-                    .inc();
+                counters.count_shadow_over_limit(metrics);
                 continue;
             }
             if status.code == Code::OverLimit {
                 overall = Code::OverLimit;
-                self.metrics
-                    .decisions
-                    .get_or_create(&labels("over_limit"))
-                    .inc();
+                counters.count_over_limit(metrics);
                 continue;
             }
             if let Some(limit) = &status.current_limit {
                 if u64::from(status.limit_remaining) * 5 < u64::from(limit.requests_per_unit) {
-                    self.metrics.near_limit.get_or_create(&rule_labels).inc();
+                    counters.count_near_limit(metrics);
                 }
             }
-            self.metrics.decisions.get_or_create(&labels("ok")).inc();
+            counters.count_ok(metrics);
         }
         if self.options.shadow_mode {
             overall = Code::Ok;
@@ -283,8 +267,7 @@ impl Engine {
     /// The limits each descriptor names, and what metrics record of each descriptor.
     fn plan(&self, call: &RateLimitCall, loaded: &LoadedRules) -> Plan {
         let matches = find_all(&loaded.rules, call);
-        let domain = self.label(&call.domain);
-        let no_rule = self.label("");
+        let counters = |rule: &str| self.counters.get(&call.domain, rule);
         let mut checks = SmallVec::new();
         let mut stats = SmallVec::with_capacity(call.descriptors.len());
         for (index, (descriptor, found)) in call.descriptors.iter().zip(matches).enumerate() {
@@ -292,8 +275,7 @@ impl Engine {
             if let Some(limit_override) = descriptor.limit_override {
                 let Some(enforcer) = self.override_enforcer(limit_override) else {
                     stats.push(DescriptorStats {
-                        domain: Arc::clone(&domain),
-                        rule: Arc::clone(&no_rule),
+                        counters: counters(""),
                         shadow: false,
                     });
                     continue;
@@ -308,24 +290,21 @@ impl Engine {
                     shadow: false,
                 });
                 stats.push(DescriptorStats {
-                    domain: Arc::clone(&domain),
-                    rule: self.label("limit_override"),
+                    counters: counters("limit_override"),
                     shadow: false,
                 });
                 continue;
             }
             let Some(mut found) = found else {
                 stats.push(DescriptorStats {
-                    domain: Arc::clone(&domain),
-                    rule: Arc::clone(&no_rule),
+                    counters: counters(""),
                     shadow: false,
                 });
                 continue;
             };
             let shadow = found.rule.shadow_mode;
             stats.push(DescriptorStats {
-                domain: Arc::clone(&domain),
-                rule: self.label(&found.stats_key),
+                counters: counters(&found.stats_key),
                 shadow,
             });
             if found.rule.unlimited {
@@ -368,19 +347,6 @@ impl Engine {
             }
         }
         Plan { checks, stats }
-    }
-
-    /// The shared copy of a metric label string.
-    fn label(&self, text: &str) -> Arc<String> {
-        if let Some(label) = self.labels.read().get(text) {
-            return Arc::clone(label);
-        }
-        let mut labels = self.labels.write();
-        Arc::clone(
-            labels
-                .entry(text.to_owned())
-                .or_insert_with(|| Arc::new(text.to_owned())),
-        )
     }
 
     /// The Redis limit of a per-descriptor override (with Redis; `None` for zero requests).

@@ -2,6 +2,7 @@
 
 mod args;
 mod backend;
+mod decision_counters;
 mod engine;
 mod engine_error;
 mod grpc;
