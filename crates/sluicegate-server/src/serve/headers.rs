@@ -86,7 +86,11 @@ pub fn headers_for(
         Cow::Borrowed(policy)
     };
     let reset = whole_seconds(tightest.duration_until_reset);
-    let mut headers = Vec::with_capacity(6);
+    let over = options.retry_after && tightest.code == Code::OverLimit;
+    let count = 2 * usize::from(options.ietf)
+        + 3 * usize::from(options.legacy.is_some())
+        + usize::from(over);
+    let mut headers = Vec::with_capacity(count);
     if options.ietf {
         // Room for the quoted policy and two numbers: one allocation per value.
         let room = policy.len() + 48;
@@ -113,7 +117,7 @@ pub fn headers_for(
         ));
         headers.push((names.reset.clone(), reset.to_string()));
     }
-    if options.retry_after && tightest.code == Code::OverLimit {
+    if over {
         let retry = whole_seconds(tightest.retry_after.or(tightest.duration_until_reset)).max(1);
         headers.push(("Retry-After".to_owned(), retry.to_string()));
     }
@@ -129,20 +133,21 @@ fn push_quoted(out: &mut String, text: &str) {
 
 /// Appends `n` in decimal, without the formatting machinery (this runs for every answer).
 fn push_number(out: &mut String, mut n: u64) {
-    let mut digits = [0u8; 20];
+    let mut digits = [b'0'; 20];
     let mut start = digits.len();
     loop {
         start -= 1;
         // A digit: n % 10 < 10 fits in a byte.
-        digits[start] = b'0' + (n % 10) as u8;
+        digits[start] += (n % 10) as u8;
         n /= 10;
         if n == 0 {
             break;
         }
     }
-    // ASCII digits: always valid UTF-8.
-    if let Ok(text) = std::str::from_utf8(&digits[start..]) {
-        out.push_str(text);
+    // Pushed as chars: no UTF-8 validation of the digits, which cost as much as making them.
+    out.reserve(digits.len() - start);
+    for &digit in &digits[start..] {
+        out.push(char::from(digit));
     }
 }
 
