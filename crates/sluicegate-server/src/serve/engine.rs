@@ -17,15 +17,14 @@ use smallvec::SmallVec;
 use crate::serve::backend::{BackendOptions, RedisBackend};
 use crate::serve::decision_counters::{CounterCache, RuleCounters};
 use crate::serve::engine_error::EngineError;
-use crate::serve::headers::{HeaderOptions, headers_for};
+use crate::serve::headers::{HeaderOptions, PolicyHeader, headers_for};
 use crate::serve::limiter_table::{
     Enforcer, Limiter, LimiterTable, build_limiter_table, enforcer_for,
 };
 use crate::serve::memory_decide::decide_in_memory;
 use crate::serve::metrics::Metrics;
 use crate::serve::protocol::{
-    Code, CurrentLimit, DescriptorCall, DescriptorVerdict, EnvoyUnit, LimitOverride, RateLimitCall,
-    Verdict,
+    Code, CurrentLimit, DescriptorCall, DescriptorVerdict, LimitOverride, RateLimitCall, Verdict,
 };
 use crate::serve::redis_decide::decide_on_redis;
 use crate::serve::redis_table::{RedisEnforcer, RedisTable, build_redis_table, redis_limit_for};
@@ -326,7 +325,7 @@ impl Engine {
                 else {
                     continue;
                 };
-                let Some(enforcer) = loaded.limiters.get(found.rule, position) else {
+                let Some(memory) = loaded.limiters.get(found.rule, position) else {
                     continue;
                 };
                 let redis = loaded
@@ -337,8 +336,8 @@ impl Engine {
                     .flatten();
                 checks.push(Check {
                     descriptor: index,
-                    report: report_of(limit),
-                    enforcer: enforcer.clone(),
+                    report: memory.report.clone(),
+                    enforcer: memory.enforcer.clone(),
                     redis,
                     key,
                     permits,
@@ -483,31 +482,15 @@ fn tighter(candidate: &DescriptorVerdict, current: &DescriptorVerdict) -> bool {
     }
 }
 
-fn report_of(limit: &Limit) -> CurrentLimit {
-    let window = limit.window.duration();
-    CurrentLimit {
-        name: limit.name.clone().unwrap_or_default(),
-        requests_per_unit: limit.requests_per_unit,
-        unit: unit_of(window),
-        window,
-    }
-}
-
 fn override_report(limit_override: LimitOverride) -> CurrentLimit {
+    let window = limit_override.unit.duration().unwrap_or(Duration::ZERO);
     CurrentLimit {
         name: String::new(),
         requests_per_unit: limit_override.requests_per_unit,
         unit: limit_override.unit,
-        window: limit_override.unit.duration().unwrap_or(Duration::ZERO),
+        window,
+        policy: PolicyHeader::new("", limit_override.requests_per_unit, window),
     }
-}
-
-/// The Envoy unit a window is, or `Unknown` for other periods.
-fn unit_of(window: Duration) -> EnvoyUnit {
-    (1..=7)
-        .filter_map(EnvoyUnit::from_proto_number)
-        .find(|unit| unit.duration() == Some(window))
-        .unwrap_or(EnvoyUnit::Unknown)
 }
 
 /// envoyproxy/ratelimit's cache key for a descriptor: `domain_key_value_..._`.

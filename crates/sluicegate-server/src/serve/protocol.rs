@@ -3,6 +3,8 @@
 
 use std::time::Duration;
 
+use crate::serve::headers::PolicyHeader;
+
 /// Envoy's rate limit units, as the protocol numbers them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum EnvoyUnit {
@@ -158,6 +160,8 @@ pub struct CurrentLimit {
     pub unit: EnvoyUnit,
     /// The limit's window, for the `RateLimit-Policy` header.
     pub window: Duration,
+    /// The limit's `RateLimit-Policy` header, written once per limit.
+    pub policy: PolicyHeader,
 }
 
 /// The answer for one descriptor.
