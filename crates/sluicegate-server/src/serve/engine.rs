@@ -2,6 +2,7 @@
 //! name together (all charged or none; with `--count-denied`, every one charged), in memory or
 //! in Redis, and describe the outcome.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::num::NonZeroU64;
 use std::sync::Arc;
@@ -24,7 +25,8 @@ use crate::serve::limiter_table::{
 use crate::serve::memory_decide::decide_in_memory;
 use crate::serve::metrics::Metrics;
 use crate::serve::protocol::{
-    Code, CurrentLimit, DescriptorCall, DescriptorVerdict, LimitOverride, RateLimitCall, Verdict,
+    Code, CurrentLimit, DescriptorCall, DescriptorVerdict, LimitOverride, RateLimitCall, Statuses,
+    Verdict,
 };
 use crate::serve::redis_decide::decide_on_redis;
 use crate::serve::redis_table::{RedisEnforcer, RedisTable, build_redis_table, redis_limit_for};
@@ -52,6 +54,9 @@ pub struct LoadedRules {
     limiters: LimiterTable,
     /// With Redis: each limit's Redis parameters and key name.
     redis: Option<RedisTable>,
+    /// Each rule's counters under its id, by rule index: a match whose stats key is its
+    /// rule's id (most) counts through these without looking its stats key up.
+    counters: Vec<Option<Arc<RuleCounters>>>,
 }
 
 /// Answers rate limit calls from the rules in force, keeping state in memory or in Redis.
@@ -116,8 +121,10 @@ impl Engine {
             None => None,
         };
         metrics.rules_loaded.set(count_rules(&rules));
+        let counters = CounterCache::default();
         Ok(Engine {
             loaded: ArcSwap::from_pointee(LoadedRules {
+                counters: rule_counters(&counters, &rules),
                 rules,
                 limiters,
                 redis: redis_limits,
@@ -127,7 +134,7 @@ impl Engine {
             redis,
             options,
             metrics,
-            counters: CounterCache::default(),
+            counters,
         })
     }
 
@@ -170,6 +177,7 @@ impl Engine {
         };
         self.metrics.rules_loaded.set(count_rules(&rules));
         self.loaded.store(Arc::new(LoadedRules {
+            counters: rule_counters(&self.counters, &rules),
             rules,
             limiters,
             redis,
@@ -219,7 +227,7 @@ impl Engine {
         stats: &[DescriptorStats],
         decided: Decided<'_>,
     ) -> Verdict {
-        let mut statuses = vec![DescriptorVerdict::unlimited(); descriptors];
+        let mut statuses = Statuses::from_elem(DescriptorVerdict::unlimited(), descriptors);
         for (check, decision) in decided {
             let status = verdict_for(check, decision);
             let slot = &mut statuses[check.descriptor];
@@ -302,8 +310,13 @@ impl Engine {
                 continue;
             };
             let shadow = found.rule.shadow_mode;
+            let rule_counters = match found.stats_key {
+                // Borrowed: the rule's id, whose counters were found when the rules loaded.
+                Cow::Borrowed(_) => loaded.counters.get(found.rule.index()).cloned().flatten(),
+                Cow::Owned(_) => None,
+            };
             stats.push(DescriptorStats {
-                counters: counters(&found.stats_key),
+                counters: rule_counters.unwrap_or_else(|| counters(&found.stats_key)),
                 shadow,
             });
             if found.rule.unlimited {
@@ -503,6 +516,20 @@ fn override_key(domain: &str, entries: &[(String, String)]) -> String {
         key.push('_');
     }
     key
+}
+
+/// Each rule's counters under its id (its stats key unless the request's values name it), by
+/// rule index.
+fn rule_counters(cache: &CounterCache, rules: &RuleSet) -> Vec<Option<Arc<RuleCounters>>> {
+    let mut by_index = vec![None; rules.rule_count()];
+    for domain in rules.domains() {
+        for rule in rules.rules(domain) {
+            if let Some(slot) = by_index.get_mut(rule.index()) {
+                *slot = Some(cache.get(domain, &rule.id));
+            }
+        }
+    }
+    by_index
 }
 
 fn count_rules(rules: &RuleSet) -> i64 {
