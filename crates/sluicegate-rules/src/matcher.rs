@@ -7,6 +7,8 @@
 //! - no backtracking: once a level matched, the next entry is looked up among its children;
 //! - a rule applies only if it sits at the depth of the request's last entry.
 
+use std::borrow::Cow;
+
 use smallvec::SmallVec;
 
 use crate::resolve::{DescriptorNode, Level};
@@ -28,8 +30,9 @@ pub struct Match<'a> {
     /// With several limits, a caller appends the limit's index.
     pub counter_key: String,
     /// The stats key: the rule id, or the request's values with `detailed_metric` /
-    /// `value_to_metric`, as envoyproxy/ratelimit names its stats.
-    pub stats_key: String,
+    /// `value_to_metric`, as envoyproxy/ratelimit names its stats. Borrowed when it is the
+    /// rule id (most rules), so matching does not write it anew for every request.
+    pub stats_key: Cow<'a, str>,
 }
 
 impl Match<'_> {
@@ -81,7 +84,16 @@ impl RuleSet {
         }
         let rule = found?;
         let counter_key = counter_key(domain, entries, share_patterns);
-        let stats_key = stats_key(domain, rule, entries, share_patterns, &steps[..taken]);
+        let steps = &steps[..taken];
+        let stats_key = if stats_key_is_rule_id(rule, steps) {
+            debug_assert_eq!(
+                stats_key(domain, rule, entries, share_patterns, steps),
+                rule.id
+            );
+            Cow::Borrowed(rule.id.as_str())
+        } else {
+            Cow::Owned(stats_key(domain, rule, entries, share_patterns, steps))
+        };
         Some(Match {
             rule,
             limits: rule.limits.iter().collect(),
@@ -295,6 +307,17 @@ fn push_metric_part(
         _ if node.value_to_metric => push_key_value(out, key, value),
         _ => out.push_str(&node.key),
     }
+}
+
+/// Whether a match's stats key is its rule's id: unless `detailed_metric`, or a
+/// `value_to_metric` descriptor matched by wildcard or by key only, every level contributes
+/// its configured `key_value` (or `key`, or wildcard pattern), as the id is made of.
+fn stats_key_is_rule_id(rule: &Rule, steps: &[Step<'_>]) -> bool {
+    !rule.detailed_metric
+        && steps.iter().all(|&(node, how)| match node {
+            Some(node) => !node.value_to_metric || how == How::Exact,
+            None => false,
+        })
 }
 
 fn stats_key(

@@ -13,7 +13,9 @@ use crate::rule::{Limit, Rule, Source};
 /// One level of descriptors: children by composite key, and the wildcard keys in file order.
 #[derive(Debug, Default, Clone)]
 pub(crate) struct Level {
-    pub(crate) children: HashMap<String, DescriptorNode>,
+    /// Looked up for every entry of every request (up to twice): hashed with foldhash, not
+    /// SipHash; keys come from the rule files, not from requests, so nothing to flood.
+    pub(crate) children: HashMap<String, DescriptorNode, foldhash::fast::RandomState>,
     pub(crate) wildcards: Vec<String>,
     pub(crate) order: Vec<String>,
 }

@@ -33,7 +33,8 @@ impl LoadOptions {
 #[derive(Debug, Clone, Default)]
 pub struct RuleSet {
     pub(crate) domains: Vec<DomainTree>,
-    pub(crate) by_name: HashMap<String, usize>,
+    /// Looked up for every request: hashed with foldhash, not SipHash.
+    pub(crate) by_name: HashMap<String, usize, foldhash::fast::RandomState>,
     warnings: Vec<RuleError>,
     rule_count: usize,
 }

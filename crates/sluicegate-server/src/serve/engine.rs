@@ -2,28 +2,30 @@
 //! name together (all charged or none; with `--count-denied`, every one charged), in memory or
 //! in Redis, and describe the outcome.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::num::NonZeroU64;
 use std::sync::Arc;
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use parking_lot::{Mutex, RwLock};
+use parking_lot::Mutex;
 use sluicegate::Decision;
 use sluicegate_redis::RedisLimitError;
 use sluicegate_rules::{Limit, Match, RuleSet, Window};
 use smallvec::SmallVec;
 
 use crate::serve::backend::{BackendOptions, RedisBackend};
+use crate::serve::decision_counters::{CounterCache, RuleCounters};
 use crate::serve::engine_error::EngineError;
-use crate::serve::headers::{HeaderOptions, headers_for};
+use crate::serve::headers::{HeaderOptions, PolicyHeader, headers_for};
 use crate::serve::limiter_table::{
     Enforcer, Limiter, LimiterTable, build_limiter_table, enforcer_for,
 };
 use crate::serve::memory_decide::decide_in_memory;
-use crate::serve::metrics::{DecisionLabels, Metrics, RuleLabels};
+use crate::serve::metrics::Metrics;
 use crate::serve::protocol::{
-    Code, CurrentLimit, DescriptorCall, DescriptorVerdict, EnvoyUnit, LimitOverride, RateLimitCall,
+    Code, CurrentLimit, DescriptorCall, DescriptorVerdict, LimitOverride, RateLimitCall, Statuses,
     Verdict,
 };
 use crate::serve::redis_decide::decide_on_redis;
@@ -52,6 +54,9 @@ pub struct LoadedRules {
     limiters: LimiterTable,
     /// With Redis: each limit's Redis parameters and key name.
     redis: Option<RedisTable>,
+    /// Each rule's counters under its id, by rule index: a match whose stats key is its
+    /// rule's id (most) counts through these without looking its stats key up.
+    counters: Vec<Option<Arc<RuleCounters>>>,
 }
 
 /// Answers rate limit calls from the rules in force, keeping state in memory or in Redis.
@@ -63,17 +68,14 @@ pub struct Engine {
     redis: Option<RedisBackend>,
     options: EngineOptions,
     metrics: Arc<Metrics>,
-    /// Metric label strings (domains, stats keys), shared so that counting clones none; it
-    /// holds no more distinct strings than the metric families already do. Looked up for every
-    /// descriptor: hashed with foldhash (the limiters' hasher), not SipHash.
-    labels: RwLock<HashMap<String, Arc<String>, foldhash::fast::RandomState>>,
+    /// The counters of each domain and stats key, found in `metrics` once.
+    counters: CounterCache,
 }
 
-/// What metrics record of a descriptor: its domain, its rule's stats key (empty when no rule
-/// matched), and whether the rule is in shadow mode.
+/// What metrics record of a descriptor: the counters of its domain and its rule's stats key
+/// (empty when no rule matched), and whether the rule is in shadow mode.
 struct DescriptorStats {
-    domain: Arc<String>,
-    rule: Arc<String>,
+    counters: Arc<RuleCounters>,
     shadow: bool,
 }
 
@@ -119,8 +121,10 @@ impl Engine {
             None => None,
         };
         metrics.rules_loaded.set(count_rules(&rules));
+        let counters = CounterCache::default();
         Ok(Engine {
             loaded: ArcSwap::from_pointee(LoadedRules {
+                counters: rule_counters(&counters, &rules),
                 rules,
                 limiters,
                 redis: redis_limits,
@@ -130,7 +134,7 @@ impl Engine {
             redis,
             options,
             metrics,
-            labels: RwLock::new(HashMap::default()),
+            counters,
         })
     }
 
@@ -173,6 +177,7 @@ impl Engine {
         };
         self.metrics.rules_loaded.set(count_rules(&rules));
         self.loaded.store(Arc::new(LoadedRules {
+            counters: rule_counters(&self.counters, &rules),
             rules,
             limiters,
             redis,
@@ -198,6 +203,16 @@ impl Engine {
             let decided = decide_in_memory(&checks, self.options.count_denied);
             return self.verdict(call.descriptors.len(), &stats, decided);
         };
+        // Boxed: inline, the Redis call's state (about 2 KB) would make every caller's future,
+        // in-memory calls included, that large, a big allocation and copy per call.
+        Box::pin(self.should_rate_limit_on_redis(redis, call)).await
+    }
+
+    async fn should_rate_limit_on_redis(
+        &self,
+        redis: &RedisBackend,
+        call: &RateLimitCall,
+    ) -> Verdict {
         // Held across the Redis call: a reload meanwhile does not change this call's rules.
         let loaded = self.loaded.load_full();
         let Plan { checks, stats } = self.plan(call, &loaded);
@@ -212,7 +227,7 @@ impl Engine {
         stats: &[DescriptorStats],
         decided: Decided<'_>,
     ) -> Verdict {
-        let mut statuses = vec![DescriptorVerdict::unlimited(); descriptors];
+        let mut statuses = Statuses::from_elem(DescriptorVerdict::unlimited(), descriptors);
         for (check, decision) in decided {
             let status = verdict_for(check, decision);
             let slot = &mut statuses[check.descriptor];
@@ -221,53 +236,29 @@ impl Engine {
             }
         }
         let mut overall = Code::Ok;
+        let metrics = &*self.metrics;
         for (index, status) in statuses.iter_mut().enumerate() {
-            let DescriptorStats {
-                domain,
-                rule,
-                shadow,
-            } = &stats[index];
-            let labels = |outcome| DecisionLabels {
-                domain: Arc::clone(domain),
-                rule: Arc::clone(rule),
-                outcome,
-            };
+            let DescriptorStats { counters, shadow } = &stats[index];
             if status.current_limit.is_none() {
-                let outcome = if rule.is_empty() {
-                    "no_rule"
-                } else {
-                    "unlimited"
-                };
-                self.metrics.decisions.get_or_create(&labels(outcome)).inc();
+                counters.count_no_limit(metrics);
                 continue;
             }
-            let rule_labels = RuleLabels {
-                domain: Arc::clone(domain),
-                rule: Arc::clone(rule),
-            };
             if status.code == Code::OverLimit && *shadow {
                 status.code = Code::Ok;
-                self.metrics.shadow_mode.get_or_create(&rule_labels).inc();
-                self.metrics
-                    .decisions
-                    .get_or_create(&labels("shadow_over_limit"))
-                    .inc();
+                counters.count_shadow_over_limit(metrics);
                 continue;
             }
             if status.code == Code::OverLimit {
                 overall = Code::OverLimit;
-                self.metrics
-                    .decisions
-                    .get_or_create(&labels("over_limit"))
-                    .inc();
+                counters.count_over_limit(metrics);
                 continue;
             }
             if let Some(limit) = &status.current_limit {
                 if u64::from(status.limit_remaining) * 5 < u64::from(limit.requests_per_unit) {
-                    self.metrics.near_limit.get_or_create(&rule_labels).inc();
+                    counters.count_near_limit(metrics);
                 }
             }
-            self.metrics.decisions.get_or_create(&labels("ok")).inc();
+            counters.count_ok(metrics);
         }
         if self.options.shadow_mode {
             overall = Code::Ok;
@@ -283,8 +274,7 @@ impl Engine {
     /// The limits each descriptor names, and what metrics record of each descriptor.
     fn plan(&self, call: &RateLimitCall, loaded: &LoadedRules) -> Plan {
         let matches = find_all(&loaded.rules, call);
-        let domain = self.label(&call.domain);
-        let no_rule = self.label("");
+        let counters = |rule: &str| self.counters.get(&call.domain, rule);
         let mut checks = SmallVec::new();
         let mut stats = SmallVec::with_capacity(call.descriptors.len());
         for (index, (descriptor, found)) in call.descriptors.iter().zip(matches).enumerate() {
@@ -292,8 +282,7 @@ impl Engine {
             if let Some(limit_override) = descriptor.limit_override {
                 let Some(enforcer) = self.override_enforcer(limit_override) else {
                     stats.push(DescriptorStats {
-                        domain: Arc::clone(&domain),
-                        rule: Arc::clone(&no_rule),
+                        counters: counters(""),
                         shadow: false,
                     });
                     continue;
@@ -308,24 +297,26 @@ impl Engine {
                     shadow: false,
                 });
                 stats.push(DescriptorStats {
-                    domain: Arc::clone(&domain),
-                    rule: self.label("limit_override"),
+                    counters: counters("limit_override"),
                     shadow: false,
                 });
                 continue;
             }
             let Some(mut found) = found else {
                 stats.push(DescriptorStats {
-                    domain: Arc::clone(&domain),
-                    rule: Arc::clone(&no_rule),
+                    counters: counters(""),
                     shadow: false,
                 });
                 continue;
             };
             let shadow = found.rule.shadow_mode;
+            let rule_counters = match found.stats_key {
+                // Borrowed: the rule's id, whose counters were found when the rules loaded.
+                Cow::Borrowed(_) => loaded.counters.get(found.rule.index()).cloned().flatten(),
+                Cow::Owned(_) => None,
+            };
             stats.push(DescriptorStats {
-                domain: Arc::clone(&domain),
-                rule: self.label(&found.stats_key),
+                counters: rule_counters.unwrap_or_else(|| counters(&found.stats_key)),
                 shadow,
             });
             if found.rule.unlimited {
@@ -347,7 +338,7 @@ impl Engine {
                 else {
                     continue;
                 };
-                let Some(enforcer) = loaded.limiters.get(found.rule, position) else {
+                let Some(memory) = loaded.limiters.get(found.rule, position) else {
                     continue;
                 };
                 let redis = loaded
@@ -358,8 +349,8 @@ impl Engine {
                     .flatten();
                 checks.push(Check {
                     descriptor: index,
-                    report: report_of(limit),
-                    enforcer: enforcer.clone(),
+                    report: memory.report.clone(),
+                    enforcer: memory.enforcer.clone(),
                     redis,
                     key,
                     permits,
@@ -368,19 +359,6 @@ impl Engine {
             }
         }
         Plan { checks, stats }
-    }
-
-    /// The shared copy of a metric label string.
-    fn label(&self, text: &str) -> Arc<String> {
-        if let Some(label) = self.labels.read().get(text) {
-            return Arc::clone(label);
-        }
-        let mut labels = self.labels.write();
-        Arc::clone(
-            labels
-                .entry(text.to_owned())
-                .or_insert_with(|| Arc::new(text.to_owned())),
-        )
     }
 
     /// The Redis limit of a per-descriptor override (with Redis; `None` for zero requests).
@@ -517,31 +495,15 @@ fn tighter(candidate: &DescriptorVerdict, current: &DescriptorVerdict) -> bool {
     }
 }
 
-fn report_of(limit: &Limit) -> CurrentLimit {
-    let window = limit.window.duration();
-    CurrentLimit {
-        name: limit.name.clone().unwrap_or_default(),
-        requests_per_unit: limit.requests_per_unit,
-        unit: unit_of(window),
-        window,
-    }
-}
-
 fn override_report(limit_override: LimitOverride) -> CurrentLimit {
+    let window = limit_override.unit.duration().unwrap_or(Duration::ZERO);
     CurrentLimit {
         name: String::new(),
         requests_per_unit: limit_override.requests_per_unit,
         unit: limit_override.unit,
-        window: limit_override.unit.duration().unwrap_or(Duration::ZERO),
+        window,
+        policy: PolicyHeader::new("", limit_override.requests_per_unit, window),
     }
-}
-
-/// The Envoy unit a window is, or `Unknown` for other periods.
-fn unit_of(window: Duration) -> EnvoyUnit {
-    (1..=7)
-        .filter_map(EnvoyUnit::from_proto_number)
-        .find(|unit| unit.duration() == Some(window))
-        .unwrap_or(EnvoyUnit::Unknown)
 }
 
 /// envoyproxy/ratelimit's cache key for a descriptor: `domain_key_value_..._`.
@@ -554,6 +516,20 @@ fn override_key(domain: &str, entries: &[(String, String)]) -> String {
         key.push('_');
     }
     key
+}
+
+/// Each rule's counters under its id (its stats key unless the request's values name it), by
+/// rule index.
+fn rule_counters(cache: &CounterCache, rules: &RuleSet) -> Vec<Option<Arc<RuleCounters>>> {
+    let mut by_index = vec![None; rules.rule_count()];
+    for domain in rules.domains() {
+        for rule in rules.rules(domain) {
+            if let Some(slot) = by_index.get_mut(rule.index()) {
+                *slot = Some(cache.get(domain, &rule.id));
+            }
+        }
+    }
+    by_index
 }
 
 fn count_rules(rules: &RuleSet) -> i64 {

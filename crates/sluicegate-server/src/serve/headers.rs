@@ -1,7 +1,7 @@
 //! Response headers that tell a client its budget: the IETF `RateLimit-Policy` / `RateLimit`
 //! fields, the legacy `X-RateLimit-*` trio, and `Retry-After` on denial.
 
-use std::borrow::Cow;
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::serve::protocol::{Code, DescriptorVerdict};
@@ -75,30 +75,21 @@ pub fn headers_for(
     let Some(limit) = &tightest.current_limit else {
         return Vec::new();
     };
-    let policy = if limit.name.is_empty() {
-        "default"
-    } else {
-        limit.name.as_str()
-    };
-    let policy = if policy.contains(['"', '\\']) {
-        Cow::Owned(policy.replace(['"', '\\'], "_"))
-    } else {
-        Cow::Borrowed(policy)
-    };
     let reset = whole_seconds(tightest.duration_until_reset);
-    let mut headers = Vec::with_capacity(6);
+    let over = options.retry_after && tightest.code == Code::OverLimit;
+    let count = 2 * usize::from(options.ietf)
+        + 3 * usize::from(options.legacy.is_some())
+        + usize::from(over);
+    let mut headers = Vec::with_capacity(count);
     if options.ietf {
-        // Room for the quoted policy and two numbers: one allocation per value.
-        let room = policy.len() + 48;
-        let mut value = String::with_capacity(room);
-        push_quoted(&mut value, &policy);
-        value.push_str(";q=");
-        push_number(&mut value, u64::from(limit.requests_per_unit));
-        value.push_str(";w=");
-        push_number(&mut value, whole_seconds(Some(limit.window)).max(1));
-        headers.push(("RateLimit-Policy".to_owned(), value));
-        let mut value = String::with_capacity(room);
-        push_quoted(&mut value, &policy);
+        let quoted_name = limit.policy.quoted_name();
+        headers.push((
+            "RateLimit-Policy".to_owned(),
+            limit.policy.value().to_owned(),
+        ));
+        // Room for the quoted name and two numbers: one allocation.
+        let mut value = String::with_capacity(quoted_name.len() + 48);
+        value.push_str(quoted_name);
         value.push_str(";r=");
         push_number(&mut value, u64::from(tightest.limit_remaining));
         value.push_str(";t=");
@@ -113,36 +104,70 @@ pub fn headers_for(
         ));
         headers.push((names.reset.clone(), reset.to_string()));
     }
-    if options.retry_after && tightest.code == Code::OverLimit {
+    if over {
         let retry = whole_seconds(tightest.retry_after.or(tightest.duration_until_reset)).max(1);
         headers.push(("Retry-After".to_owned(), retry.to_string()));
     }
     headers
 }
 
-/// `"text"`.
-fn push_quoted(out: &mut String, text: &str) {
-    out.push('"');
-    out.push_str(text);
-    out.push('"');
+/// A limit's `RateLimit-Policy` value, `"name";q=requests;w=seconds`: it depends on the limit
+/// alone, so it is written once per limit, not for every answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PolicyHeader {
+    value: Arc<str>,
+    /// The length of the quoted name the value starts with (the `RateLimit` value's start).
+    quoted_name_len: usize,
+}
+
+impl PolicyHeader {
+    /// The header of a limit named `name` (`default` if empty; `"` and `\` become `_`) of
+    /// `requests_per_unit` requests per `window` (whole seconds, rounded up, at least 1).
+    pub fn new(name: &str, requests_per_unit: u32, window: Duration) -> PolicyHeader {
+        let name = if name.is_empty() { "default" } else { name };
+        let mut value = String::with_capacity(name.len() + 32);
+        value.push('"');
+        value.push_str(&name.replace(['"', '\\'], "_"));
+        value.push('"');
+        let quoted_name_len = value.len();
+        value.push_str(";q=");
+        push_number(&mut value, u64::from(requests_per_unit));
+        value.push_str(";w=");
+        push_number(&mut value, whole_seconds(Some(window)).max(1));
+        PolicyHeader {
+            value: value.into(),
+            quoted_name_len,
+        }
+    }
+
+    /// The header's value.
+    pub fn value(&self) -> &str {
+        &self.value
+    }
+
+    /// `"name"`, as both IETF headers start.
+    fn quoted_name(&self) -> &str {
+        self.value.get(..self.quoted_name_len).unwrap_or_default()
+    }
 }
 
 /// Appends `n` in decimal, without the formatting machinery (this runs for every answer).
 fn push_number(out: &mut String, mut n: u64) {
-    let mut digits = [0u8; 20];
+    let mut digits = [b'0'; 20];
     let mut start = digits.len();
     loop {
         start -= 1;
         // A digit: n % 10 < 10 fits in a byte.
-        digits[start] = b'0' + (n % 10) as u8;
+        digits[start] += (n % 10) as u8;
         n /= 10;
         if n == 0 {
             break;
         }
     }
-    // ASCII digits: always valid UTF-8.
-    if let Ok(text) = std::str::from_utf8(&digits[start..]) {
-        out.push_str(text);
+    // Pushed as chars: no UTF-8 validation of the digits, which cost as much as making them.
+    out.reserve(digits.len() - start);
+    for &digit in &digits[start..] {
+        out.push(char::from(digit));
     }
 }
 
@@ -169,6 +194,7 @@ mod tests {
                 requests_per_unit: 10,
                 unit: EnvoyUnit::Minute,
                 window: Duration::from_secs(60),
+                policy: PolicyHeader::new("", 10, Duration::from_secs(60)),
             }),
             limit_remaining: remaining,
             duration_until_reset: Some(Duration::from_millis(reset_ms)),
@@ -215,6 +241,15 @@ mod tests {
             "{headers:?}"
         );
         assert!(headers.contains(&("RateLimit".into(), "\"default\";r=0;t=9".into())));
+    }
+
+    #[test]
+    fn policy_names_are_quoted_and_escaped() {
+        let policy = PolicyHeader::new("a\"b\\c", 5, Duration::from_millis(1500));
+        assert_eq!(policy.value(), "\"a_b_c\";q=5;w=2");
+        assert_eq!(policy.quoted_name(), "\"a_b_c\"");
+        let policy = PolicyHeader::new("", 7, Duration::from_millis(1));
+        assert_eq!(policy.value(), "\"default\";q=7;w=1");
     }
 
     #[test]

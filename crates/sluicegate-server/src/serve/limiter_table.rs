@@ -2,6 +2,7 @@
 //! reloads while the limit is unchanged, so a reload never resets anyone's budget.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use sluicegate::{
     Algorithm as _, AnyAlgorithm, ConfigError, FixedWindow, Gcra, KeyedLimiter, LeakyBucket,
@@ -9,7 +10,10 @@ use sluicegate::{
 };
 use sluicegate_rules::{Algorithm, Limit, RuleSet};
 
+use crate::serve::protocol::{CurrentLimit, EnvoyUnit};
+
 use crate::serve::engine_error::EngineError;
+use crate::serve::headers::PolicyHeader;
 use crate::serve::per_limit::PerLimit;
 
 /// A limiter for one configured limit, keyed by counter key.
@@ -24,8 +28,16 @@ pub(crate) enum Enforcer {
     Never,
 }
 
+/// A configured limit in memory: what enforces it, and how answers report it (made once per
+/// limit: the report's `RateLimit-Policy` header is not written anew for every answer).
+#[derive(Debug, Clone)]
+pub(crate) struct MemoryLimit {
+    pub(crate) enforcer: Enforcer,
+    pub(crate) report: CurrentLimit,
+}
+
 /// The in-memory limiters of one rule set, by rule id and limit index.
-pub(crate) type LimiterTable = PerLimit<Enforcer>;
+pub(crate) type LimiterTable = PerLimit<MemoryLimit>;
 
 /// Limiters for every limit in `rules`, reusing `previous`'s where the limit is unchanged.
 /// With `count_denied`, every limiter must be able to count denied requests
@@ -47,8 +59,35 @@ pub(crate) fn build_limiter_table(
                 });
             }
         }
-        Ok(enforcer)
+        Ok(MemoryLimit {
+            enforcer,
+            report: report_of(limit),
+        })
     })
+}
+
+/// How answers report `limit`.
+fn report_of(limit: &Limit) -> CurrentLimit {
+    let window = limit.window.duration();
+    CurrentLimit {
+        name: limit.name.clone().unwrap_or_default(),
+        requests_per_unit: limit.requests_per_unit,
+        unit: unit_of(window),
+        window,
+        policy: PolicyHeader::new(
+            limit.name.as_deref().unwrap_or_default(),
+            limit.requests_per_unit,
+            window,
+        ),
+    }
+}
+
+/// The Envoy unit a window is, or `Unknown` for other periods.
+fn unit_of(window: Duration) -> EnvoyUnit {
+    (1..=7)
+        .filter_map(EnvoyUnit::from_proto_number)
+        .find(|unit| unit.duration() == Some(window))
+        .unwrap_or(EnvoyUnit::Unknown)
 }
 
 /// The algorithm enforcing `limit`, or `Never` for a limit of zero.

@@ -22,6 +22,20 @@ pub(crate) fn decide_in_memory(checks: &[Check], count_denied: bool) -> Decided<
     if count_denied {
         return charge_in_memory(checks);
     }
+    // The usual call, one enforcing limit: decided alone, as deciding it together would
+    // (a request it can never grant errs, and its peek answers as below), without the
+    // bookkeeping for several.
+    if let [check] = checks {
+        if let (false, Enforcer::Limiter(limiter)) = (check.shadow, &check.enforcer) {
+            let answer = match limiter.decide(&check.key, check.permits, Op::Check) {
+                Ok(decision) => Some(decision),
+                Err(_) => peek_fitting(check),
+            };
+            let mut decided = Decided::new();
+            decided.push((check, answer));
+            return decided;
+        }
+    }
     let never = checks
         .iter()
         .any(|c| !c.shadow && matches!(c.enforcer, Enforcer::Never));

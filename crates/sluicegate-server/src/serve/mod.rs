@@ -2,6 +2,7 @@
 
 mod args;
 mod backend;
+mod decision_counters;
 mod engine;
 mod engine_error;
 mod grpc;
@@ -29,6 +30,6 @@ pub use json::{call_from_json, proto_json_duration, verdict_to_json};
 pub use metrics::Metrics;
 pub use protocol::{
     CallError, Code, CurrentLimit, DescriptorCall, DescriptorVerdict, EnvoyUnit, LimitOverride,
-    RateLimitCall, Verdict,
+    RateLimitCall, Statuses, Verdict,
 };
 pub use server::{RunningServer, ServerConfig, grpc_incoming, grpc_server, runtime, start};

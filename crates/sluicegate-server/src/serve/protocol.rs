@@ -3,6 +3,10 @@
 
 use std::time::Duration;
 
+use smallvec::SmallVec;
+
+use crate::serve::headers::PolicyHeader;
+
 /// Envoy's rate limit units, as the protocol numbers them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum EnvoyUnit {
@@ -158,6 +162,8 @@ pub struct CurrentLimit {
     pub unit: EnvoyUnit,
     /// The limit's window, for the `RateLimit-Policy` header.
     pub window: Duration,
+    /// The limit's `RateLimit-Policy` header, written once per limit.
+    pub policy: PolicyHeader,
 }
 
 /// The answer for one descriptor.
@@ -188,13 +194,17 @@ impl DescriptorVerdict {
     }
 }
 
+/// One answer per descriptor; inline for the usual call of one descriptor, so that answering
+/// it allocates nothing for this list.
+pub type Statuses = SmallVec<[DescriptorVerdict; 1]>;
+
 /// The answer to a `ShouldRateLimit` call.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Verdict {
     /// Over the limit if any descriptor is (shadow-mode rules never are).
     pub overall: Code,
     /// One status per descriptor, in request order.
-    pub statuses: Vec<DescriptorVerdict>,
+    pub statuses: Statuses,
     /// Headers for the client (`RateLimit`, `Retry-After`, ...).
     pub headers: Vec<(String, String)>,
 }
