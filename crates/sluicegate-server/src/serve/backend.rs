@@ -67,7 +67,9 @@ impl BackendFailure {
             BackendFailure::NotConnected => "connection",
             BackendFailure::Timeout(_) => "timeout",
             BackendFailure::Redis(RedisLimitError::Timeout(_)) => "timeout",
-            BackendFailure::Redis(RedisLimitError::Connection(_)) => "connection",
+            BackendFailure::Redis(RedisLimitError::Connection(_) | RedisLimitError::Stopped) => {
+                "connection"
+            }
             BackendFailure::Redis(RedisLimitError::Script(_)) => "refused",
             BackendFailure::Redis(_) => "other",
         }
