@@ -20,32 +20,19 @@ use std::time::Instant;
 
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use prost::Message as _;
 use sluicegate_rules::{LoadOptions, RuleSet};
 use sluicegate_server::serve::{Engine, EngineOptions, GrpcService, Metrics};
-use tonic::{Request, Response, Status};
+use tonic::Request;
+
+#[path = "shared/always_ok.rs"]
+mod always_ok;
+use always_ok::AlwaysOk;
 
 /// The service benchmark's rules (`scripts/bench-service.sh`).
 const RULES: &str = "domain: bench\ndescriptors:\n  - key: key\n    rate_limit: {unit: second, requests_per_unit: 1000000000}\n";
-
-/// The ceiling's handler, as `noop_rls` answers.
-struct AlwaysOk;
-
-#[tonic::async_trait]
-impl RateLimitService for AlwaysOk {
-    async fn should_rate_limit(
-        &self,
-        _request: Request<RateLimitRequest>,
-    ) -> Result<Response<RateLimitResponse>, Status> {
-        Ok(Response::new(RateLimitResponse {
-            overall_code: Code::Ok as i32,
-            ..RateLimitResponse::default()
-        }))
-    }
-}
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);

@@ -8,12 +8,11 @@ use std::net::SocketAddr;
 
 use anyhow::Context as _;
 use clap::Parser;
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
-    RateLimitService, RateLimitServiceServer,
-};
-use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
-use tonic::{Request, Response, Status};
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
+
+#[path = "shared/always_ok.rs"]
+mod always_ok;
+use always_ok::AlwaysOk;
 
 /// A no-op rate limit service, the ceiling of what the stack can answer.
 #[derive(Debug, Parser)]
@@ -21,21 +20,6 @@ struct Args {
     /// Where to listen for gRPC.
     #[arg(long, default_value = "127.0.0.1:9081")]
     grpc_addr: SocketAddr,
-}
-
-struct AlwaysOk;
-
-#[tonic::async_trait]
-impl RateLimitService for AlwaysOk {
-    async fn should_rate_limit(
-        &self,
-        _request: Request<RateLimitRequest>,
-    ) -> Result<Response<RateLimitResponse>, Status> {
-        Ok(Response::new(RateLimitResponse {
-            overall_code: Code::Ok as i32,
-            ..RateLimitResponse::default()
-        }))
-    }
 }
 
 fn main() -> anyhow::Result<()> {
