@@ -68,7 +68,4 @@ local function run_batch(KEYS, ARGV)
 end
 
 -- A malformed call (which this crate does not send) fails whole: {"ERR", kind, detail}.
-local function batch(KEYS, ARGV)
-  if floor == nil then bind_standard() end
-  return finish(pcall(run_batch, KEYS, ARGV))
-end
+local batch = entry_point(run_batch)

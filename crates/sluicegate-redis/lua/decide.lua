@@ -90,7 +90,4 @@ local function run(KEYS, ARGV)
   return reply
 end
 
-local function decide_all(KEYS, ARGV)
-  if floor == nil then bind_standard() end
-  return finish(pcall(run, KEYS, ARGV))
-end
+local decide_all = entry_point(run)

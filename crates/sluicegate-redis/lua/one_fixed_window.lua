@@ -19,7 +19,4 @@ local function run_one_fixed_window(KEYS, ARGV)
     one_params(ARGV[4], window_params))
 end
 
-local function one_fixed_window(KEYS, ARGV)
-  if floor == nil then bind_standard() end
-  return finish(pcall(run_one_fixed_window, KEYS, ARGV))
-end
+local one_fixed_window = entry_point(run_one_fixed_window)

@@ -18,7 +18,4 @@ local function run_one_gcra(KEYS, ARGV)
     one_params(ARGV[4], one_bucket_params))
 end
 
-local function one_gcra(KEYS, ARGV)
-  if floor == nil then bind_standard() end
-  return finish(pcall(run_one_gcra, KEYS, ARGV))
-end
+local one_gcra = entry_point(run_one_gcra)

@@ -156,3 +156,12 @@ local function finish(ok, result)
   end
   return { "ERR", "script", tostring(type_of(result) == "table" and result.err or result) }
 end
+
+-- An entry point running `run`: the standard locals bound, `run` under pcall (a table error
+-- escaping a Redis Function crashed Redis 7.0.15), its reply or its error as finish makes it.
+local function entry_point(run)
+  return function(KEYS, ARGV)
+    if floor == nil then bind_standard() end
+    return finish(pcall(run, KEYS, ARGV))
+  end
+end

@@ -40,10 +40,14 @@ pub(crate) struct OneCall {
 }
 
 impl OneCall {
-    /// The arguments of its own entry point's call, after the function's name.
-    pub(crate) fn fill(&self, cmd: &mut Cmd) {
-        cmd.arg(1).arg(&self.key);
-        self.fill_args(cmd);
+    /// Its own entry point's reply, from a call of its own.
+    pub(crate) async fn send_alone(&self, store: &RedisStore) -> Answer {
+        store
+            .call(self.entry.entry(), |cmd| {
+                cmd.arg(1).arg(&self.key);
+                self.fill_args(cmd);
+            })
+            .await
     }
 
     /// The arguments of a run of `len` decisions like this one in a batch.
@@ -71,7 +75,7 @@ impl OneCall {
     }
 }
 
-type Answer = Result<Vec<Value>, RedisLimitError>;
+pub(crate) type Answer = Result<Vec<Value>, RedisLimitError>;
 
 struct Queued {
     call: OneCall,
@@ -157,8 +161,7 @@ async fn send(store: &RedisStore, mut batch: Vec<Queued>) {
     if batch.len() == 1
         && let Some(only) = batch.pop()
     {
-        let call = &only.call;
-        let answer = store.call(call.entry.entry(), |cmd| call.fill(cmd)).await;
+        let answer = only.call.send_alone(store).await;
         let _ = only.answer.send(answer);
         return;
     }

@@ -114,7 +114,7 @@ impl RedisStore {
                 .limit
                 .push_args(&mut args, max_wait, &lease, self.grace_ms);
         }
-        let reply = self.call_decide(&keys, &args).await?;
+        let reply = self.call_with(Entry::Decide, &keys, &args).await?;
         let (now, decisions) = parse_reply(&reply, requests.len())?;
         let allowed = decisions.iter().all(|d| d.allowed());
         let leases = if allowed && op.consumes() {
@@ -167,9 +167,9 @@ impl RedisStore {
             Some(batcher) => match batcher.call(call, self.timeout()).await {
                 Ok(answer) => answer?,
                 // The batching task is gone with the runtime it ran on: the call goes alone.
-                Err(call) => self.call(entry.entry(), |cmd| call.fill(cmd)).await?,
+                Err(call) => call.send_alone(self).await?,
             },
-            None => self.call(entry.entry(), |cmd| call.fill(cmd)).await?,
+            None => call.send_alone(self).await?,
         };
         let (now, decision) = parse_one_reply(&reply, request.limit.capacity())?;
         Ok(MultiDecision {
@@ -178,18 +178,6 @@ impl RedisStore {
             leases: Vec::new(),
             now,
         })
-    }
-
-    /// Runs decide.lua on these keys and arguments.
-    pub(crate) async fn call_decide(
-        &self,
-        keys: &[Vec<u8>],
-        args: &[Vec<u8>],
-    ) -> Result<Vec<Value>, RedisLimitError> {
-        self.call(Entry::Decide, |cmd| {
-            cmd.arg(keys.len()).arg(keys).arg(args);
-        })
-        .await
     }
 
     /// Gives back (`release`) or extends (`renew`) a concurrency lease. `Ok(false)` if the
@@ -205,7 +193,7 @@ impl RedisStore {
         args.push(limit.name().into());
         args.push(lease.permits.to_string().into());
         limit.push_args(&mut args, None, &lease.id, self.grace_ms);
-        let reply = self.call_decide(&lease.keys, &args).await?;
+        let reply = self.call_with(Entry::Decide, &lease.keys, &args).await?;
         let (_, decisions) = parse_reply(&reply, 1)?;
         Ok(decisions.first().is_some_and(|d| d.allowed()))
     }

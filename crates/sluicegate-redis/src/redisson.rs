@@ -18,6 +18,7 @@ use crate::error::RedisLimitError;
 use crate::lease::new_lease_id;
 use crate::limit::RedisLimit;
 use crate::limiter::{Now, now_arg, parse_reply, text};
+use crate::scripts::Entry;
 use crate::store::RedisStore;
 
 /// Who shares a Redisson-style limiter's permits.
@@ -101,7 +102,10 @@ impl RateLimiterObject {
             interval_us.to_string().into_bytes(),
             rate_type.stored().into(),
         ];
-        let reply = self.store.run_config_script(&self.keys(), &args).await?;
+        let reply = self
+            .store
+            .call_with(Entry::Config, &self.keys(), &args)
+            .await?;
         Ok(matches!(reply.first(), Some(Value::Int(1))))
     }
 
@@ -133,7 +137,7 @@ impl RateLimiterObject {
     pub async fn get_config(&self) -> Result<RateConfig, RedisLimitError> {
         let reply = self
             .store
-            .run_config_script(&self.keys(), &[b"get".to_vec()])
+            .call_with(Entry::Config, &self.keys(), &[b"get".to_vec()])
             .await?;
         let corrupt =
             |what: String| RedisLimitError::CorruptState(format!("{}: {what}", self.name));
@@ -188,7 +192,10 @@ impl RateLimiterObject {
             self.client_id.clone().into_bytes(),
             self.store.grace_ms.to_string().into_bytes(),
         ];
-        let reply = self.store.call_decide(&self.keys(), &args).await?;
+        let reply = self
+            .store
+            .call_with(Entry::Decide, &self.keys(), &args)
+            .await?;
         let (_, mut decisions) = parse_reply(&reply, 1)?;
         decisions
             .pop()

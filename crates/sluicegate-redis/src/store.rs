@@ -181,13 +181,14 @@ impl RedisStore {
         }
     }
 
-    /// Runs the configuration code of Redisson-style limiters, within the timeout.
-    pub(crate) async fn run_config_script(
+    /// Calls `entry` with these keys and arguments, within the timeout.
+    pub(crate) async fn call_with(
         &self,
+        entry: Entry,
         keys: &[Vec<u8>],
         args: &[Vec<u8>],
     ) -> Result<Vec<Value>, RedisLimitError> {
-        self.call(Entry::Config, |cmd| {
+        self.call(entry, |cmd| {
             cmd.arg(keys.len()).arg(keys).arg(args);
         })
         .await
