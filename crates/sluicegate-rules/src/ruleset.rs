@@ -192,6 +192,11 @@ impl RuleSet {
         self.domains.iter().map(|d| d.name.as_str())
     }
 
+    /// Whether `domain` is loaded.
+    pub fn has_domain(&self, domain: &str) -> bool {
+        self.by_name.contains_key(domain)
+    }
+
     /// Every rule of a domain, depth first in file order.
     pub fn rules(&self, domain: &str) -> Vec<&Rule> {
         let mut rules = Vec::new();

@@ -3,6 +3,7 @@
 mod check_config;
 mod simulate;
 
+use std::io::IsTerminal;
 use std::process::ExitCode;
 
 use clap::Parser;
@@ -76,8 +77,10 @@ async fn shutdown_signal() {
 fn init_logging(json: bool) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("SLUICEGATE_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // Colour codes only on a terminal: a file or a pipe gets plain text.
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
     if json {
         builder.json().init();

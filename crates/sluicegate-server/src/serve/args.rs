@@ -9,8 +9,11 @@ use sluicegate_redis::FailurePolicy;
 use sluicegate_rules::LoadOptions;
 
 use crate::serve::backend::{BackendOptions, RedisOptions, RedisTarget};
+use crate::serve::clock::ServiceClock;
 use crate::serve::engine::EngineOptions;
 use crate::serve::headers::{HeaderOptions, LegacyHeaderNames};
+use crate::serve::key_cap::DEFAULT_MAX_KEYS;
+use crate::serve::protocol::CallLimits;
 use crate::serve::server::ServerConfig;
 
 /// Serve the rate limit service (Envoy gRPC and HTTP JSON).
@@ -38,10 +41,26 @@ pub struct ServeArgs {
     #[arg(long, env = "SLUICEGATE_NO_IETF_HEADERS")]
     pub no_ietf_headers: bool,
     /// Count every hit in every limit the call names, even when denied, as
-    /// envoyproxy/ratelimit does (by default a denied call charges nothing). Memory only for
-    /// now; every limit's algorithm must be able to count denials.
+    /// envoyproxy/ratelimit does (by default a denied call charges nothing). In memory and on
+    /// Redis alike; every limit's algorithm must be able to count denials.
     #[arg(long, env = "SLUICEGATE_COUNT_DENIED")]
     pub count_denied: bool,
+    /// The most counter keys held in memory, across every limit (about 150 bytes each with
+    /// typical descriptors). At the cap a request that needs a new key is decided uncharged,
+    /// by --failure-policy (`closed` denies it; `open` and `local` let it through if its limits
+    /// would); no key still limited is ever dropped to make room.
+    #[arg(long, env = "SLUICEGATE_MAX_KEYS", default_value_t = DEFAULT_MAX_KEYS, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    pub max_keys: usize,
+    /// The most descriptors in one request (more: gRPC INVALID_ARGUMENT, HTTP 400).
+    #[arg(long, env = "SLUICEGATE_MAX_DESCRIPTORS", default_value_t = CallLimits::default().max_descriptors)]
+    pub max_descriptors: usize,
+    /// The most entries in one descriptor (more: gRPC INVALID_ARGUMENT, HTTP 400).
+    #[arg(long, env = "SLUICEGATE_MAX_ENTRIES", default_value_t = CallLimits::default().max_entries)]
+    pub max_entries: usize,
+    /// The most bytes of keys and values in one descriptor, which bounds a counter key's
+    /// length (more: gRPC INVALID_ARGUMENT, HTTP 400).
+    #[arg(long, env = "SLUICEGATE_MAX_DESCRIPTOR_BYTES", default_value_t = CallLimits::default().max_descriptor_bytes)]
+    pub max_descriptor_bytes: usize,
     /// Write logs as JSON lines (for log collectors) instead of text.
     #[arg(long, env = "SLUICEGATE_LOG_JSON")]
     pub log_json: bool,
@@ -62,7 +81,8 @@ pub struct ServeArgs {
     #[arg(long, env = "SLUICEGATE_REDIS_TIMEOUT_MS", default_value_t = 50, value_parser = clap::value_parser!(u64).range(1..))]
     pub redis_timeout_ms: u64,
     /// What to answer when Redis is down or slow: `open` (allow), `closed` (deny), or `local`
-    /// (decide in this process's memory, by the same rules, until Redis is back).
+    /// (decide in this process's memory, by the same rules, until Redis is back). Also the
+    /// answer at the --max-keys cap.
     // `local` by default: an outage neither lifts every limit (Envoy already fails open when
     // the service itself is unreachable) nor blocks all traffic; each replica still enforces
     // the rules, so at most replicas × the limit passes while Redis is away.
@@ -108,6 +128,14 @@ impl ServeArgs {
                 shadow_mode: self.shadow_mode,
                 backend: self.backend(),
                 count_denied: self.count_denied,
+                clock: ServiceClock::system(),
+                max_keys: self.max_keys,
+                at_key_cap: self.failure_policy.into(),
+                call_limits: CallLimits {
+                    max_descriptors: self.max_descriptors,
+                    max_entries: self.max_entries,
+                    max_descriptor_bytes: self.max_descriptor_bytes,
+                },
             },
             reload_interval: Duration::from_millis(self.reload_interval_ms),
         }

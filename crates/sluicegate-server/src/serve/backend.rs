@@ -2,13 +2,12 @@
 //! connection to Redis: made at start if Redis answers, retried in the background if not.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use arc_swap::ArcSwapOption;
-use parking_lot::Mutex;
 use sluicegate_redis::{FailurePolicy, RedisLimitError, RedisStore, StoreConfig};
 
+use crate::serve::log_limit::RateLimitedLog;
 use crate::serve::metrics::{KindLabel, Metrics};
 
 /// Where the service keeps its counters.
@@ -92,8 +91,7 @@ impl std::fmt::Display for BackendFailure {
 pub(crate) struct RedisBackend {
     options: RedisOptions,
     store: ArcSwapOption<RedisStore>,
-    last_warning: Mutex<Option<Instant>>,
-    unreported: AtomicU64,
+    warnings: RateLimitedLog,
 }
 
 impl std::fmt::Debug for RedisBackend {
@@ -111,8 +109,7 @@ impl RedisBackend {
         RedisBackend {
             options,
             store: ArcSwapOption::empty(),
-            last_warning: Mutex::new(None),
-            unreported: AtomicU64::new(0),
+            warnings: RateLimitedLog::new(WARN_EVERY),
         }
     }
 
@@ -174,21 +171,14 @@ impl RedisBackend {
                 kind: failure.kind(),
             })
             .inc();
-        let now = Instant::now();
-        let mut last = self.last_warning.lock();
-        if last.is_some_and(|at| now.duration_since(at) < WARN_EVERY) {
-            self.unreported.fetch_add(1, Ordering::Relaxed);
-            return;
-        }
-        *last = Some(now);
-        drop(last);
-        let also = self.unreported.swap(0, Ordering::Relaxed);
-        tracing::warn!(
-            error = %failure,
-            kind = failure.kind(),
-            policy = ?self.options.failure_policy,
-            unreported_since_last_warning = also,
-            "redis failed; the failure policy answers"
-        );
+        self.warnings.write(|left_out| {
+            tracing::warn!(
+                error = %failure,
+                kind = failure.kind(),
+                policy = ?self.options.failure_policy,
+                unreported_since_last_warning = left_out,
+                "redis failed; the failure policy answers"
+            );
+        });
     }
 }

@@ -3,6 +3,7 @@
 //! the label strings) per descriptor.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use parking_lot::RwLock;
@@ -107,10 +108,40 @@ impl RuleCounters {
 #[derive(Debug, Default)]
 pub(crate) struct CounterCache {
     by_domain: RwLock<FastMap<FastMap<Arc<RuleCounters>>>>,
+    /// Entries made by [`CounterCache::get_if_room`], from request values.
+    from_requests: AtomicUsize,
 }
 
+/// Stats keys made from request values (`detailed_metric`, `value_to_metric`) kept at most:
+/// past this many, such a match counts under its rule's id, so that no client can grow the
+/// metric series without bound.
+pub(crate) const MAX_STATS_KEYS_FROM_REQUESTS: usize = 10_000;
+
 impl CounterCache {
-    /// The counters of `rule` (a stats key, or empty for no rule) in `domain`.
+    /// The counters of a stats key made from a request's values, unless
+    /// [`MAX_STATS_KEYS_FROM_REQUESTS`] such keys are held already and this one is new.
+    pub(crate) fn get_if_room(&self, domain: &str, rule: &str) -> Option<Arc<RuleCounters>> {
+        if let Some(found) = self.find(domain, rule) {
+            return Some(found);
+        }
+        let taken = self
+            .from_requests
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < MAX_STATS_KEYS_FROM_REQUESTS).then_some(n + 1)
+            });
+        taken.ok().map(|_| self.get(domain, rule))
+    }
+
+    fn find(&self, domain: &str, rule: &str) -> Option<Arc<RuleCounters>> {
+        self.by_domain
+            .read()
+            .get(domain)
+            .and_then(|rules| rules.get(rule))
+            .cloned()
+    }
+
+    /// The counters of `rule` (a stats key, or empty for no rule) in `domain`, both from the
+    /// rules (a client's names go through [`CounterCache::get_if_room`]).
     pub(crate) fn get(&self, domain: &str, rule: &str) -> Arc<RuleCounters> {
         if let Some(found) = self
             .by_domain
@@ -158,6 +189,19 @@ mod tests {
         }
         assert!(!text.contains(r#"outcome="over_limit""#), "{text}");
         assert!(!text.contains("unlimited"), "{text}");
+    }
+
+    #[test]
+    fn stats_keys_from_requests_stop_at_their_cap() {
+        let cache = CounterCache::default();
+        for n in 0..MAX_STATS_KEYS_FROM_REQUESTS {
+            assert!(cache.get_if_room("d", &format!("d.k_{n}")).is_some());
+        }
+        assert!(cache.get_if_room("d", "d.k_new").is_none(), "past the cap");
+        assert!(
+            cache.get_if_room("d", "d.k_0").is_some(),
+            "one held is still found"
+        );
     }
 
     #[test]

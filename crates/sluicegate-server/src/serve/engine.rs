@@ -3,36 +3,36 @@
 //! in Redis, and describe the outcome.
 
 use std::borrow::Cow;
-use std::collections::HashMap;
 use std::num::NonZeroU64;
 use std::sync::Arc;
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use parking_lot::Mutex;
-use sluicegate::Decision;
-use sluicegate_redis::RedisLimitError;
-use sluicegate_rules::{Limit, Match, RuleSet, Window};
+use sluicegate::{Clock as _, Decision, Micros, micros_ceil};
+use sluicegate_redis::{FailurePolicy, RedisLimitError};
+use sluicegate_rules::{Match, RuleSet};
 use smallvec::SmallVec;
 
 use crate::serve::backend::{BackendOptions, RedisBackend};
+use crate::serve::check::{Check, Decided, Role};
+use crate::serve::clock::ServiceClock;
 use crate::serve::decision_counters::{CounterCache, RuleCounters};
 use crate::serve::engine_error::EngineError;
 use crate::serve::headers::{HeaderOptions, PolicyHeader, headers_for};
-use crate::serve::limiter_table::{
-    Enforcer, Limiter, LimiterTable, build_limiter_table, enforcer_for,
-};
+use crate::serve::key_cap::{DEFAULT_MAX_KEYS, KeyCap};
+use crate::serve::limiter_table::{Enforcer, LimiterTable, build_limiter_table};
 use crate::serve::memory_decide::decide_in_memory;
 use crate::serve::metrics::Metrics;
+use crate::serve::overrides::Overrides;
 use crate::serve::protocol::{
-    Code, CurrentLimit, DescriptorCall, DescriptorVerdict, LimitOverride, RateLimitCall, Statuses,
-    Verdict,
+    CallError, CallLimits, Code, CurrentLimit, DescriptorCall, DescriptorVerdict, LimitOverride,
+    RateLimitCall, Statuses, Verdict,
 };
 use crate::serve::redis_decide::decide_on_redis;
-use crate::serve::redis_table::{RedisEnforcer, RedisTable, build_redis_table, redis_limit_for};
+use crate::serve::redis_table::{RedisTable, build_redis_table};
 
 /// How the engine answers, beyond what the rules say.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct EngineOptions {
     /// Headers to add to answers.
     pub headers: HeaderOptions,
@@ -41,8 +41,32 @@ pub struct EngineOptions {
     /// Where counters live.
     pub backend: BackendOptions,
     /// Count every hit, allowed or denied, in every limit the call names, as
-    /// envoyproxy/ratelimit does (in memory only, for now).
+    /// envoyproxy/ratelimit does.
     pub count_denied: bool,
+    /// Where "now" comes from: the system clock, or a manual clock in tests.
+    pub clock: ServiceClock,
+    /// Live counter keys in memory, across every limit (see `key_cap`).
+    pub max_keys: usize,
+    /// The answer to a request that needs a new key at the cap: `closed` denies, `open` and
+    /// `local` let it pass uncharged.
+    pub at_key_cap: FailurePolicy,
+    /// The largest call decided.
+    pub call_limits: CallLimits,
+}
+
+impl Default for EngineOptions {
+    fn default() -> Self {
+        EngineOptions {
+            headers: HeaderOptions::default(),
+            shadow_mode: false,
+            backend: BackendOptions::default(),
+            count_denied: false,
+            clock: ServiceClock::default(),
+            max_keys: DEFAULT_MAX_KEYS,
+            at_key_cap: FailurePolicy::Local,
+            call_limits: CallLimits::default(),
+        }
+    }
 }
 
 /// The rules in force and the limiters that enforce them, swapped as one on reload.
@@ -63,20 +87,21 @@ pub struct LoadedRules {
 #[derive(Debug)]
 pub struct Engine {
     loaded: ArcSwap<LoadedRules>,
-    overrides: Mutex<HashMap<LimitOverride, Arc<Limiter>>>,
-    redis_overrides: Mutex<HashMap<LimitOverride, Arc<RedisEnforcer>>>,
+    overrides: Overrides,
     redis: Option<RedisBackend>,
     options: EngineOptions,
     metrics: Arc<Metrics>,
     /// The counters of each domain and stats key, found in `metrics` once.
     counters: CounterCache,
+    keys: KeyCap,
 }
 
 /// What metrics record of a descriptor: the counters of its domain and its rule's stats key
-/// (empty when no rule matched), and whether the rule is in shadow mode.
+/// (empty when no rule matched), how its limits take part, and whether its rule is unlimited.
 struct DescriptorStats {
     counters: Arc<RuleCounters>,
-    shadow: bool,
+    role: Role,
+    unlimited: bool,
 }
 
 /// What a call is checked against; inline for the usual call of one or two descriptors of one
@@ -86,23 +111,8 @@ struct Plan {
     stats: SmallVec<[DescriptorStats; 2]>,
 }
 
-/// One limit a call is checked against.
-pub(crate) struct Check {
-    descriptor: usize,
-    report: CurrentLimit,
-    /// The limit in memory.
-    pub(crate) enforcer: Enforcer,
-    /// The limit in Redis, with Redis (`None` there: nothing ever passes).
-    pub(crate) redis: Option<Arc<RedisEnforcer>>,
-    /// The counter key.
-    pub(crate) key: String,
-    pub(crate) permits: NonZeroU64,
-    /// Decided on its own, after the enforcing limits.
-    pub(crate) shadow: bool,
-}
-
-/// Each check of a call with its decision (`None`: can never pass); inline for a few.
-pub(crate) type Decided<'a> = SmallVec<[(&'a Check, Option<Decision>); 2]>;
+/// The domain label of calls in a domain no rule names: one series for all of them.
+const UNKNOWN_DOMAIN: &str = "unknown";
 
 impl Engine {
     /// An engine enforcing `rules`.
@@ -111,7 +121,9 @@ impl Engine {
         options: EngineOptions,
         metrics: Arc<Metrics>,
     ) -> Result<Engine, EngineError> {
-        let limiters = build_limiter_table(&rules, None, options.count_denied)?;
+        let keys = KeyCap::new(options.max_keys, options.at_key_cap, &metrics);
+        let limiters =
+            build_limiter_table(&rules, None, options.count_denied, &options.clock, &keys)?;
         let redis = match &options.backend {
             BackendOptions::Memory => None,
             BackendOptions::Redis(redis) => Some(RedisBackend::new(redis.clone())),
@@ -129,12 +141,12 @@ impl Engine {
                 limiters,
                 redis: redis_limits,
             }),
-            overrides: Mutex::new(HashMap::new()),
-            redis_overrides: Mutex::new(HashMap::new()),
+            overrides: Overrides::default(),
             redis,
             options,
             metrics,
             counters,
+            keys,
         })
     }
 
@@ -169,8 +181,13 @@ impl Engine {
     /// refused, and the rules in force stay.
     pub fn replace_rules(&self, rules: RuleSet) -> Result<(), EngineError> {
         let previous = self.loaded.load();
-        let limiters =
-            build_limiter_table(&rules, Some(&previous.limiters), self.options.count_denied)?;
+        let limiters = build_limiter_table(
+            &rules,
+            Some(&previous.limiters),
+            self.options.count_denied,
+            &self.options.clock,
+            &self.keys,
+        )?;
         let redis = match &previous.redis {
             Some(table) => Some(build_redis_table(&rules, Some(table))?),
             None => None,
@@ -195,13 +212,32 @@ impl Engine {
         &self.metrics
     }
 
+    /// The metrics in Prometheus' text format, gauges brought up to date.
+    pub fn render_metrics(&self) -> String {
+        let live = i64::try_from(self.keys.budget().live()).unwrap_or(i64::MAX);
+        self.metrics.keys.set(live);
+        self.metrics.render()
+    }
+
+    /// Checks a call's size against the configured caps (the transports call this before
+    /// [`Engine::should_rate_limit`]), counting the calls refused.
+    pub fn check_call_size(&self, call: &RateLimitCall) -> Result<(), CallError> {
+        let checked = call.check_size(&self.options.call_limits);
+        if checked.is_err() {
+            self.metrics.oversized_calls.inc();
+        }
+        checked
+    }
+
     /// Answers a (validated) call. With Redis, within the Redis timeout whatever Redis does.
     pub async fn should_rate_limit(&self, call: &RateLimitCall) -> Verdict {
         let Some(redis) = &self.redis else {
             let loaded = self.loaded.load();
             let Plan { checks, stats } = self.plan(call, &loaded);
-            let decided = decide_in_memory(&checks, self.options.count_denied);
-            return self.verdict(call.descriptors.len(), &stats, decided);
+            let decided = decide_in_memory(&checks, self.options.count_denied, &self.keys);
+            let verdict = self.verdict(call.descriptors.len(), &stats, decided);
+            self.sweep_if_at_key_cap(&loaded);
+            return verdict;
         };
         // Boxed: inline, the Redis call's state (about 2 KB) would make every caller's future,
         // in-memory calls included, that large, a big allocation and copy per call.
@@ -216,9 +252,33 @@ impl Engine {
         // Held across the Redis call: a reload meanwhile does not change this call's rules.
         let loaded = self.loaded.load_full();
         let Plan { checks, stats } = self.plan(call, &loaded);
-        let decided =
-            decide_on_redis(redis, &self.metrics, &checks, self.options.count_denied).await;
-        self.verdict(call.descriptors.len(), &stats, decided)
+        let now = self.options.clock.redis_now();
+        let decided = decide_on_redis(
+            redis,
+            &self.metrics,
+            &checks,
+            self.options.count_denied,
+            &self.keys,
+            now,
+        )
+        .await;
+        let verdict = self.verdict(call.descriptors.len(), &stats, decided);
+        self.sweep_if_at_key_cap(&loaded);
+        verdict
+    }
+
+    /// After refusals at the key cap, drops the fresh keys of every limiter (at most once a
+    /// second): the keys that went fresh in one limit make room for new keys in another.
+    fn sweep_if_at_key_cap(&self, loaded: &LoadedRules) {
+        if !self.keys.claim_sweep(|| self.options.clock.now()) {
+            return;
+        }
+        for limiter in loaded.limiters.values() {
+            if let Enforcer::Limiter(limiter) = &limiter.enforcer {
+                limiter.retain_recent();
+            }
+        }
+        self.overrides.retain_recent();
     }
 
     fn verdict(
@@ -227,31 +287,61 @@ impl Engine {
         stats: &[DescriptorStats],
         decided: Decided<'_>,
     ) -> Verdict {
+        let clock = &self.options.clock;
         let mut statuses = Statuses::from_elem(DescriptorVerdict::unlimited(), descriptors);
         for (check, decision) in decided {
-            let status = verdict_for(check, decision);
+            let status = verdict_for(check, decision, || clock.now());
             let slot = &mut statuses[check.descriptor];
             if tighter(&status, slot) {
                 *slot = status;
             }
         }
+        // Quota-mode descriptors over their limit fail the call only if all of them are.
+        let (mut quotas, mut quotas_over) = (0, 0);
+        for (status, stats) in statuses.iter().zip(stats) {
+            if stats.role == Role::Quota && status.current_limit.is_some() {
+                quotas += 1;
+                quotas_over += usize::from(status.code == Code::OverLimit);
+            }
+        }
         let mut overall = Code::Ok;
         let metrics = &*self.metrics;
         for (index, status) in statuses.iter_mut().enumerate() {
-            let DescriptorStats { counters, shadow } = &stats[index];
+            let DescriptorStats {
+                counters,
+                role,
+                unlimited,
+            } = &stats[index];
             if status.current_limit.is_none() {
+                if *unlimited {
+                    status.limit_remaining = u32::MAX;
+                }
                 counters.count_no_limit(metrics);
                 continue;
             }
-            if status.code == Code::OverLimit && *shadow {
-                status.code = Code::Ok;
-                counters.count_shadow_over_limit(metrics);
-                continue;
-            }
             if status.code == Code::OverLimit {
-                overall = Code::OverLimit;
-                counters.count_over_limit(metrics);
-                continue;
+                match role {
+                    Role::Shadow => {
+                        status.code = Code::Ok;
+                        counters.count_shadow_over_limit(metrics);
+                        continue;
+                    }
+                    // Nothing was asked for: nothing is over (as upstream, whose counter
+                    // plus zero is never above the limit).
+                    Role::CheckOnly => status.code = Code::Ok,
+                    Role::Quota => {
+                        if quotas_over == quotas {
+                            overall = Code::OverLimit;
+                        }
+                        counters.count_over_limit(metrics);
+                        continue;
+                    }
+                    Role::Enforce => {
+                        overall = Code::OverLimit;
+                        counters.count_over_limit(metrics);
+                        continue;
+                    }
+                }
             }
             if let Some(limit) = &status.current_limit {
                 if u64::from(status.limit_remaining) * 5 < u64::from(limit.requests_per_unit) {
@@ -263,7 +353,11 @@ impl Engine {
         if self.options.shadow_mode {
             overall = Code::Ok;
         }
-        let headers = headers_for(&statuses, &self.options.headers);
+        let mut headers = headers_for(&statuses, &self.options.headers);
+        if overall == Code::Ok && quotas_over > 0 {
+            // A quota over its limit does not fail a call another quota lets through.
+            headers.retain(|(name, _)| name != "Retry-After");
+        }
         Verdict {
             overall,
             statuses,
@@ -273,51 +367,86 @@ impl Engine {
 
     /// The limits each descriptor names, and what metrics record of each descriptor.
     fn plan(&self, call: &RateLimitCall, loaded: &LoadedRules) -> Plan {
+        let known_domain = loaded.rules.has_domain(&call.domain);
+        let domain_label = if known_domain {
+            call.domain.as_str()
+        } else {
+            UNKNOWN_DOMAIN
+        };
+        let counters = |rule: &str| self.counters.get(domain_label, rule);
         let matches = find_all(&loaded.rules, call);
-        let counters = |rule: &str| self.counters.get(&call.domain, rule);
         let mut checks = SmallVec::new();
         let mut stats = SmallVec::with_capacity(call.descriptors.len());
+        let no_limit = |counters: Arc<RuleCounters>| DescriptorStats {
+            counters,
+            role: Role::Enforce,
+            unlimited: false,
+        };
         for (index, (descriptor, found)) in call.descriptors.iter().zip(matches).enumerate() {
-            let permits = NonZeroU64::new(descriptor.hits).unwrap_or(NonZeroU64::MIN);
-            if let Some(limit_override) = descriptor.limit_override {
+            // Zero hits: checked, never charged.
+            let (permits, check_only) = match NonZeroU64::new(descriptor.hits) {
+                Some(hits) => (hits, false),
+                None => (NonZeroU64::MIN, true),
+            };
+            let role_of = |rule_role: Role| {
+                if check_only {
+                    Role::CheckOnly
+                } else {
+                    rule_role
+                }
+            };
+            // An override counts only in a domain the rules name, as upstream.
+            if let Some(limit_override) = descriptor.limit_override.filter(|_| known_domain) {
                 let Some(enforcer) = self.override_enforcer(limit_override) else {
-                    stats.push(DescriptorStats {
-                        counters: counters(""),
-                        shadow: false,
-                    });
+                    stats.push(no_limit(counters("limit_override")));
                     continue;
                 };
                 checks.push(Check {
                     descriptor: index,
                     report: override_report(limit_override),
                     enforcer,
-                    redis: self.override_redis(limit_override),
+                    redis: self
+                        .redis
+                        .as_ref()
+                        .and_then(|_| self.overrides.redis(limit_override)),
                     key: override_key(&call.domain, &descriptor.entries),
                     permits,
-                    shadow: false,
+                    role: role_of(Role::Enforce),
                 });
                 stats.push(DescriptorStats {
                     counters: counters("limit_override"),
-                    shadow: false,
+                    role: role_of(Role::Enforce),
+                    unlimited: false,
                 });
                 continue;
             }
             let Some(mut found) = found else {
-                stats.push(DescriptorStats {
-                    counters: counters(""),
-                    shadow: false,
-                });
+                stats.push(no_limit(counters("")));
                 continue;
             };
-            let shadow = found.rule.shadow_mode;
-            let rule_counters = match found.stats_key {
+            let role = role_of(if found.rule.shadow_mode {
+                Role::Shadow
+            } else if found.rule.quota_mode {
+                Role::Quota
+            } else {
+                Role::Enforce
+            });
+            let rule_counters = loaded.counters.get(found.rule.index()).cloned().flatten();
+            let descriptor_counters = match (&found.stats_key, rule_counters) {
                 // Borrowed: the rule's id, whose counters were found when the rules loaded.
-                Cow::Borrowed(_) => loaded.counters.get(found.rule.index()).cloned().flatten(),
-                Cow::Owned(_) => None,
+                (Cow::Borrowed(_), Some(by_rule)) => by_rule,
+                // From the request's values: kept while there is room, else the rule's.
+                (Cow::Owned(key), by_rule) => self
+                    .counters
+                    .get_if_room(domain_label, key)
+                    .or(by_rule)
+                    .unwrap_or_else(|| counters(&found.rule.id)),
+                (Cow::Borrowed(key), None) => counters(key),
             };
             stats.push(DescriptorStats {
-                counters: rule_counters.unwrap_or_else(|| counters(&found.stats_key)),
-                shadow,
+                counters: descriptor_counters,
+                role,
+                unlimited: found.rule.unlimited,
             });
             if found.rule.unlimited {
                 continue;
@@ -354,47 +483,27 @@ impl Engine {
                     redis,
                     key,
                     permits,
-                    shadow,
+                    role,
                 });
             }
         }
         Plan { checks, stats }
     }
 
-    /// The Redis limit of a per-descriptor override (with Redis; `None` for zero requests).
-    fn override_redis(&self, limit_override: LimitOverride) -> Option<Arc<RedisEnforcer>> {
-        self.redis.as_ref()?;
-        let mut overrides = self.redis_overrides.lock();
-        if let Some(enforcer) = overrides.get(&limit_override) {
-            return Some(Arc::clone(enforcer));
-        }
-        let limit = override_limit(limit_override)?;
-        let redis = redis_limit_for(&limit).ok()??;
-        let enforcer = Arc::new(RedisEnforcer {
-            limit: redis,
-            name: format!(
-                "override#{}#{:?}",
-                limit_override.requests_per_unit, limit_override.unit
-            ),
-        });
-        overrides.insert(limit_override, Arc::clone(&enforcer));
-        Some(enforcer)
-    }
-
+    /// The in-memory enforcer of an override. With no room for a new override, the call is
+    /// answered as at the key cap: `closed` denies it (nothing passes), otherwise the
+    /// override is not applied.
     fn override_enforcer(&self, limit_override: LimitOverride) -> Option<Enforcer> {
-        if limit_override.requests_per_unit == 0 {
-            return Some(Enforcer::Never);
+        let found = self
+            .overrides
+            .memory(limit_override, &self.options.clock, &self.keys);
+        if found.is_none() {
+            self.keys.refused();
+            if self.keys.denies() {
+                return Some(Enforcer::Never);
+            }
         }
-        let mut overrides = self.overrides.lock();
-        if let Some(limiter) = overrides.get(&limit_override) {
-            return Some(Enforcer::Limiter(Arc::clone(limiter)));
-        }
-        let limit = override_limit(limit_override)?;
-        let Ok(Enforcer::Limiter(limiter)) = enforcer_for(&limit) else {
-            return None;
-        };
-        overrides.insert(limit_override, Arc::clone(&limiter));
-        Some(Enforcer::Limiter(limiter))
+        found
     }
 }
 
@@ -447,18 +556,19 @@ fn entries_of(descriptor: &DescriptorCall) -> Vec<(&str, &str)> {
         .collect()
 }
 
-/// The limit a per-descriptor override sets: fixed windows, as envoyproxy/ratelimit counts.
-fn override_limit(limit_override: LimitOverride) -> Option<Limit> {
-    Some(Limit {
-        requests_per_unit: limit_override.requests_per_unit,
-        window: Window::Period(limit_override.unit.duration()?),
-        algorithm: sluicegate_rules::Algorithm::FixedWindow,
-        name: None,
-        replaces: Vec::new(),
-    })
-}
-
-fn verdict_for(check: &Check, decision: Option<Decision>) -> DescriptorVerdict {
+/// One check's answer. A fixed window resets at its window's end whether or not anything was
+/// counted in it (as envoyproxy/ratelimit reports it), so its reset is read from the clock
+/// (`now`) where the decision has none.
+fn verdict_for(
+    check: &Check,
+    decision: Option<Decision>,
+    now: impl FnOnce() -> Micros,
+) -> DescriptorVerdict {
+    let window = check.report.window;
+    let to_window_end = |now: Micros| {
+        let period = micros_ceil(window).max(1);
+        Duration::from_micros(period - now % period)
+    };
     match decision {
         Some(d) => DescriptorVerdict {
             code: if d.allowed() {
@@ -467,7 +577,11 @@ fn verdict_for(check: &Check, decision: Option<Decision>) -> DescriptorVerdict {
                 Code::OverLimit
             },
             limit_remaining: u32::try_from(d.remaining()).unwrap_or(u32::MAX),
-            duration_until_reset: Some(d.reset_after()),
+            duration_until_reset: Some(if check.report.aligned && d.reset_after_micros() == 0 {
+                to_window_end(now())
+            } else {
+                d.reset_after()
+            }),
             retry_after: d.retry_after(),
             current_limit: Some(check.report.clone()),
         },
@@ -475,7 +589,11 @@ fn verdict_for(check: &Check, decision: Option<Decision>) -> DescriptorVerdict {
         None => DescriptorVerdict {
             code: Code::OverLimit,
             limit_remaining: 0,
-            duration_until_reset: Some(check.report.window),
+            duration_until_reset: Some(if check.report.aligned {
+                to_window_end(now())
+            } else {
+                window
+            }),
             retry_after: None,
             current_limit: Some(check.report.clone()),
         },
@@ -502,6 +620,7 @@ fn override_report(limit_override: LimitOverride) -> CurrentLimit {
         requests_per_unit: limit_override.requests_per_unit,
         unit: limit_override.unit,
         window,
+        aligned: true,
         policy: PolicyHeader::new("", limit_override.requests_per_unit, window),
     }
 }

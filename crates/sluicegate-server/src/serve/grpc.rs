@@ -61,6 +61,7 @@ impl RateLimitService for GrpcService {
     ) -> Result<Response<RateLimitResponse>, Status> {
         let started = self.timer.raw();
         let call = call_from_proto(request.into_inner())
+            .and_then(|call| self.engine.check_call_size(&call).map(|()| call))
             .map_err(|e| Status::invalid_argument(e.to_string()))?;
         let verdict = self.engine.should_rate_limit(&call).await;
         let response = verdict_to_proto(verdict);

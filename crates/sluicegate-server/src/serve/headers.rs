@@ -190,6 +190,7 @@ mod tests {
         DescriptorVerdict {
             code,
             current_limit: Some(CurrentLimit {
+                aligned: false,
                 name: String::new(),
                 requests_per_unit: 10,
                 unit: EnvoyUnit::Minute,

@@ -32,7 +32,7 @@ pub fn router(engine: Arc<Engine>) -> Router {
 
 async fn json(State(engine): State<Arc<Engine>>, body: Bytes) -> Response {
     let started = Instant::now();
-    let call = match call_from_json(&body) {
+    let call = match call_from_json(&body).and_then(|c| engine.check_call_size(&c).map(|()| c)) {
         Ok(call) => call,
         Err(err) => return (StatusCode::BAD_REQUEST, format!("{err}\n")).into_response(),
     };
@@ -76,6 +76,6 @@ async fn metrics(State(engine): State<Arc<Engine>>) -> impl IntoResponse {
             header::CONTENT_TYPE,
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
         )],
-        engine.metrics().render(),
+        engine.render_metrics(),
     )
 }

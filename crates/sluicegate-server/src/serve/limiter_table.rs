@@ -6,18 +6,20 @@ use std::time::Duration;
 
 use sluicegate::{
     Algorithm as _, AnyAlgorithm, ConfigError, FixedWindow, Gcra, KeyedLimiter, LeakyBucket,
-    LeakyQueue, Op, QueueDelay, SlidingLog, SlidingWindow, SystemClock, TokenBucket,
+    LeakyQueue, Op, QueueDelay, SlidingLog, SlidingWindow, TokenBucket,
 };
 use sluicegate_rules::{Algorithm, Limit, RuleSet};
 
 use crate::serve::protocol::{CurrentLimit, EnvoyUnit};
 
+use crate::serve::clock::ServiceClock;
 use crate::serve::engine_error::EngineError;
 use crate::serve::headers::PolicyHeader;
+use crate::serve::key_cap::KeyCap;
 use crate::serve::per_limit::PerLimit;
 
 /// A limiter for one configured limit, keyed by counter key.
-pub(crate) type Limiter = KeyedLimiter<String, AnyAlgorithm, SystemClock>;
+pub(crate) type Limiter = KeyedLimiter<String, AnyAlgorithm, ServiceClock>;
 
 /// What a configured limit is enforced by.
 #[derive(Debug, Clone)]
@@ -46,9 +48,11 @@ pub(crate) fn build_limiter_table(
     rules: &RuleSet,
     previous: Option<&LimiterTable>,
     count_denied: bool,
+    clock: &ServiceClock,
+    keys: &KeyCap,
 ) -> Result<LimiterTable, EngineError> {
     PerLimit::build(rules, previous, |rule, _, limit| {
-        let enforcer = enforcer_for(limit)?;
+        let enforcer = enforcer_for(limit, clock, keys)?;
         if let Enforcer::Limiter(limiter) = &enforcer {
             if count_denied && !limiter.algorithm().supports(Op::Charge) {
                 return Err(EngineError::CannotCountDenied {
@@ -74,6 +78,7 @@ fn report_of(limit: &Limit) -> CurrentLimit {
         requests_per_unit: limit.requests_per_unit,
         unit: unit_of(window),
         window,
+        aligned: matches!(limit.algorithm, Algorithm::FixedWindow),
         policy: PolicyHeader::new(
             limit.name.as_deref().unwrap_or_default(),
             limit.requests_per_unit,
@@ -90,13 +95,20 @@ fn unit_of(window: Duration) -> EnvoyUnit {
         .unwrap_or(EnvoyUnit::Unknown)
 }
 
-/// The algorithm enforcing `limit`, or `Never` for a limit of zero.
-pub(crate) fn enforcer_for(limit: &Limit) -> Result<Enforcer, ConfigError> {
+/// The algorithm enforcing `limit` on `clock`, its keys counted in `keys`, or `Never` for a
+/// limit of zero.
+pub(crate) fn enforcer_for(
+    limit: &Limit,
+    clock: &ServiceClock,
+    keys: &KeyCap,
+) -> Result<Enforcer, ConfigError> {
     if limit.requests_per_unit == 0 {
         return Ok(Enforcer::Never);
     }
     let algorithm = algorithm_for(limit)?;
-    Ok(Enforcer::Limiter(Arc::new(KeyedLimiter::new(algorithm))))
+    let limiter = KeyedLimiter::with_clock(algorithm, clock.clone())
+        .with_key_budget(Arc::clone(keys.budget()));
+    Ok(Enforcer::Limiter(Arc::new(limiter)))
 }
 
 fn algorithm_for(limit: &Limit) -> Result<AnyAlgorithm, ConfigError> {

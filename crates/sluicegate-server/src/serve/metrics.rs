@@ -55,6 +55,13 @@ pub struct Metrics {
     pub rules_loaded: Gauge,
     /// Time to answer a call, by transport (`grpc`, `http`).
     pub request_seconds: Family<KindLabel, Histogram>,
+    /// Live counter keys in memory, across every limit (updated when `/metrics` is read).
+    pub keys: Gauge,
+    /// Requests that needed a new counter key at the `--max-keys` cap.
+    pub key_cap_refusals: Counter,
+    /// Calls refused as too large (`--max-descriptors`, `--max-entries`,
+    /// `--max-descriptor-bytes`).
+    pub oversized_calls: Counter,
 }
 
 impl Metrics {
@@ -84,6 +91,20 @@ impl Metrics {
         registry.register("backend_errors", "Backend failures", backend_errors.clone());
         registry.register("config_loads", "Rule file loads", config_loads.clone());
         registry.register("rules_loaded", "Rules in force", rules_loaded.clone());
+        let keys = Gauge::default();
+        let key_cap_refusals = Counter::default();
+        let oversized_calls = Counter::default();
+        registry.register("keys", "Live counter keys in memory", keys.clone());
+        registry.register(
+            "key_cap_refusals",
+            "Requests that needed a new counter key at the --max-keys cap",
+            key_cap_refusals.clone(),
+        );
+        registry.register(
+            "oversized_calls",
+            "Calls refused for too many descriptors or entries, or too long a descriptor",
+            oversized_calls.clone(),
+        );
         registry.register(
             "request_duration_seconds",
             "Time to answer a rate limit call",
@@ -98,6 +119,9 @@ impl Metrics {
             config_loads,
             rules_loaded,
             request_seconds,
+            keys,
+            key_cap_refusals,
+            oversized_calls,
         }
     }
 

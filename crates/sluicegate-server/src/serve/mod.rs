@@ -2,6 +2,8 @@
 
 mod args;
 mod backend;
+mod check;
+mod clock;
 mod decision_counters;
 mod engine;
 mod engine_error;
@@ -9,9 +11,12 @@ mod grpc;
 mod headers;
 mod http;
 mod json;
+mod key_cap;
 mod limiter_table;
+mod log_limit;
 mod memory_decide;
 mod metrics;
+mod overrides;
 mod per_limit;
 mod protocol;
 mod redis_decide;
@@ -21,15 +26,17 @@ mod server;
 
 pub use args::{PolicyArg, ServeArgs};
 pub use backend::{BackendOptions, RedisOptions, RedisTarget};
+pub use clock::ServiceClock;
 pub use engine::{Engine, EngineOptions, LoadedRules};
 pub use engine_error::EngineError;
 pub use grpc::{GrpcService, call_from_proto, verdict_to_proto};
 pub use headers::{HeaderOptions, LegacyHeaderNames, headers_for};
 pub use http::{MAX_BODY_BYTES, router};
 pub use json::{call_from_json, proto_json_duration, verdict_to_json};
+pub use key_cap::DEFAULT_MAX_KEYS;
 pub use metrics::Metrics;
 pub use protocol::{
-    CallError, Code, CurrentLimit, DescriptorCall, DescriptorVerdict, EnvoyUnit, LimitOverride,
-    RateLimitCall, Statuses, Verdict,
+    CallError, CallLimits, Code, CurrentLimit, DescriptorCall, DescriptorVerdict, EnvoyUnit,
+    LimitOverride, RateLimitCall, Statuses, Verdict,
 };
 pub use server::{RunningServer, ServerConfig, grpc_incoming, grpc_server, runtime, start};

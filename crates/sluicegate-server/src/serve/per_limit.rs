@@ -67,6 +67,13 @@ impl<T: Clone> PerLimit<T> {
         Ok(PerLimit { by_rule })
     }
 
+    /// Every limit's value.
+    pub(crate) fn values(&self) -> impl Iterator<Item = &T> {
+        self.by_rule
+            .iter()
+            .flat_map(|(_, limits)| limits.iter().map(|(_, value)| value))
+    }
+
     /// The value of limit `index` of `rule`, a rule of the rule set this table was built for.
     #[inline]
     pub(crate) fn get(&self, rule: &Rule, index: usize) -> Option<&T> {

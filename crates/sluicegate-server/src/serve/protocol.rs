@@ -109,7 +109,8 @@ pub struct LimitOverride {
 pub struct DescriptorCall {
     /// `(key, value)` entries, in order.
     pub entries: Vec<(String, String)>,
-    /// Hits this descriptor adds (the descriptor's own `hits_addend`, else the request's, else 1).
+    /// Hits this descriptor adds: its own `hits_addend` when set, even to 0 (0 checks without
+    /// charging), else the request's, else 1.
     pub hits: u64,
     /// A client-supplied limit replacing the configured one.
     pub limit_override: Option<LimitOverride>,
@@ -162,6 +163,9 @@ pub struct CurrentLimit {
     pub unit: EnvoyUnit,
     /// The limit's window, for the `RateLimit-Policy` header.
     pub window: Duration,
+    /// Whether the window is aligned to the Unix epoch (a fixed window), so that it resets at
+    /// the window's end whether or not anything was counted in it.
+    pub aligned: bool,
     /// The limit's `RateLimit-Policy` header, written once per limit.
     pub policy: PolicyHeader,
 }
@@ -233,25 +237,77 @@ pub enum CallError {
         /// The descriptor's position in the request.
         index: usize,
     },
+    /// The request has more descriptors than the service accepts.
+    #[error("{count} descriptors in one request; at most {max} are accepted (--max-descriptors)")]
+    TooManyDescriptors {
+        /// Descriptors in the request.
+        count: usize,
+        /// The cap.
+        max: usize,
+    },
+    /// A descriptor has more entries than the service accepts.
+    #[error("descriptor {index}: {count} entries; at most {max} are accepted (--max-entries)")]
+    TooManyEntries {
+        /// The descriptor's position in the request.
+        index: usize,
+        /// Entries in the descriptor.
+        count: usize,
+        /// The cap.
+        max: usize,
+    },
+    /// A descriptor's keys and values are longer, together, than the service accepts.
+    #[error(
+        "descriptor {index}: its keys and values take {bytes} bytes; at most {max} are accepted (--max-descriptor-bytes)"
+    )]
+    DescriptorTooLarge {
+        /// The descriptor's position in the request.
+        index: usize,
+        /// The bytes of its keys and values.
+        bytes: usize,
+        /// The cap.
+        max: usize,
+    },
     /// The body is not a valid request.
     #[error("malformed request: {0}")]
     Malformed(String),
 }
 
+/// The largest request the service decides: a client cannot make one call cost unbounded work,
+/// nor one counter key unbounded memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CallLimits {
+    /// Descriptors per request.
+    pub max_descriptors: usize,
+    /// Entries per descriptor.
+    pub max_entries: usize,
+    /// Bytes of a descriptor's keys and values together (a counter key is about that long).
+    pub max_descriptor_bytes: usize,
+}
+
+impl Default for CallLimits {
+    /// Far above what Envoy's rate limit actions produce (a handful of descriptors of a few
+    /// short entries), far below what would let one call hurt the service.
+    fn default() -> Self {
+        CallLimits {
+            max_descriptors: 64,
+            max_entries: 16,
+            max_descriptor_bytes: 1024,
+        }
+    }
+}
+
 impl DescriptorCall {
     /// A descriptor as a transport reads it: `own_hits` is the descriptor's `hits_addend`,
-    /// `request_hits` the request's; a missing or zero count falls back to the next (Envoy's
-    /// rule), and finally to one hit.
+    /// `request_hits` the request's. A descriptor's own count is used whenever it is set, 0
+    /// included (check without charging), as envoyproxy/ratelimit does; otherwise the
+    /// request's, where 0 means unset; and finally one hit.
     pub fn new(
         entries: Vec<(String, String)>,
         own_hits: Option<u64>,
         request_hits: Option<u64>,
         limit_override: Option<LimitOverride>,
     ) -> DescriptorCall {
-        let hits = own_hits
-            .filter(|h| *h > 0)
-            .or(request_hits.filter(|h| *h > 0))
-            .unwrap_or(1);
+        let hits = own_hits.or(request_hits.filter(|h| *h > 0)).unwrap_or(1);
         DescriptorCall {
             entries,
             hits,
@@ -272,6 +328,39 @@ impl RateLimitCall {
         };
         call.validate()?;
         Ok(call)
+    }
+
+    /// Checks the call's size against `limits`.
+    pub fn check_size(&self, limits: &CallLimits) -> Result<(), CallError> {
+        if self.descriptors.len() > limits.max_descriptors {
+            return Err(CallError::TooManyDescriptors {
+                count: self.descriptors.len(),
+                max: limits.max_descriptors,
+            });
+        }
+        for (index, descriptor) in self.descriptors.iter().enumerate() {
+            let count = descriptor.entries.len();
+            if count > limits.max_entries {
+                return Err(CallError::TooManyEntries {
+                    index,
+                    count,
+                    max: limits.max_entries,
+                });
+            }
+            let bytes: usize = descriptor
+                .entries
+                .iter()
+                .map(|(key, value)| key.len() + value.len())
+                .sum();
+            if bytes > limits.max_descriptor_bytes {
+                return Err(CallError::DescriptorTooLarge {
+                    index,
+                    bytes,
+                    max: limits.max_descriptor_bytes,
+                });
+            }
+        }
+        Ok(())
     }
 
     /// Checks what both transports require of a call.

@@ -19,27 +19,46 @@ use sluicegate_redis::{FailurePolicy, LimitRequest, Now, RedisLimitError, RedisS
 use tokio::time::Instant;
 
 use crate::serve::backend::{BackendFailure, RedisBackend};
-use crate::serve::engine::{Check, Decided};
+use crate::serve::check::{Check, Decided, Role};
+use crate::serve::key_cap::KeyCap;
 use crate::serve::memory_decide::{decide_in_memory, decide_one};
 use crate::serve::metrics::Metrics;
 use crate::serve::redis_table::RedisEnforcer;
 
-/// Decides `checks` in Redis, or by the failure policy if Redis fails. With `count_denied`,
-/// every limit is charged whatever the answer (`Op::Charge`), shadow-mode ones included.
+/// Decides `checks` in Redis at `now`, or by the failure policy if Redis fails. With
+/// `count_denied`, every limit is charged whatever the answer (`Op::Charge`), shadow-mode and
+/// quota-mode ones included; check-only ones are always peeked.
 pub(crate) async fn decide_on_redis<'a>(
     backend: &RedisBackend,
     metrics: &Metrics,
     checks: &'a [Check],
     count_denied: bool,
+    keys: &KeyCap,
+    now: Now,
 ) -> Decided<'a> {
     let timeout = backend.options().timeout;
     let policy = backend.options().failure_policy;
     let deadline = Instant::now() + timeout;
-    let enforced: Vec<&Check> = checks.iter().filter(|c| !c.shadow).collect();
     let store = backend.store();
     let outcome = match &store {
         Ok(store) => {
-            let decide = decide_enforced(store, backend.is_cluster(), &enforced, count_denied);
+            let decide = async {
+                let (enforced, mut over_quota) =
+                    with_quotas(store, checks, count_denied, now).await?;
+                let all_over = !over_quota.is_empty()
+                    && checks.iter().filter(|c| c.role == Role::Quota).count() == over_quota.len();
+                let (mut decided, allowed) = decide_enforced(
+                    store,
+                    backend.is_cluster(),
+                    &enforced,
+                    count_denied,
+                    all_over,
+                    now,
+                )
+                .await?;
+                decided.append(&mut over_quota);
+                Ok::<_, RedisLimitError>((decided, allowed))
+            };
             match tokio::time::timeout_at(deadline, decide).await {
                 Ok(Ok(outcome)) => Ok(outcome),
                 Ok(Err(error)) => Err(BackendFailure::Redis(error)),
@@ -53,17 +72,23 @@ pub(crate) async fn decide_on_redis<'a>(
         Err(failure) => {
             backend.note_failure(metrics, &failure);
             if policy == FailurePolicy::Local {
-                return decide_in_memory(checks, count_denied);
+                return decide_in_memory(checks, count_denied, keys);
             }
+            let enforced: Vec<&Check> = checks
+                .iter()
+                .filter(|c| matches!(c.role, Role::Enforce | Role::Quota))
+                .collect();
             by_policy(policy, &enforced, timeout)
         }
     };
-    let op = match (count_denied, allowed) {
-        (true, _) => Op::Charge,
-        (false, true) => Op::Check,
-        (false, false) => Op::Peek,
-    };
-    for check in checks.iter().filter(|c| c.shadow) {
+    for check in checks {
+        let op = match (check.role, count_denied, allowed) {
+            (Role::Enforce | Role::Quota, _, _) => continue,
+            (Role::CheckOnly, _, _) => Op::Peek,
+            (Role::Shadow, true, _) => Op::Charge,
+            (Role::Shadow, false, true) => Op::Check,
+            (Role::Shadow, false, false) => Op::Peek,
+        };
         let decision = match (&store, &check.redis) {
             (_, None) => None,
             (_, Some(enforcer)) if check.permits.get() > enforcer.limit.capacity() => None,
@@ -74,28 +99,86 @@ pub(crate) async fn decide_on_redis<'a>(
                     key: check.key.as_bytes(),
                     permits: check.permits,
                 }];
-                let decide = store.decide_all(&request, op, Now::Server);
+                let decide = store.decide_all(&request, op, now);
                 match tokio::time::timeout_at(deadline, decide).await {
                     Ok(Ok(multi)) => multi.decisions.into_iter().next(),
-                    Ok(Err(error)) => {
-                        shadow_fallback(backend, metrics, check, op, BackendFailure::Redis(error))
-                    }
+                    Ok(Err(error)) => shadow_fallback(
+                        backend,
+                        metrics,
+                        check,
+                        op,
+                        keys,
+                        BackendFailure::Redis(error),
+                    ),
                     Err(_) => shadow_fallback(
                         backend,
                         metrics,
                         check,
                         op,
+                        keys,
                         BackendFailure::Timeout(timeout),
                     ),
                 }
             }
-            (Err(_), Some(_)) => {
-                shadow_fallback(backend, metrics, check, op, BackendFailure::NotConnected)
-            }
+            (Err(_), Some(_)) => shadow_fallback(
+                backend,
+                metrics,
+                check,
+                op,
+                keys,
+                BackendFailure::NotConnected,
+            ),
         };
         decided.push((check, decision));
     }
     decided
+}
+
+/// The limits decided together: the enforcing ones, and the quota-mode ones that would allow
+/// (peeked first, in one call) or, counting denials, all of them. Also returns the quota-mode
+/// ones over their limit, with their peeks.
+async fn with_quotas<'a>(
+    store: &RedisStore,
+    checks: &'a [Check],
+    count_denied: bool,
+    now: Now,
+) -> Result<(Vec<&'a Check>, Decided<'a>), RedisLimitError> {
+    let mut enforced: Vec<&Check> = Vec::with_capacity(checks.len());
+    let mut quotas: Vec<&Check> = Vec::new();
+    for check in checks {
+        match check.role {
+            Role::Enforce => enforced.push(check),
+            Role::Quota if count_denied => enforced.push(check),
+            Role::Quota => quotas.push(check),
+            Role::Shadow | Role::CheckOnly => {}
+        }
+    }
+    let mut over = Decided::new();
+    if quotas.is_empty() {
+        return Ok((enforced, over));
+    }
+    // Peeked one by one: one call may name a key only once, and two quota descriptors may
+    // share a counter.
+    for check in quotas {
+        let peeked = match &check.redis {
+            Some(enforcer) if check.permits.get() <= enforcer.limit.capacity() => {
+                let request = [LimitRequest {
+                    limit: &enforcer.limit,
+                    name: &enforcer.name,
+                    key: check.key.as_bytes(),
+                    permits: check.permits,
+                }];
+                let multi = store.decide_all(&request, Op::Peek, now).await?;
+                multi.decisions.into_iter().next()
+            }
+            _ => None,
+        };
+        match peeked {
+            Some(decision) if decision.allowed() => enforced.push(check),
+            other => over.push((check, other)),
+        }
+    }
+    Ok((enforced, over))
 }
 
 /// A shadow-mode limit's answer when Redis failed on it.
@@ -104,12 +187,13 @@ fn shadow_fallback(
     metrics: &Metrics,
     check: &Check,
     op: Op,
+    keys: &KeyCap,
     failure: BackendFailure,
 ) -> Option<Decision> {
     backend.note_failure(metrics, &failure);
     let policy = backend.options().failure_policy;
     match (policy, &check.redis) {
-        (FailurePolicy::Local, _) => decide_one(check, op),
+        (FailurePolicy::Local, _) => decide_one(check, op, keys),
         (_, Some(enforcer)) => Some(policy_decision(
             policy,
             enforcer,
@@ -127,6 +211,8 @@ async fn decide_enforced<'a>(
     cluster: bool,
     enforced: &[&'a Check],
     count_denied: bool,
+    over_quota: bool,
+    now: Now,
 ) -> Result<(Decided<'a>, bool), RedisLimitError> {
     // The same limit on the same counter twice in one call (two identical descriptors) is
     // asked once for the sum of their hits: one script call may name a key only once.
@@ -160,7 +246,7 @@ async fn decide_enforced<'a>(
         .iter()
         .map(|(enforcer, _, permits)| *permits <= enforcer.limit.capacity())
         .collect();
-    never |= fits.contains(&false);
+    never |= fits.contains(&false) || over_quota;
     let op = match (count_denied, never) {
         (true, _) => Op::Charge,
         (false, true) => Op::Peek,
@@ -177,7 +263,7 @@ async fn decide_enforced<'a>(
             permits: NonZeroU64::new(*permits).unwrap_or(NonZeroU64::MIN),
         })
         .collect();
-    let answers = decide_requests(store, cluster, &requests, op).await?;
+    let answers = decide_requests(store, cluster, &requests, op, now).await?;
     let allowed = !never && answers.iter().all(|d| d.allowed());
     // Back from the requests asked to every slot, then to every check.
     let mut answers = answers.into_iter();
@@ -201,12 +287,13 @@ async fn decide_requests(
     cluster: bool,
     requests: &[LimitRequest<'_>],
     op: Op,
+    now: Now,
 ) -> Result<Vec<Decision>, RedisLimitError> {
     let Some(first) = requests.first() else {
         return Ok(Vec::new());
     };
     if !cluster || requests.iter().all(|r| r.key == first.key) {
-        return Ok(store.decide_all(requests, op, Now::Server).await?.decisions);
+        return Ok(store.decide_all(requests, op, now).await?.decisions);
     }
     let mut groups: Vec<(&[u8], Vec<usize>)> = Vec::new();
     for (index, request) in requests.iter().enumerate() {
@@ -219,7 +306,7 @@ async fn decide_requests(
         let mut decisions: Vec<Option<Decision>> = vec![None; requests.len()];
         for (_, members) in &groups {
             let group: Vec<LimitRequest<'_>> = members.iter().map(|&i| requests[i]).collect();
-            let multi = store.decide_all(&group, op, Now::Server).await?;
+            let multi = store.decide_all(&group, op, now).await?;
             for (&i, decision) in members.iter().zip(multi.decisions) {
                 decisions[i] = Some(decision);
             }

@@ -9,7 +9,8 @@ use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescript
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
-use sluicegate_server::serve::{EngineOptions, RunningServer, ServerConfig, start};
+use sluicegate::{ManualClock, Micros};
+use sluicegate_server::serve::{EngineOptions, RunningServer, ServerConfig, ServiceClock, start};
 use tonic::transport::Channel;
 
 /// Any error of a test.
@@ -26,9 +27,16 @@ pub const OVER_LIMIT: i32 = 2;
 /// are asserted, never elapsed times.
 const CALL_BOUND: Duration = Duration::from_secs(20);
 
+/// The time every service under test starts at: 2026-01-01T00:00:00.25Z, a quarter second
+/// into a fresh second, minute, hour and day. The services run on a manual clock from there,
+/// so no test depends on where a real second or minute boundary falls.
+pub const START: Micros = 1_767_225_600_250_000;
+
 /// A running service and its clients; the rules directory lives as long as it does.
 pub struct Service {
     pub server: RunningServer,
+    /// The service's clock: moves only when a test moves it.
+    pub clock: ManualClock,
     pub grpc: RateLimitServiceClient<Channel>,
     pub http: reqwest::Client,
     pub dir: tempfile::TempDir,
@@ -42,11 +50,14 @@ impl Service {
         Self::start_in(dir, engine).await
     }
 
-    /// Serves the rules in `dir` with `engine`, reloading them every 20ms.
+    /// Serves the rules in `dir` with `engine` on a manual clock at [`START`], reloading them
+    /// every 20ms.
     pub async fn start_in(
         dir: tempfile::TempDir,
-        engine: EngineOptions,
+        mut engine: EngineOptions,
     ) -> Result<Service, BoxError> {
+        let (service_clock, clock) = ServiceClock::manual(START);
+        engine.clock = service_clock;
         let server = start(ServerConfig {
             rules: dir.path().to_owned(),
             load_options: Default::default(),
@@ -59,6 +70,7 @@ impl Service {
         let grpc = RateLimitServiceClient::connect(format!("http://{}", server.grpc_addr)).await?;
         Ok(Service {
             server,
+            clock,
             grpc,
             http: reqwest::Client::new(),
             dir,

@@ -3,6 +3,7 @@
 
 use std::hash::{BuildHasher, Hash};
 use std::num::NonZeroU64;
+use std::sync::Arc;
 
 use hashbrown::HashTable;
 use parking_lot::Mutex;
@@ -10,6 +11,7 @@ use parking_lot::Mutex;
 use crate::clock::{Clock, Micros, SystemClock};
 use crate::decision::Decision;
 use crate::error::CheckError;
+use crate::limiter::budget::KeyBudget;
 use crate::state_machine::{Algorithm, Op};
 
 const SHARDS: usize = 64;
@@ -57,6 +59,7 @@ pub struct KeyedLimiter<K, A: Algorithm, C: Clock = SystemClock> {
     created_at: Micros,
     max_keys: Option<usize>,
     max_keys_per_shard: usize,
+    budget: Option<Arc<KeyBudget>>,
 }
 
 impl<K: Hash + Eq + Clone, A: Algorithm> KeyedLimiter<K, A, SystemClock> {
@@ -83,6 +86,7 @@ impl<K: Hash + Eq + Clone, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
             clock,
             max_keys: None,
             max_keys_per_shard: usize::MAX,
+            budget: None,
         }
     }
 
@@ -95,6 +99,13 @@ impl<K: Hash + Eq + Clone, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
     pub fn with_max_keys(mut self, max_keys: usize) -> Self {
         self.max_keys = Some(max_keys);
         self.max_keys_per_shard = max_keys.div_ceil(SHARDS).max(1);
+        self
+    }
+
+    /// Counts this limiter's keys in `budget`, a cap shared with other limiters (see
+    /// [`KeyBudget`]); with [`with_max_keys`](Self::with_max_keys) too, both caps hold.
+    pub fn with_key_budget(mut self, budget: Arc<KeyBudget>) -> Self {
+        self.budget = Some(budget);
         self
     }
 
@@ -142,6 +153,22 @@ impl<K: Hash + Eq + Clone, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         permits: NonZeroU64,
         op: Op,
     ) -> Result<Decision, CheckError> {
+        match self.decide_in_shard(key, now, permits, op) {
+            Err(CheckError::KeyCapacityReached { .. }) if self.sweep_for_budget(now) => {
+                self.decide_in_shard(key, now, permits, op)
+            }
+            answer => answer,
+        }
+    }
+
+    #[inline(always)]
+    fn decide_in_shard(
+        &self,
+        key: &K,
+        now: Micros,
+        permits: NonZeroU64,
+        op: Op,
+    ) -> Result<Decision, CheckError> {
         let hash = self.hasher.hash_one(key);
         let shard = self.shard(hash);
         let mut table = shard.table.lock();
@@ -151,6 +178,7 @@ impl<K: Hash + Eq + Clone, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
                 .decide(&mut entry.get_mut().1, now, permits, op)?;
             if op == Op::Release && self.algorithm.is_fresh(&entry.get().1, now) {
                 entry.remove();
+                self.gave_back(1);
             }
             return Ok(decision);
         }
@@ -161,6 +189,25 @@ impl<K: Hash + Eq + Clone, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
             table.insert_unique(hash, (key.clone(), state), |(k, _)| self.hasher.hash_one(k));
         }
         Ok(decision)
+    }
+
+    /// After a new key was refused for want of budget: drops this limiter's fresh keys, every
+    /// shard, when a sweep is due (see [`KeyBudget`]), and says whether that freed any.
+    #[cold]
+    fn sweep_for_budget(&self, now: Micros) -> bool {
+        let Some(budget) = &self.budget else {
+            return false;
+        };
+        if !budget.sweep_due() {
+            return false;
+        }
+        let freed: usize = self
+            .shards
+            .iter()
+            .map(|shard| self.sweep(&mut shard.table.lock(), now))
+            .sum();
+        budget.swept(freed);
+        freed > 0
     }
 
     /// The key's hash and its shard's index (multi-limit decisions lock shards in order).
@@ -228,11 +275,11 @@ impl<K: Hash + Eq + Clone, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         let wanted = table.len() + extra;
         let at_cap = wanted > self.max_keys_per_shard;
         if !at_cap && wanted <= table.capacity() {
-            return Ok(());
+            return self.take_budget(extra);
         }
         if !at_cap {
             self.sweep(table, now);
-            return Ok(());
+            return self.take_budget(extra);
         }
         let mut refused = shard.refused_since_sweep.lock();
         let share = table.len() / SWEEP_EVERY_FRACTION;
@@ -249,14 +296,38 @@ impl<K: Hash + Eq + Clone, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         if table.len() + extra > self.max_keys_per_shard {
             return Err(self.key_capacity_error());
         }
-        Ok(())
+        self.take_budget(extra)
     }
 
-    fn sweep(&self, table: &mut Table<K, A::State>, now: Micros) {
+    /// Takes `extra` keys from the shared budget, if any.
+    #[inline]
+    fn take_budget(&self, extra: usize) -> Result<(), CheckError> {
+        match &self.budget {
+            Some(budget) if !budget.try_take(extra) => Err(CheckError::KeyCapacityReached {
+                max_keys: budget.max_keys(),
+            }),
+            _ => Ok(()),
+        }
+    }
+
+    /// Gives `keys` dropped keys back to the shared budget, if any.
+    #[inline]
+    fn gave_back(&self, keys: usize) {
+        if let Some(budget) = &self.budget {
+            budget.give_back(keys);
+        }
+    }
+
+    /// Drops the fresh keys of one shard's table; returns how many.
+    fn sweep(&self, table: &mut Table<K, A::State>, now: Micros) -> usize {
+        let before = table.len();
         table.retain(|(_, state)| !self.algorithm.is_fresh(state, now));
         if table.capacity() > 64 && table.len() < table.capacity() / 4 {
             table.shrink_to(table.len() * 2, |(k, _)| self.hasher.hash_one(k));
         }
+        let freed = before - table.len();
+        self.gave_back(freed);
+        freed
     }
 
     fn key_capacity_error(&self) -> CheckError {
@@ -265,13 +336,15 @@ impl<K: Hash + Eq + Clone, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         }
     }
 
-    /// Drops every key whose state is fresh now. Never needed for boundedness (tables sweep
-    /// themselves before growing); useful to release memory after a traffic spike.
-    pub fn retain_recent(&self) {
+    /// Drops every key whose state is fresh now, and returns how many. Never needed for
+    /// boundedness (tables sweep themselves before growing); useful to release memory after a
+    /// traffic spike, or to make room in a [`KeyBudget`] shared with other limiters.
+    pub fn retain_recent(&self) -> usize {
         let now = self.clock.now();
-        for shard in self.shards.iter() {
-            self.sweep(&mut shard.table.lock(), now);
-        }
+        self.shards
+            .iter()
+            .map(|shard| self.sweep(&mut shard.table.lock(), now))
+            .sum()
     }
 
     /// The number of keys held.
@@ -305,6 +378,15 @@ impl<K: Hash + Eq + Clone, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         let hash = self.hasher.hash_one(key);
         let table = self.shard(hash).table.lock();
         table.find(hash, |(k, _)| k == key).map(|(_, s)| s.clone())
+    }
+}
+
+impl<K, A: Algorithm, C: Clock> Drop for KeyedLimiter<K, A, C> {
+    fn drop(&mut self) {
+        if let Some(budget) = &self.budget {
+            let held: usize = self.shards.iter().map(|s| s.table.lock().len()).sum();
+            budget.give_back(held);
+        }
     }
 }
 

@@ -1,12 +1,14 @@
 //! Limiters that hold state and read the clock: the I/O edge around the pure algorithms.
 
 mod acquire;
+mod budget;
 mod direct;
 mod keyed;
 mod multi;
 mod permit;
 mod waiting;
 
+pub use budget::KeyBudget;
 pub use direct::DirectLimiter;
 pub use keyed::KeyedLimiter;
 pub use multi::{LimitTarget, MultiDecision, decide_together};
