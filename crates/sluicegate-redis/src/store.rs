@@ -256,6 +256,11 @@ impl RedisStore {
         }
     }
 
+    /// Asks the server for a `PONG`, within the store's timeout: whether Redis answers now.
+    pub async fn ping(&self) -> Result<(), RedisLimitError> {
+        self.command::<String>(&redis::cmd("PING")).await.map(drop)
+    }
+
     /// Runs an arbitrary command (tests and tools: `FLUSHALL`, `TIME`, inspecting keys).
     pub async fn command<T: redis::FromRedisValue>(
         &self,

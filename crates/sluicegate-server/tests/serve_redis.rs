@@ -306,10 +306,17 @@ async fn redis_stopped_then_restarted_under_each_policy() -> TestResult {
     assert_eq!(local.code(&[&[("user", "frank")]]).await?, OVER_LIMIT);
     // A limit that never passes still denies under open.
     assert_eq!(open.code(&[&[("path", "/blocked")]]).await?, OVER_LIMIT);
+    // Three failures in a row mark Redis down: the next calls are answered by the policy
+    // without asking it (and without waiting out the timeout), while it is probed.
+    for _ in 0..4 {
+        assert_eq!(open.code(&[&[("user", "frank")]]).await?, OK);
+        assert_eq!(closed.code(&[&[("user", "hank")]]).await?, OVER_LIMIT);
+    }
+    assert_eq!(local.code(&[&[("user", "frank")]]).await?, OVER_LIMIT);
     for service in [&open, &closed, &local] {
         let metrics = service.get("/metrics").await?;
         assert!(
-            metrics.contains("sluicegate_backend_errors_total{kind="),
+            metrics.contains(r#"sluicegate_backend_errors_total{kind="down"}"#),
             "{metrics}"
         );
     }

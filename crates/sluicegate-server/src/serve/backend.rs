@@ -2,6 +2,7 @@
 //! connection to Redis: made at start if Redis answers, retried in the background if not.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::Duration;
 
 use arc_swap::ArcSwapOption;
@@ -48,11 +49,21 @@ const RECONNECT_EVERY: Duration = Duration::from_millis(250);
 /// At most one warning per this interval about Redis failures; the rest are counted.
 const WARN_EVERY: Duration = Duration::from_secs(5);
 
+/// Consecutive outage failures (timeouts, lost connections) that mark Redis down.
+const FAILURES_TO_OPEN: u32 = 3;
+
+/// The first probe of a Redis marked down, after this long; then twice as long each time, up
+/// to [`PROBE_AT_MOST_EVERY`].
+const FIRST_PROBE_AFTER: Duration = Duration::from_millis(50);
+const PROBE_AT_MOST_EVERY: Duration = Duration::from_secs(2);
+
 /// Why Redis did not decide a call.
 #[derive(Debug)]
 pub(crate) enum BackendFailure {
     /// No connection has been made yet (Redis was down at start).
     NotConnected,
+    /// Redis is known to be down: not asked until a background probe finds it up again.
+    Down,
     /// The whole call took longer than the timeout.
     Timeout(Duration),
     /// The store failed.
@@ -64,6 +75,7 @@ impl BackendFailure {
     pub(crate) fn kind(&self) -> &'static str {
         match self {
             BackendFailure::NotConnected => "connection",
+            BackendFailure::Down => "down",
             BackendFailure::Timeout(_) => "timeout",
             BackendFailure::Redis(RedisLimitError::Timeout(_)) => "timeout",
             BackendFailure::Redis(RedisLimitError::Connection(_) | RedisLimitError::Stopped) => {
@@ -75,10 +87,37 @@ impl BackendFailure {
     }
 }
 
+impl BackendFailure {
+    /// Whether the failure says Redis is unreachable or too slow (not that it refused one
+    /// call): what marks it down.
+    fn is_outage(&self) -> bool {
+        match self {
+            BackendFailure::NotConnected | BackendFailure::Down => false,
+            BackendFailure::Timeout(_) => true,
+            BackendFailure::Redis(error) => matches!(
+                error,
+                RedisLimitError::Timeout(_)
+                    | RedisLimitError::Connection(_)
+                    | RedisLimitError::Stopped
+            ),
+        }
+    }
+
+    /// The same answer again, for another limit of the same call (a store that was not
+    /// available, [`RedisBackend::store`]'s failures).
+    pub(crate) fn again(&self) -> BackendFailure {
+        match self {
+            BackendFailure::Down => BackendFailure::Down,
+            _ => BackendFailure::NotConnected,
+        }
+    }
+}
+
 impl std::fmt::Display for BackendFailure {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             BackendFailure::NotConnected => write!(f, "not connected to redis yet"),
+            BackendFailure::Down => write!(f, "redis is down; probing it in the background"),
             BackendFailure::Timeout(timeout) => {
                 write!(f, "redis did not answer within {timeout:?}")
             }
@@ -92,6 +131,17 @@ pub(crate) struct RedisBackend {
     options: RedisOptions,
     store: ArcSwapOption<RedisStore>,
     warnings: RateLimitedLog,
+    breaker: Arc<Breaker>,
+}
+
+/// A circuit breaker: after [`FAILURES_TO_OPEN`] outage failures in a row, Redis is marked
+/// down and calls are answered by the failure policy at once, instead of each waiting out the
+/// timeout, while one background task probes Redis with backoff and marks it up again when
+/// it answers.
+#[derive(Debug, Default)]
+struct Breaker {
+    failures_in_a_row: AtomicU32,
+    down: AtomicBool,
 }
 
 impl std::fmt::Debug for RedisBackend {
@@ -110,6 +160,7 @@ impl RedisBackend {
             options,
             store: ArcSwapOption::empty(),
             warnings: RateLimitedLog::new(WARN_EVERY),
+            breaker: Arc::default(),
         }
     }
 
@@ -122,9 +173,49 @@ impl RedisBackend {
         matches!(self.options.target, RedisTarget::Cluster(_))
     }
 
-    /// The store, once connected. Once made, the connection reconnects by itself.
+    /// The store, once connected and unless Redis is known to be down. Once made, the
+    /// connection reconnects by itself.
     pub(crate) fn store(&self) -> Result<Arc<RedisStore>, BackendFailure> {
+        if self.breaker.down.load(Ordering::Relaxed) {
+            return Err(BackendFailure::Down);
+        }
         self.store.load_full().ok_or(BackendFailure::NotConnected)
+    }
+
+    /// Records that Redis answered a call.
+    pub(crate) fn note_success(&self) {
+        // Read first: a write on every call would bounce the line between cores.
+        if self.breaker.failures_in_a_row.load(Ordering::Relaxed) != 0 {
+            self.breaker.failures_in_a_row.store(0, Ordering::Relaxed);
+        }
+    }
+
+    /// Counts an outage failure; the one that reaches [`FAILURES_TO_OPEN`] marks Redis down
+    /// and starts the probe.
+    fn note_outage(&self) {
+        let failures = self
+            .breaker
+            .failures_in_a_row
+            .fetch_add(1, Ordering::Relaxed)
+            + 1;
+        if failures < FAILURES_TO_OPEN || self.breaker.down.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let Some(store) = self.store.load_full() else {
+            self.breaker.down.store(false, Ordering::Release);
+            return;
+        };
+        tracing::warn!(
+            failures_in_a_row = failures,
+            policy = ?self.options.failure_policy,
+            "redis marked down: the failure policy answers at once while it is probed"
+        );
+        let breaker = Arc::clone(&self.breaker);
+        // Outside a runtime (never in the service) nothing could probe: stay up instead.
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => drop(runtime.spawn(probe_until_up(breaker, store))),
+            Err(_) => self.breaker.down.store(false, Ordering::Release),
+        }
     }
 
     /// One attempt to connect, bounded by the timeout. A backend failure (Redis unreachable)
@@ -165,6 +256,9 @@ impl RedisBackend {
     /// Counts a failure and warns about it, at most once per `WARN_EVERY` so that a Redis
     /// outage under load does not flood the log.
     pub(crate) fn note_failure(&self, metrics: &Metrics, failure: &BackendFailure) {
+        if failure.is_outage() {
+            self.note_outage();
+        }
         metrics
             .backend_errors
             .get_or_create(&KindLabel {
@@ -180,5 +274,23 @@ impl RedisBackend {
                 "redis failed; the failure policy answers"
             );
         });
+    }
+}
+
+/// Pings Redis with backoff until it answers, then marks it up.
+async fn probe_until_up(breaker: Arc<Breaker>, store: Arc<RedisStore>) {
+    let mut wait = FIRST_PROBE_AFTER;
+    loop {
+        tokio::time::sleep(wait).await;
+        match store.ping().await {
+            Ok(()) => {
+                breaker.failures_in_a_row.store(0, Ordering::Relaxed);
+                breaker.down.store(false, Ordering::Release);
+                tracing::info!("redis answers again: decisions go back to it");
+                return;
+            }
+            Err(error) => tracing::debug!(%error, ?wait, "redis still down"),
+        }
+        wait = (wait * 2).min(PROBE_AT_MOST_EVERY);
     }
 }

@@ -65,10 +65,16 @@ pub(crate) async fn decide_on_redis<'a>(
                 Err(_) => Err(BackendFailure::Timeout(timeout)),
             }
         }
-        Err(_) => Err(BackendFailure::NotConnected),
+        Err(failure) => Err(failure.again()),
     };
     let (mut decided, allowed) = match outcome {
-        Ok(outcome) => outcome,
+        Ok(outcome) => {
+            // A call whose limits all never pass asked Redis nothing: no news of it.
+            if checks.iter().any(|c| c.redis.is_some()) {
+                backend.note_success();
+            }
+            outcome
+        }
         Err(failure) => {
             backend.note_failure(metrics, &failure);
             if policy == FailurePolicy::Local {
@@ -120,14 +126,9 @@ pub(crate) async fn decide_on_redis<'a>(
                     ),
                 }
             }
-            (Err(_), Some(_)) => shadow_fallback(
-                backend,
-                metrics,
-                check,
-                op,
-                keys,
-                BackendFailure::NotConnected,
-            ),
+            (Err(failure), Some(_)) => {
+                shadow_fallback(backend, metrics, check, op, keys, failure.again())
+            }
         };
         decided.push((check, decision));
     }
