@@ -417,3 +417,32 @@ fn a_peek_reports_what_is_left_now() -> TestResult {
     assert_eq!(run("smooth-bursty:rate=5", trace)?, expected);
     Ok(())
 }
+
+/// A negative `try:` timeout waits for nothing, as Guava's `tryAcquire` takes it: the same
+/// answer as `try:0`, never an error line.
+#[test]
+fn a_negative_try_timeout_is_no_wait() -> TestResult {
+    let trace = "0,a,1,acquire\n0,a,1,try:-1\n0,a,1,try:0\n0.2,a,1,try:-0.5\n0.2,a,1,try:-250ms\n";
+    let expected = [
+        decision(0.0, "a", 1, "acquire", true, 6, 0, 1.2, None, 0.0),
+        decision(0.0, "a", 1, "try:-1", false, 6, 0, 1.2, Some(0.2), 0.0),
+        decision(0.0, "a", 1, "try:0", false, 6, 0, 1.2, Some(0.2), 0.0),
+        decision(0.2, "a", 1, "try:-0.5", true, 6, 0, 1.2, None, 0.0),
+        decision(0.2, "a", 1, "try:-250ms", false, 6, 0, 1.2, Some(0.2), 0.0),
+    ];
+    assert_eq!(run("smooth-bursty:rate=5", trace)?, expected);
+    // Every algorithm that reserves takes it so.
+    let trace = "0,a\n0,a,1,try:-1\n";
+    for spec in [
+        "gcra:rate=1/s,burst=1",
+        "token-bucket:rate=1/s,burst=1",
+        "smooth-warmup:rate=1,warmup=1s",
+    ] {
+        let answers = run(spec, trace)?;
+        assert_eq!(answers[1]["allowed"], json!(false), "{spec}: {answers:?}");
+        assert_eq!(answers[1]["wait"], json!(0.0), "{spec}: {answers:?}");
+    }
+    let answers = run("leaky-queue:rate=1/s,burst=1", trace)?;
+    assert_eq!(answers[1]["allowed"], json!(false), "{answers:?}");
+    Ok(())
+}
