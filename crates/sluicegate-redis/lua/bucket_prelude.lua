@@ -25,6 +25,14 @@ local function bucket_allow(p, debt_after)
   return { 1, p.burst, (idiv(left, p.interval)), ceil_div(debt_after, p.d), -1, 0 }
 end
 
+-- An allowed peek: nothing taken, so what is left is what the bucket holds at `debt`; the
+-- reset is the grant's, at `debt_after` (bucket.rs's peek).
+local function bucket_peek(p, debt, debt_after)
+  local left = p.tolerance - debt
+  if left < 0 then left = 0 end
+  return { 1, p.burst, (idiv(left, p.interval)), ceil_div(debt_after, p.d), -1, 0 }
+end
+
 local function bucket_deny(p, debt, retry_us)
   local left = p.tolerance - debt
   if left < 0 then left = 0 end

@@ -53,6 +53,8 @@ local function decide_concurrency(zkey, hkey, now, n, op, limit, lease, lease_us
   end
   local after = held + n
   if after > limit then return decision(0, held), nil end
+  -- A peek takes nothing: it reports what is free now.
+  if op == "peek" then return decision(1, held), nil end
   if redis.call("ZSCORE", zkey, lease) then fail("args", "lease " .. lease .. " already held") end
   return decision(1, after), function()
     redis.call("ZADD", zkey, now + lease_us, lease)

@@ -29,7 +29,7 @@ local function parse_limit(KEYS, ARGV, now, i, k)
     local limit, window, grace_ms = tonumber(ARGV[i]), tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2])
     local key = KEYS[k]
     if kind == "sliding-log" then
-      return function() return decide_sliding_log(key, now, n, limit, window, grace_ms) end,
+      return function(op) return decide_sliding_log(key, now, n, op, limit, window, grace_ms) end,
         i + 3, k + 1
     end
     return function(op) return decide_fixed_window(key, now, n, op, limit, window, grace_ms) end,
@@ -44,7 +44,7 @@ local function parse_limit(KEYS, ARGV, now, i, k)
   elseif kind == "redisson" then
     local client, grace_ms = ARGV[i], tonumber(ARGV[i + 1])
     local ckey, skey = KEYS[k], KEYS[k + 1]
-    return function() return decide_redisson(ckey, skey, now, n, client, grace_ms) end,
+    return function(op) return decide_redisson(ckey, skey, now, n, op, client, grace_ms) end,
       i + 2, k + 2
   elseif kind == "concurrency" then
     local limit, lease = tonumber(ARGV[i]), ARGV[i + 1]
@@ -77,8 +77,9 @@ local function run(KEYS, ARGV)
   elseif all_allowed and op ~= "peek" then
     for j = 1, count do commits[j]() end
   elseif not all_allowed and op ~= "peek" then
-    -- The limits that would have allowed report what they have left, uncharged (as the
-    -- core's decide_together does: a reservation that went through would say otherwise).
+    -- Nothing is charged: the limits that would have allowed report a peek, what they have
+    -- now (as the core's decide_together does: a reservation that went through would say
+    -- otherwise). The ones that denied already report what they have now.
     for j = 1, count do
       if decisions[j][1] == 1 then decisions[j] = deciders[j]("peek") end
     end

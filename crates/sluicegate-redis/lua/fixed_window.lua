@@ -29,6 +29,8 @@ local function fixed_window_decision(key, now, n, op, limit, window)
     if left < 0 then left = 0 end
     return { 0, limit, left, until_end, until_end, 0 }
   end
+  -- A peek counts nothing: it reports what the window has left now.
+  if after <= limit and op == "peek" then return { 1, limit, limit - count, until_end, -1, 0 } end
   if after <= limit then
     return { 1, limit, limit - after, until_end, -1, 0 }, start, after, until_end
   end

@@ -9,6 +9,8 @@ local function gcra_decision(key, now, n, op, p)
   local debt = ticks_after(key, tat_us, tat_r, now, 0, p.d)
   local debt_after = debt + n * p.interval
   if debt_after <= p.tolerance then
+    -- A peek takes nothing: it reports what the bucket holds now.
+    if op == "peek" then return bucket_peek(p, debt, debt_after), nil end
     return bucket_allow(p, debt_after), debt_after
   end
   local wait = ceil_div(debt_after - p.tolerance, p.d)

@@ -30,6 +30,8 @@ local function decide_leaky_bucket(key, now, n, op, p)
   if after > p.tolerance and op ~= "charge" then
     return bucket_deny(p, level_at, ceil_div(after - p.tolerance, p.d)), nil
   end
+  -- A peek pours nothing in: it reports the room at the level now.
+  if op == "peek" and after <= p.tolerance then return bucket_peek(p, level_at, after), nil end
   local function commit()
     write_level(key, after, now_us, now_r, p, after + (now_us - now) * p.d + now_r)
   end
@@ -52,6 +54,12 @@ local function decide_leaky_queue(key, now, n, op, p, no_wait)
   if op == "reserve" and p.max_wait >= 0 then too_long = math.max(0, wait - p.max_wait) end
   if overflow > 0 or too_long > 0 then
     return bucket_deny(p, queue, math.max(overflow, too_long)), nil
+  end
+  if op == "peek" then
+    -- A peek joins no queue: it reports the room left with the queue as it is.
+    local decision = bucket_peek(p, queue, queue_after)
+    decision[6] = wait
+    return decision, nil
   end
   local decision = bucket_allow(p, queue_after)
   decision[6] = wait

@@ -27,8 +27,9 @@ local function append_pair(key, at, ps, dead, t, n)
 end
 
 -- The sliding log's decision over grants (ts, ps): the decision, how many leading grants have
--- left the window, the time the request counts at, and its reset.
-local function sliding_log_decide(ts, ps, now, n, limit, window)
+-- left the window, the time the request counts at, and its reset. A peek's remaining is what
+-- the window has left now, without the request.
+local function sliding_log_decide(ts, ps, now, n, op, limit, window)
   local at = now
   if #ts > 0 then at = math.max(ts[#ts], now) end
   local dead, used = 0, 0
@@ -38,7 +39,9 @@ local function sliding_log_decide(ts, ps, now, n, limit, window)
   local after = used + n
   if after <= limit then
     local reset = math.max(0, at + window - now)
-    return { 1, limit, limit - after, reset, -1, 0 }, dead, at, reset
+    local left = limit - after
+    if op == "peek" then left = limit - used end
+    return { 1, limit, left, reset, -1, 0 }, dead, at, reset
   end
   local need = used - (limit - n)
   local freed, fits_at = 0, at
@@ -55,10 +58,10 @@ end
 
 -- Sliding log (sliding_log.rs). State: list [t1, p1, t2, p2, ...] of grants.
 -- Parameters: limit, window_us, grace_ms.
-local function decide_sliding_log(key, now, n, limit, window, grace_ms)
+local function decide_sliding_log(key, now, n, op, limit, window, grace_ms)
   local ts, ps = read_pairs(key, limit)
-  local decision, dead, at, reset = sliding_log_decide(ts, ps, now, n, limit, window)
-  if decision[1] ~= 1 then return decision, nil end
+  local decision, dead, at, reset = sliding_log_decide(ts, ps, now, n, op, limit, window)
+  if decision[1] ~= 1 or op == "peek" then return decision, nil end
   return decision, function()
     append_pair(key, ts, ps, dead, at, n)
     pexpire(key, reset, 1, grace_ms)
@@ -68,7 +71,7 @@ end
 -- Redisson's RRateLimiter: a rate and interval stored in a config hash (set by try_set_rate
 -- or set_rate), enforced as a sliding log, so no interval ever holds more than `rate`
 -- permits. State: one hash, a field per client ("" for OVERALL) holding "t,p,t,p,...".
-local function decide_redisson(ckey, skey, now, n, client, grace_ms)
+local function decide_redisson(ckey, skey, now, n, op, client, grace_ms)
   local f = hash_fields(ckey, "rate", "interval", "type")
   if f[1] == false and f[2] == false and f[3] == false then
     fail("unconfigured", ckey .. ": no rate set (try_set_rate first)")
@@ -95,8 +98,8 @@ local function decide_redisson(ckey, skey, now, n, client, grace_ms)
       ps[#ps + 1] = int_field(skey, "permits", values[j + 1], 1, rate)
     end
   end
-  local decision, dead, at, reset = sliding_log_decide(ts, ps, now, n, rate, interval)
-  if decision[1] ~= 1 then return decision, nil end
+  local decision, dead, at, reset = sliding_log_decide(ts, ps, now, n, op, rate, interval)
+  if decision[1] ~= 1 or op == "peek" then return decision, nil end
   return decision, function()
     local out = {}
     for j = dead + 1, #ts do
@@ -181,6 +184,9 @@ local function decide_sliding_window(key, now, n, op, limit, window, k, grace_ms
   local allowed, remaining, retry_at = weigh(ss, ps, current, dead, at)
   if allowed then
     local reset = math.max(0, slot_expiry(current) - now)
+    -- A peek counts nothing: what is left now is what the grant would leave plus the
+    -- request's own permits (exactly, in both modes; sliding_window.rs).
+    if op == "peek" then return { 1, limit, remaining + n, reset, -1, 0 }, nil end
     return { 1, limit, remaining, reset, -1, 0 }, function()
       append_pair(key, ss, ps, dead, current, n)
       pexpire(key, reset, 1, grace_ms)

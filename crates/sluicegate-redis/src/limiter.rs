@@ -52,8 +52,9 @@ pub struct MultiDecision {
 impl RedisStore {
     /// Decides every request at once: allowed only if each limit allows, and then charged to
     /// all of them; if one denies, none is charged, and the limits that would have allowed
-    /// report what they have left (as [`sluicegate::decide_together`] does). One script call,
-    /// one round trip. The same limit name and key may appear only once.
+    /// report a peek: what they have now, uncharged (as [`sluicegate::decide_together`]
+    /// does). One script call, one round trip. The same limit name and key may appear only
+    /// once.
     pub async fn decide_all(
         &self,
         requests: &[LimitRequest<'_>],

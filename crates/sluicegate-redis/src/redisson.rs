@@ -255,13 +255,8 @@ impl RateLimiterObject {
     }
 
     /// Permits available at `now`: the rate less the permits granted in the interval ending
-    /// at `now`.
+    /// at `now`, which is what a peek reports as remaining.
     pub async fn available_permits_at(&self, now: Now) -> Result<u64, RedisLimitError> {
-        let peek = self.decide(1, "peek", now).await?;
-        Ok(if peek.allowed() {
-            peek.remaining() + 1
-        } else {
-            peek.remaining()
-        })
+        Ok(self.decide(1, "peek", now).await?.remaining())
     }
 }

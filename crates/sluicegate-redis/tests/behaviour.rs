@@ -166,9 +166,9 @@ async fn several_limits_are_charged_all_or_none_under_contention() -> Result<(),
         allowed += u32::from(task.await??);
     }
     assert_eq!(allowed, 25);
-    // The 39 denied requests charged nothing to the wider limit.
+    // The 39 denied requests charged nothing to the wider limit: a peek reports its 15 left.
     let wide_now = wide.decide(b"u", one(), Op::Peek, Now::Server).await?;
-    assert_eq!(wide_now.remaining(), 40 - 25 - 1);
+    assert_eq!(wide_now.remaining(), 40 - 25);
     Ok(())
 }
 
@@ -390,5 +390,93 @@ async fn idle_keys_disappear_by_themselves() -> Result<(), BoxError> {
     }
     assert_eq!(exists, 0, "the key outlived its state");
     assert!(limiter.check(b"k").await?.allowed());
+    Ok(())
+}
+
+/// Every limit the script runs, each holding 10 when fresh.
+fn tens() -> Result<Vec<RedisLimit>, BoxError> {
+    let rate = Rate::per_second(1)?;
+    let second = Duration::from_secs(1);
+    Ok(vec![
+        RedisLimit::fixed_window(10, second)?,
+        RedisLimit::sliding_log(10, second)?,
+        RedisLimit::sliding_window(10, second, Some(4))?,
+        RedisLimit::sliding_window(10, second, None)?,
+        RedisLimit::token_bucket(rate, 10)?,
+        RedisLimit::gcra(rate, 10)?,
+        RedisLimit::leaky_bucket(rate, 10)?,
+        RedisLimit::leaky_queue(rate, 9, QueueDelay::Shape)?,
+        RedisLimit::leaky_queue(rate, 9, QueueDelay::NoDelay)?,
+        RedisLimit::concurrency(10, Duration::from_secs(60))?,
+    ])
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peek_of_n_with_m_left_reports_m() -> Result<(), BoxError> {
+    let server = RedisServer::start()?;
+    let store = server.store(StoreConfig::default()).await?;
+    let now = Now::At(1_763_000_000_000_000);
+    let n = |permits| NonZeroU64::new(permits).ok_or("zero");
+    for (i, limit) in tens()?.into_iter().enumerate() {
+        let name = limit.name();
+        let redis = RedisLimiter::new(store.clone(), limit, format!("peek-{i}"));
+        let taken = redis.decide(b"k", n(3)?, Op::Check, now).await?;
+        assert_eq!((taken.allowed(), taken.remaining()), (true, 7), "{name}");
+        for permits in [1, 3, 7] {
+            let peek = redis.decide(b"k", n(permits)?, Op::Peek, now).await?;
+            assert_eq!((peek.allowed(), peek.remaining()), (true, 7), "{name}");
+        }
+        for op in [Op::Peek, Op::Check] {
+            let denied = redis.decide(b"k", n(8)?, op, now).await?;
+            assert_eq!((denied.allowed(), denied.remaining()), (false, 7), "{name}");
+        }
+        // Nothing was taken since: 3 more leave 4.
+        let granted = redis.decide(b"k", n(3)?, Op::Check, now).await?;
+        assert_eq!(
+            (granted.allowed(), granted.remaining()),
+            (true, 4),
+            "{name}"
+        );
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_limit_left_uncharged_reports_what_it_still_has() -> Result<(), BoxError> {
+    // envoyproxy/ratelimit's example: 100 per minute per user, 5 used, and a spent global
+    // limit denies the request; the user's limit reports its 95, not the 94 a charge leaves.
+    let server = RedisServer::start()?;
+    let store = server.store(StoreConfig::default()).await?;
+    let now = Now::At(1_763_000_000_000_000);
+    let minute = Duration::from_secs(60);
+    let global = RedisLimiter::new(store.clone(), RedisLimit::fixed_window(1, minute)?, "all");
+    global.decide(b"u", one(), Op::Check, now).await?;
+    for (i, limit) in [
+        RedisLimit::fixed_window(100, minute)?,
+        RedisLimit::gcra(Rate::per_minute(100)?, 100)?,
+        RedisLimit::sliding_log(100, minute)?,
+        RedisLimit::concurrency(100, minute)?,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let name = limit.name();
+        let per_user = RedisLimiter::new(store.clone(), limit, format!("user-{i}"));
+        let five = NonZeroU64::new(5).ok_or("five")?;
+        per_user.decide(b"u", five, Op::Check, now).await?;
+        let multi = store
+            .decide_all(
+                &[per_user.request(b"u"), global.request(b"u")],
+                Op::Check,
+                now,
+            )
+            .await?;
+        assert!(!multi.allowed, "{name}");
+        assert!(multi.decisions[0].allowed(), "{name}");
+        assert_eq!(multi.decisions[0].remaining(), 95, "{name}");
+        assert_eq!(multi.decisions[1].remaining(), 0, "{name}");
+        let peek = per_user.decide(b"u", one(), Op::Peek, now).await?;
+        assert_eq!(peek.remaining(), 95, "{name}");
+    }
     Ok(())
 }

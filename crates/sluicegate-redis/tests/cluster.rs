@@ -31,14 +31,20 @@ async fn cluster_decides_like_memory_for_keys_on_every_node() -> Result<(), BoxE
             let multi = store.decide_all(&requests, Op::Check, Now::At(now)).await?;
             let mut peek_tat = tat;
             let mut peek_level = level;
-            let expected = [
+            let peeks = [
                 memory_gcra.decide(&mut peek_tat, now, one, Op::Peek)?,
                 memory_bucket.decide(&mut peek_level, now, one, Op::Peek)?,
             ];
-            if expected.iter().all(|d| d.allowed()) {
-                memory_gcra.decide(&mut tat, now, one, Op::Check)?;
-                memory_bucket.decide(&mut level, now, one, Op::Check)?;
-            }
+            // All allowed: both charged, reporting what they left; otherwise neither, and
+            // both report what they have now, as their peeks do.
+            let expected = if peeks.iter().all(|d| d.allowed()) {
+                [
+                    memory_gcra.decide(&mut tat, now, one, Op::Check)?,
+                    memory_bucket.decide(&mut level, now, one, Op::Check)?,
+                ]
+            } else {
+                peeks
+            };
             assert_eq!(multi.decisions, expected, "user {user} step {step}");
         }
         let slot: i64 = store

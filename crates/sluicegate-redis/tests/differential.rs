@@ -1,5 +1,7 @@
 //! Random traces through the in-memory pure state machines and through Redis with an explicit
-//! `now` give identical decisions, for every algorithm the script runs.
+//! `now` give identical decisions, for every algorithm the script runs: alone, batched, and
+//! several limits decided together. Peeks and denials are compared like every decision, and
+//! both sides are held to the rule that they report what is available now.
 
 use std::num::NonZeroU64;
 use std::time::Duration;
@@ -7,8 +9,9 @@ use std::time::Duration;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use sluicegate::{
-    Algorithm, Concurrency, FixedWindow, Gcra, LeakyBucket, LeakyQueue, Op, QueueDelay, Rate,
-    SlidingLog, SlidingWindow, TokenBucket,
+    Algorithm, AnyAlgorithm, CheckError, Clock, Concurrency, Decision, FixedWindow, Gcra,
+    KeyedLimiter, LeakyBucket, LeakyQueue, LimitTarget, ManualClock, Micros, Op, QueueDelay, Rate,
+    SlidingLog, SlidingWindow, TokenBucket, decide_together,
 };
 use sluicegate_redis::{
     Now, RedisLimit, RedisLimitError, RedisLimiter, RedisStore, ScriptMode, StoreConfig,
@@ -73,6 +76,21 @@ fn config() -> StoreConfig {
     }
 }
 
+/// The most permits a check could be granted on `state` at `now` (at most the capacity): what
+/// a peek or a denial reports as remaining.
+fn available<A: Algorithm>(algorithm: &A, state: &A::State, now: Micros) -> u64 {
+    (1..=algorithm.capacity())
+        .take_while(|&k| {
+            let mut probe = state.clone();
+            let permits = NonZeroU64::new(k).expect("k starts at 1");
+            algorithm
+                .decide(&mut probe, now, permits, Op::Peek)
+                .is_ok_and(|d| d.allowed())
+        })
+        .last()
+        .unwrap_or(0)
+}
+
 fn same<A: Algorithm>(
     runtime: &tokio::runtime::Runtime,
     algorithm: &A,
@@ -87,29 +105,82 @@ fn same<A: Algorithm>(
         let permits = NonZeroU64::new(event.permits).expect("permits start at 1");
         let expected = algorithm.decide(&mut state, now, permits, event.op);
         let got = runtime.block_on(redis.decide(b"k", permits, event.op, Now::At(now)));
-        match (expected, got) {
-            (Ok(e), Ok(g)) => prop_assert_eq!(e, g, "event {} {:?} at {}", i, event, now),
-            (
-                Err(e),
-                Err(RedisLimitError::InsufficientCapacity {
-                    requested,
-                    capacity,
-                }),
-            ) => {
-                prop_assert_eq!(
-                    e,
-                    sluicegate::CheckError::InsufficientCapacity {
-                        requested,
-                        capacity
-                    }
-                );
-            }
-            (
-                Err(sluicegate::CheckError::Unsupported { .. }),
-                Err(RedisLimitError::Unsupported(_)),
-            ) => {}
-            (e, g) => prop_assert!(false, "event {i} {event:?}: memory {e:?}, redis {g:?}"),
+        compare(i, event, now, expected.clone(), got)?;
+        if let Ok(e) = expected
+            && !event.op.changes_state(e.allowed())
+        {
+            // A peek or a denial takes nothing: it reports what is there now.
+            prop_assert_eq!(e.remaining(), available(algorithm, &state, now));
         }
+    }
+    Ok(())
+}
+
+/// Like [`same`], but the events go to Redis `chunk` at a time, all asked at once, so that
+/// the ones queued behind a call in flight are decided by the batch entry point.
+fn same_batched<A: Algorithm>(
+    runtime: &tokio::runtime::Runtime,
+    algorithm: &A,
+    redis: &RedisLimiter,
+    base: u64,
+    trace: &[Event],
+    chunk: usize,
+) -> Result<(), TestCaseError> {
+    let mut state = algorithm.initial_state(0);
+    let mut now = base;
+    let mut i = 0;
+    for events in trace.chunks(chunk) {
+        let mut asked = Vec::new();
+        for event in events {
+            now += event.dt;
+            let permits = NonZeroU64::new(event.permits).expect("permits start at 1");
+            let expected = algorithm.decide(&mut state, now, permits, event.op);
+            let redis = redis.clone();
+            let op = event.op;
+            // Spawned in order on a current-thread runtime: they queue in that order.
+            let task =
+                runtime.spawn(async move { redis.decide(b"k", permits, op, Now::At(now)).await });
+            asked.push((event, now, expected, task));
+        }
+        for (event, at, expected, task) in asked {
+            let got = runtime
+                .block_on(task)
+                .map_err(|e| TestCaseError::fail(e.to_string()))?;
+            compare(i, event, at, expected, got)?;
+            i += 1;
+        }
+    }
+    Ok(())
+}
+
+/// A memory decision and Redis's for the same event agree: the same decision, or the same
+/// kind of error.
+fn compare(
+    i: usize,
+    event: &Event,
+    now: u64,
+    expected: Result<Decision, CheckError>,
+    got: Result<Decision, RedisLimitError>,
+) -> Result<(), TestCaseError> {
+    match (expected, got) {
+        (Ok(e), Ok(g)) => prop_assert_eq!(e, g, "event {} {:?} at {}", i, event, now),
+        (
+            Err(e),
+            Err(RedisLimitError::InsufficientCapacity {
+                requested,
+                capacity,
+            }),
+        ) => {
+            prop_assert_eq!(
+                e,
+                CheckError::InsufficientCapacity {
+                    requested,
+                    capacity
+                }
+            );
+        }
+        (Err(CheckError::Unsupported { .. }), Err(RedisLimitError::Unsupported(_))) => {}
+        (e, g) => prop_assert!(false, "event {i} {event:?}: memory {e:?}, redis {g:?}"),
     }
     Ok(())
 }
@@ -246,7 +317,13 @@ fn concurrency_matches_memory() -> Result<(), BoxError> {
                         h.runtime.block_on(redis.decide(b"k", permits, op, now))
                     };
                     match (expected, got) {
-                        (Ok(e), Ok(g)) => prop_assert_eq!(e, g),
+                        (Ok(e), Ok(g)) => {
+                            prop_assert_eq!(e, g);
+                            if op == Op::Peek || !e.allowed() {
+                                // Nothing taken: what is free now.
+                                prop_assert_eq!(g.remaining(), limit - held);
+                            }
+                        }
                         (Err(_), Err(RedisLimitError::InsufficientCapacity { .. })) => {}
                         (e, g) => prop_assert!(false, "memory {e:?}, redis {g:?}"),
                     }
@@ -391,6 +468,258 @@ fn leaky_queue_matches_memory() -> Result<(), BoxError> {
         let limit = RedisLimit::leaky_queue(rate, burst, delay).expect("valid limit");
         let redis = h.limiter(limit);
         same(&h.runtime, &algorithm, &redis, base, &trace)
+    })?;
+    Ok(())
+}
+
+/// Loads the Lua code of both stores (a lone call, then two together), so that no call of a
+/// batch test is sent again after a load while a later one goes ahead of it.
+fn warm_up(h: &Harness) -> Result<(), BoxError> {
+    for store in [&h.store, &h.eval_store] {
+        let limiter = RedisLimiter::new(
+            store.clone(),
+            RedisLimit::gcra(Rate::per_second(1)?, 1)?,
+            "warm-up",
+        );
+        h.runtime
+            .block_on(limiter.decide(b"k", NonZeroU64::MIN, Op::Peek, Now::At(1)))?;
+        let tasks: Vec<_> = (0..2)
+            .map(|_| {
+                let limiter = limiter.clone();
+                h.runtime.spawn(async move {
+                    limiter
+                        .decide(b"k", NonZeroU64::MIN, Op::Peek, Now::At(1))
+                        .await
+                })
+            })
+            .collect();
+        for task in tasks {
+            h.runtime.block_on(task)??;
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn batched_gcra_and_token_bucket_match_memory() -> Result<(), BoxError> {
+    let h = Harness::new()?;
+    warm_up(&h)?;
+    let strategy = (bucket_cases(), 2usize..9, any::<bool>());
+    let mut runner = TestRunner::new(Config::with_cases(48));
+    runner.run(
+        &strategy,
+        |(((rate, burst, initial, base), trace), chunk, token_bucket)| {
+            if token_bucket {
+                let algorithm = TokenBucket::with_initial(rate, burst, initial).expect("valid");
+                let limit = RedisLimit::token_bucket_with_initial(rate, burst, initial)
+                    .expect("valid limit");
+                same_batched(
+                    &h.runtime,
+                    &algorithm,
+                    &h.limiter(limit),
+                    base,
+                    &trace,
+                    chunk,
+                )
+            } else {
+                let algorithm = Gcra::with_initial(rate, burst, initial).expect("valid gcra");
+                let limit = RedisLimit::gcra_with_initial(rate, burst, initial).expect("valid");
+                same_batched(
+                    &h.runtime,
+                    &algorithm,
+                    &h.limiter(limit),
+                    base,
+                    &trace,
+                    chunk,
+                )
+            }
+        },
+    )?;
+    Ok(())
+}
+
+#[test]
+fn batched_fixed_window_matches_memory() -> Result<(), BoxError> {
+    let h = Harness::new()?;
+    warm_up(&h)?;
+    let strategy = (
+        1u64..12,
+        windows(),
+        prop::sample::select(BASES.to_vec()),
+        2usize..9,
+    )
+        .prop_flat_map(|(limit, window, base, chunk)| {
+            (Just((limit, window, base, chunk)), events(limit + 1))
+        });
+    let mut runner = TestRunner::new(Config::with_cases(48));
+    runner.run(&strategy, |((limit, window, base, chunk), trace)| {
+        let algorithm = FixedWindow::new(limit, window).expect("valid window");
+        let redis = h.limiter(RedisLimit::fixed_window(limit, window).expect("valid limit"));
+        same_batched(&h.runtime, &algorithm, &redis, base, &trace, chunk)
+    })?;
+    Ok(())
+}
+
+/// Limit number `kind` of a small menu, sized `size`, in memory and in Redis.
+fn menu(kind: u8, size: u64) -> Result<(AnyAlgorithm, RedisLimit), BoxError> {
+    let (s3, m7, s10, s5) = (
+        Rate::per_second(3)?,
+        Rate::per_minute(7)?,
+        Rate::per_second(10)?,
+        Rate::per_second(5)?,
+    );
+    let sec = Duration::from_secs(1);
+    let delay = QueueDelay::After(1);
+    Ok(match kind {
+        0 => (Gcra::new(s3, size)?.into(), RedisLimit::gcra(s3, size)?),
+        1 => (
+            TokenBucket::new(m7, size)?.into(),
+            RedisLimit::token_bucket(m7, size)?,
+        ),
+        2 => (
+            FixedWindow::new(size, sec)?.into(),
+            RedisLimit::fixed_window(size, sec)?,
+        ),
+        3 => (
+            SlidingLog::new(size, sec * 10)?.into(),
+            RedisLimit::sliding_log(size, sec * 10)?,
+        ),
+        4 => (
+            SlidingWindow::new(size, sec, Some(4))?.into(),
+            RedisLimit::sliding_window(size, sec, Some(4))?,
+        ),
+        5 => (
+            SlidingWindow::new(size, sec * 60, None)?.into(),
+            RedisLimit::sliding_window(size, sec * 60, None)?,
+        ),
+        6 => (
+            LeakyBucket::new(s10, size)?.into(),
+            RedisLimit::leaky_bucket(s10, size)?,
+        ),
+        7 => (
+            LeakyQueue::new(s5, size, delay)?.into(),
+            RedisLimit::leaky_queue(s5, size, delay)?,
+        ),
+        // Leases outlive any trace here, as the memory limit's permits are never released.
+        _ => (
+            Concurrency::new(size)?.into(),
+            RedisLimit::concurrency(size, Duration::from_secs(3600))?,
+        ),
+    })
+}
+
+#[derive(Debug, Clone)]
+struct MultiEvent {
+    dt: u64,
+    key: &'static str,
+    permits: Vec<u64>,
+    op: Op,
+}
+
+/// Several limits of the menu, and a trace of requests naming all of them.
+fn multi_cases() -> impl Strategy<Value = (Vec<(u8, u64)>, Vec<MultiEvent>)> {
+    prop::collection::vec((0u8..9, 1u64..6), 2..4).prop_flat_map(|limits| {
+        let count = limits.len();
+        let op = prop_oneof![
+            6 => Just(Op::Check),
+            3 => Just(Op::Peek),
+            1 => Just(Op::Charge),
+            1 => (0u64..2_000_000).prop_map(|w| Op::Reserve { max_wait: Some(w) }),
+        ];
+        let dt = prop_oneof![3 => Just(0u64), 3 => 0u64..500_000, 1 => 0u64..30_000_000];
+        let key = prop::sample::select(vec!["alice", "bob"]);
+        let event = (dt, key, prop::collection::vec(1u64..4, count), op).prop_map(
+            |(dt, key, permits, op)| MultiEvent {
+                dt,
+                key,
+                permits,
+                op,
+            },
+        );
+        (Just(limits), prop::collection::vec(event, 1..40))
+    })
+}
+
+/// Several limits on one request: Redis's `decide_all` answers as `sluicegate::decide_together`
+/// does, and when one limit denies, every limit reports what it has now, uncharged.
+#[test]
+fn multi_limit_requests_match_decide_together() -> Result<(), BoxError> {
+    let h = Harness::new()?;
+    let mut runner = TestRunner::new(Config::with_cases(64));
+    runner.run(&multi_cases(), |(limits, trace)| {
+        let base = 1_763_000_000_000_000u64;
+        let clock = ManualClock::new(base);
+        let mut memory = Vec::new();
+        let mut redis = Vec::new();
+        for &(kind, size) in &limits {
+            let (algorithm, limit) =
+                menu(kind, size).map_err(|e| TestCaseError::fail(e.to_string()))?;
+            memory.push(KeyedLimiter::with_clock(algorithm, clock.clone()));
+            redis.push(h.limiter(limit));
+        }
+        // Every limit of a call goes to the same store.
+        let store = redis[0].store().clone();
+        let redis: Vec<RedisLimiter> = redis
+            .into_iter()
+            .map(|l| RedisLimiter::new(store.clone(), l.limit().clone(), l.name()))
+            .collect();
+        for (i, event) in trace.iter().enumerate() {
+            clock.set(clock.now() + event.dt);
+            let now = clock.now();
+            let key = event.key.to_owned();
+            let permits: Vec<NonZeroU64> = event
+                .permits
+                .iter()
+                .map(|&p| NonZeroU64::new(p).expect("permits start at 1"))
+                .collect();
+            let targets: Vec<_> = memory
+                .iter()
+                .zip(&permits)
+                .map(|(limiter, &permits)| LimitTarget {
+                    limiter,
+                    key: &key,
+                    permits,
+                })
+                .collect();
+            let expected = decide_together(&targets, event.op);
+            let requests: Vec<_> = redis
+                .iter()
+                .zip(&permits)
+                .map(|(l, &n)| l.request_n(key.as_bytes(), n))
+                .collect();
+            let got = h
+                .runtime
+                .block_on(store.decide_all(&requests, event.op, Now::At(now)));
+            match (expected, got) {
+                (Ok(e), Ok(g)) => {
+                    prop_assert_eq!(e.allowed, g.allowed, "event {} {:?}", i, event);
+                    prop_assert_eq!(&e.decisions, &g.decisions, "event {} {:?}", i, event);
+                    if !e.allowed && event.op != Op::Charge {
+                        // Nothing charged: every limit reports what it has now.
+                        for (limiter, decision) in memory.iter().zip(&g.decisions) {
+                            let algorithm = limiter.algorithm();
+                            let state = limiter
+                                .state_of(&key)
+                                .unwrap_or_else(|| algorithm.initial_state(now));
+                            prop_assert_eq!(
+                                decision.remaining(),
+                                available(algorithm, &state, now),
+                                "event {} {:?}",
+                                i,
+                                event
+                            );
+                        }
+                    }
+                }
+                (
+                    Err(CheckError::InsufficientCapacity { .. }),
+                    Err(RedisLimitError::InsufficientCapacity { .. }),
+                )
+                | (Err(CheckError::Unsupported { .. }), Err(RedisLimitError::Unsupported(_))) => {}
+                (e, g) => prop_assert!(false, "event {i} {event:?}: memory {e:?}, redis {g:?}"),
+            }
+        }
+        Ok(())
     })?;
     Ok(())
 }

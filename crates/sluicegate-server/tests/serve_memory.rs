@@ -183,9 +183,9 @@ async fn descriptors_of_one_request_are_charged_all_or_none() -> TestResult {
         (answer.statuses[0].code, answer.statuses[1].code),
         (OK, OVER_LIMIT)
     );
-    // Dave's status reports what his limit would leave had the request passed ...
-    assert_eq!(answer.statuses[0].limit_remaining, 2);
-    // ... but nothing was taken: all three of his requests are still there.
+    // Nothing was taken: dave's status reports all three of his requests still there ...
+    assert_eq!(answer.statuses[0].limit_remaining, 3);
+    // ... and they are.
     assert_eq!(
         service.ask(&[&[("user", "dave")]], 3).await?.overall_code,
         OK

@@ -261,8 +261,8 @@ async fn the_descriptors_of_a_call_are_charged_all_or_none_on_redis() -> TestRes
         (answer.statuses[0].code, answer.statuses[1].code),
         (OK, OVER_LIMIT)
     );
-    // A peek: what would be left had it been granted (2 left, 1 asked).
-    assert_eq!(answer.statuses[0].limit_remaining, 1);
+    // Uncharged: what erin has now (2 left, 1 asked).
+    assert_eq!(answer.statuses[0].limit_remaining, 2);
     // A limit that can never pass charges nothing either.
     let blocked: &[&[(&str, &str)]] = &[&[("user", "erin")], &[("path", "/blocked")]];
     assert_eq!(service.code(blocked).await?, OVER_LIMIT);
@@ -436,8 +436,8 @@ async fn a_cluster_shares_budgets_and_keeps_calls_all_or_none() -> TestResult {
     let answer = two.ask(both, 0).await?;
     assert_eq!(answer.overall_code, OVER_LIMIT);
     assert_eq!(
-        answer.statuses[0].limit_remaining, 1,
-        "a peek of judy's 2 left"
+        answer.statuses[0].limit_remaining, 2,
+        "a peek of judy's 2 left reports them"
     );
     let mut allowed = 0;
     for _ in 0..3 {

@@ -359,3 +359,90 @@ fn leaky_bucket_meters() -> TestResult {
         expected,
     )
 }
+
+/// A peek takes nothing, so it reports what is left now: a peek of 3 with 7 left says 7, in
+/// every algorithm; a denial says the same; a check of 3 then leaves 4.
+#[test]
+fn a_peek_reports_what_is_left_now() -> TestResult {
+    let specs = [
+        "fixed-window:limit=10,window=1s",
+        "sliding-log:limit=10,window=1s",
+        "sliding-window:limit=10,window=1s,buckets=5",
+        "sliding-window:limit=10,window=1s",
+        "token-bucket:rate=1/s,burst=10",
+        "gcra:rate=1/s,burst=10",
+        "leaky-bucket:rate=1/s,capacity=10",
+        "leaky-queue:rate=1/s,burst=9,nodelay",
+        "concurrency:limit=10",
+    ];
+    let mut args = Vec::new();
+    for spec in specs {
+        args.extend(["--limiter", spec]);
+    }
+    args.extend(["--trace", "-"]);
+    let answers = lines(&args, "0,a,3\n0,a,3,peek\n0,a,8,peek\n0,a,8\n0,a,3\n")?;
+    assert_eq!(answers.len(), 5 * specs.len());
+    for (index, spec) in specs.iter().enumerate() {
+        let seen: Vec<(&str, bool, u64)> = answers
+            .iter()
+            .filter(|a| a["limiter"] == json!(index))
+            .map(|a| {
+                (
+                    a["op"].as_str().unwrap_or_default(),
+                    a["allowed"].as_bool().unwrap_or_default(),
+                    a["remaining"].as_u64().unwrap_or(u64::MAX),
+                )
+            })
+            .collect();
+        assert_eq!(
+            seen,
+            [
+                ("check", true, 7),
+                ("peek", true, 7),
+                ("peek", false, 7),
+                ("check", false, 7),
+                ("check", true, 4),
+            ],
+            "{spec}"
+        );
+    }
+    // The smooth limiters count single checks passing now: rested for 2s at 5 a second, 5
+    // saved plus the one whose turn has come.
+    let trace = "2,a,3,peek\n2,a,3\n2,a,1,peek\n";
+    let expected = [
+        decision(2.0, "a", 3, "peek", true, 6, 6, 0.6, None, 0.0),
+        decision(2.0, "a", 3, "check", true, 6, 3, 0.6, None, 0.0),
+        decision(2.0, "a", 1, "peek", true, 6, 3, 0.8, None, 0.0),
+    ];
+    assert_eq!(run("smooth-bursty:rate=5", trace)?, expected);
+    Ok(())
+}
+
+/// A negative `try:` timeout waits for nothing, as Guava's `tryAcquire` takes it: the same
+/// answer as `try:0`, never an error line.
+#[test]
+fn a_negative_try_timeout_is_no_wait() -> TestResult {
+    let trace = "0,a,1,acquire\n0,a,1,try:-1\n0,a,1,try:0\n0.2,a,1,try:-0.5\n0.2,a,1,try:-250ms\n";
+    let expected = [
+        decision(0.0, "a", 1, "acquire", true, 6, 0, 1.2, None, 0.0),
+        decision(0.0, "a", 1, "try:-1", false, 6, 0, 1.2, Some(0.2), 0.0),
+        decision(0.0, "a", 1, "try:0", false, 6, 0, 1.2, Some(0.2), 0.0),
+        decision(0.2, "a", 1, "try:-0.5", true, 6, 0, 1.2, None, 0.0),
+        decision(0.2, "a", 1, "try:-250ms", false, 6, 0, 1.2, Some(0.2), 0.0),
+    ];
+    assert_eq!(run("smooth-bursty:rate=5", trace)?, expected);
+    // Every algorithm that reserves takes it so.
+    let trace = "0,a\n0,a,1,try:-1\n";
+    for spec in [
+        "gcra:rate=1/s,burst=1",
+        "token-bucket:rate=1/s,burst=1",
+        "smooth-warmup:rate=1,warmup=1s",
+    ] {
+        let answers = run(spec, trace)?;
+        assert_eq!(answers[1]["allowed"], json!(false), "{spec}: {answers:?}");
+        assert_eq!(answers[1]["wait"], json!(0.0), "{spec}: {answers:?}");
+    }
+    let answers = run("leaky-queue:rate=1/s,burst=1", trace)?;
+    assert_eq!(answers[1]["allowed"], json!(false), "{answers:?}");
+    Ok(())
+}

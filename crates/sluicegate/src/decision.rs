@@ -74,6 +74,13 @@ impl Decision {
         }
     }
 
+    /// The same decision reporting `remaining` permits instead.
+    #[inline]
+    pub(crate) fn with_remaining(mut self, remaining: u64) -> Decision {
+        self.remaining = remaining;
+        self
+    }
+
     /// The same decision with a shaping wait, in microseconds.
     #[inline]
     pub fn with_wait(mut self, wait: Micros) -> Decision {
@@ -93,7 +100,10 @@ impl Decision {
         self.limit
     }
 
-    /// Permits a single request could be granted right now, after this decision.
+    /// Permits a single request could be granted right now, after this decision took effect:
+    /// for a grant, what is left after it; for a peek or a denial, which take nothing, what is
+    /// available now (as for a limit left uncharged because another limit of the same request
+    /// denied).
     #[inline]
     pub fn remaining(&self) -> u64 {
         self.remaining

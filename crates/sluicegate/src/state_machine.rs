@@ -12,7 +12,9 @@ use crate::error::CheckError;
 pub enum Op {
     /// Take the permits if they are available now; otherwise a denial with `retry_after`.
     Check,
-    /// Report what [`Op::Check`] would answer, consuming nothing.
+    /// Report what [`Op::Check`] would answer, consuming nothing. Since nothing is taken, its
+    /// [`Decision::remaining`] is what is available now: a peek of 3 with 7 left reports 7
+    /// (where a granted check would report 4).
     Peek,
     /// Reserve the permits and report how long to wait before using them (`acquire`). With
     /// `max_wait`, reserve only if that wait is at most `max_wait` (Guava's

@@ -343,10 +343,10 @@ fn decide_together_charges_every_limit() -> Result<(), Box<dyn std::error::Error
     assert!(denied.decisions[0].allowed());
     assert_eq!(denied.decisions[0].remaining(), 4);
     assert_eq!(denied.decisions[1].remaining(), 0);
-    assert_eq!(per_user.peek(&"bob", one)?.remaining(), 3);
+    assert_eq!(per_user.peek(&"bob", one)?.remaining(), 4);
     // Under plain checks, the global limit's denial leaves Bob uncharged.
     assert!(!decide_together(&request(&"bob"), Op::Check)?.allowed);
-    assert_eq!(per_user.peek(&"bob", one)?.remaining(), 3);
+    assert_eq!(per_user.peek(&"bob", one)?.remaining(), 4);
     // An error charges nothing anywhere.
     let too_many = NonZeroU64::new(2).ok_or("two")?;
     let targets = [
@@ -362,6 +362,6 @@ fn decide_together_charges_every_limit() -> Result<(), Box<dyn std::error::Error
         },
     ];
     assert!(decide_together(&targets, Op::Charge).is_err());
-    assert_eq!(per_user.peek(&"carol", one)?.remaining(), 4);
+    assert_eq!(per_user.peek(&"carol", one)?.remaining(), 5);
     Ok(())
 }

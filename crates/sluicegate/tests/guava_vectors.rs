@@ -591,7 +591,22 @@ fn check_properties<A: Rerate>(algorithm: A, steps: &[Step]) -> TestResult {
             Step::Peek(n) => {
                 let (after, peeked) = decide(n, Op::Peek)?;
                 assert!(same_state(&before, &after), "a peek changed the state");
-                assert_eq!(peeked, decide(n, Op::Check)?.1);
+                // A peek answers as the check would, but its `remaining` is what is there now,
+                // whatever the request's size: a check of one passes exactly when it is not 0.
+                let checked = decide(n, Op::Check)?.1;
+                let answer = |d: &Decision| {
+                    (
+                        d.allowed(),
+                        d.limit(),
+                        d.reset_after(),
+                        d.retry_after(),
+                        d.wait(),
+                    )
+                };
+                assert_eq!(answer(&peeked), answer(&checked));
+                assert_eq!(peeked.remaining(), decide(1, Op::Peek)?.1.remaining());
+                assert_eq!(peeked.remaining() > 0, decide(1, Op::Check)?.1.allowed());
+                assert!(peeked.remaining() >= checked.remaining());
             }
             Step::Check(n) | Step::Try(n, _) => {
                 let (op, max_wait) = match *step {

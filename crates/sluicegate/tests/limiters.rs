@@ -240,9 +240,12 @@ fn several_limits_are_charged_all_or_none() -> TestResult {
     let denied = decide_together(&request(&"bob", 2), Op::Check)?;
     assert!(!denied.allowed);
     assert!(denied.decisions[0].allowed() && !denied.decisions[1].allowed());
-    // Bob's own limit was not charged, and neither was the global one.
-    assert_eq!(per_user.peek(&"bob", ONE)?.remaining(), 4);
-    assert_eq!(global.peek(&"all", ONE)?.remaining(), 0);
+    // Bob's own limit was not charged, and neither was the global one: each reports what it
+    // has now.
+    assert_eq!(denied.decisions[0].remaining(), 5);
+    assert_eq!(denied.decisions[1].remaining(), 1);
+    assert_eq!(per_user.peek(&"bob", ONE)?.remaining(), 5);
+    assert_eq!(global.peek(&"all", ONE)?.remaining(), 1);
     assert!(decide_together(&request(&"bob", 1), Op::Check)?.allowed);
     // The same limit named twice is charged twice.
     let twice = [
@@ -257,8 +260,14 @@ fn several_limits_are_charged_all_or_none() -> TestResult {
             permits: n(3),
         },
     ];
-    assert!(!decide_together(&twice, Op::Check)?.allowed);
-    assert_eq!(per_user.peek(&"carol", ONE)?.remaining(), 4);
+    let denied = decide_together(&twice, Op::Check)?;
+    assert!(!denied.allowed);
+    // The second was denied after the first's charge, but neither was charged: both report
+    // carol's 5 permits.
+    assert!(denied.decisions[0].allowed() && !denied.decisions[1].allowed());
+    assert_eq!(denied.decisions[0].remaining(), 5);
+    assert_eq!(denied.decisions[1].remaining(), 5);
+    assert_eq!(per_user.peek(&"carol", ONE)?.remaining(), 5);
     Ok(())
 }
 
@@ -353,7 +362,7 @@ fn a_sweep_during_a_multi_limit_request_never_loses_a_charge() -> TestResult {
         match decide_together(&targets, Op::Check) {
             Ok(d) => {
                 assert!(d.allowed);
-                assert_eq!(limiter.peek(&0, ONE)?.remaining(), 998, "attempt {attempt}");
+                assert_eq!(limiter.peek(&0, ONE)?.remaining(), 999, "attempt {attempt}");
             }
             Err(CheckError::KeyCapacityReached { .. }) => {}
             Err(other) => return Err(other.into()),

@@ -46,6 +46,7 @@ A trace is CSV, one event a line: t,key,permits,op (a header line and # comments
   t        seconds since the start (decimal, to the microsecond), never decreasing
   permits  default 1
   op       check (default) | peek | acquire | try:SECONDS | set_rate:RATE | release
+           (a negative try:SECONDS waits for nothing, as Guava's tryAcquire)
 Each event gets one JSON line per limiter, flushed at once:
   {\"t\":0.2,\"key\":\"a\",\"permits\":1,\"op\":\"check\",\"allowed\":true,\"limit\":5,\"remaining\":4,
    \"reset_after\":0.8,\"retry_after\":null,\"wait\":0.0}

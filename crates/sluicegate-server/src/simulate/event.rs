@@ -70,8 +70,17 @@ impl EventOp {
     }
 }
 
-/// A `try` timeout: seconds (`0.5`) or a duration with a unit (`500ms`).
+/// A `try` timeout: seconds (`0.5`) or a duration with a unit (`500ms`). A negative one
+/// (`-1`, `-250ms`) is no wait at all, as Guava's `tryAcquire` takes it (`max(timeout, 0)`).
 fn parse_timeout(text: &str) -> Result<Micros, String> {
+    match text.strip_prefix('-') {
+        Some(magnitude) => parse_magnitude(magnitude.trim_start()).map(|_| 0),
+        None => parse_magnitude(text),
+    }
+}
+
+/// A `try` timeout without its sign.
+fn parse_magnitude(text: &str) -> Result<Micros, String> {
     if text.ends_with(|c: char| c.is_ascii_alphabetic()) {
         return sluicegate::parse_duration(text)
             .map(sluicegate::micros_ceil)
@@ -151,7 +160,27 @@ mod tests {
             EventOp::parse("set_rate:2.5"),
             Ok(EventOp::SetRate("2.5".into()))
         );
-        for bad in ["try", "set_rate:", "peek:1", "take", "try:soon"] {
+        // A negative timeout waits for nothing, as Guava's tryAcquire.
+        for negative in ["try:-1", "try:-0.5", "try:-250ms", "try:-0"] {
+            assert_eq!(
+                EventOp::parse(negative),
+                Ok(EventOp::Decide(
+                    Op::Reserve { max_wait: Some(0) },
+                    negative.into()
+                )),
+                "{negative}"
+            );
+        }
+        for bad in [
+            "try",
+            "set_rate:",
+            "peek:1",
+            "take",
+            "try:soon",
+            "try:-",
+            "try:--1",
+            "try:-x",
+        ] {
             assert!(EventOp::parse(bad).is_err(), "{bad}");
         }
     }

@@ -155,6 +155,18 @@ impl BucketShape {
         )
     }
 
+    /// An allowed [`Op::Peek`](crate::Op::Peek): nothing is taken, so `remaining` is what
+    /// the bucket holds at `debt`; `reset_after` is what the grant would report, at
+    /// `debt_after`.
+    #[inline]
+    pub(crate) fn peek(&self, debt: u64, debt_after: u64) -> Decision {
+        Decision::allow(
+            self.burst(),
+            self.remaining(debt),
+            self.micros_ceil(debt_after),
+        )
+    }
+
     #[inline]
     pub(crate) fn deny(&self, debt: u64, retry_us: u64) -> Decision {
         Decision::deny(

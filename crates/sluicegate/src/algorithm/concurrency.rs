@@ -76,9 +76,11 @@ impl Algorithm for Concurrency {
                 if after > self.limit {
                     return Ok(decision(false, *held));
                 }
-                if op == Op::Check {
-                    *held = after;
+                // A peek takes nothing: it reports what is free now.
+                if op == Op::Peek {
+                    return Ok(decision(true, *held));
                 }
+                *held = after;
                 Ok(decision(true, after))
             }
             Op::Release => {

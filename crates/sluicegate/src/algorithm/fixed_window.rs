@@ -122,13 +122,15 @@ impl Algorithm for FixedWindow {
         let (start, count) = self.current(state, now);
         let until_end = start.saturating_add(self.window).saturating_sub(now);
         match count.checked_add(n).filter(|after| *after <= self.limit) {
+            // A peek counts nothing: it reports what the window has left now.
+            Some(_) if op == Op::Peek => {
+                Ok(Decision::allow(self.limit, self.limit - count, until_end))
+            }
             Some(after) => {
-                if op.consumes() {
-                    *state = FixedWindowState {
-                        window_start: start,
-                        count: after,
-                    };
-                }
+                *state = FixedWindowState {
+                    window_start: start,
+                    count: after,
+                };
                 Ok(Decision::allow(self.limit, self.limit - after, until_end))
             }
             None => {
@@ -209,7 +211,8 @@ mod tests {
         let fw = FixedWindow::new(2, Duration::from_secs(1))?;
         let mut s = fw.initial_state(0);
         let peek = fw.decide(&mut s, 0, permits(2), Op::Peek)?;
-        assert_eq!((peek.allowed(), peek.remaining()), (true, 0));
+        // Nothing taken: both permits are still there.
+        assert_eq!((peek.allowed(), peek.remaining()), (true, 2));
         assert_eq!(s.count, 0);
         assert!(fw.is_fresh(&s, 0));
         fw.decide(&mut s, 0, permits(1), Op::Check)?;

@@ -110,9 +110,11 @@ impl Algorithm for Gcra {
         // No overflow below: `now_t` is at most the horizon, `u64::MAX - MAX_DEBT`, and an
         // admitted debt at most the tolerance or (reserved) `MAX_DEBT`.
         if debt_after <= s.tolerance {
-            if op.consumes() {
-                *tat = now_t + debt_after;
+            // A peek takes nothing: it reports what the bucket holds now.
+            if op == Op::Peek {
+                return Ok(s.peek(debt, debt_after));
             }
+            *tat = now_t + debt_after;
             return Ok(s.allow(debt_after));
         }
         let wait = s.micros_ceil(debt_after - s.tolerance);

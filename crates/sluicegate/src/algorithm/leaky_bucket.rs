@@ -134,12 +134,14 @@ impl Algorithm for LeakyBucket {
         // tolerance (< 2^61), so the sum cannot overflow.
         let after = level + n * s.pace.interval;
         if after <= s.tolerance {
-            if op.consumes() {
-                *state = LeakyBucketState {
-                    level: after,
-                    leaked_at: now_t,
-                };
+            // A peek pours nothing in: it reports the room at the level now.
+            if op == Op::Peek {
+                return Ok(s.peek(level, after));
             }
+            *state = LeakyBucketState {
+                level: after,
+                leaked_at: now_t,
+            };
             return Ok(s.allow(after));
         }
         if op == Op::Charge {
@@ -231,9 +233,10 @@ mod tests {
         let mut s = old.initial_state(0);
         old.decide(&mut s, 0, permits(2), Op::Check)?;
         old.carry_over(&new, &mut s, 0);
-        // Half full: 4 of 8 permits' worth, 500ms each.
+        // Half full: 4 of 8 permits' worth, 500ms each; a peek of all 4 reports all 4 there.
         assert_eq!(s.level, 2_000_000);
-        assert_eq!(new.decide(&mut s, 0, permits(4), Op::Peek)?.remaining(), 0);
+        assert_eq!(new.decide(&mut s, 0, permits(4), Op::Peek)?.remaining(), 4);
+        assert!(!new.decide(&mut s, 0, permits(5), Op::Peek)?.allowed());
         Ok(())
     }
 

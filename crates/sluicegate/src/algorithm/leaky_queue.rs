@@ -173,10 +173,12 @@ impl Algorithm for LeakyQueue {
         if overflow > 0 || too_long > 0 {
             return Ok(s.deny(queue, overflow.max(too_long)));
         }
-        if op.consumes() {
-            // No overflow: `now_t` is at most the horizon and `queue_after` within the bucket.
-            *tat = now_t + queue_after;
+        // A peek joins no queue: it reports the room left with the queue as it is.
+        if op == Op::Peek {
+            return Ok(s.peek(queue, queue_after).with_wait(wait));
         }
+        // No overflow: `now_t` is at most the horizon and `queue_after` within the bucket.
+        *tat = now_t + queue_after;
         Ok(s.allow(queue_after).with_wait(wait))
     }
 

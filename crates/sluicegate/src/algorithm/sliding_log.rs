@@ -144,19 +144,21 @@ impl Algorithm for SlidingLog {
             used,
         } = self.standing(state, now);
         if let Some(after) = used.checked_add(n).filter(|after| *after <= self.limit) {
-            if op.consumes() {
-                for _ in 0..first_live {
-                    if let Some((_, p)) = state.grants.pop_front() {
-                        state.total -= p;
-                    }
-                }
-                match state.grants.back_mut() {
-                    Some((t, p)) if *t == at => *p += n,
-                    _ => state.grants.push_back((at, n)),
-                }
-                state.total += n;
-            }
             let reset = self.expiry(at).saturating_sub(now);
+            // A peek logs nothing: it reports what the window has left now.
+            if op == Op::Peek {
+                return Ok(Decision::allow(self.limit, self.limit - used, reset));
+            }
+            for _ in 0..first_live {
+                if let Some((_, p)) = state.grants.pop_front() {
+                    state.total -= p;
+                }
+            }
+            match state.grants.back_mut() {
+                Some((t, p)) if *t == at => *p += n,
+                _ => state.grants.push_back((at, n)),
+            }
+            state.total += n;
             return Ok(Decision::allow(self.limit, self.limit - after, reset));
         }
         // Old grants leave one by one; the request fits once `need` permits have left.

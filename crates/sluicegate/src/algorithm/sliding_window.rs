@@ -331,10 +331,14 @@ impl Algorithm for SlidingWindow {
             let retry = retry_at.saturating_sub(now);
             return Ok(Decision::deny(self.limit, remaining, reset, Some(retry)));
         }
-        if op.consumes() {
-            Self::count(state, &st, n);
-        }
         let reset = self.slot_expiry(st.current).saturating_sub(now);
+        if op == Op::Peek {
+            // A peek counts nothing: what is left now is what the grant would leave plus the
+            // request's own permits (exactly, in both modes: the weighted estimate's slack
+            // grows by `n` whole windows' worth). At most the limit, so no overflow.
+            return Ok(Decision::allow(self.limit, remaining + n, reset));
+        }
+        Self::count(state, &st, n);
         Ok(Decision::allow(self.limit, remaining, reset))
     }
 

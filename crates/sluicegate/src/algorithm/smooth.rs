@@ -191,9 +191,16 @@ pub(crate) fn decide<C: SmoothCurve>(
     let mut next = *state;
     // `permits` is at most `i32::MAX`, so the conversion is exact, as Java's int to double.
     let wait = reserve(curve, &mut next, permits as f64, now) as u64;
-    let remaining = if next.next_free_ticket <= now {
+    // What single checks could pass now once this decision took effect: after the grant, or,
+    // for a peek, which reserves nothing, with the state as it is (brought up to `now`).
+    let mut after = next;
+    if !op.consumes() {
+        after = *state;
+        resync(curve, &mut after, now);
+    }
+    let remaining = if after.next_free_ticket <= now {
         curve
-            .checks_passing_now(next.stored_permits)
+            .checks_passing_now(after.stored_permits)
             .min(curve.limit())
     } else {
         0

@@ -285,8 +285,9 @@ mod tests {
         // time per stored permit) it is stored again, and the limiter is as cold as new.
         assert_eq!(denied.reset_after(), Duration::from_micros(1_875_000));
         assert!(limiter.is_fresh(&state, 1_875_000));
+        // A peek takes nothing: a request could pass right now.
         let later = limiter.decide(&mut state, 1_875_000, ONE, Op::Peek)?;
-        assert_eq!((later.allowed(), later.remaining()), (true, 0));
+        assert_eq!((later.allowed(), later.remaining()), (true, 1));
         Ok(())
     }
 

@@ -33,8 +33,9 @@ pub struct MultiDecision {
     /// Every limit allowed the request, and (unless it was a peek) every limit was charged.
     pub allowed: bool,
     /// Each limit's own decision, in the order of the targets. When the request as a whole is
-    /// denied, the limits that would have allowed it report what they have left uncharged
-    /// (with [`Op::Charge`], what they have left after their charge).
+    /// denied, nothing is charged and every limit's `remaining` is what it has now: the limits
+    /// that would have allowed it report a peek, as if asked alone (with [`Op::Charge`],
+    /// every limit reports what it has left after its charge).
     pub decisions: Vec<Decision>,
 }
 
@@ -63,9 +64,12 @@ pub struct MultiDecision {
 ///     LimitTarget { limiter: &global, key: &"all", permits: one },
 /// ];
 /// assert!(decide_together(&request(&"alice"), Op::Check)?.allowed);
-/// // The global limit is spent: bob is denied, and his own limit is not charged.
-/// assert!(!decide_together(&request(&"bob"), Op::Check)?.allowed);
-/// assert_eq!(per_user.peek(&"bob", one)?.remaining(), 9);
+/// // The global limit is spent: bob is denied, and his own limit is not charged: it
+/// // reports its 10 permits, all still there.
+/// let denied = decide_together(&request(&"bob"), Op::Check)?;
+/// assert!(!denied.allowed);
+/// assert_eq!(denied.decisions[0].remaining(), 10);
+/// assert_eq!(per_user.peek(&"bob", one)?.remaining(), 10);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub fn decide_together<K, A, C>(
@@ -180,20 +184,31 @@ where
     let allowed = decisions.iter().all(|(d, _)| d.allowed());
     // A charge is kept by every limit, allowed or not: only the others undo theirs.
     if !allowed && op != Op::Charge {
-        let mut peeked = Vec::with_capacity(targets.len());
-        for ((decision, mut original), target) in decisions.into_iter().zip(targets) {
-            peeked.push(if decision.allowed() {
+        // Nothing is charged, so every limit reports what it has now, from its stored state:
+        // the ones that allowed report a peek, and a limit named again, decided after its
+        // earlier charge on the scratch copy, keeps its answer with the stored availability.
+        let mut reported = Vec::with_capacity(targets.len());
+        for (i, target) in targets.iter().enumerate() {
+            let decision = decisions[i].0;
+            if first[i] == i && !decision.allowed() {
+                reported.push(decision);
+                continue;
+            }
+            let mut stored = decisions[first[i]].1.clone();
+            let peek =
                 target
                     .limiter
                     .algorithm()
-                    .decide(&mut original, now, target.permits, Op::Peek)?
+                    .decide(&mut stored, now, target.permits, Op::Peek)?;
+            reported.push(if decision.allowed() {
+                peek
             } else {
-                decision
+                decision.with_remaining(peek.remaining())
             });
         }
         return Ok(MultiDecision {
             allowed,
-            decisions: peeked,
+            decisions: reported,
         });
     }
 
