@@ -28,6 +28,19 @@ pub struct ServeArgs {
     /// Where to listen for HTTP (`/json`, `/healthcheck`, `/rlconfig`, `/metrics`).
     #[arg(long, env = "SLUICEGATE_HTTP_ADDR", default_value = "127.0.0.1:8080")]
     pub http_addr: SocketAddr,
+    /// Where to serve the live page and the manual switch (`/`, `/admin/stats`,
+    /// `/admin/mode`). Off loopback, --admin-token is required.
+    #[arg(long, env = "SLUICEGATE_ADMIN_ADDR", default_value = "127.0.0.1:8082")]
+    pub admin_addr: SocketAddr,
+    /// Don't serve the admin page and API at all.
+    #[arg(long, env = "SLUICEGATE_NO_ADMIN")]
+    pub no_admin: bool,
+    /// The bearer token every admin API call must carry (`Authorization: Bearer TOKEN`).
+    #[arg(long, env = "SLUICEGATE_ADMIN_TOKEN", hide_env_values = true)]
+    pub admin_token: Option<String>,
+    /// Keep the manual switch's modes in this JSON file, so a restart keeps them.
+    #[arg(long, env = "SLUICEGATE_MODES_FILE")]
+    pub modes_file: Option<PathBuf>,
     /// Merge rule files that name the same domain (envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG).
     #[arg(long, env = "SLUICEGATE_MERGE_DOMAINS")]
     pub merge_domains: bool,
@@ -136,8 +149,11 @@ impl ServeArgs {
                     max_entries: self.max_entries,
                     max_descriptor_bytes: self.max_descriptor_bytes,
                 },
+                modes_file: self.modes_file.clone(),
             },
             reload_interval: Duration::from_millis(self.reload_interval_ms),
+            admin_addr: (!self.no_admin).then_some(self.admin_addr),
+            admin_token: self.admin_token.clone(),
         }
     }
 

@@ -2,7 +2,7 @@
 //! connection to Redis: made at start if Redis answers, retried in the background if not.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
 use arc_swap::ArcSwapOption;
@@ -143,6 +143,8 @@ pub(crate) struct RedisBackend {
 struct Breaker {
     failures_in_a_row: AtomicU32,
     down: AtomicBool,
+    /// Every failure since start, for the live page.
+    failures: AtomicU64,
 }
 
 impl std::fmt::Debug for RedisBackend {
@@ -254,9 +256,20 @@ impl RedisBackend {
         }
     }
 
+    /// Whether Redis answers (connected and not marked down), for the live page.
+    pub(crate) fn is_up(&self) -> bool {
+        !self.breaker.down.load(Ordering::Relaxed) && self.store.load().is_some()
+    }
+
+    /// Failures since start.
+    pub(crate) fn failures(&self) -> u64 {
+        self.breaker.failures.load(Ordering::Relaxed)
+    }
+
     /// Counts a failure and warns about it, at most once per `WARN_EVERY` so that a Redis
     /// outage under load does not flood the log.
     pub(crate) fn note_failure(&self, metrics: &Metrics, failure: &BackendFailure) {
+        self.breaker.failures.fetch_add(1, Ordering::Relaxed);
         if failure.is_outage() {
             self.note_outage();
         }

@@ -3,7 +3,9 @@
 //! in Redis, and describe the outcome.
 
 use std::borrow::Cow;
+use std::net::SocketAddr;
 use std::num::NonZeroU64;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -22,7 +24,8 @@ use crate::serve::headers::{HeaderOptions, PolicyHeader, headers_for};
 use crate::serve::key_cap::{DEFAULT_MAX_KEYS, KeyCap};
 use crate::serve::limiter_table::{Enforcer, LimiterTable, build_limiter_table};
 use crate::serve::memory_decide::decide_in_memory;
-use crate::serve::metrics::Metrics;
+use crate::serve::metrics::{Metrics, ModeLabels};
+use crate::serve::modes::{EVERY_RULE, Mode, ModeError, ModeTable, Modes};
 use crate::serve::overrides::Overrides;
 use crate::serve::protocol::{
     CallError, CallLimits, Code, CurrentLimit, DescriptorCall, DescriptorVerdict, LimitOverride,
@@ -52,6 +55,8 @@ pub struct EngineOptions {
     pub at_key_cap: FailurePolicy,
     /// The largest call decided.
     pub call_limits: CallLimits,
+    /// Where the manual switch's modes are kept across restarts (none: in memory only).
+    pub modes_file: Option<PathBuf>,
 }
 
 impl Default for EngineOptions {
@@ -65,6 +70,7 @@ impl Default for EngineOptions {
             max_keys: DEFAULT_MAX_KEYS,
             at_key_cap: FailurePolicy::Local,
             call_limits: CallLimits::default(),
+            modes_file: None,
         }
     }
 }
@@ -94,6 +100,7 @@ pub struct Engine {
     /// The counters of each domain and stats key, found in `metrics` once.
     counters: CounterCache,
     keys: KeyCap,
+    modes: Modes,
 }
 
 /// What metrics record of a descriptor: the counters of its domain and its rule's stats key
@@ -122,6 +129,8 @@ impl Engine {
         metrics: Arc<Metrics>,
     ) -> Result<Engine, EngineError> {
         let keys = KeyCap::new(options.max_keys, options.at_key_cap, &metrics);
+        let modes = Modes::load(options.modes_file.clone())?;
+        mode_gauges(&metrics, &ModeTable::default(), &modes.table());
         let limiters =
             build_limiter_table(&rules, None, options.count_denied, &options.clock, &keys)?;
         let redis = match &options.backend {
@@ -147,6 +156,7 @@ impl Engine {
             metrics,
             counters,
             keys,
+            modes,
         })
     }
 
@@ -217,6 +227,94 @@ impl Engine {
         let live = i64::try_from(self.keys.budget().live()).unwrap_or(i64::MAX);
         self.metrics.keys.set(live);
         self.metrics.render()
+    }
+
+    /// The manual switch's modes.
+    pub fn modes(&self) -> &Modes {
+        &self.modes
+    }
+
+    /// Sets `rule`'s mode (`*`: the whole service) from the next call on, for `caller`;
+    /// returns the previous mode. Logged and counted.
+    pub fn set_mode(&self, rule: &str, mode: Mode, caller: SocketAddr) -> Result<Mode, ModeError> {
+        let loaded = self.loaded.load();
+        let known = |id: &str| {
+            loaded
+                .rules
+                .domains()
+                .any(|domain| loaded.rules.rules(domain).iter().any(|r| r.id == id))
+        };
+        let before = self.modes.table().as_ref().clone();
+        let previous = self.modes.set(rule, mode, known)?;
+        mode_gauges(&self.metrics, &before, &self.modes.table());
+        self.metrics.mode_changes.inc();
+        tracing::warn!(
+            rule,
+            mode = mode.name(),
+            previous = previous.name(),
+            %caller,
+            "mode changed by the manual switch"
+        );
+        Ok(previous)
+    }
+
+    /// What the live page shows, as `GET /admin/stats` answers it (documented in the README).
+    pub fn live_stats(&self) -> serde_json::Value {
+        let now = self.options.clock.now();
+        let loaded = self.loaded.load();
+        let modes = self.modes.table();
+        let mut rules = Vec::new();
+        for domain in loaded.rules.domains() {
+            for rule in loaded.rules.rules(domain) {
+                rules.push(serde_json::json!({
+                    "id": rule.id,
+                    "domain": domain,
+                    "file": rule.source.file.display().to_string(),
+                    "line": rule.source.position.line,
+                    "column": rule.source.position.column,
+                    "mode": modes.of(&rule.id),
+                    "shadow_mode": rule.shadow_mode,
+                    "allowed": Vec::<u64>::new(),
+                    "denied": Vec::<u64>::new(),
+                    "shadow_denied": Vec::<u64>::new(),
+                    "near_limit": Vec::<u64>::new(),
+                    "top_limited": Vec::<serde_json::Value>::new(),
+                }));
+            }
+        }
+        let backend = match &self.redis {
+            None => serde_json::json!({
+                "store": "memory",
+                "errors": 0,
+                "reloads": self.reloads(),
+            }),
+            Some(redis) => serde_json::json!({
+                "store": "redis",
+                "redis_up": redis.is_up(),
+                "failure_policy": format!("{:?}", redis.options().failure_policy).to_lowercase(),
+                "errors": redis.failures(),
+                "reloads": self.reloads(),
+            }),
+        };
+        serde_json::json!({
+            "now": now as f64 / 1e6,
+            "window_seconds": 300,
+            "modes": modes.as_ref(),
+            "backend": backend,
+            "latency_micros": {"p50": 0, "p90": 0, "p99": 0, "p999": 0},
+            "keys": {"live": self.keys.budget().live(), "max": self.keys.budget().max_keys()},
+            "rules": rules,
+        })
+    }
+
+    fn reloads(&self) -> serde_json::Value {
+        let count = |kind| {
+            self.metrics
+                .config_loads
+                .get_or_create(&crate::serve::metrics::KindLabel { kind })
+                .get()
+        };
+        serde_json::json!({"success": count("success"), "failure": count("failure")})
     }
 
     /// Checks a call's size against the configured caps (the transports call this before
@@ -374,6 +472,7 @@ impl Engine {
             UNKNOWN_DOMAIN
         };
         let counters = |rule: &str| self.counters.get(domain_label, rule);
+        let modes = self.modes.table();
         let matches = find_all(&loaded.rules, call);
         let mut checks = SmallVec::new();
         let mut stats = SmallVec::with_capacity(call.descriptors.len());
@@ -388,34 +487,42 @@ impl Engine {
                 Some(hits) => (hits, false),
                 None => (NonZeroU64::MIN, true),
             };
-            let role_of = |rule_role: Role| {
-                if check_only {
-                    Role::CheckOnly
-                } else {
-                    rule_role
-                }
+            // The manual switch first, then the rule's own flags, then the hits.
+            let role_of = |mode: Mode, rule_role: Role| match mode {
+                Mode::Open => Role::CheckOnly,
+                Mode::Closed => Role::Enforce,
+                Mode::Shadow if !check_only => Role::Shadow,
+                Mode::Enforce if !check_only => rule_role,
+                Mode::Shadow | Mode::Enforce => Role::CheckOnly,
             };
             // An override counts only in a domain the rules name, as upstream.
             if let Some(limit_override) = descriptor.limit_override.filter(|_| known_domain) {
+                let mode = modes.every_rule;
                 let Some(enforcer) = self.override_enforcer(limit_override) else {
                     stats.push(no_limit(counters("limit_override")));
                     continue;
+                };
+                let (enforcer, redis) = match mode {
+                    Mode::Closed => (Enforcer::Never, None),
+                    _ => (
+                        enforcer,
+                        self.redis
+                            .as_ref()
+                            .and_then(|_| self.overrides.redis(limit_override)),
+                    ),
                 };
                 checks.push(Check {
                     descriptor: index,
                     report: override_report(limit_override),
                     enforcer,
-                    redis: self
-                        .redis
-                        .as_ref()
-                        .and_then(|_| self.overrides.redis(limit_override)),
+                    redis,
                     key: override_key(&call.domain, &descriptor.entries),
                     permits,
-                    role: role_of(Role::Enforce),
+                    role: role_of(mode, Role::Enforce),
                 });
                 stats.push(DescriptorStats {
                     counters: counters("limit_override"),
-                    role: role_of(Role::Enforce),
+                    role: role_of(mode, Role::Enforce),
                     unlimited: false,
                 });
                 continue;
@@ -424,13 +531,17 @@ impl Engine {
                 stats.push(no_limit(counters("")));
                 continue;
             };
-            let role = role_of(if found.rule.shadow_mode {
-                Role::Shadow
-            } else if found.rule.quota_mode {
-                Role::Quota
-            } else {
-                Role::Enforce
-            });
+            let mode = modes.of(&found.rule.id);
+            let role = role_of(
+                mode,
+                if found.rule.shadow_mode {
+                    Role::Shadow
+                } else if found.rule.quota_mode {
+                    Role::Quota
+                } else {
+                    Role::Enforce
+                },
+            );
             let rule_counters = loaded.counters.get(found.rule.index()).cloned().flatten();
             let descriptor_counters = match (&found.stats_key, rule_counters) {
                 // Borrowed: the rule's id, whose counters were found when the rules loaded.
@@ -476,10 +587,15 @@ impl Engine {
                     .and_then(|table| table.get(found.rule, position))
                     .cloned()
                     .flatten();
+                let (enforcer, redis) = match mode {
+                    // Closed: nothing passes, and nothing is asked of any store.
+                    Mode::Closed => (Enforcer::Never, None),
+                    _ => (memory.enforcer.clone(), redis),
+                };
                 checks.push(Check {
                     descriptor: index,
                     report: memory.report.clone(),
-                    enforcer: memory.enforcer.clone(),
+                    enforcer,
                     redis,
                     key,
                     permits,
@@ -654,4 +770,30 @@ fn rule_counters(cache: &CounterCache, rules: &RuleSet) -> Vec<Option<Arc<RuleCo
 fn count_rules(rules: &RuleSet) -> i64 {
     let count: usize = rules.domains().map(|d| rules.rules(d).len()).sum();
     i64::try_from(count).unwrap_or(i64::MAX)
+}
+
+/// Brings the mode gauges from `before` to `after`: 1 for each rule (and `*`) in a mode other
+/// than `enforce`, removed when it goes back.
+fn mode_gauges(metrics: &Metrics, before: &ModeTable, after: &ModeTable) {
+    let entries = |table: &ModeTable| -> Vec<(String, Mode)> {
+        std::iter::once((EVERY_RULE.to_owned(), table.every_rule))
+            .chain(table.rules.iter().map(|(rule, mode)| (rule.clone(), *mode)))
+            .filter(|(_, mode)| *mode != Mode::Enforce)
+            .collect()
+    };
+    for (rule, mode) in entries(before) {
+        metrics.modes.remove(&ModeLabels {
+            rule,
+            mode: mode.name(),
+        });
+    }
+    for (rule, mode) in entries(after) {
+        metrics
+            .modes
+            .get_or_create(&ModeLabels {
+                rule,
+                mode: mode.name(),
+            })
+            .set(1);
+    }
 }

@@ -12,6 +12,9 @@ pub enum EngineError {
     /// A limit's parameters cannot be enforced.
     #[error(transparent)]
     Config(#[from] ConfigError),
+    /// The modes file cannot be read.
+    #[error(transparent)]
+    Modes(#[from] crate::serve::modes::ModeError),
     /// `--count-denied` with a rule whose algorithm cannot count denied requests.
     #[error(
         "{}:{position}: {rule}: algorithm {algorithm} cannot count denied requests, which \

@@ -14,6 +14,7 @@ use axum::routing::{get, post};
 use crate::serve::engine::Engine;
 use crate::serve::json::{call_from_json, verdict_to_json};
 use crate::serve::metrics::KindLabel;
+use crate::serve::modes::Mode;
 use crate::serve::protocol::Code;
 
 /// The largest request body accepted; a rate limit request is a few hundred bytes.
@@ -60,10 +61,17 @@ async fn json(State(engine): State<Arc<Engine>>, body: Bytes) -> Response {
 
 async fn rlconfig(State(engine): State<Arc<Engine>>) -> String {
     let loaded = engine.rules();
+    let modes = engine.modes().table();
     let mut text = String::new();
     for domain in loaded.rules.domains() {
         for rule in loaded.rules.rules(domain) {
             text.push_str(&rule.to_string());
+            // The manual switch, where it overrides the file.
+            let mode = modes.of(&rule.id);
+            if mode != Mode::Enforce {
+                text.push_str(", mode: ");
+                text.push_str(mode.name());
+            }
             text.push('\n');
         }
     }

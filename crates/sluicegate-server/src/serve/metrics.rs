@@ -30,6 +30,15 @@ pub struct RuleLabels {
     pub rule: Arc<String>,
 }
 
+/// A rule's mode, set by the manual switch.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ModeLabels {
+    /// The rule's id, or `*` for the whole service.
+    pub rule: String,
+    /// `shadow`, `open` or `closed`.
+    pub mode: &'static str,
+}
+
 /// A label naming a kind of event (`transport`, `result`, `kind`).
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct KindLabel {
@@ -59,6 +68,10 @@ pub struct Metrics {
     pub keys: Gauge,
     /// Requests that needed a new counter key at the `--max-keys` cap.
     pub key_cap_refusals: Counter,
+    /// 1 for each rule (or `*`) the manual switch holds in a mode other than `enforce`.
+    pub modes: Family<ModeLabels, Gauge>,
+    /// Changes made with the manual switch.
+    pub mode_changes: Counter,
     /// Calls refused as too large (`--max-descriptors`, `--max-entries`,
     /// `--max-descriptor-bytes`).
     pub oversized_calls: Counter,
@@ -95,6 +108,18 @@ impl Metrics {
         let key_cap_refusals = Counter::default();
         let oversized_calls = Counter::default();
         registry.register("keys", "Live counter keys in memory", keys.clone());
+        let modes = Family::<ModeLabels, Gauge>::default();
+        let mode_changes = Counter::default();
+        registry.register(
+            "mode",
+            "Rules held by the manual switch in a mode other than enforce",
+            modes.clone(),
+        );
+        registry.register(
+            "mode_changes",
+            "Changes made with the manual switch",
+            mode_changes.clone(),
+        );
         registry.register(
             "key_cap_refusals",
             "Requests that needed a new counter key at the --max-keys cap",
@@ -120,6 +145,8 @@ impl Metrics {
             rules_loaded,
             request_seconds,
             keys,
+            modes,
+            mode_changes,
             key_cap_refusals,
             oversized_calls,
         }

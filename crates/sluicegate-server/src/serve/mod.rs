@@ -1,5 +1,6 @@
 //! `sluicegate serve`: the rate limit service.
 
+mod admin;
 mod args;
 mod backend;
 mod check;
@@ -16,6 +17,7 @@ mod limiter_table;
 mod log_limit;
 mod memory_decide;
 mod metrics;
+mod modes;
 mod overrides;
 mod per_limit;
 mod protocol;
@@ -24,6 +26,7 @@ mod redis_table;
 mod reload;
 mod server;
 
+pub use admin::{admin_address_allowed, admin_router};
 pub use args::{PolicyArg, ServeArgs};
 pub use backend::{BackendOptions, RedisOptions, RedisTarget};
 pub use clock::ServiceClock;
@@ -35,6 +38,7 @@ pub use http::{MAX_BODY_BYTES, router};
 pub use json::{call_from_json, proto_json_duration, verdict_to_json};
 pub use key_cap::DEFAULT_MAX_KEYS;
 pub use metrics::Metrics;
+pub use modes::{EVERY_RULE, Mode, ModeError, ModeTable, Modes};
 pub use protocol::{
     CallError, CallLimits, Code, CurrentLimit, DescriptorCall, DescriptorVerdict, EnvoyUnit,
     LimitOverride, RateLimitCall, Statuses, Verdict,

@@ -13,6 +13,7 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tonic::transport::server::TcpIncoming;
 
+use crate::serve::admin::{admin_address_allowed, admin_router};
 use crate::serve::engine::{Engine, EngineOptions};
 use crate::serve::grpc::GrpcService;
 use crate::serve::http::router;
@@ -34,6 +35,10 @@ pub struct ServerConfig {
     pub engine: EngineOptions,
     /// How often the rules are checked for changes.
     pub reload_interval: Duration,
+    /// Where the live page and the manual switch listen (none: not served).
+    pub admin_addr: Option<SocketAddr>,
+    /// The token every admin API call must carry; required off loopback.
+    pub admin_token: Option<String>,
 }
 
 /// A service that is up: its bound addresses, and the handle to stop it.
@@ -43,6 +48,8 @@ pub struct RunningServer {
     pub grpc_addr: SocketAddr,
     /// Where HTTP listens.
     pub http_addr: SocketAddr,
+    /// Where the admin page and API listen, if served.
+    pub admin_addr: Option<SocketAddr>,
     /// The engine, for inspection.
     pub engine: Arc<Engine>,
     stop: watch::Sender<bool>,
@@ -89,8 +96,15 @@ pub fn grpc_incoming(listener: TcpListener) -> TcpIncoming {
     TcpIncoming::from(listener).with_nodelay(Some(true))
 }
 
-/// Loads the rules, binds both listeners and starts serving.
+/// Loads the rules, binds the listeners and starts serving.
 pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
+    if let Some(address) = config.admin_addr {
+        anyhow::ensure!(
+            admin_address_allowed(address, config.admin_token.as_deref()),
+            "--admin-addr {address} is not a loopback address: set --admin-token (or \
+             SLUICEGATE_ADMIN_TOKEN) so that only holders of the token can switch limits"
+        );
+    }
     let metrics = Arc::new(Metrics::new());
     let rules = load_rules(&metrics, &config.rules, &config.load_options)
         .with_context(|| format!("cannot load rules from {}", config.rules.display()))?;
@@ -107,6 +121,18 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
         .with_context(|| format!("cannot listen for HTTP on {}", config.http_addr))?;
     let grpc_addr = grpc_listener.local_addr()?;
     let http_addr = http_listener.local_addr()?;
+    let admin_listener = match config.admin_addr {
+        Some(address) => Some(
+            TcpListener::bind(address)
+                .await
+                .with_context(|| format!("cannot listen for the admin page on {address}"))?,
+        ),
+        None => None,
+    };
+    let admin_addr = admin_listener
+        .as_ref()
+        .map(TcpListener::local_addr)
+        .transpose()?;
 
     let (stop, stopped) = watch::channel(false);
     let mut tasks = JoinSet::new();
@@ -133,6 +159,20 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
             .await
             .context("HTTP server failed")
     });
+
+    if let Some(listener) = admin_listener {
+        let admin = admin_router(Arc::clone(&engine), config.admin_token.clone());
+        let mut admin_stopped = stopped.clone();
+        tasks.spawn(async move {
+            let service = admin.into_make_service_with_connect_info::<SocketAddr>();
+            axum::serve(listener, service)
+                .with_graceful_shutdown(async move {
+                    let _ = admin_stopped.wait_for(|s| *s).await;
+                })
+                .await
+                .context("admin server failed")
+        });
+    }
 
     let reload_engine = Arc::clone(&engine);
     let mut reload_stopped = stopped;
@@ -161,10 +201,11 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
         });
     }
 
-    tracing::info!(%grpc_addr, %http_addr, "sluicegate serving");
+    tracing::info!(%grpc_addr, %http_addr, ?admin_addr, "sluicegate serving");
     Ok(RunningServer {
         grpc_addr,
         http_addr,
+        admin_addr,
         engine,
         stop,
         tasks,

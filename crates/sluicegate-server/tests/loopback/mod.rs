@@ -65,6 +65,8 @@ impl Service {
             http_addr: "127.0.0.1:0".parse()?,
             engine,
             reload_interval: Duration::from_millis(20),
+            admin_addr: Some("127.0.0.1:0".parse()?),
+            admin_token: None,
         })
         .await?;
         let grpc = RateLimitServiceClient::connect(format!("http://{}", server.grpc_addr)).await?;
@@ -122,6 +124,24 @@ impl Service {
         let status = response.status().as_u16();
         let headers = response.headers().clone();
         Ok((status, headers, response.text().await?))
+    }
+
+    /// The URL of `path` on the admin listener.
+    pub fn admin_url(&self, path: &str) -> Result<String, BoxError> {
+        let address = self.server.admin_addr.ok_or("no admin listener")?;
+        Ok(format!("http://{address}{path}"))
+    }
+
+    /// `PUT /admin/mode` setting `rule` to `mode`: the status and the body.
+    pub async fn set_mode(&self, rule: &str, mode: &str) -> Result<(u16, String), BoxError> {
+        let body = serde_json::json!({"rule": rule, "mode": mode}).to_string();
+        let response = self
+            .http
+            .put(self.admin_url("/admin/mode")?)
+            .body(body)
+            .send()
+            .await?;
+        Ok((response.status().as_u16(), response.text().await?))
     }
 
     /// The body of `GET path`.
