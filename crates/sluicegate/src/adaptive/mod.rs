@@ -27,11 +27,83 @@
 //! // log10(26) = 1.
 //! assert_eq!(vegas.on_sample(40_000, Sample::ok(20_000, 20_000, 20)), 25);
 //! ```
+//!
+//! An [`AdaptiveLimiter`] grants [`Permit`]s up to its controller's limit, and each permit
+//! reports its latency and outcome when completed (abandoned permits count as dropped):
+//!
+//! ```
+//! use sluicegate::ManualClock;
+//! use sluicegate::adaptive::{AdaptiveLimiter, Aimd};
+//! use std::time::Duration;
+//!
+//! let clock = ManualClock::new(0);
+//! let aimd = Aimd::builder().min_limit(1).initial_limit(2).build()?;
+//! let limiter = AdaptiveLimiter::with_clock(aimd, clock.clone());
+//!
+//! let first = limiter.try_acquire().expect("1 of 2");
+//! let second = limiter.try_acquire().expect("2 of 2");
+//! assert!(limiter.try_acquire().is_none()); // the limit is reached
+//!
+//! clock.advance(Duration::from_millis(20));
+//! first.success(); // 20 ms with 1 of 2 in flight: AIMD adds one
+//! assert_eq!(limiter.limit(), 3);
+//! drop(second); // abandoned: a drop, so AIMD backs off (3 * 0.9 = 2.7)
+//! assert_eq!(limiter.limit(), 2);
+//!
+//! let metrics = limiter.metrics();
+//! assert_eq!((metrics.in_flight, metrics.rejected), (0, 1));
+//! # Ok::<(), sluicegate::ConfigError>(())
+//! ```
+//!
+//! With the `tokio` feature, `acquire` waits in a bounded FIFO queue, and partitions share the
+//! limit:
+//!
+//! ```
+//! # #[cfg(feature = "tokio")]
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use sluicegate::adaptive::{AcquireError, AdaptiveLimiter, Aimd};
+//! use std::time::Duration;
+//!
+//! let aimd = Aimd::builder().min_limit(2).initial_limit(2).max_limit(2).build()?;
+//! let limiter = AdaptiveLimiter::builder(aimd)
+//!     .partition("live", 0.5)
+//!     .partition("batch", 0.5)
+//!     .queue_capacity(10)
+//!     .build()?;
+//! let live = limiter.partition("live").ok_or("no live partition")?;
+//! let batch = limiter.partition("batch").ok_or("no batch partition")?;
+//!
+//! let runtime = tokio::runtime::Builder::new_current_thread().enable_time().build()?;
+//! runtime.block_on(async {
+//!     // Batch borrows the whole limit while live is idle.
+//!     let first = limiter.try_acquire_in(batch).ok_or("a place is free")?;
+//!     let _second = limiter.try_acquire_in(batch).ok_or("a place is free")?;
+//!     // Full: a live request waits, and gets the place the first batch request frees.
+//!     let live_waits = limiter.acquire_in(live, Duration::from_secs(1));
+//!     let batch_finishes = async {
+//!         tokio::time::sleep(Duration::from_millis(10)).await;
+//!         first.success();
+//!     };
+//!     let (live_permit, ()) = tokio::join!(live_waits, batch_finishes);
+//!     let _live = live_permit?;
+//!     // Full again: this one waits its 20 ms in vain.
+//!     let late = limiter.acquire_in(batch, Duration::from_millis(20)).await;
+//!     assert!(matches!(late, Err(AcquireError::Timeout { .. })));
+//!     Ok::<(), Box<dyn std::error::Error>>(())
+//! })?;
+//! # Ok(())
+//! # }
+//! # #[cfg(not(feature = "tokio"))]
+//! # fn main() {}
+//! ```
 
 mod aimd;
 mod envoy;
 mod gradient2;
+mod limiter;
+mod partition;
 mod percentile;
+mod permit;
 mod reservoir;
 mod sample;
 mod vegas;
@@ -40,7 +112,12 @@ mod windowed;
 pub use aimd::{Aimd, AimdBuilder};
 pub use envoy::{EnvoyGradient, EnvoyGradientBuilder};
 pub use gradient2::{Gradient2, Gradient2Builder, QueueHeadroom};
+#[cfg(feature = "tokio")]
+pub use limiter::AcquireError;
+pub use limiter::{AdaptiveLimiter, AdaptiveLimiterBuilder, AdaptiveMetrics};
+pub use partition::{PartitionId, PartitionMetrics};
 pub use percentile::{Percentile, PercentileBuilder};
+pub use permit::Permit;
 pub use sample::{Controller, LimitBounds, Outcome, Sample};
 pub use vegas::{Vegas, VegasBuilder};
 pub use windowed::{WindowAggregate, Windowed, WindowedBuilder};
