@@ -13,6 +13,7 @@ mod http;
 mod json;
 mod key_cap;
 mod limiter_table;
+mod live;
 mod log_limit;
 mod memory_decide;
 mod metrics;
