@@ -6,6 +6,7 @@ mod direct;
 mod keyed;
 mod multi;
 mod permit;
+mod set;
 mod waiting;
 
 pub use budget::KeyBudget;
@@ -13,3 +14,4 @@ pub use direct::DirectLimiter;
 pub use keyed::KeyedLimiter;
 pub use multi::{LimitTarget, MultiDecision, decide_together};
 pub use permit::{ConcurrencyPermit, KeyedConcurrencyPermit, OwnedConcurrencyPermit};
+pub use set::LimitSet;
