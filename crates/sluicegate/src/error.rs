@@ -52,6 +52,27 @@ pub enum ConfigError {
         /// What is wrong with it.
         reason: String,
     },
+    /// Two parameters that must be in order are not: a minimum above its maximum, or an
+    /// initial value outside the range they set.
+    #[error("{low_name} ({low}) must not exceed {high_name} ({high})")]
+    OutOfOrder {
+        /// The parameter that must be the smaller, as named by its builder method.
+        low_name: &'static str,
+        /// Its value.
+        low: u64,
+        /// The parameter that must be the larger.
+        high_name: &'static str,
+        /// Its value.
+        high: u64,
+    },
+    /// A name given twice where names must be unique (an adaptive limiter's partitions).
+    #[error("{what} `{name}` is given twice")]
+    Duplicate {
+        /// What is named (`partition`).
+        what: &'static str,
+        /// The name.
+        name: String,
+    },
 }
 
 impl ConfigError {

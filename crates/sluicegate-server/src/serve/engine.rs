@@ -23,6 +23,8 @@ use crate::serve::engine_error::EngineError;
 use crate::serve::headers::{HeaderOptions, PolicyHeader, headers_for};
 use crate::serve::key_cap::{DEFAULT_MAX_KEYS, KeyCap};
 use crate::serve::limiter_table::{Enforcer, LimiterTable, build_limiter_table};
+use crate::serve::live::RuleStats;
+use crate::serve::live_rules::{LiveStats, RuleLive};
 use crate::serve::memory_decide::decide_in_memory;
 use crate::serve::metrics::{Metrics, ModeLabels};
 use crate::serve::modes::{EVERY_RULE, Mode, ModeError, ModeTable, Modes};
@@ -87,6 +89,8 @@ pub struct LoadedRules {
     /// Each rule's counters under its id, by rule index: a match whose stats key is its
     /// rule's id (most) counts through these without looking its stats key up.
     counters: Vec<Option<Arc<RuleCounters>>>,
+    /// Each rule's live page statistics, by rule index.
+    live: Vec<Option<Arc<RuleLive>>>,
 }
 
 /// Answers rate limit calls from the rules in force, keeping state in memory or in Redis.
@@ -101,6 +105,7 @@ pub struct Engine {
     counters: CounterCache,
     keys: KeyCap,
     modes: Modes,
+    live: LiveStats,
 }
 
 /// What metrics record of a descriptor: the counters of its domain and its rule's stats key
@@ -109,6 +114,8 @@ struct DescriptorStats {
     counters: Arc<RuleCounters>,
     role: Role,
     unlimited: bool,
+    /// The matched rule's index, for its live statistics.
+    rule: Option<usize>,
 }
 
 /// What a call is checked against; inline for the usual call of one or two descriptors of one
@@ -117,6 +124,9 @@ struct Plan {
     checks: SmallVec<[Check; 2]>,
     stats: SmallVec<[DescriptorStats; 2]>,
 }
+
+/// The most limited keys the live page lists per rule.
+const TOP_KEYS: usize = 20;
 
 /// The domain label of calls in a domain no rule names: one series for all of them.
 const UNKNOWN_DOMAIN: &str = "unknown";
@@ -143,9 +153,11 @@ impl Engine {
         };
         metrics.rules_loaded.set(count_rules(&rules));
         let counters = CounterCache::default();
+        let live = LiveStats::default();
         Ok(Engine {
             loaded: ArcSwap::from_pointee(LoadedRules {
                 counters: rule_counters(&counters, &rules),
+                live: live.for_rules(&rules),
                 rules,
                 limiters,
                 redis: redis_limits,
@@ -157,6 +169,7 @@ impl Engine {
             counters,
             keys,
             modes,
+            live,
         })
     }
 
@@ -205,6 +218,7 @@ impl Engine {
         self.metrics.rules_loaded.set(count_rules(&rules));
         self.loaded.store(Arc::new(LoadedRules {
             counters: rule_counters(&self.counters, &rules),
+            live: self.live.for_rules(&rules),
             rules,
             limiters,
             redis,
@@ -263,9 +277,22 @@ impl Engine {
         let now = self.options.clock.now();
         let loaded = self.loaded.load();
         let modes = self.modes.table();
+        let idle = RuleStats::default();
         let mut rules = Vec::new();
         for domain in loaded.rules.domains() {
             for rule in loaded.rules.rules(domain) {
+                let live = loaded.live.get(rule.index()).and_then(Option::as_deref);
+                let series = live
+                    .and_then(RuleLive::recorded_stats)
+                    .unwrap_or(&idle)
+                    .series(now);
+                let top: Vec<serde_json::Value> = live
+                    .and_then(RuleLive::recorded_top)
+                    .map(|top| top.top(now, TOP_KEYS))
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|(key, count)| serde_json::json!({"key": key, "count": count}))
+                    .collect();
                 rules.push(serde_json::json!({
                     "id": rule.id,
                     "domain": domain,
@@ -274,14 +301,17 @@ impl Engine {
                     "column": rule.source.position.column,
                     "mode": modes.of(&rule.id),
                     "shadow_mode": rule.shadow_mode,
-                    "allowed": Vec::<u64>::new(),
-                    "denied": Vec::<u64>::new(),
-                    "shadow_denied": Vec::<u64>::new(),
-                    "near_limit": Vec::<u64>::new(),
-                    "top_limited": Vec::<serde_json::Value>::new(),
+                    "end_second": series.end_second,
+                    "allowed": series.allowed,
+                    "denied": series.denied,
+                    "shadow_denied": series.shadow_denied,
+                    "near_limit": series.near_limit,
+                    "top_limited": top,
                 }));
             }
         }
+        let latency = self.live.latency.percentiles(now, &[0.5, 0.9, 0.99, 0.999]);
+        let at = |i: usize| latency.get(i).copied().unwrap_or(0);
         let backend = match &self.redis {
             None => serde_json::json!({
                 "store": "memory",
@@ -301,7 +331,7 @@ impl Engine {
             "window_seconds": 300,
             "modes": modes.as_ref(),
             "backend": backend,
-            "latency_micros": {"p50": 0, "p90": 0, "p99": 0, "p999": 0},
+            "latency_micros": {"p50": at(0), "p90": at(1), "p99": at(2), "p999": at(3)},
             "keys": {"live": self.keys.budget().live(), "max": self.keys.budget().max_keys()},
             "rules": rules,
         })
@@ -315,6 +345,12 @@ impl Engine {
                 .get()
         };
         serde_json::json!({"success": count("success"), "failure": count("failure")})
+    }
+
+    /// Records how long a call took to answer, for the live page.
+    pub fn record_latency(&self, elapsed: Duration) {
+        let micros = u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX);
+        self.live.latency.record(self.options.clock.now(), micros);
     }
 
     /// Checks a call's size against the configured caps (the transports call this before
@@ -333,7 +369,7 @@ impl Engine {
             let loaded = self.loaded.load();
             let Plan { checks, stats } = self.plan(call, &loaded);
             let decided = decide_in_memory(&checks, self.options.count_denied, &self.keys);
-            let verdict = self.verdict(call.descriptors.len(), &stats, decided);
+            let verdict = self.verdict(call.descriptors.len(), &stats, decided, &loaded);
             self.sweep_if_at_key_cap(&loaded);
             return verdict;
         };
@@ -360,7 +396,7 @@ impl Engine {
             now,
         )
         .await;
-        let verdict = self.verdict(call.descriptors.len(), &stats, decided);
+        let verdict = self.verdict(call.descriptors.len(), &stats, decided, &loaded);
         self.sweep_if_at_key_cap(&loaded);
         verdict
     }
@@ -384,11 +420,25 @@ impl Engine {
         descriptors: usize,
         stats: &[DescriptorStats],
         decided: Decided<'_>,
+        loaded: &LoadedRules,
     ) -> Verdict {
         let clock = &self.options.clock;
+        // Read once, for the live page (and the fixed windows' resets).
+        let now = clock.now();
+        let live_of = |index: usize| {
+            stats[index]
+                .rule
+                .and_then(|rule| loaded.live.get(rule))
+                .and_then(Option::as_deref)
+        };
         let mut statuses = Statuses::from_elem(DescriptorVerdict::unlimited(), descriptors);
         for (check, decision) in decided {
-            let status = verdict_for(check, decision, || clock.now());
+            if !decision.is_some_and(|d| d.allowed()) && check.role != Role::CheckOnly {
+                if let Some(live) = live_of(check.descriptor) {
+                    live.top().add(now, &check.key, check.permits.get());
+                }
+            }
+            let status = verdict_for(check, decision, || now);
             let slot = &mut statuses[check.descriptor];
             if tighter(&status, slot) {
                 *slot = status;
@@ -409,7 +459,9 @@ impl Engine {
                 counters,
                 role,
                 unlimited,
+                rule: _,
             } = &stats[index];
+            let live = live_of(index).map(RuleLive::stats);
             if status.current_limit.is_none() {
                 if *unlimited {
                     status.limit_remaining = u32::MAX;
@@ -422,21 +474,22 @@ impl Engine {
                     Role::Shadow => {
                         status.code = Code::Ok;
                         counters.count_shadow_over_limit(metrics);
+                        if let Some(live) = live {
+                            live.shadow_denied.add(now, 1);
+                        }
                         continue;
                     }
                     // Nothing was asked for: nothing is over (as upstream, whose counter
                     // plus zero is never above the limit).
                     Role::CheckOnly => status.code = Code::Ok,
-                    Role::Quota => {
-                        if quotas_over == quotas {
+                    Role::Quota | Role::Enforce => {
+                        if *role == Role::Enforce || quotas_over == quotas {
                             overall = Code::OverLimit;
                         }
                         counters.count_over_limit(metrics);
-                        continue;
-                    }
-                    Role::Enforce => {
-                        overall = Code::OverLimit;
-                        counters.count_over_limit(metrics);
+                        if let Some(live) = live {
+                            live.denied.add(now, 1);
+                        }
                         continue;
                     }
                 }
@@ -444,9 +497,15 @@ impl Engine {
             if let Some(limit) = &status.current_limit {
                 if u64::from(status.limit_remaining) * 5 < u64::from(limit.requests_per_unit) {
                     counters.count_near_limit(metrics);
+                    if let Some(live) = live {
+                        live.near_limit.add(now, 1);
+                    }
                 }
             }
             counters.count_ok(metrics);
+            if let Some(live) = live {
+                live.allowed.add(now, 1);
+            }
         }
         if self.options.shadow_mode {
             overall = Code::Ok;
@@ -480,6 +539,7 @@ impl Engine {
             counters,
             role: Role::Enforce,
             unlimited: false,
+            rule: None,
         };
         for (index, (descriptor, found)) in call.descriptors.iter().zip(matches).enumerate() {
             // Zero hits: checked, never charged.
@@ -524,6 +584,7 @@ impl Engine {
                     counters: counters("limit_override"),
                     role: role_of(mode, Role::Enforce),
                     unlimited: false,
+                    rule: None,
                 });
                 continue;
             }
@@ -558,6 +619,7 @@ impl Engine {
                 counters: descriptor_counters,
                 role,
                 unlimited: found.rule.unlimited,
+                rule: Some(found.rule.index()),
             });
             if found.rule.unlimited {
                 continue;

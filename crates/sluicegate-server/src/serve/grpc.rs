@@ -67,6 +67,7 @@ impl RateLimitService for GrpcService {
         let response = verdict_to_proto(verdict);
         let elapsed = self.timer.delta(started, self.timer.raw());
         self.request_seconds.observe(elapsed.as_secs_f64());
+        self.engine.record_latency(elapsed);
         Ok(Response::new(response))
     }
 }

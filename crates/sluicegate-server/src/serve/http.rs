@@ -56,6 +56,7 @@ async fn json(State(engine): State<Arc<Engine>>, body: Bytes) -> Response {
         .request_seconds
         .get_or_create(&KindLabel { kind: "http" })
         .observe(started.elapsed().as_secs_f64());
+    engine.record_latency(started.elapsed());
     response
 }
 

@@ -14,6 +14,8 @@ mod http;
 mod json;
 mod key_cap;
 mod limiter_table;
+mod live;
+mod live_rules;
 mod log_limit;
 mod memory_decide;
 mod metrics;

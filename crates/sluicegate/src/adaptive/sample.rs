@@ -1,0 +1,291 @@
+//! What every controller shares: the sample a finished request leaves, the [`Controller`]
+//! interface, and the bounds a limit stays within.
+
+use crate::clock::Micros;
+use crate::error::ConfigError;
+
+/// How a request that held a permit ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Outcome {
+    /// It was answered: its latency says how loaded the service is.
+    Ok,
+    /// It failed in a way that signals overload (a rejection from downstream), or its permit
+    /// was abandoned without being completed.
+    Dropped,
+    /// It took longer than its caller would wait.
+    Timeout,
+}
+
+impl Outcome {
+    /// Whether the loss-based rules (AIMD, Vegas) back off on it: anything but [`Outcome::Ok`].
+    pub fn is_loss(self) -> bool {
+        !matches!(self, Outcome::Ok)
+    }
+}
+
+/// One finished request, as a controller sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sample {
+    /// When the request got its permit.
+    pub start: Micros,
+    /// How long it held the permit (round-trip time).
+    pub rtt: Micros,
+    /// Permits in flight when it got its own, counting itself.
+    pub in_flight: u32,
+    /// How it ended.
+    pub outcome: Outcome,
+}
+
+impl Sample {
+    /// A request answered after `rtt`.
+    pub fn ok(start: Micros, rtt: Micros, in_flight: u32) -> Sample {
+        Sample {
+            start,
+            rtt,
+            in_flight,
+            outcome: Outcome::Ok,
+        }
+    }
+
+    /// A request dropped (or abandoned) after `rtt`.
+    pub fn dropped(start: Micros, rtt: Micros, in_flight: u32) -> Sample {
+        Sample {
+            outcome: Outcome::Dropped,
+            ..Sample::ok(start, rtt, in_flight)
+        }
+    }
+
+    /// A request given up on after `rtt`.
+    pub fn timeout(start: Micros, rtt: Micros, in_flight: u32) -> Sample {
+        Sample {
+            outcome: Outcome::Timeout,
+            ..Sample::ok(start, rtt, in_flight)
+        }
+    }
+
+    /// The round-trip time as a float, at least one microsecond: the delay rules divide by it,
+    /// and a zero (a clock too coarse to see the request) must not make their ratios infinite.
+    pub(crate) fn rtt_f64(&self) -> f64 {
+        self.rtt.max(1) as f64
+    }
+}
+
+/// A rule that turns latency samples into a concurrency limit: a pure state machine, fed the
+/// time with each sample instead of reading a clock, so the same samples always give the same
+/// limits.
+///
+/// The limit it returns always lies within the bounds it was built with, whatever the samples:
+/// zero or huge latencies and times that go backwards included.
+pub trait Controller: Send {
+    /// Takes the sample of a request that finished at `now`; returns the limit from now on.
+    fn on_sample(&mut self, now: Micros, sample: Sample) -> u32;
+
+    /// The current limit.
+    fn limit(&self) -> u32;
+}
+
+impl<C: Controller + ?Sized> Controller for Box<C> {
+    fn on_sample(&mut self, now: Micros, sample: Sample) -> u32 {
+        (**self).on_sample(now, sample)
+    }
+
+    fn limit(&self) -> u32 {
+        (**self).limit()
+    }
+}
+
+/// The lowest, first and highest limit a controller may set, checked when it is built.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LimitBounds {
+    min: u32,
+    initial: u32,
+    max: u32,
+}
+
+impl LimitBounds {
+    /// `min <= initial <= max`, and `min` at least 1: a limit of 0 admits nothing, so no sample
+    /// would ever come to raise it.
+    pub fn new(min: u32, initial: u32, max: u32) -> Result<LimitBounds, ConfigError> {
+        if min == 0 {
+            return Err(ConfigError::invalid(
+                "min_limit",
+                min,
+                "must be at least 1: a limit of 0 admits nothing, so no sample could raise it",
+            ));
+        }
+        check_order("min_limit", min.into(), "max_limit", max.into())?;
+        check_order("min_limit", min.into(), "initial_limit", initial.into())?;
+        check_order("initial_limit", initial.into(), "max_limit", max.into())?;
+        Ok(LimitBounds { min, initial, max })
+    }
+
+    /// Bounds known to be valid (the controllers' published defaults).
+    pub(crate) const fn known(min: u32, initial: u32, max: u32) -> LimitBounds {
+        LimitBounds { min, initial, max }
+    }
+
+    /// The lowest limit.
+    pub fn min(&self) -> u32 {
+        self.min
+    }
+
+    /// The limit before any sample.
+    pub fn initial(&self) -> u32 {
+        self.initial
+    }
+
+    /// The highest limit.
+    pub fn max(&self) -> u32 {
+        self.max
+    }
+
+    /// `limit` within the bounds; NaN (which no rule should make) counts as the minimum.
+    pub(crate) fn clamp_f64(&self, limit: f64) -> f64 {
+        if limit.is_nan() {
+            return f64::from(self.min);
+        }
+        limit.clamp(f64::from(self.min), f64::from(self.max))
+    }
+
+    /// `limit` within the bounds.
+    pub(crate) fn clamp(&self, limit: u64) -> u32 {
+        let clamped = limit.clamp(u64::from(self.min), u64::from(self.max));
+        u32::try_from(clamped).unwrap_or(self.max)
+    }
+}
+
+/// The whole part of a limit kept as a float (already within bounds, so it fits).
+pub(crate) fn whole(limit: f64) -> u32 {
+    // `as` saturates and maps NaN to 0; the estimates are clamped before they get here.
+    limit as u32
+}
+
+/// `low <= high`, or an error naming both.
+pub(crate) fn check_order(
+    low_name: &'static str,
+    low: u64,
+    high_name: &'static str,
+    high: u64,
+) -> Result<(), ConfigError> {
+    if low > high {
+        return Err(ConfigError::OutOfOrder {
+            low_name,
+            low,
+            high_name,
+            high,
+        });
+    }
+    Ok(())
+}
+
+/// A fraction in `(low, high]` (or `[low, high]` when `low_inclusive`), finite.
+pub(crate) fn check_fraction(
+    name: &'static str,
+    value: f64,
+    low: f64,
+    low_inclusive: bool,
+    high: f64,
+) -> Result<(), ConfigError> {
+    let above_low = if low_inclusive {
+        value >= low
+    } else {
+        value > low
+    };
+    if !(value.is_finite() && above_low && value <= high) {
+        let open = if low_inclusive { '[' } else { '(' };
+        return Err(ConfigError::invalid(
+            name,
+            value,
+            format!("must be in {open}{low}, {high}]"),
+        ));
+    }
+    Ok(())
+}
+
+/// A duration of at least one microsecond, in microseconds.
+pub(crate) fn positive_micros(
+    name: &'static str,
+    duration: std::time::Duration,
+) -> Result<Micros, ConfigError> {
+    if duration.is_zero() {
+        return Err(ConfigError::invalid(
+            name,
+            format!("{duration:?}"),
+            "must be positive",
+        ));
+    }
+    Ok(crate::clock::micros_ceil(duration))
+}
+
+/// Builder methods for the three limit bounds, checked together by `build`.
+macro_rules! limit_setters {
+    () => {
+        /// The lowest limit the controller may set (at least 1).
+        pub fn min_limit(mut self, min: u32) -> Self {
+            self.min = min;
+            self
+        }
+
+        /// The limit before any sample (within `[min_limit, max_limit]`).
+        pub fn initial_limit(mut self, initial: u32) -> Self {
+            self.initial = initial;
+            self
+        }
+
+        /// The highest limit the controller may set.
+        pub fn max_limit(mut self, max: u32) -> Self {
+            self.max = max;
+            self
+        }
+    };
+}
+pub(crate) use limit_setters;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bounds_are_checked() {
+        assert!(LimitBounds::new(1, 1, 1).is_ok());
+        assert!(matches!(
+            LimitBounds::new(0, 1, 2),
+            Err(ConfigError::InvalidParameter {
+                name: "min_limit",
+                ..
+            })
+        ));
+        assert_eq!(
+            LimitBounds::new(5, 5, 4),
+            Err(ConfigError::OutOfOrder {
+                low_name: "min_limit",
+                low: 5,
+                high_name: "max_limit",
+                high: 4
+            })
+        );
+        assert!(matches!(
+            LimitBounds::new(5, 4, 10),
+            Err(ConfigError::OutOfOrder {
+                high_name: "initial_limit",
+                ..
+            })
+        ));
+        let err = LimitBounds::new(5, 11, 10).err().map(|e| e.to_string());
+        assert_eq!(
+            err.as_deref(),
+            Some("initial_limit (11) must not exceed max_limit (10)")
+        );
+    }
+
+    #[test]
+    fn clamps_nan_and_extremes() -> Result<(), ConfigError> {
+        let b = LimitBounds::new(2, 3, 9)?;
+        assert_eq!(b.clamp_f64(f64::NAN), 2.0);
+        assert_eq!(b.clamp_f64(f64::INFINITY), 9.0);
+        assert_eq!(b.clamp_f64(-1.0), 2.0);
+        assert_eq!(b.clamp(u64::MAX), 9);
+        assert_eq!(b.clamp(0), 2);
+        Ok(())
+    }
+}
