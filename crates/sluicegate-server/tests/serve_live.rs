@@ -70,7 +70,10 @@ async fn the_page_data_counts_each_second_and_names_the_limited_keys() -> TestRe
     assert_eq!(last(user, "near_limit", 2)?, vec![1, 0], "{user}");
     assert_eq!(user["top_limited"][0]["key"], "shop_user_ann_", "{user}");
     assert_eq!(user["top_limited"][0]["count"], 3, "{user}");
-    assert_eq!(user["file"].as_str().map(|f| f.ends_with("rules.yaml")), Some(true));
+    assert_eq!(
+        user["file"].as_str().map(|f| f.ends_with("rules.yaml")),
+        Some(true)
+    );
     assert_eq!(user["line"], 4, "{user}");
     assert_eq!(user["mode"], "enforce");
     let path = rule(&stats, "shop.path")?;

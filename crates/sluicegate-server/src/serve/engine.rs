@@ -310,8 +310,13 @@ impl Engine {
                 }));
             }
         }
-        let latency = self.live.latency.percentiles(now, &[0.5, 0.9, 0.99, 0.999]);
-        let at = |i: usize| latency.get(i).copied().unwrap_or(0);
+        // No answer in the last minute: no percentiles (null), rather than zeros.
+        let latency = if self.live.latency.count(now) > 0 {
+            self.live.latency.percentiles(now, &[0.5, 0.9, 0.99, 0.999])
+        } else {
+            Vec::new()
+        };
+        let at = |i: usize| latency.get(i).copied();
         let backend = match &self.redis {
             None => serde_json::json!({
                 "store": "memory",

@@ -29,6 +29,7 @@ function sum(series, seconds) {
 }
 
 function millis(micros) {
+  if (micros === null || micros === undefined) return "–";
   return micros >= 1000 ? (micros / 1000).toFixed(1) + " ms" : micros + " µs";
 }
 
