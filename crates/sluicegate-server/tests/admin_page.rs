@@ -27,10 +27,15 @@ domain: shop
 descriptors:
   - key: user
     rate_limit: {unit: hour, requests_per_unit: 5}
+  - key: path
+    rate_limit: {unit: second, requests_per_unit: 8}
 "#;
 
-/// The rule as `/rlconfig` and the page name it.
+/// The rule switched to shadow, as `/rlconfig` and the page name it.
 const RULE: &str = "shop.user";
+
+/// The seconds of load before the test's own calls: the page's whole window.
+const SECONDS: usize = 300;
 
 /// A bound on every wait: generous, so a loaded machine never trips it.
 const WAIT: Duration = Duration::from_secs(20);
@@ -38,27 +43,100 @@ const WAIT: Duration = Duration::from_secs(20);
 /// How often a wait looks again.
 const POLL: Duration = Duration::from_millis(100);
 
-/// The size of the window, and so of the screenshot.
+/// The size of the page, and so of the screenshot.
 const WIDTH: u32 = 1280;
 const HEIGHT: u32 = 900;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_page_shows_the_traffic_and_its_switch_shadows_a_rule() -> TestResult {
-    let mut service = Service::start(RULES, EngineOptions::default()).await?;
-    // The traffic, all at the manual clock's time: 5 allowed, 2 denied.
-    for call in 1..=7 {
-        let expected = if call <= 5 { OK } else { OVER_LIMIT };
-        assert_eq!(
-            service.code(&[&[("user", "ann")]]).await?,
-            expected,
-            "call {call}"
-        );
+/// What the service answered, per rule and per second of the manual clock: (allowed, denied).
+struct Answers {
+    user: Vec<(u64, u64)>,
+    path: Vec<(u64, u64)>,
+}
+
+impl Answers {
+    /// One call in second `second` on `key` (`user` or `path`); its code.
+    async fn call(
+        &mut self,
+        service: &mut Service,
+        second: usize,
+        key: &str,
+        value: &str,
+    ) -> Result<i32, BoxError> {
+        let code = service.code(&[&[(key, value)]]).await?;
+        let tally = match key {
+            "user" => &mut self.user[second],
+            _ => &mut self.path[second],
+        };
+        match code {
+            OK => tally.0 += 1,
+            OVER_LIMIT => tally.1 += 1,
+            other => return Err(format!("{key}={value}: code {other}").into()),
+        }
+        Ok(code)
     }
 
+    /// The numbers the page should show for `rule`: (name, value) by `data-testid` suffix.
+    fn expected(&self, rule: &str) -> Vec<(String, String)> {
+        let tally = if rule == "shop.user" {
+            &self.user
+        } else {
+            &self.path
+        };
+        let last = tally[tally.len() - 1];
+        let minute = tally[tally.len() - 60..]
+            .iter()
+            .fold((0, 0), |(a, d), (a1, d1)| (a + a1, d + d1));
+        [
+            ("allowed-1s", last.0),
+            ("denied-1s", last.1),
+            ("shadow-1s", 0),
+            ("allowed-60s", minute.0),
+            ("denied-60s", minute.1),
+            ("shadow-60s", 0),
+        ]
+        .into_iter()
+        .map(|(name, n)| (format!("rule-{rule}-{name}"), n.to_string()))
+        .collect()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_page_shows_the_traffic_and_its_switch_shadows_a_rule() -> TestResult {
+    // First, so that a machine without chromium fails at once, saying what to install.
     let driver = ChromeDriver::start().await?;
+    let mut service = Service::start(RULES, EngineOptions::default()).await?;
+    let mut answers = Answers {
+        user: vec![(0, 0); SECONDS],
+        path: vec![(0, 0); SECONDS],
+    };
+    // Five minutes of load, a manual second at a time: users spending their 5 an hour, a
+    // path over its 8 a second in some seconds.
+    for second in 0..SECONDS {
+        if second > 0 {
+            service.clock.advance(Duration::from_secs(1));
+        }
+        for _ in 0..3 + (second * 5) % 9 {
+            answers.call(&mut service, second, "path", "/cart").await?;
+        }
+        if second + 1 < SECONDS {
+            let user = format!("u{}", second % 37);
+            for _ in 0..1 + (second * second) % 4 {
+                answers.call(&mut service, second, "user", &user).await?;
+            }
+        }
+    }
+    // The last second, ann's alone on the user rule: 5 allowed, 2 denied.
+    let now = SECONDS - 1;
+    for call in 1..=7 {
+        let expected = if call <= 5 { OK } else { OVER_LIMIT };
+        let code = answers.call(&mut service, now, "user", "ann").await?;
+        assert_eq!(code, expected, "ann's call {call}");
+    }
+    assert_eq!(answers.user[now], (5, 2));
+
     let browser = driver.session().await?;
     // The session is closed (and the browser quits) however the test ends.
-    let outcome = drive(&browser, &mut service).await;
+    let outcome = drive(&browser, &mut service, &answers).await;
     let closed = browser.close().await;
     drop(driver);
     outcome?;
@@ -67,21 +145,16 @@ async fn the_page_shows_the_traffic_and_its_switch_shadows_a_rule() -> TestResul
     Ok(())
 }
 
-async fn drive(browser: &Client, service: &mut Service) -> TestResult {
+async fn drive(browser: &Client, service: &mut Service, answers: &Answers) -> TestResult {
     let mut log = BrowserLog::default();
     browser.goto(&service.admin_url("/")?).await?;
 
-    // The numbers of the traffic, over the last minute and in the last second (the clock has
-    // not moved: all seven calls fell in the current second).
-    for (number, expected) in [
-        ("allowed-60s", "5"),
-        ("denied-60s", "2"),
-        ("shadow-60s", "0"),
-        ("allowed-1s", "5"),
-        ("denied-1s", "2"),
-        ("shadow-1s", "0"),
-    ] {
-        wait_for_text(browser, &format!("rule-{RULE}-{number}"), expected).await?;
+    // Each rule's numbers, in the last second and over the last minute, as the service
+    // answered the calls.
+    for rule in ["shop.user", "shop.path"] {
+        for (id, expected) in answers.expected(rule) {
+            wait_for_text(browser, &id, &expected).await?;
+        }
     }
     wait_for_class(browser, &format!("mode-{RULE}-enforce"), "on").await?;
     log.read_and_check(browser, "after the page showed the traffic")
@@ -106,11 +179,15 @@ async fn drive(browser: &Client, service: &mut Service) -> TestResult {
             .await?,
     )?;
     assert_eq!(modes[RULE], "shadow", "GET /admin/mode: {modes}");
+    // ann is over her limit: in shadow she is answered OK, and the page counts her call as
+    // shadow-denied.
     assert_eq!(
         service.code(&[&[("user", "ann")]]).await?,
         OK,
         "an over-limit call in shadow"
     );
+    wait_for_text(browser, &format!("rule-{RULE}-shadow-1s"), "1").await?;
+    wait_for_text(browser, &format!("rule-{RULE}-denied-1s"), "2").await?;
     log.read_and_check(browser, "after the switch to shadow")
         .await?;
     Ok(())
