@@ -155,7 +155,7 @@ fn batched_decisions_answer_as_asked_one_by_one() -> Result<(), BoxError> {
             // Loads the code (both entry points: one call alone, then two together), so that
             // the counts below are of decisions only, and no call is sent again after a load
             // while a later one goes ahead of it (concurrent calls have no order).
-            batched_limiters[0].check(b"warm-up").await?;
+            let _ = batched_limiters[0].check(b"warm-up").await?;
             let warm_up = [Ask {
                 limiter: 0,
                 key: b"warm-up",
@@ -212,7 +212,7 @@ fn a_corrupt_key_fails_alone_in_its_batch() -> Result<(), BoxError> {
             .await?;
         let limiters = limiters(&store)?;
         // Loads the code, so that the count below is of the batch alone.
-        limiters[0].check(b"warm-up").await?;
+        let _ = limiters[0].check(b"warm-up").await?;
         store
             .command::<()>(redis::cmd("SET").arg("p:{k2}g").arg("not a time"))
             .await?;
@@ -275,7 +275,7 @@ fn a_store_outlives_the_runtime_it_connected_on() -> Result<(), BoxError> {
         .build()?;
     let store = first.block_on(server.store(StoreConfig::default()))?;
     let limiter = RedisLimiter::new(store, RedisLimit::gcra(Rate::per_second(2)?, 2)?, "g");
-    first.block_on(limiter.check(b"k"))?;
+    let _ = first.block_on(limiter.check(b"k"))?;
     // Takes the batching task and the connection's tasks with it.
     drop(first);
     let second = tokio::runtime::Builder::new_current_thread()

@@ -80,7 +80,7 @@ async fn keys_expire_when_fresh_and_carry_the_prefix() -> Result<(), BoxError> {
     let limit = RedisLimit::gcra(Rate::per_second(10)?, 5)?;
     let redis = RedisLimiter::new(store.clone(), limit, "api");
     let now = 1_763_000_000_000_000;
-    redis
+    let _ = redis
         .decide(b"user", one(), Op::Check, Now::At(now))
         .await?;
     let keys: Vec<Vec<u8>> = store.command(redis::cmd("KEYS").arg("*")).await?;
@@ -92,7 +92,7 @@ async fn keys_expire_when_fresh_and_carry_the_prefix() -> Result<(), BoxError> {
     assert!((1..=100).contains(&ttl), "ttl {ttl}");
     // A denied request and a peek write nothing.
     let empty = RedisLimiter::new(store.clone(), redis.limit().clone(), "other");
-    empty.decide(b"user", one(), Op::Peek, Now::At(now)).await?;
+    let _ = empty.decide(b"user", one(), Op::Peek, Now::At(now)).await?;
     let exists: i64 = store
         .command(redis::cmd("EXISTS").arg("test:{user}other"))
         .await?;
@@ -248,7 +248,7 @@ async fn bad_input_is_an_error_never_a_wrong_answer() -> Result<(), BoxError> {
 
     // State another program overwrote: not the shape this crate writes, numbers out of range,
     // another type under the key (a hash, as older versions wrote).
-    redis.decide(b"victim", one(), Op::Check, now).await?;
+    let _ = redis.decide(b"victim", one(), Op::Check, now).await?;
     for (key, bad) in [
         ("sluicegate:{victim}bad", "oops"),
         ("sluicegate:{victim}bad", "1763000000000000:0"),
@@ -360,7 +360,7 @@ async fn every_key_lives_exactly_until_its_state_is_fresh() -> Result<(), BoxErr
         );
     }
     let limiter = RedisLimiter::new(store.clone(), RedisLimit::concurrency(3, second)?, "c");
-    limiter.acquire_lease(b"k", two, Now::Server).await?;
+    let _ = limiter.acquire_lease(b"k", two, Now::Server).await?;
     for suffix in [":l", ":h"] {
         let ttl: i64 = store
             .command(redis::cmd("PTTL").arg(format!("sluicegate:{{k}}c{suffix}")))
@@ -450,7 +450,7 @@ async fn a_limit_left_uncharged_reports_what_it_still_has() -> Result<(), BoxErr
     let now = Now::At(1_763_000_000_000_000);
     let minute = Duration::from_secs(60);
     let global = RedisLimiter::new(store.clone(), RedisLimit::fixed_window(1, minute)?, "all");
-    global.decide(b"u", one(), Op::Check, now).await?;
+    let _ = global.decide(b"u", one(), Op::Check, now).await?;
     for (i, limit) in [
         RedisLimit::fixed_window(100, minute)?,
         RedisLimit::gcra(Rate::per_minute(100)?, 100)?,
@@ -463,7 +463,7 @@ async fn a_limit_left_uncharged_reports_what_it_still_has() -> Result<(), BoxErr
         let name = limit.name();
         let per_user = RedisLimiter::new(store.clone(), limit, format!("user-{i}"));
         let five = NonZeroU64::new(5).ok_or("five")?;
-        per_user.decide(b"u", five, Op::Check, now).await?;
+        let _ = per_user.decide(b"u", five, Op::Check, now).await?;
         let multi = store
             .decide_all(
                 &[per_user.request(b"u"), global.request(b"u")],

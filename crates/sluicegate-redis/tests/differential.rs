@@ -331,7 +331,7 @@ fn concurrency_matches_memory() -> Result<(), BoxError> {
                 ConcurrencyEvent::Release(i) if !leases.is_empty() => {
                     let lease = leases.remove(i % leases.len());
                     let permits = NonZeroU64::new(lease.permits).expect("leases hold permits");
-                    algorithm
+                    let _ = algorithm
                         .decide(&mut held, 0, permits, Op::Release)
                         .map_err(|e| TestCaseError::fail(e.to_string()))?;
                     let released = h.runtime.block_on(redis.release(&lease, now));
@@ -481,7 +481,8 @@ fn warm_up(h: &Harness) -> Result<(), BoxError> {
             RedisLimit::gcra(Rate::per_second(1)?, 1)?,
             "warm-up",
         );
-        h.runtime
+        let _ = h
+            .runtime
             .block_on(limiter.decide(b"k", NonZeroU64::MIN, Op::Peek, Now::At(1)))?;
         let tasks: Vec<_> = (0..2)
             .map(|_| {
@@ -494,7 +495,7 @@ fn warm_up(h: &Harness) -> Result<(), BoxError> {
             })
             .collect();
         for task in tasks {
-            h.runtime.block_on(task)??;
+            let _ = h.runtime.block_on(task)??;
         }
     }
     Ok(())

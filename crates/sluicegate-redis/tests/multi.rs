@@ -147,7 +147,7 @@ fn decide_together(
     }
     for ((r, &n), decision) in refs.iter_mut().zip(permits).zip(decisions.iter_mut()) {
         if allowed {
-            r.decide(now, n, op, op.consumes())?;
+            let _ = r.decide(now, n, op, op.consumes())?;
         } else if decision.allowed() {
             *decision = r.decide(now, n, Op::Peek, false)?;
         }

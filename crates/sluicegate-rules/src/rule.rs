@@ -102,7 +102,8 @@ impl fmt::Display for Window {
     }
 }
 
-/// The algorithm enforcing a limit, with its own parameters (DESIGN section 4).
+/// The algorithm enforcing a limit, with its own parameters (the README lists what each
+/// promises).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(tag = "name", rename_all = "kebab-case")]
 #[non_exhaustive]

@@ -50,7 +50,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             let limiter = KeyedLimiter::<u64, Gcra>::new(Gcra::new(Rate::per_minute(1)?, 10)?);
             let before = resident_bytes()?;
             for key in 0..KEYS {
-                limiter.check(&key)?;
+                let _ = limiter.check(&key)?;
             }
             let after = resident_bytes()?;
             report(

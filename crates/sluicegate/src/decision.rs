@@ -25,6 +25,7 @@ use crate::clock::Micros;
 /// assert_eq!(denied.retry_after_micros(), Some(100_000));
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
+#[must_use = "a decision says whether the request may pass: check `allowed()`"]
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub struct Decision {
     allowed: bool,

@@ -211,7 +211,7 @@ fn set_rate_keeps_the_fill_ratio() -> Result<(), Box<dyn std::error::Error>> {
     let new = Gcra::new(Rate::per_second(100)?, 100)?;
     let mut tat = old.initial_state(0);
     for _ in 0..5 {
-        old.decide(&mut tat, 0, one, Op::Check)?;
+        assert!(old.decide(&mut tat, 0, one, Op::Check)?.allowed());
     }
     old.carry_over(&new, &mut tat, 0);
     assert_eq!(new.decide(&mut tat, 0, one, Op::Peek)?.remaining(), 50);
@@ -219,7 +219,7 @@ fn set_rate_keeps_the_fill_ratio() -> Result<(), Box<dyn std::error::Error>> {
     let new = TokenBucket::new(Rate::per_second(100)?, 100)?;
     let mut level = old.initial_state(0);
     for _ in 0..5 {
-        old.decide(&mut level, 0, one, Op::Check)?;
+        assert!(old.decide(&mut level, 0, one, Op::Check)?.allowed());
     }
     old.carry_over(&new, &mut level, 0);
     assert_eq!(new.decide(&mut level, 0, one, Op::Peek)?.remaining(), 50);

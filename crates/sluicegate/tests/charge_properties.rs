@@ -231,7 +231,7 @@ fn bucket_debt_is_capped_and_drains() -> Result<(), Box<dyn std::error::Error>> 
     let (capped, denial) = last.ok_or("charged")?;
     // A state of 2^62 ticks: two more charges leave it there.
     assert_eq!(capped, 1 << 62);
-    gcra.decide(&mut tat, 0, two, Op::Charge)?;
+    let _ = gcra.decide(&mut tat, 0, two, Op::Charge)?;
     assert_eq!(tat, capped);
     let retry = micros(denial.retry_after().ok_or("denied")?);
     assert!(gcra.decide(&mut tat, retry, two, Op::Peek)?.allowed());

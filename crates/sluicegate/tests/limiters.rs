@@ -143,7 +143,7 @@ fn key_cap_refuses_new_keys_and_never_resets_active_ones() -> TestResult {
 fn peeks_and_denials_do_not_create_keys() -> TestResult {
     let limiter =
         KeyedLimiter::with_clock(Gcra::new(Rate::per_second(1)?, 1)?, ManualClock::new(0));
-    limiter.peek(&1u64, ONE)?;
+    let _ = limiter.peek(&1u64, ONE)?;
     assert!(limiter.is_empty());
     assert!(limiter.check_n(&1u64, n(2)).is_err());
     assert!(limiter.is_empty());
@@ -276,7 +276,7 @@ fn set_algorithm_keeps_keyed_state() -> TestResult {
     let clock = ManualClock::new(0);
     let mut limiter =
         KeyedLimiter::with_clock(TokenBucket::new(Rate::per_second(10)?, 10)?, clock.clone());
-    limiter.check_n(&"k", n(10))?;
+    let _ = limiter.check_n(&"k", n(10))?;
     limiter.set_algorithm(TokenBucket::new(Rate::per_second(20)?, 20)?);
     let d = limiter.peek(&"k", ONE)?;
     assert!(!d.allowed());
@@ -291,14 +291,14 @@ fn acquire_on_a_window_sleeps_until_the_retry_time() -> TestResult {
         sluicegate::FixedWindow::new(2, Duration::from_secs(1))?,
         clock.clone(),
     );
-    limiter.acquire(ONE)?;
-    limiter.acquire(ONE)?;
+    let _ = limiter.acquire(ONE)?;
+    let _ = limiter.acquire(ONE)?;
     assert_eq!(clock.now(), 0);
     // The window is spent: acquiring sleeps until the next one opens.
     assert!(limiter.acquire(ONE)?.allowed());
     assert_eq!(clock.now(), 1_000_000);
     // With a deadline shorter than that, nothing is taken and no time passes.
-    limiter.acquire(ONE)?;
+    let _ = limiter.acquire(ONE)?;
     assert!(
         !limiter
             .try_acquire(ONE, Duration::from_millis(999))?
@@ -345,7 +345,7 @@ fn a_sweep_during_a_multi_limit_request_never_loses_a_charge() -> TestResult {
         let limiter =
             KeyedLimiter::with_clock(Gcra::new(Rate::per_hour(1)?, 1_000)?, clock.clone())
                 .with_max_keys(64);
-        limiter.check_n(&0, n(1_000))?;
+        let _ = limiter.check_n(&0, n(1_000))?;
         clock.advance(Duration::from_secs(1_000 * 3_600));
         let targets = [
             LimitTarget {

@@ -82,7 +82,11 @@ fn a_weighted_window_peeks_what_its_estimate_leaves() -> TestResult {
     // 8 in the previous window, a quarter into this one: 6 still count, 4 are left.
     let algorithm: AnyAlgorithm = "sliding-window:limit=10,window=1s".parse()?;
     let mut state = algorithm.initial_state(0);
-    algorithm.decide(&mut state, 500_000, n(8), Op::Check)?;
+    assert!(
+        algorithm
+            .decide(&mut state, 500_000, n(8), Op::Check)?
+            .allowed()
+    );
     let peek = algorithm.decide(&mut state, 1_250_000, n(2), Op::Peek)?;
     assert_eq!((peek.allowed(), peek.remaining()), (true, 4));
     let denied = algorithm.decide(&mut state, 1_250_000, n(5), Op::Check)?;
@@ -130,8 +134,8 @@ fn a_limit_left_uncharged_reports_what_it_still_has() -> TestResult {
             "fixed-window:limit=1,window=60s".parse::<AnyAlgorithm>()?,
             clock.clone(),
         );
-        per_user.check_n(&"alice", n(5))?;
-        global.check(&"all")?;
+        assert!(per_user.check_n(&"alice", n(5))?.allowed());
+        assert!(global.check(&"all")?.allowed());
         let request = [
             LimitTarget {
                 limiter: &per_user,

@@ -151,7 +151,7 @@ mod tests {
             let Some(Enforcer::Limiter(limiter)) = overrides.memory(o, &clock, &keys) else {
                 return Ok(false);
             };
-            limiter.decide(&"k".to_owned(), NonZeroU64::MIN, Op::Check)?;
+            let _ = limiter.decide(&"k".to_owned(), NonZeroU64::MIN, Op::Check)?;
             Ok(true)
         };
         for n in 1..=u32::try_from(MAX_OVERRIDES)? {

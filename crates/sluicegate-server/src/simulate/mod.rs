@@ -1,5 +1,5 @@
 //! `sluicegate simulate`: runs limiters over a trace (or generated traffic) and reports every
-//! decision as a JSON line, as DESIGN section 5 specifies.
+//! decision as a JSON line, as the README's `simulate` section shows.
 
 mod args;
 mod event;

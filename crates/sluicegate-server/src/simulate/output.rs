@@ -7,7 +7,7 @@ use sluicegate::Decision;
 
 use crate::simulate::event::{Event, seconds};
 
-/// A decision, in the order DESIGN section 5 shows the fields.
+/// A decision, with its fields in the order the README's `simulate` section shows them.
 #[derive(Debug, Serialize)]
 struct DecisionLine<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -118,7 +118,7 @@ mod tests {
         assert!(!denied.allowed());
         assert_eq!(denied.retry_after(), None);
         assert_eq!(held, 2);
-        c.decide(&mut held, 0, one, Op::Release)?;
+        let _ = c.decide(&mut held, 0, one, Op::Release)?;
         assert_eq!(held, 1);
         let two = NonZeroU64::new(2).ok_or("2")?;
         assert!(matches!(

@@ -215,7 +215,7 @@ mod tests {
         assert_eq!((peek.allowed(), peek.remaining()), (true, 2));
         assert_eq!(s.count, 0);
         assert!(fw.is_fresh(&s, 0));
-        fw.decide(&mut s, 0, permits(1), Op::Check)?;
+        let _ = fw.decide(&mut s, 0, permits(1), Op::Check)?;
         let before = s;
         assert!(!fw.decide(&mut s, 1, permits(2), Op::Check)?.allowed());
         assert_eq!(
@@ -242,7 +242,7 @@ mod tests {
         let old = FixedWindow::new(10, Duration::from_secs(1))?;
         let new = FixedWindow::new(5, Duration::from_secs(60))?;
         let mut s = old.initial_state(0);
-        old.decide(&mut s, 61_500_000, permits(4), Op::Check)?;
+        let _ = old.decide(&mut s, 61_500_000, permits(4), Op::Check)?;
         old.carry_over(&new, &mut s, 61_600_000);
         assert_eq!(
             s,

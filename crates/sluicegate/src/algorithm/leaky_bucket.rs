@@ -231,7 +231,7 @@ mod tests {
         let old = LeakyBucket::new(Rate::per_second(1)?, 4)?;
         let new = LeakyBucket::new(Rate::per_second(2)?, 8)?;
         let mut s = old.initial_state(0);
-        old.decide(&mut s, 0, permits(2), Op::Check)?;
+        let _ = old.decide(&mut s, 0, permits(2), Op::Check)?;
         old.carry_over(&new, &mut s, 0);
         // Half full: 4 of 8 permits' worth, 500ms each; a peek of all 4 reports all 4 there.
         assert_eq!(s.level, 2_000_000);

@@ -261,7 +261,7 @@ mod tests {
     fn rejection_reports_when_it_would_fit() -> Result<(), Box<dyn std::error::Error>> {
         let q = LeakyQueue::new(Rate::per_second(10)?, 2, QueueDelay::Shape)?;
         let mut tat = q.initial_state(0);
-        q.decide(&mut tat, 0, permits(3), Op::Check)?;
+        let _ = q.decide(&mut tat, 0, permits(3), Op::Check)?;
         let denied = q.decide(&mut tat, 0, permits(2), Op::Check)?;
         assert_eq!(
             (denied.allowed(), denied.remaining(), denied.retry_after()),
@@ -278,7 +278,7 @@ mod tests {
     fn reserve_with_a_max_wait() -> Result<(), Box<dyn std::error::Error>> {
         let q = LeakyQueue::new(Rate::per_second(10)?, 2, QueueDelay::Shape)?;
         let mut tat = q.initial_state(0);
-        q.decide(&mut tat, 0, permits(2), Op::Check)?;
+        let _ = q.decide(&mut tat, 0, permits(2), Op::Check)?;
         let before = tat;
         let patient = Op::Reserve {
             max_wait: Some(120_000),
@@ -298,7 +298,7 @@ mod tests {
     fn peeks_and_errors_consume_nothing() -> Result<(), Box<dyn std::error::Error>> {
         let q = LeakyQueue::new(Rate::per_second(10)?, 1, QueueDelay::Shape)?;
         let mut tat = q.initial_state(0);
-        q.decide(&mut tat, 0, permits(1), Op::Check)?;
+        let _ = q.decide(&mut tat, 0, permits(1), Op::Check)?;
         let before = tat;
         let peek = q.decide(&mut tat, 0, permits(1), Op::Peek)?;
         assert_eq!((peek.allowed(), peek.wait()), (true, ms(100)));

@@ -208,8 +208,8 @@ mod tests {
         let d = log.decide(&mut s, 1_000_000, permits(2), Op::Check)?;
         assert_eq!((d.allowed(), d.remaining()), (true, 3));
         assert_eq!(d.reset_after(), Duration::from_secs(10));
-        log.decide(&mut s, 4_000_000, permits(1), Op::Check)?;
-        log.decide(&mut s, 8_000_000, permits(2), Op::Check)?;
+        let _ = log.decide(&mut s, 4_000_000, permits(1), Op::Check)?;
+        let _ = log.decide(&mut s, 8_000_000, permits(2), Op::Check)?;
         // At 9s, 3 permits need 3 to leave: 2 leave at 11s, 1 more at 14s.
         let denied = log.decide(&mut s, 9_000_000, permits(3), Op::Check)?;
         assert!(!denied.allowed());
@@ -248,7 +248,7 @@ mod tests {
     fn denials_peeks_and_errors_leave_state_alone() -> Result<(), Box<dyn std::error::Error>> {
         let log = SlidingLog::new(3, Duration::from_secs(1))?;
         let mut s = log.initial_state(0);
-        log.decide(&mut s, 0, permits(3), Op::Check)?;
+        let _ = log.decide(&mut s, 0, permits(3), Op::Check)?;
         let before = s.clone();
         // Even long after the grant left, a peek does not prune.
         assert!(
@@ -268,7 +268,7 @@ mod tests {
     fn a_clock_going_back_counts_at_the_newest_grant() -> Result<(), Box<dyn std::error::Error>> {
         let log = SlidingLog::new(2, Duration::from_secs(1))?;
         let mut s = log.initial_state(0);
-        log.decide(&mut s, 5_000_000, permits(1), Op::Check)?;
+        let _ = log.decide(&mut s, 5_000_000, permits(1), Op::Check)?;
         let d = log.decide(&mut s, 4_000_000, permits(1), Op::Check)?;
         assert_eq!(d.reset_after(), Duration::from_secs(2));
         assert_eq!(

@@ -415,7 +415,7 @@ mod tests {
     fn weighted_estimate_is_exact() -> Result<(), Box<dyn std::error::Error>> {
         let sw = SlidingWindow::new(50, Duration::from_secs(60), None)?;
         let mut s = sw.initial_state(0);
-        sw.decide(&mut s, 10_000_000, permits(42), Op::Check)?;
+        let _ = sw.decide(&mut s, 10_000_000, permits(42), Op::Check)?;
         // 42 + 18 at the start of the next window is 60 > 50; 15s in, 31.5 + 18 = 49.5.
         assert!(
             !sw.decide(&mut s, 60_000_000, permits(18), Op::Check)?
@@ -468,7 +468,7 @@ mod tests {
         for buckets in [Some(4), None] {
             let sw = SlidingWindow::new(3, Duration::from_secs(1), buckets)?;
             let mut s = sw.initial_state(0);
-            sw.decide(&mut s, 0, permits(3), Op::Check)?;
+            let _ = sw.decide(&mut s, 0, permits(3), Op::Check)?;
             let before = s.clone();
             assert!(
                 sw.decide(&mut s, 9_000_000, permits(3), Op::Peek)?
@@ -489,8 +489,8 @@ mod tests {
         let old = SlidingWindow::new(10, Duration::from_secs(4), Some(4))?;
         let new = SlidingWindow::new(5, Duration::from_secs(10), Some(2))?;
         let mut s = old.initial_state(0);
-        old.decide(&mut s, 1_000_000, permits(2), Op::Check)?;
-        old.decide(&mut s, 3_500_000, permits(3), Op::Check)?;
+        let _ = old.decide(&mut s, 1_000_000, permits(2), Op::Check)?;
+        let _ = old.decide(&mut s, 3_500_000, permits(3), Op::Check)?;
         old.carry_over(&new, &mut s, 4_200_000);
         // Old slots 1 and 3 end at 1.999999s and 3.999999s: both in the new slot 0 (0-5s).
         assert_eq!(s.slots().iter().copied().collect::<Vec<_>>(), vec![(0, 5)]);

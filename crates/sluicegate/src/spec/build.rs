@@ -14,7 +14,7 @@ use crate::state_machine::Algorithm;
 
 /// One algorithm's spec grammar.
 pub(super) struct Kind {
-    /// The name of DESIGN section 4.
+    /// The algorithm's name, as spec strings and rule files write it (`token-bucket`, `gcra`, ...).
     pub(super) name: &'static str,
     /// Every parameter it takes, canonical names.
     pub(super) params: &'static [&'static str],

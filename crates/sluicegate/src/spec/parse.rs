@@ -7,7 +7,7 @@ use crate::error::ConfigError;
 use crate::spec::any::AnyAlgorithm;
 use crate::spec::build::{Kind, Params, kind_named};
 
-/// A limiter spec: an algorithm of DESIGN section 4 and its parameters, checked for unknown,
+/// A limiter spec: an algorithm (see the README's table of algorithms) and its parameters, checked for unknown,
 /// duplicate and malformed parameters but not yet built (values are read by
 /// [`build`](AlgorithmSpec::build)).
 ///

@@ -212,8 +212,8 @@ fn set_rate_keeps_the_other_parameters_and_carries_the_state() -> TestResult {
     let mut plain = plain_old.initial_state(0);
     let mut wrapped = old.initial_state(0);
     let three = NonZeroU64::new(3).ok_or("3")?;
-    plain_old.decide(&mut plain, 0, three, Op::Check)?;
-    old.decide(&mut wrapped, 0, three, Op::Check)?;
+    let _ = plain_old.decide(&mut plain, 0, three, Op::Check)?;
+    let _ = old.decide(&mut wrapped, 0, three, Op::Check)?;
     plain_old.carry_over(&plain_new, &mut plain, 500_000);
     old.carry_over(&new, &mut wrapped, 500_000);
     for now in [500_000, 500_000, 600_000, 1_000_000] {
@@ -253,11 +253,11 @@ fn another_algorithms_state_counts_as_fresh() -> TestResult {
     let gcra = spec("gcra:rate=1/s,burst=1")?;
     let concurrency = AnyAlgorithm::from(Concurrency::new(1)?);
     let mut state = concurrency.initial_state(0);
-    concurrency.decide(&mut state, 0, ONE, Op::Check)?;
+    let _ = concurrency.decide(&mut state, 0, ONE, Op::Check)?;
     assert!(gcra.is_fresh(&state, 0));
     // A denial leaves the foreign state untouched.
     let mut taken = gcra.initial_state(0);
-    gcra.decide(&mut taken, 0, ONE, Op::Check)?;
+    let _ = gcra.decide(&mut taken, 0, ONE, Op::Check)?;
     let before = taken.clone();
     let denied = concurrency.decide(&mut taken, 0, NonZeroU64::MIN, Op::Peek)?;
     assert!(denied.allowed());
