@@ -25,6 +25,8 @@ use crate::serve::modes::{Mode, ModeError};
 const PAGE: &str = include_str!("admin/page.html");
 const SCRIPT: &str = include_str!("admin/page.js");
 const STYLE: &str = include_str!("admin/page.css");
+/// The page's icon: without one, the browser asks for `/favicon.ico` and logs the 404.
+const ICON: &str = include_str!("admin/favicon.svg");
 
 /// Nothing but this origin: no inline script, no outside asset, no framing.
 const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'self'; style-src 'self'; \
@@ -43,6 +45,7 @@ pub fn admin_router(engine: Arc<Engine>, token: Option<String>) -> Router {
         .route("/", get(page))
         .route("/page.js", get(script))
         .route("/page.css", get(style))
+        .route("/favicon.svg", get(icon))
         .route("/admin/stats", get(stats))
         .route("/admin/mode", get(modes).put(set_mode))
         .with_state(AdminState {
@@ -80,6 +83,10 @@ async fn script() -> Response {
 
 async fn style() -> Response {
     asset("text/css; charset=utf-8", STYLE)
+}
+
+async fn icon() -> Response {
+    asset("image/svg+xml", ICON)
 }
 
 /// Whether the call carries the token (or none is configured).
