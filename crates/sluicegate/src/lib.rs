@@ -42,4 +42,4 @@ pub use limiter::{
 };
 pub use rate::{MAX_TICKS_PER_MICRO, Pace, Rate, format_duration_micros, parse_duration};
 pub use spec::{AlgorithmSpec, AnyAlgorithm, AnyState};
-pub use state_machine::{Algorithm, AlgorithmState, Op};
+pub use state_machine::{Algorithm, AlgorithmState, Op, Releasable};

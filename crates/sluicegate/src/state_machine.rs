@@ -153,3 +153,33 @@ pub(crate) fn unsupported(algorithm: &'static str, op: Op) -> CheckError {
         operation: op.name(),
     }
 }
+
+/// Algorithms whose permits are held and given back: concurrency limits (and
+/// [`AnyAlgorithm`](crate::AnyAlgorithm), which may be one, and otherwise answers
+/// [`CheckError::Unsupported`](crate::CheckError::Unsupported) at run time). Only their
+/// limiters have a `release`, so releasing a rate limit is a compile error rather than an
+/// error at run time:
+///
+/// ```compile_fail
+/// use sluicegate::{DirectLimiter, Gcra, Rate};
+/// use std::num::NonZeroU64;
+///
+/// let limiter = DirectLimiter::new(Gcra::new(Rate::per_second(1)?, 1)?);
+/// let _ = limiter.release(NonZeroU64::MIN); // no such method: a GCRA holds nothing
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+///
+/// ```
+/// use sluicegate::{Concurrency, DirectLimiter};
+/// use std::num::NonZeroU64;
+///
+/// let limiter = DirectLimiter::new(Concurrency::new(2)?);
+/// assert!(limiter.check()?.allowed());
+/// assert_eq!(limiter.release(NonZeroU64::MIN)?.remaining(), 2);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub trait Releasable: Algorithm {}
+
+impl Releasable for crate::algorithm::Concurrency {}
+
+impl Releasable for crate::spec::AnyAlgorithm {}

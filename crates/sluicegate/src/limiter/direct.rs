@@ -6,7 +6,7 @@ use crate::cell::StateCell;
 use crate::clock::{Clock, Micros, SystemClock};
 use crate::decision::Decision;
 use crate::error::CheckError;
-use crate::state_machine::{Algorithm, AlgorithmState, Op};
+use crate::state_machine::{Algorithm, AlgorithmState, Op, Releasable};
 
 type CellOf<A> = <<A as Algorithm>::State as AlgorithmState>::Cell;
 
@@ -76,11 +76,6 @@ impl<A: Algorithm, C: Clock> DirectLimiter<A, C> {
         self.decide(permits, Op::Peek)
     }
 
-    /// Gives back permits (concurrency limits); other algorithms answer `Unsupported`.
-    pub fn release(&self, permits: NonZeroU64) -> Result<Decision, CheckError> {
-        self.decide(permits, Op::Release)
-    }
-
     /// Applies `op` for `permits` at the clock's current time.
     #[inline(always)]
     pub fn decide(&self, permits: NonZeroU64, op: Op) -> Result<Decision, CheckError> {
@@ -131,5 +126,13 @@ impl<A: Algorithm + std::fmt::Debug, C: Clock> std::fmt::Debug for DirectLimiter
         f.debug_struct("DirectLimiter")
             .field("algorithm", &self.algorithm)
             .finish_non_exhaustive()
+    }
+}
+
+impl<A: Releasable, C: Clock> DirectLimiter<A, C> {
+    /// Gives back permits held (concurrency limits only: a rate limit has nothing to give
+    /// back, and has no `release`).
+    pub fn release(&self, permits: NonZeroU64) -> Result<Decision, CheckError> {
+        self.decide(permits, Op::Release)
     }
 }
