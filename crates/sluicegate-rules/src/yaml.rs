@@ -83,16 +83,34 @@ pub(crate) struct SyntaxError {
     pub(crate) pos: Position,
 }
 
+/// The deepest nesting of lists and maps a rule file may have: far more than any rule file
+/// needs (a level of descriptors is two), as deep as YAML's flow collections may go in the
+/// parser anyway, and shallow enough that the tree (dropped recursively) and the recursive
+/// passes over descriptors stay far from the end of a thread's stack.
+pub(crate) const MAX_DEPTH: usize = 256;
+
 /// Parses the first document of `text`. An empty stream is `None`.
 pub(crate) fn parse(text: &str) -> Result<Option<Node>, SyntaxError> {
     let mut builder = TreeBuilder::default();
     let mut parser = Parser::new_from_str(text);
-    parser
-        .load(&mut builder, false)
-        .map_err(|err| SyntaxError {
+    // The parser's own `load` recurses once per level of nesting, so a line of `- - - ...`
+    // would overflow the stack: its events are taken one by one instead.
+    loop {
+        let (event, mark) = parser.next_token().map_err(|err| SyntaxError {
             message: err.info().to_owned(),
             pos: Position::from_marker(*err.marker()),
         })?;
+        if matches!(event, Event::DocumentEnd | Event::StreamEnd) {
+            break;
+        }
+        builder.on_event(event, mark);
+        if builder.stack.len() > MAX_DEPTH {
+            return Err(SyntaxError {
+                message: format!("lists and maps nested more than {MAX_DEPTH} levels deep"),
+                pos: Position::from_marker(mark),
+            });
+        }
+    }
     if let Some(pos) = builder.alias_at {
         return Err(SyntaxError {
             message: "anchors and aliases are not supported in rule files".to_owned(),

@@ -2,8 +2,10 @@
 //! them (what envoyproxy/ratelimit's `POST /json` takes and gives): camelCase names (snake_case
 //! accepted too), enums by name, 64-bit numbers as numbers or strings, durations as `"1.5s"`.
 
+use std::fmt;
 use std::time::Duration;
 
+use serde::de::{self, Unexpected, Visitor};
 use serde::{Deserialize, Deserializer, Serialize};
 
 use crate::serve::protocol::{
@@ -17,7 +19,7 @@ struct JsonRequest {
     domain: String,
     #[serde(default)]
     descriptors: Vec<JsonDescriptor>,
-    #[serde(default, alias = "hitsAddend", deserialize_with = "number")]
+    #[serde(default, alias = "hitsAddend", deserialize_with = "hits_addend")]
     hits_addend: Option<u64>,
 }
 
@@ -28,7 +30,7 @@ struct JsonDescriptor {
     entries: Vec<JsonEntry>,
     #[serde(default)]
     limit: Option<JsonOverride>,
-    #[serde(default, alias = "hitsAddend", deserialize_with = "number")]
+    #[serde(default, alias = "hitsAddend", deserialize_with = "hits_addend")]
     hits_addend: Option<u64>,
     #[serde(default, alias = "isNegativeHits")]
     is_negative_hits: bool,
@@ -45,39 +47,138 @@ struct JsonEntry {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct JsonOverride {
-    #[serde(alias = "requestsPerUnit", deserialize_with = "number")]
+    #[serde(alias = "requestsPerUnit", deserialize_with = "requests_per_unit")]
     requests_per_unit: Option<u64>,
     unit: JsonUnit,
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(untagged)]
+/// A unit by name or by number. Read by hand rather than as an untagged enum, whose error for a
+/// value of neither kind ("data did not match any variant") says nothing of what is expected.
+#[derive(Debug)]
 enum JsonUnit {
     Name(String),
     Number(i32),
 }
 
-/// Protobuf's JSON mapping writes 64-bit integers as strings and reads either form.
-fn number<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<u64>, D::Error> {
-    #[derive(Deserialize)]
-    #[serde(untagged)]
-    enum NumberOrText {
-        Number(u64),
-        Text(String),
-        Wrapped { value: Box<NumberOrText> },
+impl<'de> Deserialize<'de> for JsonUnit {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<JsonUnit, D::Error> {
+        deserializer.deserialize_any(UnitVisitor)
     }
-    fn read<E: serde::de::Error>(value: NumberOrText) -> Result<u64, E> {
-        match value {
-            NumberOrText::Number(n) => Ok(n),
-            NumberOrText::Text(text) => text
-                .parse()
-                .map_err(|_| E::custom(format!("expected a non-negative integer, got {text:?}"))),
-            NumberOrText::Wrapped { value } => read(*value),
+}
+
+struct UnitVisitor;
+
+impl Visitor<'_> for UnitVisitor {
+    type Value = JsonUnit;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("unit as a name (SECOND, MINUTE, HOUR, DAY, WEEK, MONTH, YEAR) or a number")
+    }
+
+    fn visit_str<E: de::Error>(self, name: &str) -> Result<JsonUnit, E> {
+        Ok(JsonUnit::Name(name.to_owned()))
+    }
+
+    fn visit_i64<E: de::Error>(self, n: i64) -> Result<JsonUnit, E> {
+        i32::try_from(n)
+            .map(JsonUnit::Number)
+            .map_err(|_| E::invalid_value(Unexpected::Signed(n), &self))
+    }
+
+    fn visit_u64<E: de::Error>(self, n: u64) -> Result<JsonUnit, E> {
+        i32::try_from(n)
+            .map(JsonUnit::Number)
+            .map_err(|_| E::invalid_value(Unexpected::Unsigned(n), &self))
+    }
+}
+
+fn hits_addend<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<u64>, D::Error> {
+    deserializer.deserialize_option(NumberVisitor("hits_addend"))
+}
+
+fn requests_per_unit<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<u64>, D::Error> {
+    deserializer.deserialize_option(NumberVisitor("requests_per_unit"))
+}
+
+/// Protobuf's JSON mapping writes 64-bit integers as strings and reads either form, also
+/// wrapped as a `UInt64Value` (`{"value": ...}`). Read by hand rather than as an untagged enum,
+/// so that a value of none of these forms is an error naming the field and what it takes.
+#[derive(Clone, Copy)]
+struct NumberVisitor(&'static str);
+
+impl<'de> Visitor<'de> for NumberVisitor {
+    type Value = Option<u64>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} as a non-negative integer (a number or a string)",
+            self.0
+        )
+    }
+
+    fn visit_none<E: de::Error>(self) -> Result<Option<u64>, E> {
+        Ok(None)
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<Option<u64>, E> {
+        Ok(None)
+    }
+
+    fn visit_some<D: Deserializer<'de>>(self, deserializer: D) -> Result<Option<u64>, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+
+    fn visit_u64<E: de::Error>(self, n: u64) -> Result<Option<u64>, E> {
+        Ok(Some(n))
+    }
+
+    fn visit_i64<E: de::Error>(self, n: i64) -> Result<Option<u64>, E> {
+        u64::try_from(n)
+            .map(Some)
+            .map_err(|_| E::invalid_value(Unexpected::Signed(n), &self))
+    }
+
+    fn visit_str<E: de::Error>(self, text: &str) -> Result<Option<u64>, E> {
+        text.parse().map(Some).map_err(|_| {
+            E::custom(format!(
+                "{}: expected a non-negative integer, got {text:?}",
+                self.0
+            ))
+        })
+    }
+
+    /// `{"value": N}`; other keys are ignored, as they were before (a derived struct).
+    fn visit_map<A: de::MapAccess<'de>>(self, mut map: A) -> Result<Option<u64>, A::Error> {
+        let mut value = None;
+        while let Some(key) = map.next_key::<String>()? {
+            if key == "value" {
+                if value.is_some() {
+                    return Err(de::Error::duplicate_field("value"));
+                }
+                value = Some(map.next_value_seed(Wrapped(self))?);
+            } else {
+                map.next_value::<de::IgnoredAny>()?;
+            }
         }
+        value
+            .map(Some)
+            .ok_or_else(|| de::Error::missing_field("value"))
     }
-    Option::<NumberOrText>::deserialize(deserializer)?
-        .map(read)
-        .transpose()
+}
+
+/// The number inside `{"value": ...}`: not null, but itself any of the forms.
+struct Wrapped(NumberVisitor);
+
+impl<'de> de::DeserializeSeed<'de> for Wrapped {
+    type Value = u64;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<u64, D::Error> {
+        let visitor = self.0;
+        deserializer
+            .deserialize_any(visitor)?
+            .ok_or_else(|| de::Error::invalid_type(Unexpected::Unit, &visitor))
+    }
 }
 
 /// Reads a JSON request body into a call (validated).
@@ -99,7 +200,11 @@ pub fn call_from_json(body: &[u8]) -> Result<RateLimitCall, CallError> {
                     JsonUnit::Number(n) => EnvoyUnit::from_proto_number(*n),
                 }
                 .ok_or_else(|| {
-                    CallError::Malformed(format!("descriptor {index}: unknown limit unit"))
+                    let unit = match &o.unit {
+                        JsonUnit::Name(name) => format!("{name:?}"),
+                        JsonUnit::Number(n) => n.to_string(),
+                    };
+                    CallError::Malformed(format!("descriptor {index}: unknown limit unit {unit}"))
                 })?;
                 let requests = o.requests_per_unit.unwrap_or(0);
                 let requests_per_unit = u32::try_from(requests).map_err(|_| {

@@ -9,5 +9,9 @@ mod run;
 mod trace;
 mod traffic;
 
+#[cfg(test)]
+#[path = "../../../sluicegate/tests/fuzz_harness/mod.rs"]
+mod fuzz_harness;
+
 pub(crate) use args::SimulateArgs;
 pub(crate) use run::run;

@@ -89,9 +89,14 @@ impl Axes {
         }
     }
 
+    /// The time the axis spans: whole bins, up to the end of time (a trace's `t` may be
+    /// near `u64::MAX` µs, where one more bin would overflow).
+    fn span(&self) -> Micros {
+        self.bins.saturating_mul(self.bin)
+    }
+
     fn x(&self, t: Micros) -> f64 {
-        let span = (self.bins * self.bin) as f64;
-        LEFT + (WIDTH - LEFT - RIGHT) * t as f64 / span
+        LEFT + (WIDTH - LEFT - RIGHT) * t as f64 / self.span() as f64
     }
 
     fn height(&self, count: u64) -> f64 {
@@ -129,7 +134,7 @@ fn nice_step(at_least: Micros) -> Micros {
     }
 }
 
-fn render(panels: &[Panel]) -> String {
+pub(crate) fn render(panels: &[Panel]) -> String {
     let axes = Axes::new(panels);
     let height = LEGEND_HEIGHT + PANEL_HEIGHT * panels.len() as f64;
     let mut svg = String::new();
@@ -230,7 +235,7 @@ fn draw_panel(svg: &mut String, axes: &Axes, index: usize, panel: &Panel) {
         svg,
         r#"<line x1="{left}" y1="{base:.1}" x2="{right}" y2="{base:.1}" stroke="black"/>"#
     );
-    let span = axes.bins * axes.bin;
+    let span = axes.span();
     let t_step = nice_step(span / 10 + 1);
     let mut t = 0;
     while t <= span {
@@ -242,7 +247,10 @@ fn draw_panel(svg: &mut String, axes: &Axes, index: usize, panel: &Panel) {
             base + 17.0,
             seconds_label(t)
         );
-        t += t_step;
+        match t.checked_add(t_step) {
+            Some(next) => t = next,
+            None => break,
+        }
     }
     let _ = writeln!(
         svg,

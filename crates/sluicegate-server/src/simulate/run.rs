@@ -184,3 +184,8 @@ impl Simulation {
         (self.limiters.len() > 1).then_some(index)
     }
 }
+
+/// Fuzzing traces through the whole simulation (a child module, to drive `Simulation`).
+#[cfg(test)]
+#[path = "fuzz_tests.rs"]
+mod fuzz_tests;

@@ -116,7 +116,9 @@ impl AlgorithmSpec {
                 }
             }
         } else {
-            value.ok_or_else(|| {
+            // An empty value (`rate=`) is as missing as no `=` at all (and would print as the
+            // flag `rate`, which does not read back).
+            value.filter(|v| !v.is_empty()).ok_or_else(|| {
                 ConfigError::invalid(canonical, "", format!("expected {canonical}=VALUE"))
             })?
         };
