@@ -271,7 +271,7 @@ fn fault() -> impl Strategy<Value = Fault> {
             ("jump", "unknown op"),
             ("try", "timeout"),
             ("try:soon", "timeout"),
-            ("try:-1", "timeout"),
+            ("try:--1", "timeout"),
             ("set_rate:", "rate"),
             ("peek:1", "no argument"),
             ("set-rate", "rate"),
