@@ -30,6 +30,8 @@ mod limiter;
 mod rate;
 mod spec;
 mod state_machine;
+#[cfg(feature = "stream")]
+pub mod stream;
 
 pub use algorithm::*;
 pub use cell::{LockedCell, StateCell, WordCell};
