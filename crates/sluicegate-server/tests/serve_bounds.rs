@@ -79,19 +79,23 @@ async fn at_the_key_cap_new_keys_are_answered_by_the_policy_and_no_budget_resets
             metrics.contains("sluicegate_key_cap_refusals_total 3"),
             "{metrics}"
         );
-        // An hour on, every key is fresh again: the engine's sweep makes room.
+        // An hour on, every key is fresh again. Room is made either at once (the newcomer's
+        // shard sweeps itself if its table must grow, which depends on the hashes) or by the
+        // engine's sweep after one more answer by the policy; either way the newcomer is
+        // charged within two calls, once, and then limited.
         service.clock.advance(Duration::from_secs(3600));
-        assert_eq!(
-            user(&mut service, "newcomer").await?,
-            new_key_code,
-            "{policy:?}"
-        );
-        assert_eq!(user(&mut service, "newcomer").await?, OK, "{policy:?}");
-        assert_eq!(
-            user(&mut service, "newcomer").await?,
-            OVER_LIMIT,
-            "{policy:?}"
-        );
+        let mut codes = Vec::new();
+        for _ in 0..3 {
+            codes.push(user(&mut service, "newcomer").await?);
+        }
+        let first_charged = if codes[0] == OK && codes[1] == OVER_LIMIT {
+            0
+        } else {
+            assert_eq!(codes[0], new_key_code, "{policy:?}: {codes:?}");
+            1
+        };
+        assert_eq!(codes[first_charged], OK, "{policy:?}: {codes:?}");
+        assert_eq!(codes[2], OVER_LIMIT, "{policy:?}: {codes:?}");
         service.server.shutdown().await?;
     }
     Ok(())
