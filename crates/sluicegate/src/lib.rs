@@ -33,8 +33,21 @@ mod state_machine;
 #[cfg(feature = "stream")]
 pub mod stream;
 
-pub use algorithm::*;
-pub use cell::{LockedCell, StateCell, WordCell};
+pub use algorithm::{
+    Concurrency, FixedWindow, Gcra, LeakyBucket, LeakyQueue, QueueDelay, SlidingLog, SlidingWindow,
+    SmoothBursty, SmoothWarmup, TokenBucket,
+};
+
+/// What each algorithm keeps per key, and the cells limiters keep it in: for those who write
+/// a store of their own around [`Algorithm::decide`]. Using a limiter needs none of it.
+pub mod state {
+    pub use crate::algorithm::{
+        FixedWindowState, Held, LeakyBucketState, SlidingLogState, SlidingWindowState, SmoothState,
+        Tat, TokenBucketState,
+    };
+    pub use crate::cell::{LockedCell, StateCell, WordCell};
+    pub use crate::spec::AnyState;
+}
 pub use clock::{Clock, ManualClock, Micros, SystemClock, micros_ceil};
 pub use decision::Decision;
 pub use error::{CheckError, ConfigError};
@@ -43,5 +56,5 @@ pub use limiter::{
     LimitTarget, MultiDecision, OwnedConcurrencyPermit, decide_together,
 };
 pub use rate::{MAX_TICKS_PER_MICRO, Pace, Rate, format_duration_micros, parse_duration};
-pub use spec::{AlgorithmSpec, AnyAlgorithm, AnyState};
+pub use spec::{AlgorithmSpec, AnyAlgorithm};
 pub use state_machine::{Algorithm, AlgorithmState, Op, Releasable};

@@ -17,9 +17,10 @@ use std::num::NonZeroU64;
 use std::time::Duration;
 
 use proptest::prelude::*;
+use sluicegate::state::SmoothState;
 use sluicegate::{
     Algorithm, Clock, ConfigError, Decision, DirectLimiter, KeyedLimiter, ManualClock, Micros, Op,
-    SmoothBursty, SmoothState, SmoothWarmup,
+    SmoothBursty, SmoothWarmup,
 };
 
 type TestResult = Result<(), Box<dyn Error>>;
