@@ -18,7 +18,9 @@ use sluicegate_server::serve::{
 
 mod loopback;
 
-use loopback::{BoxError, OK, OVER_LIMIT, Service, TestResult, adds_header};
+use loopback::{
+    BoxError, OK, OVER_LIMIT, Service, TestResult, adds_header, wait_for_metric, write_atomically,
+};
 
 const RULES: &str = r#"
 domain: shop
@@ -298,23 +300,6 @@ async fn metrics_keep_their_shape() -> TestResult {
     counted.server.shutdown().await?;
     default.server.shutdown().await?;
     Ok(())
-}
-
-async fn wait_for_metric(service: &Service, needle: &str) -> TestResult {
-    // Bounded: the reload loop polls every 20ms; give it up to 10s on a loaded machine.
-    for _ in 0..500 {
-        if service.get("/metrics").await?.contains(needle) {
-            return Ok(());
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    Err(format!("metrics never showed {needle:?}").into())
-}
-
-fn write_atomically(file: &Path, text: &str) -> std::io::Result<()> {
-    let temp = file.with_extension("tmp");
-    std::fs::write(&temp, text)?;
-    std::fs::rename(temp, file)
 }
 
 #[tokio::test]

@@ -8,13 +8,12 @@ use std::time::Duration;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::RateLimitOverride;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use envoy_types::pb::google::protobuf::UInt64Value;
-use sluicegate_redis::FailurePolicy;
-use sluicegate_redis::testing::RedisServer;
-use sluicegate_server::serve::{BackendOptions, EngineOptions, RedisOptions, RedisTarget};
 
 mod loopback;
 
-use loopback::{BoxError, OK, OVER_LIMIT, Service, TestResult, descriptor};
+use loopback::{
+    BoxError, OK, OVER_LIMIT, TestResult, descriptor, in_memory_and_on_redis, store_name,
+};
 
 const RULES: &str = r#"
 domain: shop
@@ -34,34 +33,13 @@ descriptors:
     rate_limit: {unit: hour, requests_per_unit: 100}
 "#;
 
-/// Each test runs on both stores: memory, and a real redis-server (kept alive by the guard).
-async fn services() -> Result<Vec<(Service, Option<RedisServer>)>, BoxError> {
-    let memory = Service::start(RULES, EngineOptions::default()).await?;
-    let redis = RedisServer::start()?;
-    let on_redis = EngineOptions {
-        backend: BackendOptions::Redis(RedisOptions {
-            target: RedisTarget::Single(redis.url()),
-            prefix: "sluicegate:".into(),
-            timeout: Duration::from_secs(5),
-            failure_policy: FailurePolicy::Closed,
-        }),
-        ..EngineOptions::default()
-    };
-    let shared = Service::start(RULES, on_redis).await?;
-    Ok(vec![(memory, None), (shared, Some(redis))])
-}
-
-fn store(redis: &Option<RedisServer>) -> &'static str {
-    if redis.is_some() { "redis" } else { "memory" }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unlimited_rule_answers_the_largest_remaining() -> TestResult {
-    for (mut service, redis) in services().await? {
+    for (mut service, redis) in in_memory_and_on_redis(RULES).await? {
         let answer = service.ask(&[&[("free", "x")]], 0).await?;
         let status = &answer.statuses[0];
-        assert_eq!(answer.overall_code, OK, "{}", store(&redis));
-        assert_eq!(status.limit_remaining, u32::MAX, "{}", store(&redis));
+        assert_eq!(answer.overall_code, OK, "{}", store_name(&redis));
+        assert_eq!(status.limit_remaining, u32::MAX, "{}", store_name(&redis));
         assert!(status.current_limit.is_none());
         // No rule at all: nothing to report.
         let answer = service.ask(&[&[("nothing", "x")]], 0).await?;
@@ -84,8 +62,8 @@ fn user_with_hits(user: &str, hits: Option<u64>) -> RateLimitRequest {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_descriptor_hits_addend_of_zero_checks_without_charging() -> TestResult {
-    for (mut service, redis) in services().await? {
-        let name = store(&redis);
+    for (mut service, redis) in in_memory_and_on_redis(RULES).await? {
+        let name = store_name(&redis);
         // Set to 0: checked, nothing charged, over gRPC and over /json (number or string).
         for _ in 0..3 {
             let answer = service.send(user_with_hits("alice", Some(0))).await?;
@@ -127,8 +105,8 @@ fn reset_secs(answer: &RateLimitResponse) -> Result<f64, BoxError> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fixed_window_resets_at_its_end_even_when_nothing_was_charged() -> TestResult {
-    for (mut service, redis) in services().await? {
-        let name = store(&redis);
+    for (mut service, redis) in in_memory_and_on_redis(RULES).await? {
+        let name = store_name(&redis);
         // The clock is a quarter second into a minute; 10 seconds on.
         service.clock.advance(Duration::from_secs(10));
         // Zero requests per unit: can never pass, and resets with its window.
@@ -152,8 +130,8 @@ async fn a_fixed_window_resets_at_its_end_even_when_nothing_was_charged() -> Tes
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_override_in_an_unknown_domain_is_ignored() -> TestResult {
-    for (mut service, redis) in services().await? {
-        let name = store(&redis);
+    for (mut service, redis) in in_memory_and_on_redis(RULES).await? {
+        let name = store_name(&redis);
         let mut blocked = descriptor(&[("user", "erin")]);
         blocked.limit = Some(RateLimitOverride {
             requests_per_unit: 0,
@@ -185,8 +163,8 @@ async fn an_override_in_an_unknown_domain_is_ignored() -> TestResult {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn quota_mode_fails_a_call_only_when_every_quota_is_spent() -> TestResult {
-    for (mut service, redis) in services().await? {
-        let name = store(&redis);
+    for (mut service, redis) in in_memory_and_on_redis(RULES).await? {
+        let name = store_name(&redis);
         // Spend pool a.
         assert_eq!(service.code(&[&[("pool", "a")]]).await?, OK, "{name}");
         // a is over, b is not: reported over, yet the call passes, and b is charged.
@@ -222,8 +200,8 @@ async fn quota_mode_fails_a_call_only_when_every_quota_is_spent() -> TestResult 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn limits_left_uncharged_by_a_denial_report_what_they_still_have() -> TestResult {
-    for (mut service, redis) in services().await? {
-        let name = store(&redis);
+    for (mut service, redis) in in_memory_and_on_redis(RULES).await? {
+        let name = store_name(&redis);
         // `small` allows 2 an hour, `global` 100: the third call is denied by `small`, and
         // `global`, uncharged, still has 98, as envoyproxy/ratelimit would report it.
         for _ in 0..2 {

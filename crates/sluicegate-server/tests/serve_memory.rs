@@ -1,9 +1,6 @@
 //! The service over real loopback sockets, with a real gRPC client and a real HTTP client, on
 //! its in-memory store.
 
-use std::path::Path;
-use std::time::Duration;
-
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::RateLimitOverride;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use envoy_types::pb::google::protobuf::UInt64Value;
@@ -11,7 +8,10 @@ use sluicegate_server::serve::EngineOptions;
 
 mod loopback;
 
-use loopback::{BoxError, OK, OVER_LIMIT, Service, TestResult, descriptor};
+use loopback::{
+    OK, OVER_LIMIT, Service, TestResult, descriptor, wait_for_metric, wait_for_rules,
+    write_atomically,
+};
 
 const RULES: &str = r#"
 domain: shop
@@ -292,28 +292,6 @@ async fn bad_requests_get_clear_errors() -> TestResult {
     Ok(())
 }
 
-async fn wait_for_rules(service: &Service, needle: &str) -> Result<String, BoxError> {
-    // Bounded: the reload loop polls every 20ms; give it up to 10s on a loaded machine.
-    for _ in 0..500 {
-        let config = service.get("/rlconfig").await?;
-        if config.contains(needle) {
-            return Ok(config);
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    Err(format!("rules never showed {needle:?}").into())
-}
-
-async fn wait_for_metric(service: &Service, needle: &str) -> TestResult {
-    for _ in 0..500 {
-        if service.get("/metrics").await?.contains(needle) {
-            return Ok(());
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    Err(format!("metrics never showed {needle:?}").into())
-}
-
 #[tokio::test]
 async fn hot_reload_applies_good_rules_and_keeps_the_old_on_bad_ones() -> TestResult {
     let dir = tempfile::tempdir()?;
@@ -358,12 +336,6 @@ async fn hot_reload_applies_good_rules_and_keeps_the_old_on_bad_ones() -> TestRe
     );
     service.server.shutdown().await?;
     Ok(())
-}
-
-fn write_atomically(file: &Path, text: &str) -> std::io::Result<()> {
-    let temp = file.with_extension("tmp");
-    std::fs::write(&temp, text)?;
-    std::fs::rename(temp, file)
 }
 
 #[tokio::test]

@@ -1,18 +1,16 @@
 //! The manual switch (`PUT /admin/mode`): each mode over real gRPC and HTTP, in memory and on
 //! a real redis-server; kept across reloads and restarts; and the admin token.
 
-use std::path::Path;
 use std::time::Duration;
 
-use sluicegate_redis::FailurePolicy;
-use sluicegate_redis::testing::RedisServer;
-use sluicegate_server::serve::{
-    BackendOptions, EngineOptions, RedisOptions, RedisTarget, ServerConfig, start,
-};
+use sluicegate_server::serve::{EngineOptions, ServerConfig, start};
 
 mod loopback;
 
-use loopback::{BoxError, OK, OVER_LIMIT, Service, TestResult};
+use loopback::{
+    BoxError, OK, OVER_LIMIT, Service, TestResult, in_memory_and_on_redis, wait_for_rules,
+    write_atomically,
+};
 
 const RULES: &str = r#"
 domain: shop
@@ -22,22 +20,6 @@ descriptors:
   - key: path
     rate_limit: {unit: hour, requests_per_unit: 100}
 "#;
-
-async fn services() -> Result<Vec<(Service, Option<RedisServer>)>, BoxError> {
-    let memory = Service::start(RULES, EngineOptions::default()).await?;
-    let redis = RedisServer::start()?;
-    let on_redis = EngineOptions {
-        backend: BackendOptions::Redis(RedisOptions {
-            target: RedisTarget::Single(redis.url()),
-            prefix: "sluicegate:".into(),
-            timeout: Duration::from_secs(5),
-            failure_policy: FailurePolicy::Closed,
-        }),
-        ..EngineOptions::default()
-    };
-    let shared = Service::start(RULES, on_redis).await?;
-    Ok(vec![(memory, None), (shared, Some(redis))])
-}
 
 /// The remaining count of `user`, checked without charging (`hits_addend` 0 on the descriptor).
 async fn remaining(service: &mut Service, user: &str) -> Result<u32, BoxError> {
@@ -56,7 +38,7 @@ async fn user(service: &mut Service, name: &str) -> Result<i32, BoxError> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_mode_answers_as_specified_in_memory_and_on_redis() -> TestResult {
-    for (mut service, redis) in services().await? {
+    for (mut service, redis) in in_memory_and_on_redis(RULES).await? {
         let store = if redis.is_some() { "redis" } else { "memory" };
         // Spend ann's budget.
         for _ in 0..2 {
@@ -134,24 +116,6 @@ async fn bad_mode_calls_name_what_is_wrong() -> TestResult {
     assert!(text.contains("sometimes"), "{text}");
     service.server.shutdown().await?;
     Ok(())
-}
-
-async fn wait_for_rules(service: &Service, needle: &str) -> Result<String, BoxError> {
-    // Bounded: the reload loop polls every 20ms; give it up to 10s on a loaded machine.
-    for _ in 0..500 {
-        let config = service.get("/rlconfig").await?;
-        if config.contains(needle) {
-            return Ok(config);
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    Err(format!("rules never showed {needle:?}").into())
-}
-
-fn write_atomically(file: &Path, text: &str) -> std::io::Result<()> {
-    let temp = file.with_extension("tmp");
-    std::fs::write(&temp, text)?;
-    std::fs::rename(temp, file)
 }
 
 #[tokio::test]

@@ -10,7 +10,12 @@ use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descri
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use sluicegate::{ManualClock, Micros};
-use sluicegate_server::serve::{EngineOptions, RunningServer, ServerConfig, ServiceClock, start};
+use sluicegate_redis::FailurePolicy;
+use sluicegate_redis::testing::RedisServer;
+use sluicegate_server::serve::{
+    BackendOptions, EngineOptions, RedisOptions, RedisTarget, RunningServer, ServerConfig,
+    ServiceClock, start,
+};
 use tonic::transport::Channel;
 
 /// Any error of a test.
@@ -179,4 +184,60 @@ pub fn descriptor(entries: &[(&str, &str)]) -> RateLimitDescriptor {
             .collect(),
         ..RateLimitDescriptor::default()
     }
+}
+
+/// Waits (bounded: the reload loop polls every 20ms; up to 10s on a loaded machine) until
+/// `/rlconfig` shows `needle`; returns the rules it showed.
+pub async fn wait_for_rules(service: &Service, needle: &str) -> Result<String, BoxError> {
+    for _ in 0..500 {
+        let config = service.get("/rlconfig").await?;
+        if config.contains(needle) {
+            return Ok(config);
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    Err(format!("rules never showed {needle:?}").into())
+}
+
+/// Waits (bounded, as [`wait_for_rules`]) until `/metrics` shows `needle`.
+pub async fn wait_for_metric(service: &Service, needle: &str) -> TestResult {
+    for _ in 0..500 {
+        if service.get("/metrics").await?.contains(needle) {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    Err(format!("metrics never showed {needle:?}").into())
+}
+
+/// Replaces `file` with `text` in one rename, so the reload loop never reads half a file.
+pub fn write_atomically(file: &std::path::Path, text: &str) -> std::io::Result<()> {
+    let temp = file.with_extension("tmp");
+    std::fs::write(&temp, text)?;
+    std::fs::rename(temp, file)
+}
+
+/// The same rules served twice: in memory, and on a real redis-server (kept alive by the
+/// returned guard; `closed` policy, a generous timeout).
+pub async fn in_memory_and_on_redis(
+    rules: &str,
+) -> Result<Vec<(Service, Option<RedisServer>)>, BoxError> {
+    let memory = Service::start(rules, EngineOptions::default()).await?;
+    let redis = RedisServer::start()?;
+    let on_redis = EngineOptions {
+        backend: BackendOptions::Redis(RedisOptions {
+            target: RedisTarget::Single(redis.url()),
+            prefix: "sluicegate:".into(),
+            timeout: Duration::from_secs(5),
+            failure_policy: FailurePolicy::Closed,
+        }),
+        ..EngineOptions::default()
+    };
+    let shared = Service::start(rules, on_redis).await?;
+    Ok(vec![(memory, None), (shared, Some(redis))])
+}
+
+/// Which store a service of [`in_memory_and_on_redis`] uses, for assertion messages.
+pub fn store_name(redis: &Option<RedisServer>) -> &'static str {
+    if redis.is_some() { "redis" } else { "memory" }
 }
