@@ -258,9 +258,9 @@ impl Engine {
                 .domains()
                 .any(|domain| loaded.rules.rules(domain).iter().any(|r| r.id == id))
         };
-        let before = self.modes.table().as_ref().clone();
-        let previous = self.modes.set(rule, mode, known)?;
-        mode_gauges(&self.metrics, &before, &self.modes.table());
+        let previous = self.modes.set(rule, mode, known, |before, after| {
+            mode_gauges(&self.metrics, before, after);
+        })?;
         self.metrics.mode_changes.inc();
         tracing::warn!(
             rule,

@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
+use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
 /// How a rule's limits answer.
@@ -101,6 +102,8 @@ pub enum ModeError {
 pub struct Modes {
     table: ArcSwap<ModeTable>,
     file: Option<PathBuf>,
+    /// Held while a change is made and written, so two changes at once cannot lose one.
+    changing: Mutex<()>,
 }
 
 impl Modes {
@@ -113,6 +116,7 @@ impl Modes {
         Ok(Modes {
             table: ArcSwap::from_pointee(table),
             file,
+            changing: Mutex::new(()),
         })
     }
 
@@ -123,18 +127,21 @@ impl Modes {
     }
 
     /// Sets `rule`'s mode, persists the table, and returns the previous mode. `known` says
-    /// whether a rule id is in force (`*` always is).
+    /// whether a rule id is in force (`*` always is); `changed(before, after)` runs once the
+    /// new table is in force, before any other change can start.
     pub fn set(
         &self,
         rule: &str,
         mode: Mode,
         known: impl Fn(&str) -> bool,
+        changed: impl FnOnce(&ModeTable, &ModeTable),
     ) -> Result<Mode, ModeError> {
         if rule != EVERY_RULE && !known(rule) {
             return Err(ModeError::UnknownRule {
                 rule: rule.to_owned(),
             });
         }
+        let _changing = self.changing.lock();
         let current = self.table.load_full();
         let previous = if rule == EVERY_RULE {
             current.every_rule
@@ -146,7 +153,9 @@ impl Modes {
         if let Some(path) = &self.file {
             write(path, &next)?;
         }
-        self.table.store(Arc::new(next));
+        let next = Arc::new(next);
+        self.table.store(Arc::clone(&next));
+        changed(&current, &next);
         Ok(previous)
     }
 }
@@ -188,15 +197,18 @@ mod tests {
     fn the_whole_service_mode_wins_unless_it_enforces() -> Result<(), ModeError> {
         let modes = Modes::load(None)?;
         let known = |rule: &str| rule == "api.user";
-        assert_eq!(modes.set("api.user", Mode::Shadow, known)?, Mode::Enforce);
+        assert_eq!(
+            modes.set("api.user", Mode::Shadow, known, |_, _| {})?,
+            Mode::Enforce
+        );
         assert_eq!(modes.table().of("api.user"), Mode::Shadow);
         assert_eq!(modes.table().of("api.other"), Mode::Enforce);
-        modes.set(EVERY_RULE, Mode::Open, known)?;
+        modes.set(EVERY_RULE, Mode::Open, known, |_, _| {})?;
         assert_eq!(modes.table().of("api.user"), Mode::Open);
-        modes.set(EVERY_RULE, Mode::Enforce, known)?;
+        modes.set(EVERY_RULE, Mode::Enforce, known, |_, _| {})?;
         assert_eq!(modes.table().of("api.user"), Mode::Shadow);
         assert!(matches!(
-            modes.set("api.nope", Mode::Closed, known),
+            modes.set("api.nope", Mode::Closed, known, |_, _| {}),
             Err(ModeError::UnknownRule { .. })
         ));
         Ok(())
@@ -207,8 +219,8 @@ mod tests {
         let dir = tempfile::tempdir()?;
         let file = dir.path().join("modes.json");
         let modes = Modes::load(Some(file.clone()))?;
-        modes.set("api.user", Mode::Closed, |_| true)?;
-        modes.set(EVERY_RULE, Mode::Shadow, |_| true)?;
+        modes.set("api.user", Mode::Closed, |_| true, |_, _| {})?;
+        modes.set(EVERY_RULE, Mode::Shadow, |_| true, |_, _| {})?;
         let again = Modes::load(Some(file.clone()))?;
         assert_eq!(**again.table(), **modes.table());
         std::fs::write(&file, "{\"*\": \"sometimes\"}")?;
