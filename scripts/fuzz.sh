@@ -51,8 +51,8 @@ for binary in "${binaries[@]}"; do
   echo "== $binary: $filter ($cases inputs per target, $slow_cases for the slow ones)"
   # shellcheck disable=SC2086
   PROPTEST_CASES=$cases SLUICEGATE_FUZZ_SLOW_CASES=$slow_cases RUST_BACKTRACE=0 \
-    cargo test --release --quiet $binary -- "$filter" --nocapture --test-threads="$threads" 2>&1 \
-    | tee -a "$log" | grep -E '^fuzz |^test .*FAILED|failed:|smallest failing input'
+    cargo test --release $binary -- "$filter" --nocapture --test-threads="$threads" 2>&1 \
+    | tee -a "$log" | grep -E 'fuzz [a-z_]+: [0-9]+ inputs|^test .*FAILED|failed:|smallest failing input'
   status=${PIPESTATUS[0]}
   if [ "$status" -ne 0 ]; then
     failed+=("$binary")
@@ -62,7 +62,7 @@ elapsed=$(( $(date +%s) - started ))
 
 echo
 echo "== fuzz targets: inputs, seconds, inputs/s, accepted (a rule file loaded, a call answered, ...)"
-grep -E '^fuzz [a-z_]+: [0-9]+ inputs' "$log" \
+grep -oE 'fuzz [a-z_]+: [0-9]+ inputs in [0-9.]+ s \([0-9]+ inputs/s\), [0-9]+ accepted' "$log" \
   | sed -E 's/^fuzz ([a-z_]+): ([0-9]+) inputs in ([0-9.]+) s \(([0-9]+) inputs\/s\), ([0-9]+) accepted$/\1 \2 \3 \4 \5/' \
   | awk '{ printf "%-26s %12d inputs %9.1f s %10d inputs/s %12d accepted\n", $1, $2, $3, $4, $5; total += $2 }
          END { printf "%-26s %12d inputs in all, %d s of wall time\n", "total", total, '"$elapsed"' }'

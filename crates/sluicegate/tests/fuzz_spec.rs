@@ -134,6 +134,76 @@ fn spec_text() -> impl Strategy<Value = String> {
         })
 }
 
+/// A spec of the right shape for its algorithm: its required parameters and some optional
+/// ones, with values of the right kind (edges included), so that most build and run.
+fn shaped_spec() -> impl Strategy<Value = String> {
+    let pick = |values: &[&'static str]| prop::sample::select(values.to_vec());
+    let rate = pick(&[
+        "10/s",
+        "1/s",
+        "0.5/s",
+        "100/1m",
+        "3/1w",
+        "1000000/s",
+        "1024/1us",
+        "7/30s",
+        "1.5/s",
+    ]);
+    let count = pick(&["1", "2", "5", "100", "18446744073709551615", "0"]);
+    let window = pick(&["1s", "60s", "1us", "1.5s", "7d", "250ms"]);
+    let number = pick(&["1", "2.5", "0.5", "0.000001", "1000000", "3"]);
+    let optional = |name: &'static str, values: BoxedStrategy<&'static str>| {
+        prop::option::of(values)
+            .prop_map(move |v| v.map(|v| format!(",{name}={v}")).unwrap_or_default())
+    };
+    let bucket = (
+        pick(&["token-bucket", "gcra"]),
+        rate.clone(),
+        optional("burst", count.clone().boxed()),
+        optional("initial", count.clone().boxed()),
+    )
+        .prop_map(|(name, rate, burst, initial)| format!("{name}:rate={rate}{burst}{initial}"));
+    let windowed = (
+        pick(&["fixed-window", "sliding-log", "sliding-window"]),
+        count.clone(),
+        window,
+        optional("buckets", pick(&["1", "4", "60", "4294967296"]).boxed()),
+    )
+        .prop_map(|(name, limit, window, buckets)| {
+            let buckets = if name == "sliding-window" {
+                buckets
+            } else {
+                String::new()
+            };
+            format!("{name}:limit={limit},window={window}{buckets}")
+        });
+    let leaky = (rate.clone(), count.clone())
+        .prop_map(|(r, c)| format!("leaky-bucket:rate={r},capacity={c}"));
+    let queue = (
+        rate.clone(),
+        optional("burst", count.clone().boxed()),
+        prop_oneof![
+            Just(String::new()),
+            Just(",nodelay".to_owned()),
+            count.clone().prop_map(|d| format!(",delay={d}"))
+        ],
+    )
+        .prop_map(|(r, burst, delay)| format!("leaky-queue:rate={r}{burst}{delay}"));
+    let smooth = (
+        prop_oneof![number.clone(), rate.clone()],
+        optional("burst_seconds", number.clone().boxed()),
+    )
+        .prop_map(|(r, b)| format!("smooth-bursty:rate={r}{b}"));
+    let warm = (
+        number.clone(),
+        pick(&["4s", "1us", "1h"]),
+        optional("cold_factor", number.boxed()),
+    )
+        .prop_map(|(r, w, c)| format!("smooth-warmup:rate={r},warmup={w}{c}"));
+    let concurrency = count.prop_map(|c| format!("concurrency:limit={c}"));
+    prop_oneof![bucket, windowed, leaky, queue, smooth, warm, concurrency]
+}
+
 /// What a built algorithm is asked after it parses: (time step in µs, permits, op) triples.
 fn uses() -> impl Strategy<Value = Vec<(u64, u64, u8)>> {
     let step = prop_oneof![
@@ -273,7 +343,7 @@ fn fuzz_spec_arbitrary_text() {
 fn fuzz_spec_from_the_grammar() {
     fuzz(
         "spec_from_the_grammar",
-        (spec_text(), uses(), value()),
+        (prop_oneof![spec_text(), shaped_spec()], uses(), value()),
         |(text, uses, new_rate)| exercise(&text, &uses, &new_rate),
     );
 }
@@ -286,6 +356,7 @@ fn fuzz_rates_and_durations() {
         |text| {
             match text.parse::<Rate>() {
                 Ok(rate) => {
+                    accepted();
                     let printed = rate.to_string();
                     let again = printed.parse::<Rate>();
                     check(again.as_ref() == Ok(&rate), || {

@@ -86,9 +86,9 @@ pub(crate) fn fuzz_with<S>(
         *lock(&current) = None;
         result
     });
+    let elapsed = started.elapsed().as_secs_f64();
     done.store(true, Ordering::Relaxed);
     let _ = watchdog.join();
-    let elapsed = started.elapsed().as_secs_f64();
     let inputs = inputs.load(Ordering::Relaxed);
     eprintln!(
         "fuzz {target}: {inputs} inputs in {elapsed:.1} s ({:.0} inputs/s), {} accepted",
