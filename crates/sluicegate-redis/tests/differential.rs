@@ -704,7 +704,7 @@ fn multi_limit_requests_match_decide_together() -> Result<(), BoxError> {
                                 .unwrap_or_else(|| algorithm.initial_state(now));
                             prop_assert_eq!(
                                 decision.remaining(),
-                                available(algorithm, &state, now),
+                                available(&*algorithm, &state, now),
                                 "event {} {:?}",
                                 i,
                                 event

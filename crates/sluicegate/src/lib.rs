@@ -52,8 +52,8 @@ pub use clock::{Clock, ManualClock, Micros, SystemClock, micros_ceil};
 pub use decision::Decision;
 pub use error::{CheckError, ConfigError};
 pub use limiter::{
-    ConcurrencyPermit, DirectLimiter, KeyBudget, KeyedConcurrencyPermit, KeyedLimiter, LimitSet,
-    LimitTarget, MultiDecision, OwnedConcurrencyPermit, decide_together,
+    ConcurrencyPermit, CurrentAlgorithm, DirectLimiter, KeyBudget, KeyedConcurrencyPermit,
+    KeyedLimiter, LimitSet, LimitTarget, MultiDecision, OwnedConcurrencyPermit, decide_together,
 };
 pub use rate::{MAX_TICKS_PER_MICRO, Pace, Rate, format_duration_micros, parse_duration};
 pub use spec::{AlgorithmSpec, AnyAlgorithm};

@@ -274,7 +274,7 @@ fn several_limits_are_charged_all_or_none() -> TestResult {
 #[test]
 fn set_algorithm_keeps_keyed_state() -> TestResult {
     let clock = ManualClock::new(0);
-    let mut limiter =
+    let limiter =
         KeyedLimiter::with_clock(TokenBucket::new(Rate::per_second(10)?, 10)?, clock.clone());
     let _ = limiter.check_n(&"k", n(10))?;
     limiter.set_algorithm(TokenBucket::new(Rate::per_second(20)?, 20)?);

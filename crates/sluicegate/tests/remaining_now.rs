@@ -252,7 +252,7 @@ proptest! {
                 }
                 prop_assert_eq!(
                     decision.remaining(),
-                    available(algorithm, &state, now),
+                    available(&*algorithm, &state, now),
                     "{:?} allowed {}: {:?}", specs, multi.allowed, decision
                 );
             }

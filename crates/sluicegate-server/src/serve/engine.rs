@@ -141,7 +141,7 @@ impl Engine {
         let keys = KeyCap::new(options.max_keys, options.at_key_cap, &metrics);
         let modes = Modes::load(options.modes_file.clone())?;
         mode_gauges(&metrics, &ModeTable::default(), &modes.table());
-        let limiters =
+        let (limiters, _) =
             build_limiter_table(&rules, None, options.count_denied, &options.clock, &keys)?;
         let redis = match &options.backend {
             BackendOptions::Memory => None,
@@ -204,7 +204,7 @@ impl Engine {
     /// refused, and the rules in force stay.
     pub fn replace_rules(&self, rules: RuleSet) -> Result<(), EngineError> {
         let previous = self.loaded.load();
-        let limiters = build_limiter_table(
+        let (limiters, rerates) = build_limiter_table(
             &rules,
             Some(&previous.limiters),
             self.options.count_denied,
@@ -215,6 +215,10 @@ impl Engine {
             Some(table) => Some(build_redis_table(&rules, Some(table))?),
             None => None,
         };
+        // Accepted: the limits whose rate changed keep their keys, carried over.
+        for (limiter, algorithm) in rerates {
+            limiter.set_algorithm(algorithm);
+        }
         self.metrics.rules_loaded.set(count_rules(&rules));
         self.loaded.store(Arc::new(LoadedRules {
             counters: rule_counters(&self.counters, &rules),

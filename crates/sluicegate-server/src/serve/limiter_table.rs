@@ -41,20 +41,31 @@ pub(crate) struct MemoryLimit {
 /// The in-memory limiters of one rule set, by rule id and limit index.
 pub(crate) type LimiterTable = PerLimit<MemoryLimit>;
 
-/// Limiters for every limit in `rules`, reusing `previous`'s where the limit is unchanged.
-/// With `count_denied`, every limiter must be able to count denied requests
-/// ([`Op::Charge`]).
+/// A limiter kept across a reload whose parameters changed: the new algorithm to put in it
+/// with [`Limiter::set_algorithm`] once the whole new rule set has been accepted (so that
+/// rules refused on reload change nothing).
+pub(crate) type Rerate = (Arc<Limiter>, AnyAlgorithm);
+
+/// Limiters for every limit in `rules`, reusing `previous`'s where the limit is unchanged and,
+/// where only its parameters changed, its limiter too, with every key's state carried over
+/// to the new parameters (returned to apply, see [`Rerate`]): a reload that changes a rate
+/// keeps what each key has used. With `count_denied`, every limiter must be able to count
+/// denied requests ([`Op::Charge`]).
 pub(crate) fn build_limiter_table(
     rules: &RuleSet,
     previous: Option<&LimiterTable>,
     count_denied: bool,
     clock: &ServiceClock,
     keys: &KeyCap,
-) -> Result<LimiterTable, EngineError> {
-    PerLimit::build(rules, previous, |rule, _, limit| {
-        let enforcer = enforcer_for(limit, clock, keys)?;
-        if let Enforcer::Limiter(limiter) = &enforcer {
-            if count_denied && !limiter.algorithm().supports(Op::Charge) {
+) -> Result<(LimiterTable, Vec<Rerate>), EngineError> {
+    let mut rerates = Vec::new();
+    let table = PerLimit::build(rules, previous, |rule, _, limit, before| {
+        let algorithm = match limit.requests_per_unit {
+            0 => None,
+            _ => Some(algorithm_for(limit)?),
+        };
+        if let Some(algorithm) = &algorithm {
+            if count_denied && !algorithm.supports(Op::Charge) {
                 return Err(EngineError::CannotCountDenied {
                     file: rule.source.file.clone(),
                     position: rule.source.position,
@@ -63,11 +74,20 @@ pub(crate) fn build_limiter_table(
                 });
             }
         }
+        let enforcer = match (before.map(|b| &b.enforcer), algorithm) {
+            (Some(Enforcer::Limiter(kept)), Some(algorithm)) => {
+                rerates.push((Arc::clone(kept), algorithm));
+                Enforcer::Limiter(Arc::clone(kept))
+            }
+            (_, Some(algorithm)) => Enforcer::Limiter(new_limiter(algorithm, clock, keys)),
+            (_, None) => Enforcer::Never,
+        };
         Ok(MemoryLimit {
             enforcer,
             report: report_of(limit),
         })
-    })
+    })?;
+    Ok((table, rerates))
 }
 
 /// How answers report `limit`.
@@ -105,10 +125,18 @@ pub(crate) fn enforcer_for(
     if limit.requests_per_unit == 0 {
         return Ok(Enforcer::Never);
     }
-    let algorithm = algorithm_for(limit)?;
+    Ok(Enforcer::Limiter(new_limiter(
+        algorithm_for(limit)?,
+        clock,
+        keys,
+    )))
+}
+
+/// A limiter of `algorithm` on `clock`, its keys counted in `keys`.
+fn new_limiter(algorithm: AnyAlgorithm, clock: &ServiceClock, keys: &KeyCap) -> Arc<Limiter> {
     let limiter = KeyedLimiter::with_clock(algorithm, clock.clone())
         .with_key_budget(Arc::clone(keys.budget()));
-    Ok(Enforcer::Limiter(Arc::new(limiter)))
+    Arc::new(limiter)
 }
 
 fn algorithm_for(limit: &Limit) -> Result<AnyAlgorithm, ConfigError> {

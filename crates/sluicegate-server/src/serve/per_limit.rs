@@ -27,11 +27,12 @@ impl<T> Default for PerLimit<T> {
 
 impl<T: Clone> PerLimit<T> {
     /// A value for every limit in `rules`: `previous`'s where the rule (by id) and the limit
-    /// are unchanged, else `make(rule, index, limit)`.
+    /// are unchanged, else `make(rule, index, limit, before)`, where `before` is the value
+    /// the same limit of the same rule had, if it had one (its parameters changed).
     pub(crate) fn build<E>(
         rules: &RuleSet,
         previous: Option<&PerLimit<T>>,
-        mut make: impl FnMut(&Rule, usize, &Limit) -> Result<T, E>,
+        mut make: impl FnMut(&Rule, usize, &Limit, Option<&T>) -> Result<T, E>,
     ) -> Result<PerLimit<T>, E> {
         let old_by_id: HashMap<&str, &Vec<(Limit, T)>> = previous
             .map(|p| p.by_rule.iter().map(|(id, v)| (id.as_str(), v)).collect())
@@ -43,13 +44,10 @@ impl<T: Clone> PerLimit<T> {
                 let old = old_by_id.get(rule.id.as_str());
                 let mut values = Vec::with_capacity(rule.limits.len());
                 for (index, limit) in rule.limits.iter().enumerate() {
-                    let reused = old
-                        .and_then(|limits| limits.get(index))
-                        .filter(|(old_limit, _)| old_limit == limit)
-                        .map(|(_, value)| value.clone());
-                    let value = match reused {
-                        Some(value) => value,
-                        None => make(rule, index, limit)?,
+                    let before = old.and_then(|limits| limits.get(index));
+                    let value = match before {
+                        Some((old_limit, value)) if old_limit == limit => value.clone(),
+                        _ => make(rule, index, limit, before.map(|(_, value)| value))?,
                     };
                     values.push((limit.clone(), value));
                 }
@@ -101,8 +99,10 @@ mod tests {
     }
 
     /// Numbers each value made, so a reused value is told from a new one.
-    fn numbered(made: &mut usize) -> impl FnMut(&Rule, usize, &Limit) -> Result<usize, String> {
-        move |_, _, _| {
+    fn numbered(
+        made: &mut usize,
+    ) -> impl FnMut(&Rule, usize, &Limit, Option<&usize>) -> Result<usize, String> {
+        move |_, _, _, _| {
             *made += 1;
             Ok(*made)
         }

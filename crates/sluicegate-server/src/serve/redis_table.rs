@@ -32,7 +32,7 @@ pub(crate) fn build_redis_table(
     rules: &RuleSet,
     previous: Option<&RedisTable>,
 ) -> Result<RedisTable, ConfigError> {
-    PerLimit::build(rules, previous, |rule, index, limit| {
+    PerLimit::build(rules, previous, |rule, index, limit, _| {
         Ok(redis_limit_for(limit)?.map(|redis| {
             Arc::new(RedisEnforcer {
                 name: format!("{}#{index}#{}", rule.id, limit.algorithm.name()),

@@ -5,6 +5,7 @@ use std::hash::{BuildHasher, Hash};
 use std::num::NonZeroU64;
 use std::sync::Arc;
 
+use arc_swap::ArcSwap;
 use hashbrown::HashTable;
 use parking_lot::Mutex;
 
@@ -52,7 +53,9 @@ struct Shard<K, S> {
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub struct KeyedLimiter<K, A: Algorithm, C: Clock = SystemClock> {
-    algorithm: A,
+    /// Read only with a shard locked, and replaced only with every shard locked: a decision
+    /// never meets a state carried over to parameters other than the ones it reads.
+    algorithm: ArcSwap<A>,
     shards: Box<[Shard<K, A::State>]>,
     hasher: foldhash::fast::RandomState,
     clock: C,
@@ -80,7 +83,7 @@ impl<K: Hash + Eq + Clone, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
             .collect();
         KeyedLimiter {
             created_at: clock.now(),
-            algorithm,
+            algorithm: ArcSwap::from_pointee(algorithm),
             shards,
             hasher: foldhash::fast::RandomState::default(),
             clock,
@@ -109,9 +112,10 @@ impl<K: Hash + Eq + Clone, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         self
     }
 
-    /// The algorithm and its parameters.
-    pub fn algorithm(&self) -> &A {
-        &self.algorithm
+    /// The algorithm and its parameters now (a later
+    /// [`set_algorithm`](Self::set_algorithm) does not change the one returned).
+    pub fn algorithm(&self) -> CurrentAlgorithm<A> {
+        CurrentAlgorithm(self.algorithm.load())
     }
 
     /// The clock.
@@ -172,18 +176,17 @@ impl<K: Hash + Eq + Clone, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         let hash = self.hasher.hash_one(key);
         let shard = self.shard(hash);
         let mut table = shard.table.lock();
+        let algorithm = self.algorithm.load();
         if let Ok(mut entry) = table.find_entry(hash, |(k, _)| k == key) {
-            let decision = self
-                .algorithm
-                .decide(&mut entry.get_mut().1, now, permits, op)?;
-            if op == Op::Release && self.algorithm.is_fresh(&entry.get().1, now) {
+            let decision = algorithm.decide(&mut entry.get_mut().1, now, permits, op)?;
+            if op == Op::Release && algorithm.is_fresh(&entry.get().1, now) {
                 entry.remove();
                 self.gave_back(1);
             }
             return Ok(decision);
         }
-        let mut state = self.algorithm.initial_state(self.created_at);
-        let decision = self.algorithm.decide(&mut state, now, permits, op)?;
+        let mut state = algorithm.initial_state(self.created_at);
+        let decision = algorithm.decide(&mut state, now, permits, op)?;
         if op.changes_state(decision.allowed()) {
             self.make_room(shard, &mut table, now, 1)?;
             table.insert_unique(hash, (key.clone(), state), |(k, _)| self.hasher.hash_one(k));
@@ -223,7 +226,7 @@ impl<K: Hash + Eq + Clone, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
 
     /// The state a key starts from.
     pub(crate) fn new_key_state(&self) -> A::State {
-        self.algorithm.initial_state(self.created_at)
+        self.algorithm.load().initial_state(self.created_at)
     }
 
     /// Makes room for `extra` new keys in shard `index`, whose table the caller holds locked.
@@ -321,7 +324,8 @@ impl<K: Hash + Eq + Clone, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
     /// Drops the fresh keys of one shard's table; returns how many.
     fn sweep(&self, table: &mut Table<K, A::State>, now: Micros) -> usize {
         let before = table.len();
-        table.retain(|(_, state)| !self.algorithm.is_fresh(state, now));
+        let algorithm = self.algorithm.load();
+        table.retain(|(_, state)| !algorithm.is_fresh(state, now));
         if table.capacity() > 64 && table.len() < table.capacity() / 4 {
             table.shrink_to(table.len() * 2, |(k, _)| self.hasher.hash_one(k));
         }
@@ -357,20 +361,44 @@ impl<K: Hash + Eq + Clone, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         self.len() == 0
     }
 
-    /// Replaces the algorithm's parameters, carrying every key's state over at the current
-    /// time (see [`DirectLimiter::set_algorithm`](crate::DirectLimiter::set_algorithm)).
+    /// Replaces the algorithm's parameters while the limiter is in use (through `&self`, so an
+    /// `Arc<KeyedLimiter>` shared by many tasks), carrying every key's state over at the
+    /// current time (see [`DirectLimiter::set_algorithm`](crate::DirectLimiter::set_algorithm)):
+    /// what each key has used counts against the new limit. Decisions wait while every shard
+    /// is locked for the change, in the same order [`decide_together`](crate::decide_together)
+    /// locks them.
     ///
     /// With an [`AnyAlgorithm`](crate::AnyAlgorithm), switching to another *kind* of algorithm
     /// starts every key afresh, as if first seen now: what each key spent under the old
     /// algorithm is forgotten.
-    pub fn set_algorithm(&mut self, new: A) {
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use sluicegate::{FixedWindow, KeyedLimiter, ManualClock};
+    ///
+    /// let limiter = Arc::new(KeyedLimiter::with_clock(
+    ///     FixedWindow::new(5, Duration::from_secs(60))?,
+    ///     ManualClock::new(0),
+    /// ));
+    /// for _ in 0..3 {
+    ///     assert!(limiter.check(&"alice")?.allowed());
+    /// }
+    /// let shared = Arc::clone(&limiter);
+    /// shared.set_algorithm(FixedWindow::new(10, Duration::from_secs(60))?);
+    /// assert_eq!(limiter.check(&"alice")?.remaining(), 6, "her 3 still count");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn set_algorithm(&self, new: A) {
+        let mut locked: Vec<_> = self.shards.iter().map(|s| s.table.lock()).collect();
         let now = self.clock.now();
-        for shard in self.shards.iter() {
-            for (_, state) in shard.table.lock().iter_mut() {
-                self.algorithm.carry_over(&new, state, now);
+        let old = self.algorithm.load();
+        for table in &mut locked {
+            for (_, state) in table.iter_mut() {
+                old.carry_over(&new, state, now);
             }
         }
-        self.algorithm = new;
+        self.algorithm.store(Arc::new(new));
     }
 
     /// A copy of `key`'s state, if the key is held.
@@ -393,8 +421,25 @@ impl<K, A: Algorithm, C: Clock> Drop for KeyedLimiter<K, A, C> {
 impl<K, A: Algorithm + std::fmt::Debug, C: Clock> std::fmt::Debug for KeyedLimiter<K, A, C> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("KeyedLimiter")
-            .field("algorithm", &self.algorithm)
+            .field("algorithm", &**self.algorithm.load())
             .field("max_keys", &self.max_keys)
             .finish_non_exhaustive()
+    }
+}
+
+/// A keyed limiter's algorithm as it is now, read through [`KeyedLimiter::algorithm`].
+pub struct CurrentAlgorithm<A>(arc_swap::Guard<Arc<A>>);
+
+impl<A> std::ops::Deref for CurrentAlgorithm<A> {
+    type Target = A;
+
+    fn deref(&self) -> &A {
+        &self.0
+    }
+}
+
+impl<A: std::fmt::Debug> std::fmt::Debug for CurrentAlgorithm<A> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        (**self).fmt(f)
     }
 }

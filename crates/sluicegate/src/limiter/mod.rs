@@ -11,7 +11,7 @@ mod waiting;
 
 pub use budget::KeyBudget;
 pub use direct::DirectLimiter;
-pub use keyed::KeyedLimiter;
+pub use keyed::{CurrentAlgorithm, KeyedLimiter};
 pub use multi::{LimitTarget, MultiDecision, decide_together};
 pub use permit::{ConcurrencyPermit, KeyedConcurrencyPermit, OwnedConcurrencyPermit};
 pub use set::LimitSet;

@@ -275,7 +275,7 @@ fn another_algorithms_state_counts_as_fresh() -> TestResult {
 #[test]
 fn a_keyed_limiter_runs_any_algorithm() -> TestResult {
     let clock = crate::clock::ManualClock::new(0);
-    let mut limiter =
+    let limiter =
         crate::limiter::KeyedLimiter::with_clock(spec("gcra:rate=10/s,burst=1")?, clock.clone());
     assert!(limiter.check(&"a")?.allowed());
     let denied = limiter.check(&"a")?;
