@@ -26,9 +26,32 @@ const SWEEP_EVERY_FRACTION: usize = 16;
 
 pub(crate) type Table<K, S> = HashTable<(K, S)>;
 
+/// What a shard's lock guards: its keys, and its own reference to the algorithm, read under
+/// the lock so that a decision costs no atomic beyond the lock itself, and replaced only with
+/// every shard locked, so no decision meets a state carried over to other parameters. Derefs
+/// to the keys.
+pub(crate) struct ShardKeys<K, A: Algorithm> {
+    pub(crate) keys: Table<K, A::State>,
+    pub(crate) algorithm: Arc<A>,
+}
+
+impl<K, A: Algorithm> std::ops::Deref for ShardKeys<K, A> {
+    type Target = Table<K, A::State>;
+
+    fn deref(&self) -> &Self::Target {
+        &self.keys
+    }
+}
+
+impl<K, A: Algorithm> std::ops::DerefMut for ShardKeys<K, A> {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.keys
+    }
+}
+
 #[repr(align(64))]
-struct Shard<K, S> {
-    table: Mutex<Table<K, S>>,
+struct Shard<K, A: Algorithm> {
+    table: Mutex<ShardKeys<K, A>>,
     /// Refusals at the cap since the last unproductive sweep (`usize::MAX` after a productive
     /// one, so the next sweep runs at once).
     refused_since_sweep: Mutex<usize>,
@@ -53,10 +76,9 @@ struct Shard<K, S> {
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub struct KeyedLimiter<K, A: Algorithm, C: Clock = SystemClock> {
-    /// Read only with a shard locked, and replaced only with every shard locked: a decision
-    /// never meets a state carried over to parameters other than the ones it reads.
+    /// The algorithm for [`algorithm`](Self::algorithm); decisions read their shard's copy.
     algorithm: ArcSwap<A>,
-    shards: Box<[Shard<K, A::State>]>,
+    shards: Box<[Shard<K, A>]>,
     hasher: foldhash::fast::RandomState,
     clock: C,
     created_at: Micros,
@@ -75,15 +97,19 @@ impl<K: Hash + Eq + Clone, A: Algorithm> KeyedLimiter<K, A, SystemClock> {
 impl<K: Hash + Eq + Clone, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
     /// A keyed limiter on `clock`. Every key behaves as if its limiter had been created now.
     pub fn with_clock(algorithm: A, clock: C) -> Self {
+        let algorithm = Arc::new(algorithm);
         let shards = (0..SHARDS)
             .map(|_| Shard {
-                table: Mutex::new(HashTable::new()),
+                table: Mutex::new(ShardKeys {
+                    keys: HashTable::new(),
+                    algorithm: Arc::clone(&algorithm),
+                }),
                 refused_since_sweep: Mutex::new(usize::MAX),
             })
             .collect();
         KeyedLimiter {
             created_at: clock.now(),
-            algorithm: ArcSwap::from_pointee(algorithm),
+            algorithm: ArcSwap::new(algorithm),
             shards,
             hasher: foldhash::fast::RandomState::default(),
             clock,
@@ -175,9 +201,10 @@ impl<K: Hash + Eq + Clone, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
     ) -> Result<Decision, CheckError> {
         let hash = self.hasher.hash_one(key);
         let shard = self.shard(hash);
-        let mut table = shard.table.lock();
-        let algorithm = self.algorithm.load();
-        if let Ok(mut entry) = table.find_entry(hash, |(k, _)| k == key) {
+        let mut guard = shard.table.lock();
+        let table = &mut *guard;
+        let algorithm = &*table.algorithm;
+        if let Ok(mut entry) = table.keys.find_entry(hash, |(k, _)| k == key) {
             let decision = algorithm.decide(&mut entry.get_mut().1, now, permits, op)?;
             if op == Op::Release && algorithm.is_fresh(&entry.get().1, now) {
                 entry.remove();
@@ -188,8 +215,10 @@ impl<K: Hash + Eq + Clone, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         let mut state = algorithm.initial_state(self.created_at);
         let decision = algorithm.decide(&mut state, now, permits, op)?;
         if op.changes_state(decision.allowed()) {
-            self.make_room(shard, &mut table, now, 1)?;
-            table.insert_unique(hash, (key.clone(), state), |(k, _)| self.hasher.hash_one(k));
+            self.make_room(shard, table, now, 1)?;
+            table
+                .keys
+                .insert_unique(hash, (key.clone(), state), |(k, _)| self.hasher.hash_one(k));
         }
         Ok(decision)
     }
@@ -220,20 +249,20 @@ impl<K: Hash + Eq + Clone, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
     }
 
     /// The table of shard `index`, to be locked by a multi-limit decision.
-    pub(crate) fn shard_table(&self, index: usize) -> &Mutex<Table<K, A::State>> {
+    pub(crate) fn shard_table(&self, index: usize) -> &Mutex<ShardKeys<K, A>> {
         &self.shards[index].table
     }
 
-    /// The state a key starts from.
-    pub(crate) fn new_key_state(&self) -> A::State {
-        self.algorithm.load().initial_state(self.created_at)
+    /// The state a key starts from, under the algorithm of a locked shard.
+    pub(crate) fn new_key_state(&self, shard: &ShardKeys<K, A>) -> A::State {
+        shard.algorithm.initial_state(self.created_at)
     }
 
     /// Makes room for `extra` new keys in shard `index`, whose table the caller holds locked.
     pub(crate) fn make_room_in(
         &self,
         index: usize,
-        table: &mut Table<K, A::State>,
+        table: &mut ShardKeys<K, A>,
         now: Micros,
         extra: usize,
     ) -> Result<(), CheckError> {
@@ -243,7 +272,7 @@ impl<K: Hash + Eq + Clone, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
     /// Inserts a key known to be absent into a locked table.
     pub(crate) fn insert_new(
         &self,
-        table: &mut Table<K, A::State>,
+        table: &mut ShardKeys<K, A>,
         hash: u64,
         key: K,
         state: A::State,
@@ -257,7 +286,7 @@ impl<K: Hash + Eq + Clone, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
     }
 
     #[inline]
-    fn shard(&self, hash: u64) -> &Shard<K, A::State> {
+    fn shard(&self, hash: u64) -> &Shard<K, A> {
         &self.shards[Self::shard_index(hash)]
     }
 
@@ -270,8 +299,8 @@ impl<K: Hash + Eq + Clone, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
     /// keys that have gone fresh are found again within that many refusals.
     fn make_room(
         &self,
-        shard: &Shard<K, A::State>,
-        table: &mut Table<K, A::State>,
+        shard: &Shard<K, A>,
+        table: &mut ShardKeys<K, A>,
         now: Micros,
         extra: usize,
     ) -> Result<(), CheckError> {
@@ -322,9 +351,12 @@ impl<K: Hash + Eq + Clone, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
     }
 
     /// Drops the fresh keys of one shard's table; returns how many.
-    fn sweep(&self, table: &mut Table<K, A::State>, now: Micros) -> usize {
+    fn sweep(&self, shard: &mut ShardKeys<K, A>, now: Micros) -> usize {
+        let ShardKeys {
+            keys: table,
+            algorithm,
+        } = shard;
         let before = table.len();
-        let algorithm = self.algorithm.load();
         table.retain(|(_, state)| !algorithm.is_fresh(state, now));
         if table.capacity() > 64 && table.len() < table.capacity() / 4 {
             table.shrink_to(table.len() * 2, |(k, _)| self.hasher.hash_one(k));
@@ -392,13 +424,15 @@ impl<K: Hash + Eq + Clone, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
     pub fn set_algorithm(&self, new: A) {
         let mut locked: Vec<_> = self.shards.iter().map(|s| s.table.lock()).collect();
         let now = self.clock.now();
-        let old = self.algorithm.load();
-        for table in &mut locked {
-            for (_, state) in table.iter_mut() {
-                old.carry_over(&new, state, now);
+        let new = Arc::new(new);
+        for shard in &mut locked {
+            let ShardKeys { keys, algorithm } = &mut **shard;
+            for (_, state) in keys.iter_mut() {
+                algorithm.carry_over(&new, state, now);
             }
+            *algorithm = Arc::clone(&new);
         }
-        self.algorithm.store(Arc::new(new));
+        self.algorithm.store(new);
     }
 
     /// A copy of `key`'s state, if the key is held.

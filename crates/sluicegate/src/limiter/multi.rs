@@ -12,7 +12,7 @@ use crate::clock::Clock;
 use crate::decision::Decision;
 use crate::error::CheckError;
 use crate::limiter::KeyedLimiter;
-use crate::limiter::keyed::Table;
+use crate::limiter::keyed::ShardKeys;
 use crate::state_machine::{Algorithm, Op};
 
 /// One limit of a multi-limit request: a key of a keyed limiter and the permits it is asked for.
@@ -115,7 +115,7 @@ where
         .collect();
     order.sort_unstable();
     let mut slot = vec![0; targets.len()];
-    let mut locks: Vec<MutexGuard<'_, Table<K, A::State>>> = Vec::with_capacity(order.len());
+    let mut locks: Vec<MutexGuard<'_, ShardKeys<K, A>>> = Vec::with_capacity(order.len());
     let mut lock_shard = Vec::with_capacity(order.len());
     let mut previous = None;
     for &(id, shard, i) in &order {
@@ -153,7 +153,7 @@ where
             let (opener, shard) = lock_shard[lock];
             targets[opener]
                 .limiter
-                .make_room_in(shard, &mut locks[lock], now, count)?;
+                .make_room_in(shard, &mut *locks[lock], now, count)?;
         }
     }
 
@@ -166,16 +166,15 @@ where
             match locks[slot[i]].find(hash, |(k, _)| k == target.key) {
                 Some((_, state)) => state.clone(),
                 // Absent, or dropped as fresh by the sweep above: the same thing.
-                None => target.limiter.new_key_state(),
+                None => target.limiter.new_key_state(&locks[slot[i]]),
             }
         } else {
             let earlier = (0..i).rev().find(|&j| first[j] == first[i]).unwrap_or(i);
             scratch[earlier].clone()
         };
         let original = state.clone();
-        let decision = target
-            .limiter
-            .algorithm()
+        let decision = locks[slot[i]]
+            .algorithm
             .decide(&mut state, now, target.permits, op)?;
         decisions.push((decision, original));
         scratch.push(state);
@@ -196,9 +195,8 @@ where
             }
             let mut stored = decisions[first[i]].1.clone();
             let peek =
-                target
-                    .limiter
-                    .algorithm()
+                locks[slot[i]]
+                    .algorithm
                     .decide(&mut stored, now, target.permits, Op::Peek)?;
             reported.push(if decision.allowed() {
                 peek
