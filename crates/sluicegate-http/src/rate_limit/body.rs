@@ -37,7 +37,8 @@ pin_project! {
     #[project = KindProj]
     #[derive(Debug)]
     enum Kind<B> {
-        Passed { #[pin] body: B, permit: Option<Permit> },
+        // The permit first: fields drop in order, so it is given back before the body goes.
+        Passed { permit: Option<Permit>, #[pin] body: B },
         Answer { data: Option<Bytes> },
     }
 }
