@@ -7,12 +7,18 @@ use http::header::CONTENT_TYPE;
 use http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode};
 
 use crate::rate_limit::backend::Verdict;
+use crate::rate_limit::body::RateLimitBody;
 use crate::rate_limit::error::{BackendError, KeyError};
 use crate::rate_limit::headers;
 use crate::rate_limit::policy::{MissingKey, Options, Rejection};
 
 /// gRPC's `RESOURCE_EXHAUSTED`.
 const GRPC_RESOURCE_EXHAUSTED: u16 = 8;
+
+/// A rejection as the layer's response.
+pub(crate) fn into_response<B>(response: Response<Bytes>) -> Response<RateLimitBody<B>> {
+    response.map(RateLimitBody::answer)
+}
 
 /// Whether the request is a gRPC call.
 pub(crate) fn is_grpc(headers: &HeaderMap) -> bool {

@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use http::HeaderValue;
 use sluicegate::{Algorithm, AnyAlgorithm, Decision, Micros, Op, Rate};
+use smallvec::SmallVec;
 
 use crate::rate_limit::error::BackendError;
 
@@ -30,31 +31,85 @@ pub trait Backend<K>: Send + Sync + 'static {
     fn decide(&self, key: &K, permits: NonZeroU64, op: Op) -> Self::Future;
 
     /// Gives back the concurrency permits an allowed decision took for `key` (called once the
-    /// response body has ended or been dropped, only for verdicts whose
-    /// [`holds_permits`](Verdict::holds_permits) is true). Called from a destructor: a backend
-    /// that must do I/O spawns it.
+    /// response body has ended or been dropped, only for verdicts that
+    /// [hold permits](Verdict::holds_permits)). Called from a destructor: a backend that must
+    /// do I/O spawns it.
     fn release(&self, key: &K, permits: NonZeroU64);
+
+    /// The limits this backend decides, in the order of every verdict's decisions, as the
+    /// response fields describe them. A backend that learns them with each answer (a remote
+    /// service) returns what it knows here and puts each answer's in its verdict
+    /// ([`Verdict::with_limits`]).
+    fn limits(&self) -> &Arc<[LimitInfo]>;
 }
 
 /// The answer to one request: whether it passes, and each limit's decision.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct Verdict {
-    /// Every limit allowed the request (and each was charged).
-    pub allowed: bool,
-    /// Each limit's decision, in the order of `limits`.
-    pub decisions: Vec<Decision>,
-    /// What each limit is, for the response headers.
-    pub limits: Arc<[LimitInfo]>,
+    allowed: bool,
+    holds_permits: bool,
+    /// One limit's decision is kept inline: the common case allocates nothing.
+    decisions: SmallVec<[Decision; 1]>,
+    /// Set by a backend whose limits vary with each answer, and by the layer before it hands a
+    /// verdict to a hook; otherwise the backend's (not copied on the fast path: even an `Arc`
+    /// clone is two atomic operations per request).
+    limits: Option<Arc<[LimitInfo]>>,
 }
 
 impl Verdict {
-    /// A verdict; `decisions` and `limits` in the same order.
-    pub fn new(allowed: bool, decisions: Vec<Decision>, limits: Arc<[LimitInfo]>) -> Verdict {
+    /// A verdict; `decisions` in the order of the backend's limits.
+    pub fn new(allowed: bool, decisions: Vec<Decision>) -> Verdict {
         Verdict {
             allowed,
-            decisions,
-            limits,
+            holds_permits: false,
+            decisions: SmallVec::from_vec(decisions),
+            limits: None,
+        }
+    }
+
+    /// The verdict of a single limit.
+    pub fn single(decision: Decision) -> Verdict {
+        Verdict {
+            allowed: decision.allowed(),
+            holds_permits: false,
+            decisions: smallvec::smallvec![decision],
+            limits: None,
+        }
+    }
+
+    /// The same verdict saying the request holds concurrency permits (if it was allowed), to
+    /// be [released](Backend::release) when its response ends.
+    pub fn holding_permits(mut self, holds: bool) -> Verdict {
+        self.holds_permits = holds && self.allowed;
+        self
+    }
+
+    /// The same verdict describing its own limits rather than the backend's.
+    pub fn with_limits(mut self, limits: Arc<[LimitInfo]>) -> Verdict {
+        self.limits = Some(limits);
+        self
+    }
+
+    /// Every limit allowed the request (and each was charged).
+    pub fn allowed(&self) -> bool {
+        self.allowed
+    }
+
+    /// Each limit's decision, in the order of [`limits`](Self::limits).
+    pub fn decisions(&self) -> &[Decision] {
+        &self.decisions
+    }
+
+    /// What each limit is (empty if neither the backend nor the layer has said yet).
+    pub fn limits(&self) -> &[LimitInfo] {
+        self.limits.as_deref().unwrap_or_default()
+    }
+
+    /// Describes the limits with the backend's, unless the verdict has its own.
+    pub(crate) fn describe_with(&mut self, limits: &Arc<[LimitInfo]>) {
+        if self.limits.is_none() {
+            self.limits = Some(Arc::clone(limits));
         }
     }
 
@@ -69,15 +124,15 @@ impl Verdict {
     /// Whether the request took concurrency permits that must be given back when its response
     /// ends.
     pub fn holds_permits(&self) -> bool {
-        self.allowed && self.limits.iter().any(LimitInfo::is_concurrency)
+        self.holds_permits
     }
 
-    /// The limit the headers describe: of the denying limits the one with the longest wait,
+    /// The limit the fields describe: of the denying limits the one with the longest wait,
     /// else the one with the fewest permits left.
     pub fn tightest(&self) -> Option<(&Decision, &LimitInfo)> {
         self.decisions
             .iter()
-            .zip(self.limits.iter())
+            .zip(self.limits().iter())
             .min_by_key(|(decision, _)| {
                 let denied = !decision.allowed();
                 let retry = decision

@@ -5,9 +5,11 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 
+use bytes::Bytes;
 use http::Response;
 use pin_project_lite::pin_project;
 
+use crate::rate_limit::answer;
 use crate::rate_limit::body::{Permit, RateLimitBody};
 use crate::rate_limit::headers::{self, Fields};
 
@@ -16,19 +18,25 @@ pub(crate) type BoxFuture<B, E> =
     Pin<Box<dyn Future<Output = Result<Response<RateLimitBody<B>>, E>> + Send>>;
 
 /// What an allowed response gets: the permit its body holds, and the rate limit fields.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Finish {
     pub(crate) permit: Option<Permit>,
     pub(crate) fields: Fields,
 }
 
 impl Finish {
-    pub(crate) fn apply<B>(self, response: Response<B>) -> Response<RateLimitBody<B>> {
-        let (mut parts, body) = response.into_parts();
-        if !self.fields.is_empty() {
-            headers::extend(&mut parts.headers, self.fields);
-        }
-        Response::from_parts(parts, RateLimitBody::passed(body, self.permit))
+    /// `response` with what `finish` adds, if anything (boxed: most responses get nothing, and
+    /// a small future is cheaper to move).
+    pub(crate) fn apply<B>(
+        finish: Option<Box<Finish>>,
+        mut response: Response<B>,
+    ) -> Response<RateLimitBody<B>> {
+        let Some(finish) = finish else {
+            return response.map(|body| RateLimitBody::passed(body, None));
+        };
+        let Finish { permit, fields } = *finish;
+        headers::extend(response.headers_mut(), fields);
+        response.map(|body| RateLimitBody::passed(body, permit))
     }
 }
 
@@ -43,26 +51,23 @@ pin_project! {
 pin_project! {
     #[project = StateProj]
     enum State<F, B, E> {
-        Called { #[pin] future: F, finish: Option<Finish> },
-        Answered { response: Option<Response<RateLimitBody<B>>> },
+        Called { #[pin] future: F, finish: Option<Box<Finish>> },
+        Answered { response: Option<Box<Response<Bytes>>> },
         Deferred { future: BoxFuture<B, E> },
     }
 }
 
 impl<F, B, E> ResponseFuture<F, B, E> {
-    pub(crate) fn called(future: F, finish: Finish) -> Self {
+    pub(crate) fn called(future: F, finish: Option<Box<Finish>>) -> Self {
         ResponseFuture {
-            state: State::Called {
-                future,
-                finish: Some(finish),
-            },
+            state: State::Called { future, finish },
         }
     }
 
-    pub(crate) fn answered(response: Response<RateLimitBody<B>>) -> Self {
+    pub(crate) fn answered(response: Response<Bytes>) -> Self {
         ResponseFuture {
             state: State::Answered {
-                response: Some(response),
+                response: Some(Box::new(response)),
             },
         }
     }
@@ -84,11 +89,14 @@ where
         match self.project().state.project() {
             StateProj::Called { future, finish } => {
                 let response = ready!(future.poll(cx))?;
-                Poll::Ready(Ok(finish.take().unwrap_or_default().apply(response)))
+                Poll::Ready(Ok(Finish::apply(finish.take(), response)))
             }
-            StateProj::Answered { response } => Poll::Ready(Ok(response
-                .take()
-                .expect("ResponseFuture polled after it completed"))),
+            StateProj::Answered { response } => {
+                let response = response
+                    .take()
+                    .expect("ResponseFuture polled after it completed");
+                Poll::Ready(Ok(answer::into_response(*response)))
+            }
             StateProj::Deferred { future } => future.as_mut().poll(cx),
         }
     }

@@ -5,7 +5,6 @@
 use std::fmt::Write;
 
 use http::{HeaderMap, HeaderName, HeaderValue};
-use smallvec::SmallVec;
 
 use crate::rate_limit::backend::Verdict;
 
@@ -33,12 +32,13 @@ impl Default for HeaderOptions {
     }
 }
 
-/// Fields to add to a response.
-pub(crate) type Fields = SmallVec<[(HeaderName, HeaderValue); 4]>;
+/// Fields to add to a response (a `Vec`: empty, the usual case, it is three words and no
+/// allocation, where an inline array would be moved with every future).
+pub(crate) type Fields = Vec<(HeaderName, HeaderValue)>;
 
 /// The fields describing `verdict`'s tightest limit; `Retry-After` if `denied` (and wanted).
 pub(crate) fn fields(verdict: &Verdict, options: &HeaderOptions, denied: bool) -> Fields {
-    let mut fields = Fields::new();
+    let mut fields = Fields::with_capacity(6);
     let Some((decision, limit)) = verdict.tightest() else {
         return fields;
     };

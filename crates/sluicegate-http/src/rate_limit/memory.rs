@@ -24,6 +24,7 @@ use crate::rate_limit::error::BackendError;
 pub struct MemoryBackend<K, C: Clock = SystemClock> {
     limiters: Box<[KeyedLimiter<K, AnyAlgorithm, C>]>,
     limits: Arc<[LimitInfo]>,
+    /// The indices of the concurrency limits, whose permits are held until the response ends.
     concurrency: Box<[usize]>,
     budget: Option<Arc<KeyBudget>>,
 }
@@ -70,11 +71,6 @@ where
         &self.limiters
     }
 
-    /// The limits as the headers describe them.
-    pub fn limits(&self) -> &Arc<[LimitInfo]> {
-        &self.limits
-    }
-
     /// Limiter states held now, over every limit.
     pub fn states_held(&self) -> usize {
         match &self.budget {
@@ -90,23 +86,21 @@ where
         permits: NonZeroU64,
         op: Op,
     ) -> Result<Verdict, BackendError> {
-        let (allowed, decisions) = if let [only] = &*self.limiters {
-            let decision = only.decide(key, permits, op)?;
-            (decision.allowed(), vec![decision])
-        } else {
-            let targets: SmallVec<[LimitTarget<'_, K, AnyAlgorithm, C>; 4]> = self
-                .limiters
-                .iter()
-                .map(|limiter| LimitTarget {
-                    limiter,
-                    key,
-                    permits,
-                })
-                .collect();
-            let together = decide_together(&targets, op)?;
-            (together.allowed, together.decisions)
-        };
-        Ok(Verdict::new(allowed, decisions, Arc::clone(&self.limits)))
+        let holds = !self.concurrency.is_empty() && op.consumes() && op != Op::Release;
+        if let [only] = &*self.limiters {
+            return Ok(Verdict::single(only.decide(key, permits, op)?).holding_permits(holds));
+        }
+        let targets: SmallVec<[LimitTarget<'_, K, AnyAlgorithm, C>; 4]> = self
+            .limiters
+            .iter()
+            .map(|limiter| LimitTarget {
+                limiter,
+                key,
+                permits,
+            })
+            .collect();
+        let together = decide_together(&targets, op)?;
+        Ok(Verdict::new(together.allowed, together.decisions).holding_permits(holds))
     }
 }
 
@@ -126,6 +120,10 @@ where
             // Cannot fail: these permits were taken by an allowed decision and not yet given back.
             let _ = self.limiters[i].decide(key, permits, Op::Release);
         }
+    }
+
+    fn limits(&self) -> &Arc<[LimitInfo]> {
+        &self.limits
     }
 }
 

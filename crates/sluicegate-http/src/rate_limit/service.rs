@@ -19,7 +19,7 @@ use crate::rate_limit::body::{Permit, RateLimitBody};
 use crate::rate_limit::error::BackendError;
 use crate::rate_limit::future::{Finish, ResponseFuture};
 use crate::rate_limit::headers;
-use crate::rate_limit::key::KeyExtractor;
+use crate::rate_limit::key::{KeyExtractor, RequestHead};
 use crate::rate_limit::policy::{MissingKey, OnBackendError, Options};
 use crate::rate_limit::stats::Counters;
 
@@ -69,7 +69,11 @@ impl<S: std::fmt::Debug, X: std::fmt::Debug, Bk> std::fmt::Debug for RateLimit<S
 
 /// What to do with a request once decided.
 enum Judged {
-    Pass { finish: Finish, wait: Duration },
+    /// Passed on, after `wait`, with what its response gets (nothing, usually).
+    Pass {
+        finish: Option<Box<Finish>>,
+        wait: Duration,
+    },
     Answer(Response<Bytes>),
 }
 
@@ -87,33 +91,38 @@ impl<X: KeyExtractor, Bk: Backend<X::Key>> Drop for Held<X, Bk> {
 }
 
 impl<X: KeyExtractor, Bk: Backend<X::Key>> Shared<X, Bk> {
-    /// Turns the backend's answer into a pass (with its permit, fields and wait) or an answer.
+    /// Turns the backend's answer into a pass (with its permit, fields and wait) or an answer
+    /// (`grpc` says in which form). The plain pass touches no shared counter.
     fn judge(
         self: &Arc<Self>,
         decided: Result<Verdict, BackendError>,
         key: X::Key,
-        grpc: bool,
+        grpc: impl FnOnce() -> bool,
     ) -> Judged {
         let options = &self.options;
-        let verdict = match decided {
+        let mut verdict = match decided {
             Ok(verdict) => verdict,
             Err(error) => {
                 Counters::count(&self.counters.backend_errors);
                 tracing::warn!(%error, "rate limit: the backend could not decide");
                 return match options.on_backend_error {
                     OnBackendError::Allow => Judged::Pass {
-                        finish: Finish::default(),
+                        finish: None,
                         wait: Duration::ZERO,
                     },
-                    _ => Judged::Answer(answer::backend_error(options, error, grpc)),
+                    _ => Judged::Answer(answer::backend_error(options, error, grpc())),
                 };
             }
         };
-        if !verdict.allowed && !options.dry_run {
-            Counters::count(&self.counters.denied);
-            return Judged::Answer(answer::limited(options, verdict, grpc));
+        let denied = !verdict.allowed();
+        if denied || options.headers.on_allowed {
+            verdict.describe_with(self.backend.limits());
         }
-        if !verdict.allowed {
+        if denied && !options.dry_run {
+            Counters::count(&self.counters.denied);
+            return Judged::Answer(answer::limited(options, verdict, grpc()));
+        }
+        if denied {
             Counters::count(&self.counters.dry_run_denied);
             tracing::info!(
                 limit = verdict.tightest().map(|(_, l)| l.name()),
@@ -123,7 +132,7 @@ impl<X: KeyExtractor, Bk: Backend<X::Key>> Shared<X, Bk> {
         let fields = if options.headers.on_allowed {
             headers::fields(&verdict, &options.headers, false)
         } else {
-            headers::Fields::new()
+            Vec::new()
         };
         let permit = verdict.holds_permits().then(|| {
             Permit::new(Held {
@@ -138,18 +147,12 @@ impl<X: KeyExtractor, Bk: Backend<X::Key>> Shared<X, Bk> {
         } else {
             verdict.wait()
         };
-        if verdict.allowed {
-            let counter = if wait.is_zero() {
-                &self.counters.passed
-            } else {
-                &self.counters.delayed
-            };
-            Counters::count(counter);
+        if !wait.is_zero() {
+            Counters::count(&self.counters.delayed);
         }
-        Judged::Pass {
-            finish: Finish { permit, fields },
-            wait,
-        }
+        let finish =
+            (permit.is_some() || !fields.is_empty()).then(|| Box::new(Finish { permit, fields }));
+        Judged::Pass { finish, wait }
     }
 }
 
@@ -173,18 +176,16 @@ where
 
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
         let shared = &self.shared;
-        let (parts, body) = request.into_parts();
-        let grpc = answer::is_grpc(&parts.headers);
-        let key = match shared.extractor.extract(&parts) {
+        let key = match shared.extractor.extract(&RequestHead::of(&request)) {
             Ok(key) => key,
             Err(error) => {
                 Counters::count(&shared.counters.missing_key);
                 if shared.options.missing_key == MissingKey::Allow {
-                    let request = Request::from_parts(parts, body);
-                    return ResponseFuture::called(self.inner.call(request), Finish::default());
+                    return ResponseFuture::called(self.inner.call(request), None);
                 }
+                let grpc = answer::is_grpc(request.headers());
                 let response = answer::missing_key(&shared.options, error, grpc);
-                return ResponseFuture::answered(response.map(RateLimitBody::answer));
+                return ResponseFuture::answered(response);
             }
         };
         let mut decision = shared
@@ -192,35 +193,34 @@ where
             .decide(&key, shared.options.permits, Op::Check);
         // A backend that answers at once (memory) is done with here: no box, no clone.
         let mut cx = Context::from_waker(Waker::noop());
-        let request = Request::from_parts(parts, body);
         match Pin::new(&mut decision).poll(&mut cx) {
-            Poll::Ready(decided) => match shared.judge(decided, key, grpc) {
-                Judged::Answer(response) => {
-                    ResponseFuture::answered(response.map(RateLimitBody::answer))
+            Poll::Ready(decided) => {
+                match shared.judge(decided, key, || answer::is_grpc(request.headers())) {
+                    Judged::Answer(response) => ResponseFuture::answered(response),
+                    Judged::Pass { finish, wait } if wait.is_zero() => {
+                        ResponseFuture::called(self.inner.call(request), finish)
+                    }
+                    Judged::Pass { finish, wait } => {
+                        let mut inner = take_ready(&mut self.inner);
+                        ResponseFuture::deferred(Box::pin(async move {
+                            tokio::time::sleep(wait).await;
+                            Ok(Finish::apply(finish, inner.call(request).await?))
+                        }))
+                    }
                 }
-                Judged::Pass { finish, wait } if wait.is_zero() => {
-                    ResponseFuture::called(self.inner.call(request), finish)
-                }
-                Judged::Pass { finish, wait } => {
-                    let mut inner = take_ready(&mut self.inner);
-                    ResponseFuture::deferred(Box::pin(async move {
-                        tokio::time::sleep(wait).await;
-                        Ok(finish.apply(inner.call(request).await?))
-                    }))
-                }
-            },
+            }
             Poll::Pending => {
                 let shared = Arc::clone(shared);
                 let mut inner = take_ready(&mut self.inner);
                 ResponseFuture::deferred(Box::pin(async move {
                     let decided = decision.await;
-                    match shared.judge(decided, key, grpc) {
-                        Judged::Answer(response) => Ok(response.map(RateLimitBody::answer)),
+                    match shared.judge(decided, key, || answer::is_grpc(request.headers())) {
+                        Judged::Answer(response) => Ok(answer::into_response(response)),
                         Judged::Pass { finish, wait } => {
                             if !wait.is_zero() {
                                 tokio::time::sleep(wait).await;
                             }
-                            Ok(finish.apply(inner.call(request).await?))
+                            Ok(Finish::apply(finish, inner.call(request).await?))
                         }
                     }
                 }))

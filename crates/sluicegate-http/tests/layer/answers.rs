@@ -116,7 +116,7 @@ async fn a_hook_rewrites_rejections() {
         .limit("fixed-window:limit=1,window=1h")
         .on_rejection(|rejection, mut response| {
             if let Rejection::Limited(verdict) = rejection {
-                let left = verdict.decisions[0].remaining();
+                let left = verdict.decisions()[0].remaining();
                 *response.body_mut() =
                     Bytes::from(format!("{{\"error\":\"slow down\",\"left\":{left}}}"));
                 response.headers_mut().insert(

@@ -7,7 +7,7 @@ use axum::routing::{any, get};
 use http::StatusCode;
 use sluicegate::ManualClock;
 use sluicegate_http::rate_limit::key::{
-    ClientIp, Global, Header, KeyExtractor, Method, Path, PeerIp, Route, from_fn,
+    ClientIp, Global, Header, KeyExtractor, Method, Path, PeerIp, RequestHead, Route, from_fn,
 };
 use sluicegate_http::rate_limit::{KeyError, MemoryBackend, RateLimitLayer};
 
@@ -60,7 +60,6 @@ async fn clones_share_one_state_across_routes_and_routers() {
         seen.push(fetch(&client, address, path, &[]).await.0);
     }
     assert_eq!(seen, [200, 200, 200, 429]);
-    assert_eq!(layer.stats().passed, 3);
     assert_eq!(layer.stats().denied, 1);
 }
 
@@ -270,9 +269,9 @@ async fn tuple_keys_combine_their_parts() {
 
 #[tokio::test]
 async fn closure_keys() {
-    let tenant = from_fn(|request: &http::request::Parts| {
+    let tenant = from_fn(|request: &RequestHead<'_>| {
         request
-            .uri
+            .uri()
             .query()
             .and_then(|q| q.split('&').find_map(|p| p.strip_prefix("tenant=")))
             .map(str::to_owned)

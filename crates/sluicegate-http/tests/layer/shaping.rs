@@ -17,7 +17,7 @@ use http_body_util::Empty;
 use sluicegate::{ManualClock, Op};
 use sluicegate_http::rate_limit::key::Global;
 use sluicegate_http::rate_limit::{
-    Backend, BackendError, MemoryBackend, RateLimitBody, RateLimitLayer, Verdict,
+    Backend, BackendError, LimitInfo, MemoryBackend, RateLimitBody, RateLimitLayer, Verdict,
 };
 use tower::{Layer, Service, ServiceExt};
 
@@ -175,6 +175,10 @@ impl Backend<()> for Gated {
 
     fn release(&self, key: &(), permits: NonZeroU64) {
         self.memory.release(key, permits);
+    }
+
+    fn limits(&self) -> &Arc<[LimitInfo]> {
+        self.memory.limits()
     }
 }
 

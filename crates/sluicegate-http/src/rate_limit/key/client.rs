@@ -2,9 +2,9 @@
 
 use std::net::{IpAddr, SocketAddr};
 
+use crate::rate_limit::key::RequestHead;
 use http::HeaderName;
 use http::header::FORWARDED;
-use http::request::Parts;
 use ipnet::IpNet;
 use smallvec::SmallVec;
 
@@ -144,9 +144,9 @@ impl ClientIp {
     }
 
     /// The header's entries, left to right over every line of it.
-    fn entries<'a>(&self, request: &'a Parts) -> Result<SmallVec<[&'a str; 4]>, KeyError> {
+    fn entries<'a>(&self, request: &RequestHead<'a>) -> Result<SmallVec<[&'a str; 4]>, KeyError> {
         let mut entries = SmallVec::new();
-        let lines = request.headers.get_all(&self.name);
+        let lines = request.headers().get_all(&self.name);
         match self.header {
             // One address, set by the proxy: the last line if it was sent twice.
             ForwardingHeader::XRealIp => {
@@ -178,7 +178,7 @@ impl ClientIp {
 impl KeyExtractor for ClientIp {
     type Key = IpAddr;
 
-    fn extract(&self, request: &Parts) -> Result<IpAddr, KeyError> {
+    fn extract(&self, request: &RequestHead<'_>) -> Result<IpAddr, KeyError> {
         let mut leftmost = match peer_ip(request) {
             Some(peer) if !self.peer_trusted && !self.is_trusted(peer) => return Ok(peer),
             Some(peer) => Some(peer),
@@ -257,6 +257,16 @@ fn parse_address(text: &str) -> Option<IpAddr> {
 mod tests {
     use super::*;
     use http::Request;
+    use http::request::Parts;
+
+    /// `key`'s answer for the request whose head is `parts`.
+    trait ExtractParts: KeyExtractor {
+        fn extract_parts(&self, parts: &Parts) -> Result<Self::Key, KeyError> {
+            self.extract(&RequestHead::from_parts(parts))
+        }
+    }
+
+    impl<X: KeyExtractor> ExtractParts for X {}
 
     fn parts(peer: &str, header: Option<(&str, &str)>) -> Parts {
         let mut request = Request::builder();
@@ -279,7 +289,7 @@ mod tests {
             .trusted_proxies(["10.0.0.0/8"])
             .expect("proxies");
         let request = parts("203.0.113.9:5000", Some(("x-forwarded-for", "1.2.3.4")));
-        assert_eq!(key.extract(&request), Ok(ip("203.0.113.9")));
+        assert_eq!(key.extract_parts(&request), Ok(ip("203.0.113.9")));
     }
 
     #[test]
@@ -291,7 +301,7 @@ mod tests {
             "10.1.1.1:80",
             Some(("x-forwarded-for", "6.6.6.6, 198.51.100.7, 192.168.1.1")),
         );
-        assert_eq!(key.extract(&request), Ok(ip("198.51.100.7")));
+        assert_eq!(key.extract_parts(&request), Ok(ip("198.51.100.7")));
     }
 
     #[test]
@@ -303,8 +313,11 @@ mod tests {
             "10.0.0.1:80",
             Some(("x-forwarded-for", "10.0.0.3, 10.0.0.2")),
         );
-        assert_eq!(key.extract(&request), Ok(ip("10.0.0.3")));
-        assert_eq!(key.extract(&parts("10.0.0.1:80", None)), Ok(ip("10.0.0.1")));
+        assert_eq!(key.extract_parts(&request), Ok(ip("10.0.0.3")));
+        assert_eq!(
+            key.extract_parts(&parts("10.0.0.1:80", None)),
+            Ok(ip("10.0.0.1"))
+        );
     }
 
     #[test]
@@ -314,12 +327,12 @@ mod tests {
             .expect("proxies");
         let request = parts("10.0.0.1:80", Some(("x-forwarded-for", "1.1.1.1, bogus")));
         assert!(matches!(
-            key.extract(&request),
+            key.extract_parts(&request),
             Err(KeyError::BadAddress { value, .. }) if value == "bogus"
         ));
         // Garbage to the left of the client is never read.
         let request = parts("10.0.0.1:80", Some(("x-forwarded-for", "bogus, 1.1.1.1")));
-        assert_eq!(key.extract(&request), Ok(ip("1.1.1.1")));
+        assert_eq!(key.extract_parts(&request), Ok(ip("1.1.1.1")));
     }
 
     #[test]
@@ -330,11 +343,11 @@ mod tests {
         let header =
             "for=6.6.6.6, For=\"[2001:db8::17]:4711\";proto=https, for=\"[2001:db8:cafe::1]\";by=x";
         let request = parts("10.0.0.1:80", Some(("forwarded", header)));
-        assert_eq!(key.extract(&request), Ok(ip("2001:db8::17")));
+        assert_eq!(key.extract_parts(&request), Ok(ip("2001:db8::17")));
         let request = parts("10.0.0.1:80", Some(("forwarded", "for=192.0.2.43:8080")));
-        assert_eq!(key.extract(&request), Ok(ip("192.0.2.43")));
+        assert_eq!(key.extract_parts(&request), Ok(ip("192.0.2.43")));
         let request = parts("10.0.0.1:80", Some(("forwarded", "for=unknown")));
-        assert!(key.extract(&request).is_err());
+        assert!(key.extract_parts(&request).is_err());
     }
 
     #[test]
@@ -343,16 +356,16 @@ mod tests {
             .trusted_proxies(["127.0.0.1"])
             .expect("proxies");
         let request = parts("127.0.0.1:80", Some(("x-real-ip", "::ffff:192.0.2.5")));
-        assert_eq!(key.extract(&request), Ok(ip("192.0.2.5")));
+        assert_eq!(key.extract_parts(&request), Ok(ip("192.0.2.5")));
 
         let (no_peer, ()) = Request::builder()
             .header("x-real-ip", "192.0.2.6")
             .body(())
             .expect("request")
             .into_parts();
-        assert_eq!(key.extract(&no_peer), Err(KeyError::NoPeerAddress));
+        assert_eq!(key.extract_parts(&no_peer), Err(KeyError::NoPeerAddress));
         assert_eq!(
-            key.clone().peer_is_trusted().extract(&no_peer),
+            key.clone().peer_is_trusted().extract_parts(&no_peer),
             Ok(ip("192.0.2.6"))
         );
     }

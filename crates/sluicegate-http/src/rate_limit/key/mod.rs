@@ -1,6 +1,6 @@
 //! What a request is counted under: its key.
 //!
-//! An extractor reads a key from the request's head ([`Parts`]): the peer's address
+//! An extractor reads a key from the request's head ([`RequestHead`]): the peer's address
 //! ([`PeerIp`]), the client's address as a trusted proxy reports it ([`ClientIp`]), a header
 //! ([`Header`]), the method ([`Method`]), the path ([`Path`]) or axum's route template
 //! ([`Route`]), nothing at all ([`Global`]), a tuple of these (`(PeerIp, Route)` limits each
@@ -9,17 +9,17 @@
 //! [`MissingKey`](crate::rate_limit::MissingKey) option says.
 
 mod client;
+mod head;
 mod peer;
 mod request;
 mod tuple;
 
 use std::hash::Hash;
 
-use http::request::Parts;
-
 use crate::rate_limit::error::KeyError;
 
 pub use client::{ClientIp, ForwardingHeader};
+pub use head::RequestHead;
 pub use peer::PeerIp;
 pub use request::{FromFn, Global, Header, Method, Path, Route, RouteKey, from_fn};
 
@@ -29,5 +29,5 @@ pub trait KeyExtractor: Send + Sync + 'static {
     type Key: Hash + Eq + Clone + Send + Sync + 'static;
 
     /// The key of the request whose head is `request`.
-    fn extract(&self, request: &Parts) -> Result<Self::Key, KeyError>;
+    fn extract(&self, request: &RequestHead<'_>) -> Result<Self::Key, KeyError>;
 }

@@ -2,7 +2,7 @@
 
 use std::net::{IpAddr, SocketAddr};
 
-use http::request::Parts;
+use crate::rate_limit::key::RequestHead;
 
 use crate::rate_limit::error::KeyError;
 use crate::rate_limit::key::KeyExtractor;
@@ -21,14 +21,14 @@ pub struct PeerIp;
 impl KeyExtractor for PeerIp {
     type Key = IpAddr;
 
-    fn extract(&self, request: &Parts) -> Result<IpAddr, KeyError> {
+    fn extract(&self, request: &RequestHead<'_>) -> Result<IpAddr, KeyError> {
         peer_ip(request).ok_or(KeyError::NoPeerAddress)
     }
 }
 
 /// The peer's address, if the server made it known.
-pub(crate) fn peer_ip(request: &Parts) -> Option<IpAddr> {
-    let extensions = &request.extensions;
+pub(crate) fn peer_ip(request: &RequestHead<'_>) -> Option<IpAddr> {
+    let extensions = request.extensions();
     #[cfg(feature = "axum")]
     if let Some(axum::extract::ConnectInfo(addr)) =
         extensions.get::<axum::extract::ConnectInfo<SocketAddr>>()

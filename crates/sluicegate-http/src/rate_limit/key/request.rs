@@ -2,7 +2,7 @@
 
 use std::hash::{Hash, Hasher};
 
-use http::request::Parts;
+use crate::rate_limit::key::RequestHead;
 use http::{HeaderName, HeaderValue};
 
 use crate::rate_limit::error::KeyError;
@@ -15,7 +15,7 @@ pub struct Global;
 impl KeyExtractor for Global {
     type Key = ();
 
-    fn extract(&self, _request: &Parts) -> Result<(), KeyError> {
+    fn extract(&self, _request: &RequestHead<'_>) -> Result<(), KeyError> {
         Ok(())
     }
 }
@@ -43,9 +43,9 @@ impl Header {
 impl KeyExtractor for Header {
     type Key = HeaderValue;
 
-    fn extract(&self, request: &Parts) -> Result<HeaderValue, KeyError> {
+    fn extract(&self, request: &RequestHead<'_>) -> Result<HeaderValue, KeyError> {
         request
-            .headers
+            .headers()
             .get(&self.name)
             .cloned()
             .ok_or_else(|| KeyError::MissingHeader {
@@ -61,8 +61,8 @@ pub struct Method;
 impl KeyExtractor for Method {
     type Key = http::Method;
 
-    fn extract(&self, request: &Parts) -> Result<http::Method, KeyError> {
-        Ok(request.method.clone())
+    fn extract(&self, request: &RequestHead<'_>) -> Result<http::Method, KeyError> {
+        Ok(request.method().clone())
     }
 }
 
@@ -74,8 +74,8 @@ pub struct Path;
 impl KeyExtractor for Path {
     type Key = Box<str>;
 
-    fn extract(&self, request: &Parts) -> Result<Box<str>, KeyError> {
-        Ok(request.uri.path().into())
+    fn extract(&self, request: &RequestHead<'_>) -> Result<Box<str>, KeyError> {
+        Ok(request.uri().path().into())
     }
 }
 
@@ -141,13 +141,13 @@ impl Hash for RouteKey {
 impl KeyExtractor for Route {
     type Key = RouteKey;
 
-    fn extract(&self, request: &Parts) -> Result<RouteKey, KeyError> {
+    fn extract(&self, request: &RequestHead<'_>) -> Result<RouteKey, KeyError> {
         #[cfg(feature = "axum")]
-        if let Some(matched) = request.extensions.get::<axum::extract::MatchedPath>() {
+        if let Some(matched) = request.extensions().get::<axum::extract::MatchedPath>() {
             return Ok(RouteKey(RouteText::Template(matched.clone())));
         }
         if self.or_path {
-            Ok(RouteKey(RouteText::Path(request.uri.path().into())))
+            Ok(RouteKey(RouteText::Path(request.uri().path().into())))
         } else {
             Err(KeyError::NoMatchedPath)
         }
@@ -173,12 +173,12 @@ impl<F> std::fmt::Debug for FromFn<F> {
 /// ```
 /// use http::StatusCode;
 /// use sluicegate_http::rate_limit::KeyError;
-/// use sluicegate_http::rate_limit::key::from_fn;
+/// use sluicegate_http::rate_limit::key::{RequestHead, from_fn};
 ///
 /// // The `tenant` query parameter.
-/// let tenant = from_fn(|request: &http::request::Parts| {
+/// let tenant = from_fn(|request: &RequestHead<'_>| {
 ///     request
-///         .uri
+///         .uri()
 ///         .query()
 ///         .and_then(|q| q.split('&').find_map(|pair| pair.strip_prefix("tenant=")))
 ///         .map(str::to_owned)
@@ -187,7 +187,7 @@ impl<F> std::fmt::Debug for FromFn<F> {
 /// ```
 pub fn from_fn<F, K>(f: F) -> FromFn<F>
 where
-    F: Fn(&Parts) -> Result<K, KeyError> + Send + Sync + 'static,
+    F: Fn(&RequestHead<'_>) -> Result<K, KeyError> + Send + Sync + 'static,
     K: Hash + Eq + Clone + Send + Sync + 'static,
 {
     FromFn { f }
@@ -195,12 +195,12 @@ where
 
 impl<F, K> KeyExtractor for FromFn<F>
 where
-    F: Fn(&Parts) -> Result<K, KeyError> + Send + Sync + 'static,
+    F: Fn(&RequestHead<'_>) -> Result<K, KeyError> + Send + Sync + 'static,
     K: Hash + Eq + Clone + Send + Sync + 'static,
 {
     type Key = K;
 
-    fn extract(&self, request: &Parts) -> Result<K, KeyError> {
+    fn extract(&self, request: &RequestHead<'_>) -> Result<K, KeyError> {
         (self.f)(request)
     }
 }

@@ -1,7 +1,7 @@
 //! Tuples of extractors: a key made of several parts (`(PeerIp, Route)`: each client on each
 //! route). The first part that cannot be read is the error.
 
-use http::request::Parts;
+use crate::rate_limit::key::RequestHead;
 
 use crate::rate_limit::error::KeyError;
 use crate::rate_limit::key::KeyExtractor;
@@ -12,7 +12,7 @@ macro_rules! tuple_extractor {
             type Key = ($($name::Key,)+);
 
             #[allow(non_snake_case)]
-            fn extract(&self, request: &Parts) -> Result<Self::Key, KeyError> {
+            fn extract(&self, request: &RequestHead<'_>) -> Result<Self::Key, KeyError> {
                 let ($($name,)+) = self;
                 Ok(($($name.extract(request)?,)+))
             }
