@@ -19,8 +19,9 @@ use crate::rate_limit::policy::{MissingKey, OnBackendError, Options, Rejection};
 use crate::rate_limit::service::{RateLimit, Shared};
 use crate::rate_limit::stats::{Counters, Stats};
 
-/// Limiter states a layer holds at most by default, per limit (about 100 bytes each, so
-/// about 10 MB a limit): set another cap with [`Builder::max_keys`].
+/// Keys a layer holds at most by default, per limit: memory stays below this many limiter
+/// states (a few dozen bytes each for the bucket and window algorithms, a log's length for
+/// `sliding-log`) whatever the traffic. Set another cap with [`Builder::max_keys`].
 pub const DEFAULT_MAX_KEYS: usize = 100_000;
 
 /// A tower [`Layer`] that rate limits requests by key. Every clone, and every service it
