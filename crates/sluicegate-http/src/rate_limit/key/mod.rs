@@ -5,7 +5,7 @@
 //! ([`Header`]), the method ([`Method`]), the path ([`Path`]) or axum's route template
 //! ([`Route`]), nothing at all ([`Global`]), a tuple of these (`(PeerIp, Route)` limits each
 //! client on each route), or a closure ([`from_fn`]). A key that cannot be read is a
-//! [`KeyError`](crate::rate_limit::KeyError), answered as the layer's
+//! [`KeyError`], answered as the layer's
 //! [`MissingKey`](crate::rate_limit::MissingKey) option says.
 
 mod client;
