@@ -1,0 +1,226 @@
+//! The layer's added cost per request, ours against tower_governor's, in the same run.
+//!
+//! Both wrap the same inner service (an empty 200 with axum's body type, ready at once) and key
+//! requests by the peer address, which each request carries as axum's `ConnectInfo<SocketAddr>`
+//! extension (the only place tower_governor's `PeerIpKeyExtractor` reads it). Every iteration builds the request, calls the service and polls
+//! the response future once (both answer at once); `baseline` does the same without a layer,
+//! so a layer's added cost is its time minus the baseline's.
+//!
+//! Cases: `allowed` (one key, a quota no request exhausts: 10^9/s, bursts of 10^9) and
+//! `denied` (one key, one request an hour, spent before measuring). tower_governor is
+//! configured as its docs show, with an error handler answering an empty 429 (its default
+//! needs a body type built from its error).
+//!
+//! After criterion's groups, a paired loop (the cases interleaved, 15 rounds of about 20 ms
+//! each) prints each
+//! layer's added cost and the ratio ours / tower_governor's.
+
+use std::convert::Infallible;
+use std::future::{Future, Ready, ready};
+use std::hint::black_box;
+use std::net::SocketAddr;
+use std::pin::pin;
+use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
+
+use axum::body::Body;
+use axum::extract::ConnectInfo;
+use criterion::Criterion;
+use http::{Request, Response, StatusCode};
+use sluicegate::{Gcra, Rate};
+use sluicegate_http::rate_limit::RateLimitLayer;
+use sluicegate_http::rate_limit::key::PeerIp;
+use tower::{Layer, Service};
+use tower_governor::governor::GovernorConfigBuilder;
+use tower_governor::{GovernorError, GovernorLayer};
+
+#[derive(Clone, Copy)]
+struct Inner;
+
+impl Service<Request<()>> for Inner {
+    type Response = Response<Body>;
+    type Error = Infallible;
+    type Future = Ready<Result<Self::Response, Infallible>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, _request: Request<()>) -> Self::Future {
+        ready(Ok(Response::new(Body::empty())))
+    }
+}
+
+const PEER: SocketAddr = SocketAddr::new(
+    std::net::IpAddr::V4(std::net::Ipv4Addr::new(192, 0, 2, 7)),
+    40_000,
+);
+
+fn request() -> Request<()> {
+    let mut request = Request::new(());
+    request.extensions_mut().insert(ConnectInfo(PEER));
+    request
+}
+
+/// One request through `service`, its future polled once: the answer's status.
+fn once<S, B>(service: &mut S) -> StatusCode
+where
+    S: Service<Request<()>, Response = Response<B>>,
+{
+    let mut cx = Context::from_waker(Waker::noop());
+    let Poll::Ready(Ok(())) = service.poll_ready(&mut cx) else {
+        panic!("not ready");
+    };
+    let future = pin!(service.call(black_box(request())));
+    match future.poll(&mut cx) {
+        Poll::Ready(Ok(response)) => black_box(response).status(),
+        _ => panic!("not answered at once"),
+    }
+}
+
+/// The services of one case.
+struct Case {
+    name: &'static str,
+    run: Box<dyn FnMut() -> StatusCode>,
+}
+
+fn cases() -> Vec<Case> {
+    let mut cases = vec![Case {
+        name: "baseline",
+        run: Box::new(|| once(&mut Inner)),
+    }];
+    for allowed in [true, false] {
+        let gcra = if allowed {
+            Gcra::new(
+                Rate::per_second(1_000_000_000).expect("rate"),
+                1_000_000_000,
+            )
+        } else {
+            Gcra::new(Rate::per_hour(1).expect("rate"), 1)
+        };
+        let ours = RateLimitLayer::builder(PeerIp)
+            .limit(gcra.expect("gcra"))
+            .build()
+            .expect("layer");
+        let mut ours = ours.layer(Inner);
+
+        let mut config = GovernorConfigBuilder::default();
+        if allowed {
+            config.per_nanosecond(1).burst_size(1_000_000_000);
+        } else {
+            config.per_second(3600).burst_size(1);
+        }
+        let config = config.finish().expect("governor config");
+        let governor = GovernorLayer::new(config).error_handler(|error| {
+            let mut response = Response::new(Body::empty());
+            *response.status_mut() = match error {
+                GovernorError::TooManyRequests { .. } => StatusCode::TOO_MANY_REQUESTS,
+                _ => StatusCode::INTERNAL_SERVER_ERROR,
+            };
+            response
+        });
+        let mut governor = governor.layer(Inner);
+
+        let expected = if allowed {
+            StatusCode::OK
+        } else {
+            // Spend the one permit.
+            assert_eq!(once(&mut ours), StatusCode::OK);
+            assert_eq!(once(&mut governor), StatusCode::OK);
+            StatusCode::TOO_MANY_REQUESTS
+        };
+        assert_eq!(once(&mut ours), expected);
+        assert_eq!(once(&mut governor), expected);
+        let (ours_name, governor_name) = if allowed {
+            ("sluicegate_allowed", "tower_governor_allowed")
+        } else {
+            ("sluicegate_denied", "tower_governor_denied")
+        };
+        cases.push(Case {
+            name: ours_name,
+            run: Box::new(move || once(&mut ours)),
+        });
+        cases.push(Case {
+            name: governor_name,
+            run: Box::new(move || once(&mut governor)),
+        });
+    }
+    cases
+}
+
+fn criterion_groups(c: &mut Criterion) {
+    let mut group = c.benchmark_group("layer");
+    for mut case in cases() {
+        group.bench_function(case.name, |b| b.iter(&mut case.run));
+    }
+    group.finish();
+}
+
+/// Interleaved timing of every case: per case the median over rounds of ns per request. Each
+/// sample lasts about 20 ms, whatever a request costs.
+fn paired() -> Vec<(&'static str, f64)> {
+    const ROUNDS: usize = 15;
+    const SAMPLE: Duration = Duration::from_millis(20);
+    let mut cases = cases();
+    let iterations: Vec<u32> = cases
+        .iter_mut()
+        .map(|case| {
+            let started = Instant::now();
+            for _ in 0..1_000 {
+                black_box((case.run)());
+            }
+            let per_request = started.elapsed().as_secs_f64() / 1_000.0;
+            (SAMPLE.as_secs_f64() / per_request).clamp(100.0, 10_000_000.0) as u32
+        })
+        .collect();
+    let mut samples: Vec<Vec<f64>> = vec![Vec::new(); cases.len()];
+    for _ in 0..ROUNDS {
+        for ((case, samples), &n) in cases.iter_mut().zip(&mut samples).zip(&iterations) {
+            let started = Instant::now();
+            for _ in 0..n {
+                black_box((case.run)());
+            }
+            samples.push(started.elapsed().as_nanos() as f64 / f64::from(n));
+        }
+    }
+    cases
+        .iter()
+        .zip(samples)
+        .map(|(case, mut samples)| {
+            samples.sort_by(f64::total_cmp);
+            (case.name, samples[samples.len() / 2])
+        })
+        .collect()
+}
+
+fn main() {
+    let mut criterion = Criterion::default().configure_from_args();
+    criterion_groups(&mut criterion);
+    criterion.final_summary();
+
+    // Not when run as a test (`cargo test --benches`), listed, or profiled.
+    if std::env::args().any(|a| ["--test", "--list", "--profile-time"].contains(&a.as_str())) {
+        return;
+    }
+    let medians = paired();
+    let time = |name: &str| {
+        medians
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map_or(f64::NAN, |(_, t)| *t)
+    };
+    let baseline = time("baseline");
+    println!("\npaired loop, median ns per request (15 rounds of ~20 ms per case):");
+    for (name, t) in &medians {
+        println!("  {name:<24} {t:8.1} ns  (added {:6.1} ns)", t - baseline);
+    }
+    for case in ["allowed", "denied"] {
+        let ours = time(&format!("sluicegate_{case}")) - baseline;
+        let theirs = time(&format!("tower_governor_{case}")) - baseline;
+        println!(
+            "  {case}: added cost sluicegate {ours:.1} ns, tower_governor {theirs:.1} ns, \
+             ratio {:.2}",
+            ours / theirs
+        );
+    }
+}

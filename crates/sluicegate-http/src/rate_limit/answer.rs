@@ -1,0 +1,158 @@
+//! Rejections as responses: an HTTP status with a text body naming the cause, or for a gRPC
+//! call (`content-type: application/grpc...`) a trailers-only answer, HTTP 200 with
+//! `grpc-status` (`RESOURCE_EXHAUSTED` for a rate limit) and the same fields as metadata.
+
+use bytes::Bytes;
+use http::header::CONTENT_TYPE;
+use http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode};
+
+use crate::rate_limit::backend::Verdict;
+use crate::rate_limit::body::RateLimitBody;
+use crate::rate_limit::error::{BackendError, KeyError};
+use crate::rate_limit::headers;
+use crate::rate_limit::policy::{MissingKey, Options, Rejection};
+
+/// gRPC's `RESOURCE_EXHAUSTED`.
+const GRPC_RESOURCE_EXHAUSTED: u16 = 8;
+
+/// A rejection as the layer's response.
+pub(crate) fn into_response<B>(response: Response<Bytes>) -> Response<RateLimitBody<B>> {
+    response.map(RateLimitBody::answer)
+}
+
+/// Whether the request is a gRPC call.
+pub(crate) fn is_grpc(headers: &HeaderMap) -> bool {
+    headers
+        .get(CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"))
+}
+
+/// The answer to a request a limit denied.
+pub(crate) fn limited(options: &Options, verdict: Verdict, grpc: bool) -> Response<Bytes> {
+    let fields = headers::fields(&verdict, &options.headers, true);
+    let name = verdict
+        .tightest()
+        .map_or("default", |(_, limit)| limit.name());
+    let concurrency = verdict
+        .tightest()
+        .is_some_and(|(_, limit)| limit.is_concurrency());
+    let message = if concurrency {
+        format!("too many requests in flight: concurrency limit \"{name}\" reached")
+    } else {
+        let retry = headers::retry_after(&verdict);
+        format!("too many requests: rate limit \"{name}\" exceeded, retry in {retry} s")
+    };
+    let code = grpc.then_some(GRPC_RESOURCE_EXHAUSTED);
+    let mut response = build(options.status, code, message);
+    headers::extend(response.headers_mut(), fields);
+    finish(options, &Rejection::Limited(verdict), response)
+}
+
+/// The answer to a request whose key could not be read.
+pub(crate) fn missing_key(options: &Options, error: KeyError, grpc: bool) -> Response<Bytes> {
+    let status = match options.missing_key {
+        MissingKey::RejectWith(status) => status,
+        _ => error.status(),
+    };
+    let response = build(status, grpc.then(|| grpc_code(status)), error.to_string());
+    finish(options, &Rejection::MissingKey(error), response)
+}
+
+/// The answer to a request the backend could not decide.
+pub(crate) fn backend_error(options: &Options, error: BackendError, grpc: bool) -> Response<Bytes> {
+    let (status, code) = match &error {
+        BackendError::KeyCapacity { .. } => (options.status, GRPC_RESOURCE_EXHAUSTED),
+        BackendError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, 14),
+        _ => (StatusCode::INTERNAL_SERVER_ERROR, 13),
+    };
+    let response = build(status, grpc.then_some(code), error.to_string());
+    finish(options, &Rejection::Backend(error), response)
+}
+
+/// A text answer, or a trailers-only gRPC one when `grpc_code` is given.
+fn build(status: StatusCode, grpc_code: Option<u16>, message: String) -> Response<Bytes> {
+    let mut response = Response::new(Bytes::new());
+    let headers = response.headers_mut();
+    match grpc_code {
+        Some(code) => {
+            headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
+            headers.insert(
+                HeaderName::from_static("grpc-status"),
+                HeaderValue::from(code),
+            );
+            if let Ok(message) = HeaderValue::try_from(percent_encode(&message)) {
+                headers.insert(HeaderName::from_static("grpc-message"), message);
+            }
+        }
+        None => {
+            *response.status_mut() = status;
+            let headers = response.headers_mut();
+            headers.insert(
+                CONTENT_TYPE,
+                HeaderValue::from_static("text/plain; charset=utf-8"),
+            );
+            let mut body = message;
+            body.push('\n');
+            *response.body_mut() = Bytes::from(body);
+        }
+    }
+    response
+}
+
+fn finish(options: &Options, rejection: &Rejection, response: Response<Bytes>) -> Response<Bytes> {
+    match &options.hook {
+        Some(hook) => hook(rejection, response),
+        None => response,
+    }
+}
+
+/// The gRPC code gRPC's own HTTP mapping gives a status.
+fn grpc_code(status: StatusCode) -> u16 {
+    match status.as_u16() {
+        400 => 3,        // INVALID_ARGUMENT
+        401 => 16,       // UNAUTHENTICATED
+        403 => 7,        // PERMISSION_DENIED
+        404 => 12,       // UNIMPLEMENTED
+        429 => 8,        // RESOURCE_EXHAUSTED
+        502..=504 => 14, // UNAVAILABLE
+        500..=599 => 13, // INTERNAL
+        _ => 2,          // UNKNOWN
+    }
+}
+
+/// `grpc-message` encoding: printable ASCII but `%` as is, every other byte as `%XX`.
+fn percent_encode(message: &str) -> String {
+    let mut out = String::with_capacity(message.len());
+    for &byte in message.as_bytes() {
+        if (b' '..=b'~').contains(&byte) && byte != b'%' {
+            out.push(char::from(byte));
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grpc_messages_are_percent_encoded() {
+        assert_eq!(
+            percent_encode("a 100% \"x\"\n\u{e9}"),
+            "a 100%25 \"x\"%0A%C3%A9"
+        );
+    }
+
+    #[test]
+    fn grpc_is_told_by_its_content_type() {
+        let mut headers = HeaderMap::new();
+        assert!(!is_grpc(&headers));
+        headers.insert(
+            CONTENT_TYPE,
+            HeaderValue::from_static("application/grpc+proto"),
+        );
+        assert!(is_grpc(&headers));
+    }
+}

@@ -1,0 +1,116 @@
+//! The response future: the inner service's response with the fields and the permit added, a
+//! rejection ready at once, or (a shaping wait, a backend that waits) a boxed future.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll, ready};
+
+use bytes::Bytes;
+use http::Response;
+use pin_project_lite::pin_project;
+
+use crate::rate_limit::answer;
+use crate::rate_limit::body::{Permit, RateLimitBody};
+use crate::rate_limit::headers::{self, Fields};
+
+/// A boxed response future, for the paths that wait.
+pub(crate) type BoxFuture<B, E> =
+    Pin<Box<dyn Future<Output = Result<Response<RateLimitBody<B>>, E>> + Send>>;
+
+/// What an allowed response gets: the permit its body holds, and the rate limit fields.
+#[derive(Debug)]
+pub(crate) struct Finish {
+    pub(crate) permit: Option<Permit>,
+    pub(crate) fields: Fields,
+}
+
+impl Finish {
+    /// `response` with what `finish` adds, if anything (boxed: most responses get nothing, and
+    /// a small future is cheaper to move).
+    pub(crate) fn apply<B>(
+        finish: Option<Box<Finish>>,
+        mut response: Response<B>,
+    ) -> Response<RateLimitBody<B>> {
+        let Some(finish) = finish else {
+            return response.map(|body| RateLimitBody::passed(body, None));
+        };
+        let Finish { permit, fields } = *finish;
+        headers::extend(response.headers_mut(), fields);
+        response.map(|body| RateLimitBody::passed(body, permit))
+    }
+}
+
+pin_project! {
+    /// The future of [`RateLimit`](crate::rate_limit::RateLimit)'s responses.
+    pub struct ResponseFuture<F, B, E> {
+        #[pin]
+        state: State<F, B, E>,
+    }
+}
+
+pin_project! {
+    #[project = StateProj]
+    enum State<F, B, E> {
+        Called { #[pin] future: F, finish: Option<Box<Finish>> },
+        Answered { response: Option<Box<Response<Bytes>>> },
+        Deferred { future: BoxFuture<B, E> },
+    }
+}
+
+impl<F, B, E> ResponseFuture<F, B, E> {
+    pub(crate) fn called(future: F, finish: Option<Box<Finish>>) -> Self {
+        ResponseFuture {
+            state: State::Called { future, finish },
+        }
+    }
+
+    pub(crate) fn answered(response: Response<Bytes>) -> Self {
+        ResponseFuture {
+            state: State::Answered {
+                response: Some(Box::new(response)),
+            },
+        }
+    }
+
+    pub(crate) fn deferred(future: BoxFuture<B, E>) -> Self {
+        ResponseFuture {
+            state: State::Deferred { future },
+        }
+    }
+}
+
+impl<F, B, E> Future for ResponseFuture<F, B, E>
+where
+    F: Future<Output = Result<Response<B>, E>>,
+{
+    type Output = Result<Response<RateLimitBody<B>>, E>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.project().state.project() {
+            StateProj::Called { future, finish } => {
+                let response = ready!(future.poll(cx))?;
+                Poll::Ready(Ok(Finish::apply(finish.take(), response)))
+            }
+            StateProj::Answered { response } => {
+                let response = response
+                    .take()
+                    .expect("ResponseFuture polled after it completed");
+                Poll::Ready(Ok(answer::into_response(*response)))
+            }
+            StateProj::Deferred { future } => future.as_mut().poll(cx),
+        }
+    }
+}
+
+impl<F, B, E> std::fmt::Debug for ResponseFuture<F, B, E> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let state = match &self.state {
+            State::Called { .. } => "called",
+            State::Answered { .. } => "answered",
+            State::Deferred { .. } => "deferred",
+        };
+        f.debug_struct("ResponseFuture")
+            .field("state", &state)
+            .finish()
+    }
+}

@@ -1,0 +1,148 @@
+//! `concurrency` (nginx `limit_conn`): the permit lives as long as the response body.
+
+use std::convert::Infallible;
+use std::sync::{Arc, Mutex};
+
+use axum::Router;
+use axum::body::Body;
+use axum::routing::get;
+use bytes::Bytes;
+use http::{Request, Response};
+use http_body_util::{BodyExt, Full};
+use sluicegate::ManualClock;
+use sluicegate_http::rate_limit::RateLimitLayer;
+use sluicegate_http::rate_limit::key::{Global, PeerIp};
+use tokio::sync::mpsc;
+use tower::{Layer, Service, ServiceExt};
+
+use crate::support::{ChannelBody, client, get as fetch, serve};
+
+#[tokio::test]
+async fn the_permit_is_held_until_the_body_ends_and_released_when_a_client_goes_away() {
+    let layer = RateLimitLayer::builder(PeerIp)
+        .limit("concurrency:limit=1")
+        .build()
+        .expect("layer");
+    let (senders_tx, mut senders) = mpsc::unbounded_channel::<mpsc::Sender<Bytes>>();
+    let senders_tx = Arc::new(Mutex::new(senders_tx));
+    let stream = move || {
+        let senders_tx = Arc::clone(&senders_tx);
+        async move {
+            let (tx, rx) = mpsc::channel(1);
+            senders_tx
+                .lock()
+                .expect("lock")
+                .send(tx)
+                .expect("test listening");
+            Body::new(ChannelBody(rx))
+        }
+    };
+    let app = Router::new()
+        .route("/stream", get(stream))
+        .route("/", get(|| async { "ok" }))
+        .layer(layer.clone());
+    let address = serve(app).await;
+    let client = client();
+
+    // The first response's head arrives; its body is still open: the permit is held.
+    let mut first = client
+        .get(format!("http://{address}/stream"))
+        .send()
+        .await
+        .expect("first");
+    assert_eq!(first.status(), 200);
+    let body = senders.recv().await.expect("first body");
+    let (status, headers, text) = fetch(&client, address, "/", &[]).await;
+    assert_eq!(status, 429);
+    assert_eq!(
+        headers["ratelimit-policy"],
+        "\"concurrency\";q=1;qu=\"concurrent-requests\""
+    );
+    assert_eq!(headers["ratelimit"], "\"concurrency\";r=0");
+    assert_eq!(headers["retry-after"], "1");
+    assert_eq!(
+        text,
+        "too many requests in flight: concurrency limit \"concurrency\" reached\n"
+    );
+
+    // Still held while data flows.
+    body.send(Bytes::from_static(b"part")).await.expect("send");
+    assert_eq!(
+        first.chunk().await.expect("chunk").as_deref(),
+        Some(&b"part"[..])
+    );
+    assert_eq!(fetch(&client, address, "/", &[]).await.0, 429);
+
+    // The body ends: released before the client can see the end.
+    drop(body);
+    assert_eq!(first.chunk().await.expect("end"), None);
+    assert_eq!(fetch(&client, address, "/", &[]).await.0, 200);
+
+    // A client that goes away mid-body: the server drops the body, and the permit with it.
+    let second = client
+        .get(format!("http://{address}/stream"))
+        .send()
+        .await
+        .expect("second");
+    let body = senders.recv().await.expect("second body");
+    assert_eq!(fetch(&client, address, "/", &[]).await.0, 429);
+    drop(second);
+    // Sending fails once the server has dropped the body (the permit is dropped before it).
+    let mut sends = 0;
+    while body.send(Bytes::from_static(b"more")).await.is_ok() {
+        sends += 1;
+        assert!(sends < 10_000, "the server never dropped the body");
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(fetch(&client, address, "/", &[]).await.0, 200);
+    assert_eq!(layer.backend().states_held(), 0, "no permit left held");
+}
+
+#[tokio::test]
+async fn permits_are_released_at_the_end_of_the_body_or_when_it_is_dropped() {
+    let inner = tower::service_fn(|_request: Request<()>| async {
+        Ok::<_, Infallible>(Response::new(Full::new(Bytes::from_static(b"data"))))
+    });
+    let layer = RateLimitLayer::builder(Global)
+        .clock(ManualClock::new(0))
+        .limit("concurrency:limit=2")
+        .build()
+        .expect("layer");
+    let mut service = layer.layer(inner);
+    let mut call = async || {
+        service
+            .ready()
+            .await
+            .expect("ready")
+            .call(Request::new(()))
+            .await
+            .expect("infallible")
+    };
+    let first = call().await;
+    let second = call().await;
+    assert_eq!(
+        (first.status().as_u16(), second.status().as_u16()),
+        (200, 200)
+    );
+    assert_eq!(call().await.status(), 429);
+
+    // Read to the end, the body still alive: released at its end, not at its drop.
+    let mut body = first.into_body();
+    let frame = body.frame().await.expect("a frame").expect("data");
+    assert_eq!(
+        frame.into_data().expect("data"),
+        Bytes::from_static(b"data")
+    );
+    assert_eq!(call().await.status(), 429, "held until the end is seen");
+    assert!(body.frame().await.is_none(), "the end");
+    let third = call().await;
+    assert_eq!(third.status(), 200);
+    assert_eq!(call().await.status(), 429);
+    drop(body);
+
+    // Dropped unread: released.
+    drop(second);
+    drop(third);
+    assert_eq!(call().await.status(), 200);
+    assert_eq!(call().await.status(), 200);
+}
