@@ -1,6 +1,8 @@
 //! `sluicegate simulate`: runs limiters over a trace (or generated traffic) and reports every
-//! decision as a JSON line, as DESIGN section 5 specifies.
+//! decision as a JSON line, as DESIGN section 5 specifies; or, with `--adaptive`, an adaptive
+//! concurrency limit in front of a simulated server ([`adaptive`]).
 
+pub mod adaptive;
 mod args;
 mod event;
 mod output;
@@ -9,5 +11,5 @@ mod run;
 mod trace;
 mod traffic;
 
-pub(crate) use args::SimulateArgs;
-pub(crate) use run::run;
+pub use args::SimulateArgs;
+pub use run::run;
