@@ -1,4 +1,5 @@
 //! The pieces of the `sluicegate` binary that tests and other programs can drive in-process:
-//! the rate limit service.
+//! the rate limit service and the simulator.
 
 pub mod serve;
+pub mod simulate;

@@ -1,7 +1,6 @@
 //! The `sluicegate` command.
 
 mod check_config;
-mod simulate;
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
@@ -17,7 +16,7 @@ enum Command {
     /// Validate rule files and print the resolved rules (exit 1 and every error otherwise).
     CheckConfig(check_config::CheckConfigArgs),
     /// Run limiters over a trace or generated traffic; one JSON line per decision.
-    Simulate(simulate::SimulateArgs),
+    Simulate(sluicegate_server::simulate::SimulateArgs),
     /// Serve the rate limit service: Envoy's gRPC API and HTTP JSON.
     Serve(sluicegate_server::serve::ServeArgs),
 }
@@ -33,7 +32,7 @@ fn main() -> anyhow::Result<ExitCode> {
                 ExitCode::from(1)
             });
         }
-        Command::Simulate(args) => simulate::run(args)?,
+        Command::Simulate(args) => sluicegate_server::simulate::run(args)?,
         Command::Serve(args) => serve(&args)?,
     }
     Ok(ExitCode::SUCCESS)

@@ -1,6 +1,8 @@
 //! `sluicegate simulate`: runs limiters over a trace (or generated traffic) and reports every
-//! decision as a JSON line, as the README's `simulate` section shows.
+//! decision as a JSON line, as the README's `simulate` section shows; or, with `--adaptive`,
+//! an adaptive concurrency limit in front of a simulated server ([`adaptive`]).
 
+pub mod adaptive;
 mod args;
 mod event;
 mod output;
@@ -13,5 +15,5 @@ mod traffic;
 #[path = "../../../sluicegate/tests/fuzz_harness/mod.rs"]
 mod fuzz_harness;
 
-pub(crate) use args::SimulateArgs;
-pub(crate) use run::run;
+pub use args::SimulateArgs;
+pub use run::run;

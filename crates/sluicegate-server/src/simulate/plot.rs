@@ -39,9 +39,9 @@ impl Panel {
     }
 }
 
-const WIDTH: f64 = 960.0;
-const LEFT: f64 = 64.0;
-const RIGHT: f64 = 24.0;
+pub(crate) const WIDTH: f64 = 960.0;
+pub(crate) const LEFT: f64 = 64.0;
+pub(crate) const RIGHT: f64 = 24.0;
 const LEGEND_HEIGHT: f64 = 36.0;
 const TITLE_HEIGHT: f64 = 28.0;
 const PLOT_HEIGHT: f64 = 150.0;
@@ -275,12 +275,12 @@ fn count_step(max: u64) -> u64 {
     }
 }
 
-fn seconds_label(micros: Micros) -> String {
+pub(crate) fn seconds_label(micros: Micros) -> String {
     let text = format!("{:.3}", micros as f64 / 1e6);
     text.trim_end_matches('0').trim_end_matches('.').to_owned()
 }
 
-fn escape(text: &str) -> String {
+pub(crate) fn escape(text: &str) -> String {
     text.replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")

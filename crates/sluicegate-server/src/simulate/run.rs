@@ -8,14 +8,18 @@ use std::path::Path;
 use anyhow::Context;
 use sluicegate::{Algorithm, AnyAlgorithm, KeyedLimiter, ManualClock, Micros};
 
-use crate::simulate::args::{LimiterArg, SimulateArgs};
+use crate::simulate::adaptive;
+use crate::simulate::args::{DEFAULT_CLIENT_TIMEOUT, LimiterArg, SimulateArgs};
 use crate::simulate::event::{Event, EventOp, seconds};
 use crate::simulate::output::LineWriter;
 use crate::simulate::plot::{Mark, Panel, write_svg};
 use crate::simulate::trace::{TraceLine, TraceReader};
 
 /// Runs `sluicegate simulate`.
-pub(crate) fn run(args: SimulateArgs) -> anyhow::Result<()> {
+pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
+    if !args.adaptive.is_empty() {
+        return run_adaptive(&args);
+    }
     let mut simulation = Simulation::new(&args.limiters, args.plot.is_some());
     let mut writer = LineWriter::new(BufWriter::new(io::stdout().lock()));
     let outcome = match &args.traffic {
@@ -37,6 +41,20 @@ pub(crate) fn run(args: SimulateArgs) -> anyhow::Result<()> {
         write_svg(path, &panels).with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(())
+}
+
+/// `--adaptive`: clap has checked that `--server` and `--traffic` are given.
+fn run_adaptive(args: &SimulateArgs) -> anyhow::Result<()> {
+    let (Some(server), Some(traffic)) = (&args.server, &args.traffic) else {
+        anyhow::bail!("--adaptive needs --server and --traffic");
+    };
+    let scenario = adaptive::Scenario {
+        server: server.clone(),
+        traffic: traffic.clone(),
+        client_timeout: args.client_timeout.unwrap_or(DEFAULT_CLIENT_TIMEOUT),
+        seed: args.seed,
+    };
+    adaptive::run(&args.adaptive, &scenario, args.plot.as_deref())
 }
 
 fn open_trace(path: &Path) -> anyhow::Result<Box<dyn BufRead>> {

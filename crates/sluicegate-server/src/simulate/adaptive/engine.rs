@@ -1,0 +1,501 @@
+//! The discrete-event simulation: clients, a limit in front, an M/M/c server behind.
+//!
+//! Time is integer microseconds and moves only from event to event, taken from one binary
+//! heap, so a run is a pure function of its scenario and seed: no threads, no wall clock.
+
+use std::cmp::Ordering;
+use std::collections::{BinaryHeap, VecDeque};
+
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+use rand_distr::{Distribution, Exp};
+use serde::Serialize;
+use sluicegate::adaptive::{AdaptiveLimiter, Controller, Outcome, Permit};
+use sluicegate::{ManualClock, Micros};
+
+use crate::simulate::adaptive::server::ServerSpec;
+use crate::simulate::traffic::TrafficSpec;
+
+const SECOND: Micros = 1_000_000;
+
+/// Everything a run depends on besides the limit.
+#[derive(Debug, Clone)]
+pub struct Scenario {
+    /// The server behind the limit.
+    pub server: ServerSpec,
+    /// When clients arrive (one request each; keys and permits are not used).
+    pub traffic: TrafficSpec,
+    /// How long a client waits for its answer before it gives up.
+    pub client_timeout: Micros,
+    /// Seeds the arrivals, the service times and the controller.
+    pub seed: u64,
+}
+
+/// What stands between the clients and the server: admits a request or rejects it at once (no
+/// queue), and hears how each admitted request went.
+pub trait Gate {
+    /// What an admitted request holds until it is answered.
+    type Ticket;
+
+    /// Admits a request arriving at `now`, or rejects it.
+    fn try_admit(&mut self, now: Micros) -> Option<Self::Ticket>;
+
+    /// The server answered an admitted request at `now`: [`Outcome::Ok`] if its client still
+    /// waited, else [`Outcome::Timeout`].
+    fn finish(&mut self, now: Micros, ticket: Self::Ticket, outcome: Outcome);
+
+    /// The current limit, `None` for none.
+    fn limit(&self) -> Option<u32>;
+}
+
+/// The library's limiter, timing its permits on the simulation's clock.
+type SimulatedLimiter = AdaptiveLimiter<Box<dyn Controller>, ManualClock>;
+
+/// Sluicegate's [`AdaptiveLimiter`] on a manual clock that follows the simulation, with
+/// `try_acquire`; or no limit at all.
+pub struct LimiterGate {
+    limiter: Option<(SimulatedLimiter, ManualClock)>,
+}
+
+impl LimiterGate {
+    /// A gate limited by `controller`, or open to everything for `None`.
+    pub fn new(controller: Option<Box<dyn Controller>>) -> LimiterGate {
+        LimiterGate {
+            limiter: controller.map(|controller| {
+                let clock = ManualClock::new(0);
+                (
+                    AdaptiveLimiter::with_clock(controller, clock.clone()),
+                    clock,
+                )
+            }),
+        }
+    }
+}
+
+impl Gate for LimiterGate {
+    type Ticket = Option<Permit>;
+
+    fn try_admit(&mut self, now: Micros) -> Option<Option<Permit>> {
+        match &self.limiter {
+            None => Some(None),
+            Some((limiter, clock)) => {
+                clock.set(now);
+                limiter.try_acquire().map(Some)
+            }
+        }
+    }
+
+    fn finish(&mut self, now: Micros, ticket: Option<Permit>, outcome: Outcome) {
+        if let (Some((_, clock)), Some(permit)) = (&self.limiter, ticket) {
+            clock.set(now);
+            permit.complete(outcome);
+        }
+    }
+
+    fn limit(&self) -> Option<u32> {
+        self.limiter.as_ref().map(|(limiter, _)| limiter.limit())
+    }
+}
+
+/// One simulated second, as printed: the state at its end and counts over it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Second {
+    /// The second's end, in seconds since the start.
+    pub t: u64,
+    /// The limit at the end (`None` with no limit).
+    pub limit: Option<u32>,
+    /// Requests admitted and not yet answered, at the end.
+    pub in_flight: u32,
+    /// The median latency of the requests the server answered in the second, if any.
+    pub p50_ms: Option<f64>,
+    /// Their 99th percentile (nearest rank).
+    pub p99_ms: Option<f64>,
+    /// Requests answered while their client still waited.
+    pub goodput: u64,
+    /// Requests the limit turned away.
+    pub rejected: u64,
+    /// Clients that gave up, answered later or never.
+    pub timed_out: u64,
+    /// Requests that arrived.
+    pub arrivals: u64,
+}
+
+/// A whole run: each second, and latencies over the run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Run {
+    /// Every second, in order.
+    pub seconds: Vec<Second>,
+    /// The median latency of every answered request, in milliseconds.
+    pub p50_ms: Option<f64>,
+    /// The 99th percentile of every answered request, in milliseconds.
+    pub p99_ms: Option<f64>,
+}
+
+impl Run {
+    /// Requests answered in time, over the run.
+    pub fn goodput(&self) -> u64 {
+        self.seconds.iter().map(|s| s.goodput).sum()
+    }
+}
+
+/// What happens at an event. The order of the variants is the order of events at the same
+/// microsecond: a second is closed before anything at its end is counted in the next, workers
+/// change before the queue is served, and an answer at the very moment its client gives up
+/// still counts (a client waits `client_timeout`, inclusive).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum What {
+    Tick,
+    Workers(u32),
+    Answer(usize),
+    GiveUp(usize),
+    Arrival,
+}
+
+/// An event in the heap: earliest first, then by kind, then in the order scheduled.
+#[derive(Debug, PartialEq, Eq)]
+struct Event {
+    t: Micros,
+    what: What,
+    seq: u64,
+}
+
+impl Ord for Event {
+    fn cmp(&self, other: &Self) -> Ordering {
+        // Reversed: `BinaryHeap` pops its greatest.
+        (other.t, rank(other.what), other.seq).cmp(&(self.t, rank(self.what), self.seq))
+    }
+}
+
+impl PartialOrd for Event {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+fn rank(what: What) -> u8 {
+    match what {
+        What::Tick => 0,
+        What::Workers(_) => 1,
+        What::Answer(_) => 2,
+        What::GiveUp(_) => 3,
+        What::Arrival => 4,
+    }
+}
+
+/// A request from arrival until both its answer and its client's deadline have passed (its
+/// slot is reused only then, so a late event never finds another request in it).
+struct Request<T> {
+    arrival: Micros,
+    service: Micros,
+    ticket: Option<T>,
+    answered: bool,
+    gave_up: bool,
+}
+
+/// The event heap and its sequence numbers.
+struct Events {
+    heap: BinaryHeap<Event>,
+    seq: u64,
+}
+
+impl Events {
+    fn push(&mut self, t: Micros, what: What) {
+        self.seq += 1;
+        self.heap.push(Event {
+            t,
+            what,
+            seq: self.seq,
+        });
+    }
+}
+
+/// Counts over the current second.
+#[derive(Default)]
+struct Tally {
+    latencies: Vec<Micros>,
+    goodput: u64,
+    rejected: u64,
+    timed_out: u64,
+    arrivals: u64,
+}
+
+/// Runs `scenario` with `gate` in front of the server.
+pub fn simulate<G: Gate>(scenario: &Scenario, gate: &mut G) -> Run {
+    let server = &scenario.server;
+    let end = scenario.traffic.duration().div_ceil(SECOND) * SECOND;
+    let mut arrivals = scenario.traffic.arrival_times(scenario.seed);
+    // Service times come from their own stream, one per arrival whether admitted or not, so
+    // that every gate meets the same requests with the same work (common random numbers).
+    let mut service_rng = ChaCha8Rng::seed_from_u64(scenario.seed ^ 0x5e41_1ce0_d15c_0a11);
+    let per_micro = 1.0 / server.service() as f64;
+    let service_time = Exp::new(per_micro).ok();
+
+    let mut events = Events {
+        heap: BinaryHeap::new(),
+        seq: 0,
+    };
+    for second in 1..=end / SECOND {
+        events.push(second * SECOND, What::Tick);
+    }
+    for (t, workers) in server.changes() {
+        events.push(*t, What::Workers(*workers));
+    }
+    if let Some(t) = arrivals.next() {
+        events.push(t, What::Arrival);
+    }
+
+    let mut requests: Vec<Request<G::Ticket>> = Vec::new();
+    let mut free: Vec<usize> = Vec::new();
+    let mut queue: VecDeque<usize> = VecDeque::new();
+    let mut workers = server.workers();
+    let mut busy: u32 = 0;
+    let mut in_flight: u32 = 0;
+    let mut tally = Tally::default();
+    let mut all_latencies: Vec<Micros> = Vec::new();
+    let mut seconds = Vec::with_capacity(usize::try_from(end / SECOND).unwrap_or(0));
+
+    while let Some(Event { t: now, what, .. }) = events.heap.pop() {
+        match what {
+            What::Tick => {
+                seconds.push(close_second(now, gate.limit(), in_flight, &mut tally));
+                if now >= end {
+                    break;
+                }
+            }
+            What::Workers(count) => {
+                workers = count;
+                while busy < workers {
+                    let Some(slot) = queue.pop_front() else { break };
+                    busy += 1;
+                    events.push(now + requests[slot].service, What::Answer(slot));
+                }
+            }
+            What::Arrival => {
+                if let Some(t) = arrivals.next() {
+                    events.push(t, What::Arrival);
+                }
+                tally.arrivals += 1;
+                let service = service_time
+                    .map_or(server.service(), |exp| {
+                        exp.sample(&mut service_rng).round() as Micros
+                    })
+                    .max(1);
+                let Some(ticket) = gate.try_admit(now) else {
+                    tally.rejected += 1;
+                    continue;
+                };
+                in_flight += 1;
+                let request = Request {
+                    arrival: now,
+                    service,
+                    ticket: Some(ticket),
+                    answered: false,
+                    gave_up: false,
+                };
+                let slot = match free.pop() {
+                    Some(slot) => {
+                        requests[slot] = request;
+                        slot
+                    }
+                    None => {
+                        requests.push(request);
+                        requests.len() - 1
+                    }
+                };
+                events.push(now + scenario.client_timeout, What::GiveUp(slot));
+                if busy < workers {
+                    busy += 1;
+                    events.push(now + service, What::Answer(slot));
+                } else {
+                    queue.push_back(slot);
+                }
+            }
+            What::Answer(slot) => {
+                busy -= 1;
+                in_flight -= 1;
+                let request = &mut requests[slot];
+                request.answered = true;
+                let latency = now - request.arrival;
+                tally.latencies.push(latency);
+                all_latencies.push(latency);
+                let outcome = if request.gave_up {
+                    // Its slot waited only for this answer.
+                    free.push(slot);
+                    Outcome::Timeout
+                } else {
+                    tally.goodput += 1;
+                    Outcome::Ok
+                };
+                if let Some(ticket) = request.ticket.take() {
+                    gate.finish(now, ticket, outcome);
+                }
+                if busy < workers {
+                    if let Some(next) = queue.pop_front() {
+                        busy += 1;
+                        events.push(now + requests[next].service, What::Answer(next));
+                    }
+                }
+            }
+            What::GiveUp(slot) => {
+                let request = &mut requests[slot];
+                if request.answered {
+                    free.push(slot);
+                } else {
+                    // The server does not know: the request stays queued, and its work is
+                    // wasted when it is done. This is how an unlimited server collapses.
+                    request.gave_up = true;
+                    tally.timed_out += 1;
+                }
+            }
+        }
+    }
+    Run {
+        seconds,
+        p50_ms: percentile_ms(&mut all_latencies, 0.5),
+        p99_ms: percentile_ms(&mut all_latencies, 0.99),
+    }
+}
+
+fn close_second(now: Micros, limit: Option<u32>, in_flight: u32, tally: &mut Tally) -> Second {
+    let mut done = std::mem::take(tally);
+    // The vector's memory is reused for the next second.
+    let second = Second {
+        t: now / SECOND,
+        limit,
+        in_flight,
+        p50_ms: percentile_ms(&mut done.latencies, 0.5),
+        p99_ms: percentile_ms(&mut done.latencies, 0.99),
+        goodput: done.goodput,
+        rejected: done.rejected,
+        timed_out: done.timed_out,
+        arrivals: done.arrivals,
+    };
+    done.latencies.clear();
+    tally.latencies = done.latencies;
+    second
+}
+
+/// The nearest-rank percentile `p` of `latencies`, in milliseconds (reorders them).
+fn percentile_ms(latencies: &mut [Micros], p: f64) -> Option<f64> {
+    if latencies.is_empty() {
+        return None;
+    }
+    let rank = ((p * latencies.len() as f64).ceil() as usize).clamp(1, latencies.len());
+    let (_, value, _) = latencies.select_nth_unstable(rank - 1);
+    Some(*value as f64 / 1e3)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scenario(server: &str, traffic: &str, timeout: Micros) -> Result<Scenario, String> {
+        Ok(Scenario {
+            server: ServerSpec::parse(server)?,
+            traffic: TrafficSpec::parse(traffic)?,
+            client_timeout: timeout,
+            seed: 1,
+        })
+    }
+
+    /// A gate with a fixed limit and a record of every outcome.
+    struct Counting {
+        limit: u32,
+        in_flight: u32,
+        outcomes: Vec<(Micros, Outcome)>,
+    }
+
+    impl Gate for Counting {
+        type Ticket = Micros;
+
+        fn try_admit(&mut self, now: Micros) -> Option<Micros> {
+            (self.in_flight < self.limit).then(|| {
+                self.in_flight += 1;
+                now
+            })
+        }
+
+        fn finish(&mut self, now: Micros, start: Micros, outcome: Outcome) {
+            self.in_flight -= 1;
+            self.outcomes.push((now - start, outcome));
+        }
+
+        fn limit(&self) -> Option<u32> {
+            Some(self.limit)
+        }
+    }
+
+    #[test]
+    fn percentiles_are_nearest_rank() {
+        let mut values: Vec<Micros> = (1..=100).rev().map(|ms| ms * 1000).collect();
+        assert_eq!(percentile_ms(&mut values, 0.5), Some(50.0));
+        assert_eq!(percentile_ms(&mut values, 0.99), Some(99.0));
+        assert_eq!(percentile_ms(&mut [7_500], 0.99), Some(7.5));
+        assert_eq!(percentile_ms(&mut [], 0.5), None);
+    }
+
+    #[test]
+    fn every_arrival_is_accounted_for() -> Result<(), String> {
+        // 2x overload with a limit: every arrival is rejected, answered in time, timed out,
+        // or still in flight at the end.
+        let scenario = scenario(
+            "mmc:workers=4,service=10ms",
+            "poisson:rate=800/s,duration=20s",
+            100_000,
+        )?;
+        let mut gate = Counting {
+            limit: 12,
+            in_flight: 0,
+            outcomes: Vec::new(),
+        };
+        let run = simulate(&scenario, &mut gate);
+        assert_eq!(run.seconds.len(), 20);
+        let sum = |f: fn(&Second) -> u64| run.seconds.iter().map(f).sum::<u64>();
+        let last = run.seconds.last().map_or(0, |s| u64::from(s.in_flight));
+        let late = gate
+            .outcomes
+            .iter()
+            .filter(|(_, o)| *o == Outcome::Timeout)
+            .count() as u64;
+        // Timed-out clients are either answered late or still in flight at the end.
+        assert!(sum(|s| s.timed_out) >= late);
+        assert!(sum(|s| s.timed_out) <= late + last);
+        assert_eq!(
+            sum(|s| s.arrivals),
+            sum(|s| s.rejected) + sum(|s| s.goodput) + late + last
+        );
+        // Each answer's latency decides its outcome, the client's wait included.
+        for (latency, outcome) in &gate.outcomes {
+            assert_eq!(*outcome == Outcome::Ok, *latency <= 100_000, "{latency}");
+        }
+        // Never more in flight than the limit, and the server kept busy: near 400/s.
+        assert!(run.seconds.iter().all(|s| s.in_flight <= 12));
+        let goodput = run.goodput() as f64 / 20.0;
+        assert!((360.0..=420.0).contains(&goodput), "{goodput}");
+        Ok(())
+    }
+
+    #[test]
+    fn a_lone_request_takes_its_service_time() -> Result<(), String> {
+        // One request at t = 0 on an idle server: answered after its own service time, which
+        // is what the run reports as both percentiles.
+        let scenario = scenario(
+            "mmc:workers=1,service=50ms",
+            "burst:size=1,every=10s,duration=1s",
+            10 * SECOND,
+        )?;
+        let mut gate = Counting {
+            limit: 1,
+            in_flight: 0,
+            outcomes: Vec::new(),
+        };
+        let run = simulate(&scenario, &mut gate);
+        let [(latency, Outcome::Ok)] = gate.outcomes[..] else {
+            return Err(format!("{:?}", gate.outcomes));
+        };
+        assert_eq!(run.p50_ms, Some(latency as f64 / 1e3));
+        assert_eq!(run.seconds[0].goodput, 1);
+        assert_eq!(run.seconds[0].arrivals, 1);
+        Ok(())
+    }
+}
