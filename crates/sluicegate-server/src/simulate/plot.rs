@@ -134,10 +134,10 @@ fn nice_step(at_least: Micros) -> Micros {
     }
 }
 
-pub(crate) fn render(panels: &[Panel]) -> String {
-    let axes = Axes::new(panels);
-    let height = LEGEND_HEIGHT + PANEL_HEIGHT * panels.len() as f64;
+/// An SVG document `WIDTH` wide and `height` high, on white, opened (the caller closes it).
+pub(crate) fn svg_start(height: f64) -> String {
     let mut svg = String::new();
+    // Writing into a String cannot fail.
     let _ = writeln!(
         svg,
         r#"<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" viewBox="0 0 {WIDTH} {height}" font-family="sans-serif" font-size="12">"#
@@ -146,6 +146,13 @@ pub(crate) fn render(panels: &[Panel]) -> String {
         svg,
         r#"<rect width="{WIDTH}" height="{height}" fill="white"/>"#
     );
+    svg
+}
+
+pub(crate) fn render(panels: &[Panel]) -> String {
+    let axes = Axes::new(panels);
+    let height = LEGEND_HEIGHT + PANEL_HEIGHT * panels.len() as f64;
+    let mut svg = svg_start(height);
     legend(&mut svg, &axes);
     for (index, panel) in panels.iter().enumerate() {
         draw_panel(&mut svg, &axes, index, panel);

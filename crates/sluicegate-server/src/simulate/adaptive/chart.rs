@@ -9,7 +9,7 @@ use sluicegate::Micros;
 
 use crate::simulate::adaptive::engine::{Run, Second};
 use crate::simulate::adaptive::server::ServerSpec;
-use crate::simulate::plot::{LEFT, RIGHT, WIDTH, escape, seconds_label};
+use crate::simulate::plot::{self, LEFT, RIGHT, WIDTH, escape, seconds_label};
 
 /// One run to draw, under its title.
 #[derive(Debug, Clone, Copy)]
@@ -54,15 +54,7 @@ fn render(server: &ServerSpec, panels: &[Panel<'_>]) -> String {
         .max()
         .unwrap_or(0);
     let height = LEGEND_HEIGHT + PANEL_HEIGHT * panels.len() as f64;
-    let mut svg = String::new();
-    let _ = writeln!(
-        svg,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" viewBox="0 0 {WIDTH} {height}" font-family="sans-serif" font-size="12">"#
-    );
-    let _ = writeln!(
-        svg,
-        r#"<rect width="{WIDTH}" height="{height}" fill="white"/>"#
-    );
+    let mut svg = plot::svg_start(height);
     legend(&mut svg);
     for (index, panel) in panels.iter().enumerate() {
         draw_panel(&mut svg, server, seconds, index, panel);

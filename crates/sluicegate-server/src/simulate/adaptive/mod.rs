@@ -1,5 +1,5 @@
 //! `sluicegate simulate --adaptive`: an adaptive concurrency limit in front of a simulated
-//! server, as DESIGN section 11 describes.
+//! server (the README's "Adaptive limits against a simulated server" shows the command).
 //!
 //! Clients arrive by a `--traffic` generator, one request each. The limit admits a request
 //! while fewer than its limit are in flight and rejects it otherwise (no queue). Behind it an
