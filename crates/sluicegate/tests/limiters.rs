@@ -158,10 +158,10 @@ fn blocking_acquire_sleeps_the_reserved_wait_on_the_clock() -> TestResult {
     assert_eq!(limiter.acquire(ONE)?.wait(), Duration::from_millis(250));
     assert_eq!(clock.now(), 250_000);
     // Too long to wait: refused at once, nothing taken, no time passes.
-    let refused = limiter.try_acquire(ONE, Duration::from_millis(100))?;
+    let refused = limiter.try_acquire_for(ONE, Duration::from_millis(100))?;
     assert!(!refused.allowed());
     assert_eq!(clock.now(), 250_000);
-    let granted = limiter.try_acquire(ONE, Duration::from_millis(250))?;
+    let granted = limiter.try_acquire_for(ONE, Duration::from_millis(250))?;
     assert!(granted.allowed());
     assert_eq!(clock.now(), 500_000);
     Ok(())
@@ -194,7 +194,7 @@ async fn async_acquire_with_a_manual_clock() -> TestResult {
     );
     assert_eq!(clock.now(), 500_000);
     let refused = limiter
-        .try_acquire_async(&"k", ONE, Duration::from_millis(1))
+        .try_acquire_for_async(&"k", ONE, Duration::from_millis(1))
         .await?;
     assert!(!refused.allowed());
     Ok(())
@@ -301,7 +301,7 @@ fn acquire_on_a_window_sleeps_until_the_retry_time() -> TestResult {
     let _ = limiter.acquire(ONE)?;
     assert!(
         !limiter
-            .try_acquire(ONE, Duration::from_millis(999))?
+            .try_acquire_for(ONE, Duration::from_millis(999))?
             .allowed()
     );
     assert_eq!(clock.now(), 1_000_000);
@@ -382,11 +382,11 @@ fn acquire_waits_out_a_full_nginx_queue() -> TestResult {
     // The queue is full for 100ms: a timeout of 1s is enough, one of 50ms is not.
     assert!(
         !limiter
-            .try_acquire(ONE, Duration::from_millis(50))?
+            .try_acquire_for(ONE, Duration::from_millis(50))?
             .allowed()
     );
     assert_eq!(clock.now(), 0);
-    assert!(limiter.try_acquire(ONE, Duration::from_secs(1))?.allowed());
+    assert!(limiter.try_acquire_for(ONE, Duration::from_secs(1))?.allowed());
     assert_eq!(clock.now(), 100_000);
     assert!(limiter.acquire(ONE)?.allowed());
     assert_eq!(clock.now(), 200_000);

@@ -1,11 +1,16 @@
 //! One limiter, one state: a global limit, or a limit per object the caller already holds.
 
 use std::num::NonZeroU64;
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+use parking_lot::Mutex;
 
 use crate::cell::StateCell;
 use crate::clock::{Clock, Micros, SystemClock};
 use crate::decision::Decision;
 use crate::error::CheckError;
+use crate::limiter::current::CurrentAlgorithm;
 use crate::state_machine::{Algorithm, AlgorithmState, Op, Releasable};
 
 type CellOf<A> = <<A as Algorithm>::State as AlgorithmState>::Cell;
@@ -26,9 +31,13 @@ type CellOf<A> = <<A as Algorithm>::State as AlgorithmState>::Cell;
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub struct DirectLimiter<A: Algorithm, C: Clock = SystemClock> {
-    algorithm: A,
+    /// Swapped whole by [`set_algorithm`](Self::set_algorithm), so a check never sees half of
+    /// a change of parameters, and reads it without a lock.
+    algorithm: ArcSwap<A>,
     state: CellOf<A>,
     clock: C,
+    /// Serialises changes of algorithm (checks do not take it).
+    changing: Mutex<()>,
 }
 
 impl<A: Algorithm> DirectLimiter<A, SystemClock> {
@@ -43,15 +52,17 @@ impl<A: Algorithm, C: Clock> DirectLimiter<A, C> {
     pub fn with_clock(algorithm: A, clock: C) -> Self {
         let state = <CellOf<A> as StateCell<A::State>>::new(algorithm.initial_state(clock.now()));
         DirectLimiter {
-            algorithm,
+            algorithm: ArcSwap::from_pointee(algorithm),
             state,
             clock,
+            changing: Mutex::new(()),
         }
     }
 
-    /// The algorithm and its parameters.
-    pub fn algorithm(&self) -> &A {
-        &self.algorithm
+    /// The algorithm and its parameters now (a later
+    /// [`set_algorithm`](Self::set_algorithm) does not change the one returned).
+    pub fn algorithm(&self) -> CurrentAlgorithm<A> {
+        CurrentAlgorithm(self.algorithm.load())
     }
 
     /// The clock.
@@ -93,7 +104,8 @@ impl<A: Algorithm, C: Clock> DirectLimiter<A, C> {
         permits: NonZeroU64,
         op: Op,
     ) -> Result<Decision, CheckError> {
-        let algorithm = &self.algorithm;
+        let algorithm = self.algorithm.load();
+        let algorithm = &**algorithm;
         self.state.update(
             #[inline(always)]
             |state| algorithm.decide(state, now, permits, op),
@@ -107,12 +119,18 @@ impl<A: Algorithm, C: Clock> DirectLimiter<A, C> {
     /// With an [`AnyAlgorithm`](crate::AnyAlgorithm), switching to another *kind* of algorithm
     /// (a token bucket for a fixed window, say) has no state to carry over: the limiter starts
     /// afresh, as if created now, forgetting what was spent under the old one.
-    pub fn set_algorithm(&mut self, new: A) {
+    ///
+    /// Takes `&self`, so a limiter shared in an `Arc` can be changed while in use, as a
+    /// [`KeyedLimiter`](crate::KeyedLimiter) can: the state is carried over atomically (checks
+    /// made meanwhile are not lost), then the new parameters replace the old. A check racing
+    /// with the change is decided by the old parameters or the new, on the state before the
+    /// change or after it; concurrent changes are applied one after the other.
+    pub fn set_algorithm(&self, new: A) {
+        let _one_at_a_time = self.changing.lock();
+        let old = self.algorithm.load_full();
         let now = self.clock.now();
-        let mut state = self.state.snapshot();
-        self.algorithm.carry_over(&new, &mut state, now);
-        self.state.replace(state);
-        self.algorithm = new;
+        self.state.update(|state| old.carry_over(&new, state, now));
+        self.algorithm.store(Arc::new(new));
     }
 
     /// A copy of the current state, for inspection and tests.
@@ -124,7 +142,7 @@ impl<A: Algorithm, C: Clock> DirectLimiter<A, C> {
 impl<A: Algorithm + std::fmt::Debug, C: Clock> std::fmt::Debug for DirectLimiter<A, C> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DirectLimiter")
-            .field("algorithm", &self.algorithm)
+            .field("algorithm", &**self.algorithm.load())
             .finish_non_exhaustive()
     }
 }

@@ -2,6 +2,7 @@
 
 mod acquire;
 mod budget;
+mod current;
 mod direct;
 mod keyed;
 mod multi;
@@ -11,7 +12,8 @@ mod waiting;
 
 pub use budget::KeyBudget;
 pub use direct::DirectLimiter;
-pub use keyed::{CurrentAlgorithm, KeyedLimiter};
+pub use current::CurrentAlgorithm;
+pub use keyed::KeyedLimiter;
 pub use multi::{LimitTarget, MultiDecision, decide_together};
 pub use permit::{ConcurrencyPermit, KeyedConcurrencyPermit, OwnedConcurrencyPermit};
 pub use set::LimitSet;

@@ -40,8 +40,8 @@ use crate::spec::build::{Kind, Params, kind_named};
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AlgorithmSpec {
-    algorithm: &'static str,
-    params: Vec<(&'static str, String)>,
+    pub(super) algorithm: &'static str,
+    pub(super) params: Vec<(&'static str, String)>,
 }
 
 impl AlgorithmSpec {
@@ -93,7 +93,7 @@ impl AlgorithmSpec {
     }
 
     /// Adds one parameter; `value` is `None` when the text had no `=`.
-    fn add(&mut self, kind: &Kind, name: &str, value: Option<&str>) -> Result<(), ConfigError> {
+    pub(super) fn add(&mut self, kind: &Kind, name: &str, value: Option<&str>) -> Result<(), ConfigError> {
         let written = name.trim();
         let canonical = kind
             .canonical(written)
