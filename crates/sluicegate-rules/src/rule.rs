@@ -116,7 +116,7 @@ pub struct Limit {
     pub window: Window,
     /// How the limit is enforced: the algorithm with its parameters, or `None` when
     /// `requests_per_unit` is 0 (nothing passes, and no algorithm takes a rate of zero).
-    /// Written as its spec (`gcra:rate=100/30s,burst=20`) in the JSON form.
+    /// Written as its name, parameters and spec in the JSON form.
     #[serde(serialize_with = "serialize_algorithm")]
     pub algorithm: Option<AnyAlgorithm>,
     /// The limit's `name`, which other limits' `replaces` refer to.
@@ -201,7 +201,17 @@ impl fmt::Display for Limit {
         )?;
         match &self.algorithm {
             Some(AnyAlgorithm::FixedWindow(_)) | None => {}
-            Some(algorithm) => write!(f, " algorithm={algorithm}")?,
+            // The name, then the parameters the rule file gave beside the quota.
+            Some(algorithm) => {
+                let spec = algorithm.to_spec();
+                write!(f, " algorithm={}", spec.algorithm())?;
+                for (name, value) in spec.to_quota().map(|q| q.2).unwrap_or_default() {
+                    match value.is_empty() {
+                        true => write!(f, " {name}")?,
+                        false => write!(f, " {name}={value}")?,
+                    }
+                }
+            }
         }
         if let Some(name) = &self.name {
             write!(f, " name={name}")?;
@@ -303,12 +313,32 @@ fn serialize_duration<S: serde::Serializer>(period: &Duration, s: S) -> Result<S
     s.serialize_str(&duration_text(*period))
 }
 
+/// `{"name": "gcra", "burst": 3, "spec": "gcra:rate=7/30s,burst=3"}`: the name and the
+/// parameters a rule file gives beside the quota (numbers as numbers, flags as `true`), and
+/// the whole spec; `null` for a limit of zero.
 fn serialize_algorithm<S: serde::Serializer>(
     algorithm: &Option<AnyAlgorithm>,
     s: S,
 ) -> Result<S::Ok, S::Error> {
-    match algorithm {
-        Some(algorithm) => s.serialize_str(&algorithm.to_string()),
-        None => s.serialize_none(),
+    use serde::ser::SerializeMap;
+    let Some(algorithm) = algorithm else {
+        return s.serialize_none();
+    };
+    let spec = algorithm.to_spec();
+    let params = spec.to_quota().map(|q| q.2).unwrap_or_default();
+    let mut map = s.serialize_map(Some(params.len() + 2))?;
+    map.serialize_entry("name", spec.algorithm())?;
+    for (name, value) in params {
+        if value.is_empty() {
+            map.serialize_entry(name, &true)?;
+        } else if let Ok(n) = value.parse::<u64>() {
+            map.serialize_entry(name, &n)?;
+        } else if let Ok(x) = value.parse::<f64>() {
+            map.serialize_entry(name, &x)?;
+        } else {
+            map.serialize_entry(name, value)?;
+        }
     }
+    map.serialize_entry("spec", &spec.to_string())?;
+    map.end()
 }
