@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sluicegate::{
-    CheckError, Clock, Concurrency, DirectLimiter, Gcra, KeyedLimiter, LimitTarget, ManualClock,
+    CheckError, Clock, Concurrency, DirectLimiter, Gcra, KeyedLimiter, LimitSet, LimitTarget, ManualClock,
     Op, Rate, TokenBucket, decide_together,
 };
 
@@ -281,6 +281,54 @@ fn set_algorithm_keeps_keyed_state() -> TestResult {
     let d = limiter.peek(&"k", ONE)?;
     assert!(!d.allowed());
     assert_eq!(d.retry_after(), Some(Duration::from_millis(50)));
+    Ok(())
+}
+
+#[test]
+fn a_shared_direct_limiter_changes_rate_through_a_shared_reference() -> TestResult {
+    let clock = ManualClock::new(0);
+    let limiter = Arc::new(DirectLimiter::with_clock(
+        TokenBucket::new(Rate::per_second(10)?, 10)?,
+        clock.clone(),
+    ));
+    let _ = limiter.check_n(n(10))?;
+    let user = Arc::clone(&limiter);
+    std::thread::spawn(move || -> Result<(), sluicegate::ConfigError> {
+        user.set_algorithm(TokenBucket::new(Rate::per_second(20)?, 20)?);
+        Ok(())
+    })
+    .join()
+    .map_err(|_| "the thread panicked")??;
+    // The spent bucket stays spent at the new rate (as the keyed limiter carries it over).
+    assert_eq!(limiter.algorithm().burst(), 20);
+    let d = limiter.peek(ONE)?;
+    assert!(!d.allowed());
+    assert_eq!(d.retry_after(), Some(Duration::from_millis(50)));
+    clock.advance(Duration::from_millis(50));
+    assert!(limiter.check()?.allowed());
+    Ok(())
+}
+
+#[test]
+fn try_acquire_is_a_plain_yes_or_no_everywhere() -> TestResult {
+    let clock = ManualClock::new(0);
+    let direct = DirectLimiter::with_clock(Gcra::new(Rate::per_second(1)?, 1)?, clock.clone());
+    assert!(direct.try_acquire());
+    assert!(!direct.try_acquire());
+    let keyed = KeyedLimiter::with_clock(Gcra::new(Rate::per_second(1)?, 1)?, clock.clone());
+    assert!(keyed.try_acquire(&"a"));
+    assert!(!keyed.try_acquire(&"a"));
+    assert!(keyed.try_acquire(&"b"));
+    let set = LimitSet::with_clock(clock.clone())
+        .limit(Gcra::new(Rate::per_second(1)?, 2)?)
+        .limit(sluicegate::FixedWindow::new(1, Duration::from_secs(60))?);
+    assert!(set.try_acquire(&"a"));
+    assert!(!set.try_acquire(&"a"));
+    // A denied set took nothing from the limit that would have allowed it.
+    assert_eq!(set.limits()[0].peek(&"a", ONE)?.remaining(), 1);
+    clock.advance(Duration::from_secs(1));
+    assert!(direct.try_acquire());
+    assert!(set.check_n(&"b", ONE)?.allowed);
     Ok(())
 }
 
