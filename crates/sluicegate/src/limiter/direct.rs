@@ -4,14 +4,14 @@ use std::num::NonZeroU64;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use arc_swap::{ArcSwap, Guard};
+use arc_swap::ArcSwapOption;
 use parking_lot::Mutex;
 
 use crate::cell::StateCell;
 use crate::clock::{Clock, Micros, SystemClock};
 use crate::decision::Decision;
 use crate::error::CheckError;
-use crate::limiter::current::CurrentAlgorithm;
+use crate::limiter::current::{CurrentAlgorithm, Held};
 use crate::state_machine::{Algorithm, AlgorithmState, Op, Releasable};
 
 type CellOf<A> = <<A as Algorithm>::State as AlgorithmState>::Cell;
@@ -35,12 +35,13 @@ pub struct DirectLimiter<A: Algorithm, C: Clock = SystemClock> {
     /// The algorithm the limiter was made with, read in place by every check until the first
     /// [`set_algorithm`](Self::set_algorithm): loading an `ArcSwap` on every check would
     /// double the cost of the lock-free path (see BENCHMARKS.md).
-    first: Arc<A>,
+    first: A,
     /// Set once the algorithm has been changed: checks read `current` from then on.
     changed: AtomicBool,
-    /// The algorithm now, swapped whole by `set_algorithm`, so a check never sees half of a
-    /// change of parameters, and read without a lock.
-    current: ArcSwap<A>,
+    /// The algorithm since the first change (`None` before it), swapped whole by
+    /// `set_algorithm`, so a check never sees half of a change of parameters, and read
+    /// without a lock.
+    current: ArcSwapOption<A>,
     state: CellOf<A>,
     clock: C,
     /// Serialises changes of algorithm (checks do not take it).
@@ -58,10 +59,9 @@ impl<A: Algorithm, C: Clock> DirectLimiter<A, C> {
     /// A limiter on `clock`, created at the clock's current time.
     pub fn with_clock(algorithm: A, clock: C) -> Self {
         let state = <CellOf<A> as StateCell<A::State>>::new(algorithm.initial_state(clock.now()));
-        let first = Arc::new(algorithm);
         DirectLimiter {
-            current: ArcSwap::new(Arc::clone(&first)),
-            first,
+            first: algorithm,
+            current: ArcSwapOption::empty(),
             changed: AtomicBool::new(false),
             state,
             clock,
@@ -71,8 +71,19 @@ impl<A: Algorithm, C: Clock> DirectLimiter<A, C> {
 
     /// The algorithm and its parameters now (a later
     /// [`set_algorithm`](Self::set_algorithm) does not change the one returned).
-    pub fn algorithm(&self) -> CurrentAlgorithm<A> {
-        CurrentAlgorithm(self.current.load())
+    pub fn algorithm(&self) -> CurrentAlgorithm<'_, A> {
+        match self.swapped() {
+            Some(current) => CurrentAlgorithm(Held::Shared(current)),
+            None => CurrentAlgorithm(Held::InPlace(&self.first)),
+        }
+    }
+
+    /// The algorithm swapped in by the last change, if there was one.
+    fn swapped(&self) -> Option<Arc<A>> {
+        match self.changed.load(Ordering::Acquire) {
+            true => self.current.load_full(),
+            false => None,
+        }
     }
 
     /// The clock.
@@ -116,25 +127,26 @@ impl<A: Algorithm, C: Clock> DirectLimiter<A, C> {
     ) -> Result<Decision, CheckError> {
         // Acquire: a check that sees the flag sees the new algorithm stored before it.
         if !self.changed.load(Ordering::Acquire) {
-            let algorithm = &*self.first;
+            let algorithm = &self.first;
             return self.state.update(
                 #[inline(always)]
                 |state| algorithm.decide(state, now, permits, op),
             );
         }
-        self.decide_changed(self.current.load(), now, permits, op)
+        self.decide_changed(now, permits, op)
     }
 
     /// [`decide_at`](Self::decide_at) once the algorithm has been changed.
     #[inline(never)]
     fn decide_changed(
         &self,
-        algorithm: Guard<Arc<A>>,
         now: Micros,
         permits: NonZeroU64,
         op: Op,
     ) -> Result<Decision, CheckError> {
-        let algorithm = &*algorithm;
+        let current = self.current.load();
+        // Stored before the flag was set, and never emptied.
+        let algorithm = current.as_deref().unwrap_or(&self.first);
         self.state.update(|state| algorithm.decide(state, now, permits, op))
     }
 
@@ -155,10 +167,11 @@ impl<A: Algorithm, C: Clock> DirectLimiter<A, C> {
     /// nanoseconds more than the fixed algorithm's path).
     pub fn set_algorithm(&self, new: A) {
         let _one_at_a_time = self.changing.lock();
-        let old = self.current.load_full();
+        let old = self.swapped();
+        let old = old.as_deref().unwrap_or(&self.first);
         let now = self.clock.now();
         self.state.update(|state| old.carry_over(&new, state, now));
-        self.current.store(Arc::new(new));
+        self.current.store(Some(Arc::new(new)));
         self.changed.store(true, Ordering::Release);
     }
 
@@ -171,7 +184,7 @@ impl<A: Algorithm, C: Clock> DirectLimiter<A, C> {
 impl<A: Algorithm + std::fmt::Debug, C: Clock> std::fmt::Debug for DirectLimiter<A, C> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DirectLimiter")
-            .field("algorithm", &**self.current.load())
+            .field("algorithm", &*self.algorithm())
             .finish_non_exhaustive()
     }
 }

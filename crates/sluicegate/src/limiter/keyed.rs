@@ -13,7 +13,7 @@ use crate::clock::{Clock, Micros, SystemClock};
 use crate::decision::Decision;
 use crate::error::CheckError;
 use crate::limiter::budget::KeyBudget;
-use crate::limiter::current::CurrentAlgorithm;
+use crate::limiter::current::{CurrentAlgorithm, Held};
 use crate::state_machine::{Algorithm, Op};
 
 const SHARDS: usize = 64;
@@ -141,8 +141,8 @@ impl<K: Hash + Eq + Clone, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
 
     /// The algorithm and its parameters now (a later
     /// [`set_algorithm`](Self::set_algorithm) does not change the one returned).
-    pub fn algorithm(&self) -> CurrentAlgorithm<A> {
-        CurrentAlgorithm(self.algorithm.load())
+    pub fn algorithm(&self) -> CurrentAlgorithm<'_, A> {
+        CurrentAlgorithm(Held::Guarded(self.algorithm.load()))
     }
 
     /// The clock.
