@@ -341,6 +341,20 @@ impl RedisLimit {
         }
     }
 
+    /// How long each permit is leased (concurrency limits only).
+    pub(crate) fn lease_us(&self) -> Option<Micros> {
+        match self.kind {
+            LimitKind::Concurrency { lease_us, .. } => Some(lease_us),
+            LimitKind::Gcra(_)
+            | LimitKind::TokenBucket(_)
+            | LimitKind::LeakyBucket(_)
+            | LimitKind::LeakyQueue { .. }
+            | LimitKind::FixedWindow { .. }
+            | LimitKind::SlidingLog { .. }
+            | LimitKind::SlidingWindow { .. } => None,
+        }
+    }
+
     /// How many keys one check of this limit touches.
     pub(crate) fn key_suffixes(&self) -> &'static [&'static str] {
         match self.kind {

@@ -69,10 +69,12 @@ pub(crate) fn resolve_limit(
     if report.errors.len() > errors_before {
         return None;
     }
+    let (algorithm, algorithm_name) = algorithm?;
     let limit = Limit {
         requests_per_unit,
         window: window?,
-        algorithm: algorithm?,
+        algorithm,
+        algorithm_name,
         name: raw
             .name
             .as_ref()
@@ -127,15 +129,15 @@ fn resolve_period(period: &Spanned<String>, report: &mut Report) -> Option<Durat
     }
 }
 
-/// The algorithm of `raw` through the core's spec table: `Some(None)` for a limit of zero
-/// (nothing passes; no algorithm takes a rate of zero, so only the names are checked), `None`
-/// after reporting an error (or when the window is already reported wrong).
+/// The algorithm of `raw` through the core's spec table, with its name: no algorithm for a
+/// limit of zero (nothing passes; no algorithm takes a rate of zero, so only the names are
+/// checked), `None` after reporting an error (or when the window is already reported wrong).
 fn resolve_algorithm(
     raw: &RawLimit,
     requests_per_unit: u32,
     window: Option<Window>,
     report: &mut Report,
-) -> Option<Option<AnyAlgorithm>> {
+) -> Option<(Option<AnyAlgorithm>, &'static str)> {
     let name = raw
         .algorithm
         .as_ref()
@@ -160,10 +162,10 @@ fn resolve_algorithm(
         .ok()?;
     window?;
     if requests_per_unit == 0 {
-        return Some(None);
+        return Some((None, spec.algorithm()));
     }
     spec.build()
-        .map(Some)
+        .map(|algorithm| (Some(algorithm), spec.algorithm()))
         .map_err(|error| report_config(raw, name, error, report))
         .ok()
 }

@@ -90,7 +90,7 @@ impl RuleSet {
                 format!(
                     "{} shapes (holds requests for a wait), which the rate limit service cannot \
                      do: write `nodelay: true` to admit the whole burst at once",
-                    limit.algorithm_name()
+                    limit.algorithm_name
                 )
             })
         })

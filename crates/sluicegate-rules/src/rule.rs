@@ -119,6 +119,10 @@ pub struct Limit {
     /// Written as its name, parameters and spec in the JSON form.
     #[serde(serialize_with = "serialize_algorithm")]
     pub algorithm: Option<AnyAlgorithm>,
+    /// The algorithm's name (`fixed-window`, `gcra`, ...), also for a limit of zero, whose
+    /// window still resets as its algorithm's would.
+    #[serde(skip)]
+    pub algorithm_name: &'static str,
     /// The limit's `name`, which other limits' `replaces` refer to.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
@@ -131,12 +135,6 @@ impl Limit {
     /// The limit as an exact rate, or `None` when it can never pass (`requests_per_unit: 0`).
     pub fn rate(&self) -> Option<Rate> {
         Rate::new(u64::from(self.requests_per_unit), self.window.duration()).ok()
-    }
-
-    /// The algorithm's name (`fixed-window`, `gcra`, ...), or `never` for a limit of zero.
-    pub fn algorithm_name(&self) -> &'static str {
-        use sluicegate::Algorithm as _;
-        self.algorithm.as_ref().map_or("never", |a| a.name())
     }
 
     /// Whether the algorithm holds some admitted requests for a wait (a leaky queue without

@@ -32,6 +32,7 @@ fn through_a_rule_file(spec: &str) -> Result<(AnyAlgorithm, Limit, Limit), Strin
         requests_per_unit: u32::try_from(permits).map_err(|e| e.to_string())?,
         window: Window::Period(period),
         algorithm: Some(algorithm.clone()),
+        algorithm_name: sluicegate::Algorithm::name(&algorithm),
         name: None,
         replaces: Vec::new(),
     };

@@ -67,7 +67,7 @@ pub(crate) fn build_limiter_table(
                     file: rule.source.file.clone(),
                     position: rule.source.position,
                     rule: rule.id.clone(),
-                    algorithm: limit.algorithm_name(),
+                    algorithm: limit.algorithm_name,
                 });
             }
         }
@@ -95,7 +95,8 @@ fn report_of(limit: &Limit) -> CurrentLimit {
         requests_per_unit: limit.requests_per_unit,
         unit: unit_of(window),
         window,
-        aligned: matches!(limit.algorithm, Some(AnyAlgorithm::FixedWindow(_))),
+        // Also a limit of zero, which has no algorithm to ask but resets as its window would.
+        aligned: limit.algorithm_name == "fixed-window",
         policy: PolicyHeader::new(
             limit.name.as_deref().unwrap_or_default(),
             limit.requests_per_unit,
@@ -126,4 +127,35 @@ fn new_limiter(algorithm: AnyAlgorithm, clock: &ServiceClock, keys: &KeyCap) -> 
     let limiter = KeyedLimiter::with_clock(algorithm, clock.clone())
         .with_key_budget(Arc::clone(keys.budget()));
     Arc::new(limiter)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::serve::metrics::Metrics;
+    use sluicegate_redis::FailurePolicy;
+    use sluicegate_rules::LoadOptions;
+
+    fn table_of(yaml: &str) -> Result<LimiterTable, EngineError> {
+        let rules = RuleSet::from_sources(
+            &[("rules.yaml".into(), yaml.to_owned())],
+            &LoadOptions::default(),
+        )
+        .map_err(EngineError::Refused)?;
+        let keys = KeyCap::new(1000, FailurePolicy::Closed, &Metrics::default());
+        let (clock, _) = ServiceClock::manual(0);
+        build_limiter_table(&rules, None, false, &clock, &keys).map(|(table, _)| table)
+    }
+
+    #[test]
+    fn the_service_refuses_a_shaping_limit_where_it_is_written() {
+        let yaml = "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 10, algorithm: leaky-queue, burst: 5}\n";
+        let error = table_of(yaml).err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(
+            error.starts_with("rules.yaml:4:66: leaky-queue shapes"),
+            "{error}"
+        );
+        let nodelay = yaml.replace("burst: 5}", "burst: 5, nodelay: true}");
+        assert!(table_of(&nodelay).is_ok());
+    }
 }

@@ -125,6 +125,7 @@ fn override_limit(limit_override: LimitOverride) -> Option<Limit> {
         )
         .ok()
         .map(Into::into),
+        algorithm_name: "fixed-window",
         name: None,
         replaces: Vec::new(),
     })

@@ -68,6 +68,7 @@ mod tests {
                 0 => None,
                 _ => Some(spec.parse::<AnyAlgorithm>()?),
             },
+            algorithm_name: "fixed-window",
             name: None,
             replaces: Vec::new(),
         })
