@@ -122,7 +122,10 @@ impl RedisLimit {
     /// The Redis limit enforcing `algorithm`, with the same decisions; concurrency permits are
     /// leased for `lease` (unless renewed). Fails for the smooth limiters (which have no
     /// Redis script) and for parameters too large to count exactly in Lua's doubles.
-    pub fn from_algorithm(algorithm: &AnyAlgorithm, lease: Duration) -> Result<RedisLimit, ConfigError> {
+    pub fn from_algorithm(
+        algorithm: &AnyAlgorithm,
+        lease: Duration,
+    ) -> Result<RedisLimit, ConfigError> {
         let kind = match algorithm {
             AnyAlgorithm::Gcra(gcra) => {
                 LimitKind::Gcra(Bucket::new(gcra.rate(), gcra.burst(), gcra.initial())?)

@@ -410,9 +410,7 @@ fn window_case<A: Algorithm>(
 #[test]
 fn fixed_window_matches_memory() -> Result<(), BoxError> {
     window_case(
-        |limit, window, _| {
-            Some(unified(FixedWindow::new(limit, window).ok()?))
-        },
+        |limit, window, _| Some(unified(FixedWindow::new(limit, window).ok()?)),
         Just(None),
     )
 }
@@ -420,9 +418,7 @@ fn fixed_window_matches_memory() -> Result<(), BoxError> {
 #[test]
 fn sliding_log_matches_memory() -> Result<(), BoxError> {
     window_case(
-        |limit, window, _| {
-            Some(unified(SlidingLog::new(limit, window).ok()?))
-        },
+        |limit, window, _| Some(unified(SlidingLog::new(limit, window).ok()?)),
         Just(None),
     )
 }
@@ -480,8 +476,7 @@ fn leaky_queue_matches_memory() -> Result<(), BoxError> {
         });
     let mut runner = TestRunner::new(Config::with_cases(64));
     runner.run(&strategy, |((rate, burst, delay, base), trace)| {
-        let (algorithm, limit) =
-            unified(LeakyQueue::new(rate, burst, delay).expect("valid queue"));
+        let (algorithm, limit) = unified(LeakyQueue::new(rate, burst, delay).expect("valid queue"));
         let redis = h.limiter(limit);
         same(&h.runtime, &algorithm, &redis, base, &trace)
     })?;

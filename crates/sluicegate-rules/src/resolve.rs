@@ -191,7 +191,10 @@ fn resolve_rule(raw: &RawDescriptor, full_key: &str, report: &mut Report) -> Opt
                     );
                 }
             }
-            let replaces = limits.iter().flat_map(|(l, _)| l.replaces.clone()).collect();
+            let replaces = limits
+                .iter()
+                .flat_map(|(l, _)| l.replaces.clone())
+                .collect();
             (!sibling_replaced && limits.len() == list.value.len())
                 .then(|| rule(limits, false, replaces))
         }

@@ -177,8 +177,8 @@ impl Limit {
         if let Some(algorithm) = &self.algorithm {
             let spec = algorithm.to_spec();
             out.push_str(&format!("algorithm: {}\n", spec.algorithm()));
-            if let Ok((_, _, params)) = spec.to_quota() {
-                for (name, value) in params {
+            if let Ok(quota) = spec.to_quota() {
+                for (name, value) in quota.params {
                     out.push_str(&format!("{name}: {value}\n"));
                 }
             }
@@ -203,7 +203,7 @@ impl fmt::Display for Limit {
             Some(algorithm) => {
                 let spec = algorithm.to_spec();
                 write!(f, " algorithm={}", spec.algorithm())?;
-                for (name, value) in spec.to_quota().map(|q| q.2).unwrap_or_default() {
+                for (name, value) in spec.to_quota().map(|q| q.params).unwrap_or_default() {
                     match value.is_empty() {
                         true => write!(f, " {name}")?,
                         false => write!(f, " {name}={value}")?,
@@ -323,7 +323,7 @@ fn serialize_algorithm<S: serde::Serializer>(
         return s.serialize_none();
     };
     let spec = algorithm.to_spec();
-    let params = spec.to_quota().map(|q| q.2).unwrap_or_default();
+    let params = spec.to_quota().map(|q| q.params).unwrap_or_default();
     let mut map = s.serialize_map(Some(params.len() + 2))?;
     map.serialize_entry("name", spec.algorithm())?;
     for (name, value) in params {

@@ -6,7 +6,9 @@ mod common;
 use std::time::Duration;
 
 use common::{errors, rules};
-use sluicegate::{AnyAlgorithm, FixedWindow, Gcra, LeakyQueue, QueueDelay, Rate, SlidingWindow, TokenBucket};
+use sluicegate::{
+    AnyAlgorithm, FixedWindow, Gcra, LeakyQueue, QueueDelay, Rate, SlidingWindow, TokenBucket,
+};
 use sluicegate_rules::{RuleErrorKind, Window};
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;

@@ -27,10 +27,11 @@ fn through_a_rule_file(spec: &str) -> Result<(AnyAlgorithm, Limit, Limit), Strin
     // The text form reads back as the same limit.
     let again: AnyAlgorithm = algorithm.to_string().parse().map_err(|e| format!("{e}"))?;
     assert_eq!(again, algorithm, "{spec} -> {algorithm}");
-    let (permits, period, _) = algorithm.to_spec().to_quota().map_err(|e| e.to_string())?;
+    let spec = algorithm.to_spec();
+    let quota = spec.to_quota().map_err(|e| e.to_string())?;
     let limit = Limit {
-        requests_per_unit: u32::try_from(permits).map_err(|e| e.to_string())?,
-        window: Window::Period(period),
+        requests_per_unit: u32::try_from(quota.permits).map_err(|e| e.to_string())?,
+        window: Window::Period(quota.period),
         algorithm: Some(algorithm.clone()),
         algorithm_name: sluicegate::Algorithm::name(&algorithm),
         name: None,
@@ -129,7 +130,10 @@ fn spec() -> impl Strategy<Value = String> {
         .prop_map(|(name, rate, burst)| match burst {
             None => format!("{name}:rate={rate}"),
             Some((burst, initial)) => {
-                format!("{name}:rate={rate},burst={burst},initial={}", initial % (burst + 1))
+                format!(
+                    "{name}:rate={rate},burst={burst},initial={}",
+                    initial % (burst + 1)
+                )
             }
         });
     let windows = (
@@ -154,12 +158,15 @@ fn spec() -> impl Strategy<Value = String> {
         format!("leaky-queue:rate={rate},burst={burst}{delay}")
     });
     let smooth_rate = (1u64..100_000, 0u32..4).prop_map(|(m, s)| decimal(m, s));
-    let bursty = (smooth_rate.clone(), prop::option::of((0u64..1000, 0u32..3))).prop_map(
-        |(rate, burst)| match burst {
-            None => format!("smooth-bursty:rate={rate}"),
-            Some((m, s)) => format!("smooth-bursty:rate={rate},burst_seconds={}", decimal(m, s)),
-        },
-    );
+    let bursty =
+        (smooth_rate.clone(), prop::option::of((0u64..1000, 0u32..3))).prop_map(|(rate, burst)| {
+            match burst {
+                None => format!("smooth-bursty:rate={rate}"),
+                Some((m, s)) => {
+                    format!("smooth-bursty:rate={rate},burst_seconds={}", decimal(m, s))
+                }
+            }
+        });
     let warmup = (
         smooth_rate,
         period(),
@@ -181,7 +188,7 @@ proptest! {
     fn generated_limits_round_trip(spec in spec()) {
         // Every generated spec is valid; one that were not would fail here, by name.
         let (algorithm, written, read) = through_a_rule_file(&spec)
-            .map_err(|e| TestCaseError::fail(e))?;
+            .map_err(TestCaseError::fail)?;
         prop_assert_eq!(&read, &written, "{}", spec);
         prop_assert_eq!(read.algorithm.as_ref(), Some(&algorithm), "{}", spec);
         // And the spec the rule file's limit writes is the one the spec string's wrote.

@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sluicegate::{
-    CheckError, Clock, Concurrency, DirectLimiter, Gcra, KeyedLimiter, LimitSet, LimitTarget, ManualClock,
-    Op, Rate, TokenBucket, decide_together,
+    CheckError, Clock, Concurrency, DirectLimiter, Gcra, KeyedLimiter, LimitSet, LimitTarget,
+    ManualClock, Op, Rate, TokenBucket, decide_together,
 };
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
@@ -434,7 +434,11 @@ fn acquire_waits_out_a_full_nginx_queue() -> TestResult {
             .allowed()
     );
     assert_eq!(clock.now(), 0);
-    assert!(limiter.try_acquire_for(ONE, Duration::from_secs(1))?.allowed());
+    assert!(
+        limiter
+            .try_acquire_for(ONE, Duration::from_secs(1))?
+            .allowed()
+    );
     assert_eq!(clock.now(), 100_000);
     assert!(limiter.acquire(ONE)?.allowed());
     assert_eq!(clock.now(), 200_000);

@@ -150,7 +150,10 @@ mod tests {
     #[test]
     fn the_service_refuses_a_shaping_limit_where_it_is_written() {
         let yaml = "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 10, algorithm: leaky-queue, burst: 5}\n";
-        let error = table_of(yaml).err().map(|e| e.to_string()).unwrap_or_default();
+        let error = table_of(yaml)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
         assert!(
             error.starts_with("rules.yaml:4:66: leaky-queue shapes"),
             "{error}"

@@ -35,7 +35,11 @@ pub(crate) fn build_redis_table(
     previous: Option<&RedisTable>,
 ) -> Result<RedisTable, EngineError> {
     rules
-        .refuse_limits(|limit| redis_limit_for(limit).err().map(|e| format!("with Redis: {e}")))
+        .refuse_limits(|limit| {
+            redis_limit_for(limit)
+                .err()
+                .map(|e| format!("with Redis: {e}"))
+        })
         .map_err(EngineError::Refused)?;
     PerLimit::build(rules, previous, |rule, index, limit, _| {
         Ok(redis_limit_for(limit)?.map(|redis| {
@@ -49,8 +53,14 @@ pub(crate) fn build_redis_table(
 
 /// The Redis limit enforcing `limit` as the in-memory table does, or `None` for a limit of
 /// zero (nothing ever passes).
-pub(crate) fn redis_limit_for(limit: &Limit) -> Result<Option<RedisLimit>, sluicegate::ConfigError> {
-    limit.algorithm.as_ref().map(RedisLimit::try_from).transpose()
+pub(crate) fn redis_limit_for(
+    limit: &Limit,
+) -> Result<Option<RedisLimit>, sluicegate::ConfigError> {
+    limit
+        .algorithm
+        .as_ref()
+        .map(RedisLimit::try_from)
+        .transpose()
 }
 
 #[cfg(test)]
@@ -80,7 +90,11 @@ mod tests {
         let cases = [
             ("fixed-window:limit=10,window=1m", "fixed-window", 10),
             ("sliding-log:limit=10,window=1m", "sliding-log", 10),
-            ("sliding-window:limit=10,window=1m,buckets=6", "sliding-window", 10),
+            (
+                "sliding-window:limit=10,window=1m,buckets=6",
+                "sliding-window",
+                10,
+            ),
             ("sliding-window:limit=10,window=1m", "sliding-window", 10),
             ("token-bucket:rate=10/1m,burst=4", "token-bucket", 4),
             ("gcra:rate=10/1m,burst=3", "gcra", 3),

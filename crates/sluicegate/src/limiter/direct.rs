@@ -147,7 +147,8 @@ impl<A: Algorithm, C: Clock> DirectLimiter<A, C> {
         let current = self.current.load();
         // Stored before the flag was set, and never emptied.
         let algorithm = current.as_deref().unwrap_or(&self.first);
-        self.state.update(|state| algorithm.decide(state, now, permits, op))
+        self.state
+            .update(|state| algorithm.decide(state, now, permits, op))
     }
 
     /// Replaces the algorithm's parameters (a new rate, say), carrying the state over at the

@@ -11,8 +11,8 @@ mod set;
 mod waiting;
 
 pub use budget::KeyBudget;
-pub use direct::DirectLimiter;
 pub use current::CurrentAlgorithm;
+pub use direct::DirectLimiter;
 pub use keyed::KeyedLimiter;
 pub use multi::{LimitTarget, MultiDecision, decide_together};
 pub use permit::{ConcurrencyPermit, KeyedConcurrencyPermit, OwnedConcurrencyPermit};

@@ -15,3 +15,4 @@ mod tests;
 
 pub use any::{AnyAlgorithm, AnyState};
 pub use parse::AlgorithmSpec;
+pub use quota::Quota;

@@ -93,7 +93,12 @@ impl AlgorithmSpec {
     }
 
     /// Adds one parameter; `value` is `None` when the text had no `=`.
-    pub(super) fn add(&mut self, kind: &Kind, name: &str, value: Option<&str>) -> Result<(), ConfigError> {
+    pub(super) fn add(
+        &mut self,
+        kind: &Kind,
+        name: &str,
+        value: Option<&str>,
+    ) -> Result<(), ConfigError> {
         let written = name.trim();
         let canonical = kind
             .canonical(written)

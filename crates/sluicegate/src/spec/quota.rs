@@ -13,6 +13,17 @@ use crate::spec::parse::AlgorithmSpec;
 /// The parameters a quota fills, by canonical name.
 const QUOTA_NAMES: [&str; 3] = ["rate", "limit", "window"];
 
+/// A spec read as a quota and its other parameters (see [`AlgorithmSpec::to_quota`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Quota<'a> {
+    /// Permits per period: a rule file's `requests_per_unit`.
+    pub permits: u64,
+    /// The period: a rule file's `unit` or `period`.
+    pub period: Duration,
+    /// The other parameters, under their canonical names, as the spec gives them.
+    pub params: Vec<(&'static str, &'a str)>,
+}
+
 impl AlgorithmSpec {
     /// The spec of `algorithm` enforcing `permits` per `period`, with `params` (name, value)
     /// for its other parameters: what a rule file's `requests_per_unit`, `unit` (or `period`),
@@ -45,7 +56,8 @@ impl AlgorithmSpec {
             algorithm: kind.name,
             params: Vec::new(),
         };
-        let period_text = format_duration_micros(u64::try_from(period.as_micros()).unwrap_or(u64::MAX));
+        let period_text =
+            format_duration_micros(u64::try_from(period.as_micros()).unwrap_or(u64::MAX));
         let quota = match kind.quota {
             QuotaParams::Rate => vec![("rate", format!("{permits}/{period_text}"))],
             QuotaParams::LimitWindow => {
@@ -76,7 +88,7 @@ impl AlgorithmSpec {
     /// limiter's rate `2.5` is the quota 5 per 2s; concurrency, which has no period, gets one
     /// second. Fails on a value that does not read (as [`build`](Self::build) would) or a
     /// spec missing its rate or limit.
-    pub fn to_quota(&self) -> Result<(u64, Duration, Vec<(&'static str, &str)>), ConfigError> {
+    pub fn to_quota(&self) -> Result<Quota<'_>, ConfigError> {
         let kind = kind_named(self.algorithm)?;
         let missing = |name| ConfigError::MissingParameter {
             algorithm: kind.name,
@@ -103,14 +115,21 @@ impl AlgorithmSpec {
             }
             QuotaParams::Limit => {
                 let limit = self.get("limit").ok_or_else(|| missing("limit"))?;
-                (super::values::count("limit", limit)?, Duration::from_secs(1))
+                (
+                    super::values::count("limit", limit)?,
+                    Duration::from_secs(1),
+                )
             }
         };
-        let rest = self
+        let params = self
             .params()
             .filter(|(name, _)| !QUOTA_NAMES.contains(name))
             .collect();
-        Ok((permits, period, rest))
+        Ok(Quota {
+            permits,
+            period,
+            params,
+        })
     }
 
     /// Every parameter name (and alias) of every algorithm that a quota does not fill: the
@@ -136,5 +155,4 @@ impl AlgorithmSpec {
     pub fn canonical_parameter(algorithm: &str, written: &str) -> Option<&'static str> {
         kind_named(algorithm).ok()?.canonical(written)
     }
-
 }
