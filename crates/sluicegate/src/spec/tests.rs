@@ -368,9 +368,11 @@ fn a_quota_fills_the_rate_or_the_limit_and_window() -> Result<(), ConfigError> {
     // The same aliases and checks as the text.
     let spec = AlgorithmSpec::from_quota("gcra", 10, minute, [("CAPACITY", "4")])?;
     assert_eq!(spec.get("burst"), Some("4"));
-    let err = AlgorithmSpec::from_quota("gcra", 10, minute, [("window", "1s")]).unwrap_err();
+    let err = AlgorithmSpec::from_quota("gcra", 10, minute, [("window", "1s")])
+        .expect_err("the quota gives the window");
     assert!(err.to_string().contains("window"), "{err}");
-    let err = AlgorithmSpec::from_quota("gcra", 10, minute, [("brust", "4")]).unwrap_err();
+    let err = AlgorithmSpec::from_quota("gcra", 10, minute, [("brust", "4")])
+        .expect_err("a misspelt parameter");
     assert!(err.to_string().contains("brust"), "{err}");
     let names = AlgorithmSpec::non_quota_parameters();
     assert!(names.contains(&"nodelay") && names.contains(&"capacity"));
@@ -384,7 +386,7 @@ fn a_leaky_bucket_holds_its_rate_unless_told_and_a_delay_stays_within_the_burst(
     assert_eq!(bucket.map(|b| b.limit()).ok(), Some(5));
     let err = "leaky-queue:rate=5/s,burst=2,delay=3"
         .parse::<AnyAlgorithm>()
-        .unwrap_err();
+        .expect_err("a delay beyond the burst");
     assert!(
         err.to_string()
             .contains("delay (3) cannot exceed burst (2)"),
