@@ -111,4 +111,23 @@ mod tests {
         assert!(smooth.is_err_and(|e| e.to_string().contains("no Redis script")));
         Ok(())
     }
+
+    #[test]
+    fn a_limit_redis_cannot_run_is_refused_where_it_is_written() {
+        let yaml = "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n      requests_per_unit: 2\n      algorithm: smooth-bursty\n";
+        let rules = RuleSet::from_sources(
+            &[("rules.yaml".into(), yaml.to_owned())],
+            &sluicegate_rules::LoadOptions::default(),
+        );
+        let error = rules
+            .map_err(EngineError::Refused)
+            .and_then(|rules| build_redis_table(&rules, None))
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(
+            error.starts_with("rules.yaml:7:18: with Redis: invalid algorithm `smooth-bursty`"),
+            "{error}"
+        );
+    }
 }
