@@ -3,8 +3,9 @@
 use std::time::Duration;
 
 use sluicegate::{
-    Concurrency, ConfigError, FixedWindow, Gcra, LeakyBucket, LeakyQueue, Micros, Op, Pace,
-    QueueDelay, Rate, SlidingLog, SlidingWindow, TokenBucket, micros_ceil,
+    Algorithm as _, AnyAlgorithm, Concurrency, ConfigError, FixedWindow, Gcra, LeakyBucket,
+    LeakyQueue, Micros, Op, Pace, QueueDelay, Rate, SlidingLog, SlidingWindow, TokenBucket,
+    micros_ceil,
 };
 
 use crate::scripts::OneEntry;
@@ -20,9 +21,14 @@ pub const MAX_REDIS_TOLERANCE: u64 = 1 << 50;
 
 /// One limit that a Redis-backed limiter enforces: the algorithms of the core crate, with the
 /// same parameters and the same decisions.
-#[derive(Debug, Clone, PartialEq, Eq)]
+///
+/// Made from the core's one limit type in one place, [`RedisLimit::from_algorithm`] (also as
+/// `TryFrom<&AnyAlgorithm>`); the named constructors build the core algorithm and go through
+/// it. [`RedisLimit::algorithm`] gives the core algorithm back, for an in-memory twin.
+#[derive(Debug, Clone, PartialEq)]
 pub struct RedisLimit {
     pub(crate) kind: LimitKind,
+    algorithm: AnyAlgorithm,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -109,9 +115,116 @@ impl Bucket {
 }
 
 impl RedisLimit {
+    /// How long a concurrency permit is leased when the limit is made without a lease
+    /// (through `TryFrom<&AnyAlgorithm>`): a holder that crashes frees its permits after it.
+    pub const DEFAULT_LEASE: Duration = Duration::from_secs(60);
+
+    /// The Redis limit enforcing `algorithm`, with the same decisions; concurrency permits are
+    /// leased for `lease` (unless renewed). Fails for the smooth limiters (which have no
+    /// Redis script) and for parameters too large to count exactly in Lua's doubles.
+    pub fn from_algorithm(
+        algorithm: &AnyAlgorithm,
+        lease: Duration,
+    ) -> Result<RedisLimit, ConfigError> {
+        let kind = match algorithm {
+            AnyAlgorithm::Gcra(gcra) => {
+                LimitKind::Gcra(Bucket::new(gcra.rate(), gcra.burst(), gcra.initial())?)
+            }
+            AnyAlgorithm::TokenBucket(bucket) => LimitKind::TokenBucket(Bucket::new(
+                bucket.rate(),
+                bucket.burst(),
+                bucket.initial(),
+            )?),
+            AnyAlgorithm::Concurrency(concurrency) => {
+                let lease_us = micros_ceil(lease);
+                if lease_us == 0 || lease_us > 1 << 50 {
+                    return Err(ConfigError::InvalidParameter {
+                        name: "lease",
+                        value: format!("{lease:?}"),
+                        reason: "must be between 1µs and about 35 years".into(),
+                    });
+                }
+                LimitKind::Concurrency {
+                    limit: concurrency.limit(),
+                    lease_us,
+                }
+            }
+            AnyAlgorithm::LeakyBucket(bucket) => {
+                LimitKind::LeakyBucket(Bucket::new(bucket.rate(), bucket.bucket_capacity(), 0)?)
+            }
+            AnyAlgorithm::LeakyQueue(queue) => {
+                let (burst, delay) = (queue.burst(), queue.delay());
+                let size = burst.saturating_add(1);
+                let bucket = Bucket::new(queue.rate(), size, size)?;
+                let free = match delay {
+                    QueueDelay::Shape => 0,
+                    QueueDelay::NoDelay => burst,
+                    QueueDelay::After(d) => d.min(burst),
+                };
+                let no_wait = (free + 1) * bucket.pace.interval;
+                LimitKind::LeakyQueue {
+                    bucket,
+                    burst,
+                    delay,
+                    no_wait,
+                }
+            }
+            AnyAlgorithm::FixedWindow(window) => {
+                let (limit, window) = window_limits(window.limit(), window.window())?;
+                LimitKind::FixedWindow { limit, window }
+            }
+            AnyAlgorithm::SlidingLog(log) => {
+                let (limit, window) = window_limits(log.limit(), log.window())?;
+                LimitKind::SlidingLog { limit, window }
+            }
+            AnyAlgorithm::SlidingWindow(sliding) => {
+                let (limit, window) = window_limits(sliding.limit(), sliding.window())?;
+                let buckets = sliding.buckets().unwrap_or(0);
+                // Slot arithmetic forms window * buckets; the weighted estimate limit * window * 3.
+                if window.saturating_mul(buckets.max(1)) > 1 << 52
+                    || (buckets == 0 && limit.saturating_mul(window) > 1 << 51)
+                {
+                    return Err(ConfigError::InvalidParameter {
+                        name: "window",
+                        value: format!("{window}us"),
+                        reason: format!(
+                            "with limit {limit} and {buckets} buckets, too large to count exactly in Redis"
+                        ),
+                    });
+                }
+                LimitKind::SlidingWindow {
+                    limit,
+                    window,
+                    buckets,
+                }
+            }
+            AnyAlgorithm::SmoothBursty(_) | AnyAlgorithm::SmoothWarmup(_) => {
+                return Err(ConfigError::InvalidParameter {
+                    name: "algorithm",
+                    value: algorithm.name().to_owned(),
+                    reason: "has no Redis script: Guava's smooth limiters run in memory only"
+                        .into(),
+                });
+            }
+        };
+        Ok(RedisLimit {
+            kind,
+            algorithm: algorithm.clone(),
+        })
+    }
+
+    /// The core algorithm this limit enforces (for an in-memory twin of it, or its spec).
+    pub fn algorithm(&self) -> &AnyAlgorithm {
+        &self.algorithm
+    }
+
+    fn from_core(algorithm: impl Into<AnyAlgorithm>) -> Result<RedisLimit, ConfigError> {
+        Self::from_algorithm(&algorithm.into(), Self::DEFAULT_LEASE)
+    }
+
     /// GCRA: `rate` in bursts of up to `burst`, starting full (see [`sluicegate::Gcra`]).
     pub fn gcra(rate: Rate, burst: u64) -> Result<RedisLimit, ConfigError> {
-        Self::gcra_with_initial(rate, burst, burst)
+        Self::from_core(Gcra::new(rate, burst)?)
     }
 
     /// GCRA starting with `initial` of its `burst` permits.
@@ -120,16 +233,13 @@ impl RedisLimit {
         burst: u64,
         initial: u64,
     ) -> Result<RedisLimit, ConfigError> {
-        Gcra::with_initial(rate, burst, initial)?;
-        Ok(RedisLimit {
-            kind: LimitKind::Gcra(Bucket::new(rate, burst, initial)?),
-        })
+        Self::from_core(Gcra::with_initial(rate, burst, initial)?)
     }
 
     /// A token bucket of `burst` refilled at `rate`, starting full (see
     /// [`sluicegate::TokenBucket`]).
     pub fn token_bucket(rate: Rate, burst: u64) -> Result<RedisLimit, ConfigError> {
-        Self::token_bucket_with_initial(rate, burst, burst)
+        Self::from_core(TokenBucket::new(rate, burst)?)
     }
 
     /// A token bucket starting with `initial` of its `burst` tokens.
@@ -138,37 +248,20 @@ impl RedisLimit {
         burst: u64,
         initial: u64,
     ) -> Result<RedisLimit, ConfigError> {
-        TokenBucket::with_initial(rate, burst, initial)?;
-        Ok(RedisLimit {
-            kind: LimitKind::TokenBucket(Bucket::new(rate, burst, initial)?),
-        })
+        Self::from_core(TokenBucket::with_initial(rate, burst, initial)?)
     }
 
     /// At most `limit` permits held at once (see [`sluicegate::Concurrency`]); each
     /// acquisition is a lease that expires after `lease` unless renewed, so a holder that
     /// crashes cannot keep its permits.
     pub fn concurrency(limit: u64, lease: Duration) -> Result<RedisLimit, ConfigError> {
-        Concurrency::new(limit)?;
-        let lease_us = micros_ceil(lease);
-        if lease_us == 0 || lease_us > 1 << 50 {
-            return Err(ConfigError::InvalidParameter {
-                name: "lease",
-                value: format!("{lease:?}"),
-                reason: "must be between 1µs and about 35 years".into(),
-            });
-        }
-        Ok(RedisLimit {
-            kind: LimitKind::Concurrency { limit, lease_us },
-        })
+        Self::from_algorithm(&Concurrency::new(limit)?.into(), lease)
     }
 
     /// A leaky bucket (meter) of `capacity` draining at `rate` (see
     /// [`sluicegate::LeakyBucket`]).
     pub fn leaky_bucket(rate: Rate, capacity: u64) -> Result<RedisLimit, ConfigError> {
-        LeakyBucket::new(rate, capacity)?;
-        Ok(RedisLimit {
-            kind: LimitKind::LeakyBucket(Bucket::new(rate, capacity, 0)?),
-        })
+        Self::from_core(LeakyBucket::new(rate, capacity)?)
     }
 
     /// nginx `limit_req` (see [`sluicegate::LeakyQueue`]): `rate`, `burst` queued beyond it,
@@ -178,43 +271,19 @@ impl RedisLimit {
         burst: u64,
         delay: QueueDelay,
     ) -> Result<RedisLimit, ConfigError> {
-        LeakyQueue::new(rate, burst, delay)?;
-        let size = burst.saturating_add(1);
-        let bucket = Bucket::new(rate, size, size)?;
-        let free = match delay {
-            QueueDelay::Shape => 0,
-            QueueDelay::NoDelay => burst,
-            QueueDelay::After(d) => d.min(burst),
-        };
-        let no_wait = (free + 1) * bucket.pace.interval;
-        Ok(RedisLimit {
-            kind: LimitKind::LeakyQueue {
-                bucket,
-                burst,
-                delay,
-                no_wait,
-            },
-        })
+        Self::from_core(LeakyQueue::new(rate, burst, delay)?)
     }
 
     /// At most `limit` permits per `window`, windows aligned to the Unix epoch (see
     /// [`sluicegate::FixedWindow`]).
     pub fn fixed_window(limit: u64, window: Duration) -> Result<RedisLimit, ConfigError> {
-        FixedWindow::new(limit, window)?;
-        let (limit, window) = window_limits(limit, window)?;
-        Ok(RedisLimit {
-            kind: LimitKind::FixedWindow { limit, window },
-        })
+        Self::from_core(FixedWindow::new(limit, window)?)
     }
 
     /// At most `limit` permits in any `window`, exactly, from a log of grants (see
     /// [`sluicegate::SlidingLog`]). Each decision reads the log: keep limits modest.
     pub fn sliding_log(limit: u64, window: Duration) -> Result<RedisLimit, ConfigError> {
-        SlidingLog::new(limit, window)?;
-        let (limit, window) = window_limits(limit, window)?;
-        Ok(RedisLimit {
-            kind: LimitKind::SlidingLog { limit, window },
-        })
+        Self::from_core(SlidingLog::new(limit, window)?)
     }
 
     /// At most `limit` permits per sliding `window` over `buckets` slots, or Cloudflare's
@@ -224,28 +293,7 @@ impl RedisLimit {
         window: Duration,
         buckets: Option<u32>,
     ) -> Result<RedisLimit, ConfigError> {
-        SlidingWindow::new(limit, window, buckets)?;
-        let (limit, window) = window_limits(limit, window)?;
-        let buckets = buckets.map_or(0, u64::from);
-        // Slot arithmetic forms window * buckets; the weighted estimate limit * window * 3.
-        if window.saturating_mul(buckets.max(1)) > 1 << 52
-            || (buckets == 0 && limit.saturating_mul(window) > 1 << 51)
-        {
-            return Err(ConfigError::InvalidParameter {
-                name: "window",
-                value: format!("{window}us"),
-                reason: format!(
-                    "with limit {limit} and {buckets} buckets, too large to count exactly in Redis"
-                ),
-            });
-        }
-        Ok(RedisLimit {
-            kind: LimitKind::SlidingWindow {
-                limit,
-                window,
-                buckets,
-            },
-        })
+        Self::from_core(SlidingWindow::new(limit, window, buckets)?)
     }
 
     /// The algorithm's name as written in specs (`gcra`, `token-bucket`, ...).
@@ -296,11 +344,31 @@ impl RedisLimit {
         }
     }
 
+    /// How long each permit is leased (concurrency limits only).
+    pub(crate) fn lease_us(&self) -> Option<Micros> {
+        match self.kind {
+            LimitKind::Concurrency { lease_us, .. } => Some(lease_us),
+            LimitKind::Gcra(_)
+            | LimitKind::TokenBucket(_)
+            | LimitKind::LeakyBucket(_)
+            | LimitKind::LeakyQueue { .. }
+            | LimitKind::FixedWindow { .. }
+            | LimitKind::SlidingLog { .. }
+            | LimitKind::SlidingWindow { .. } => None,
+        }
+    }
+
     /// How many keys one check of this limit touches.
     pub(crate) fn key_suffixes(&self) -> &'static [&'static str] {
         match self.kind {
             LimitKind::Concurrency { .. } => &[":l", ":h"],
-            _ => &[""],
+            LimitKind::Gcra(_)
+            | LimitKind::TokenBucket(_)
+            | LimitKind::LeakyBucket(_)
+            | LimitKind::LeakyQueue { .. }
+            | LimitKind::FixedWindow { .. }
+            | LimitKind::SlidingLog { .. }
+            | LimitKind::SlidingWindow { .. } => &[""],
         }
     }
 
@@ -310,7 +378,11 @@ impl RedisLimit {
             // A token bucket decides as GCRA does, on the same one-number state.
             LimitKind::Gcra(_) | LimitKind::TokenBucket(_) => Some(OneEntry::Gcra),
             LimitKind::FixedWindow { .. } => Some(OneEntry::FixedWindow),
-            _ => None,
+            LimitKind::Concurrency { .. }
+            | LimitKind::LeakyBucket(_)
+            | LimitKind::LeakyQueue { .. }
+            | LimitKind::SlidingLog { .. }
+            | LimitKind::SlidingWindow { .. } => None,
         }
     }
 
@@ -334,7 +406,13 @@ impl RedisLimit {
                         let ticks = (b.burst - b.initial) * b.pace.interval;
                         (ticks / d, ticks % d)
                     }
-                    _ => (0, 0),
+                    // The meters start empty.
+                    LimitKind::LeakyBucket(_)
+                    | LimitKind::LeakyQueue { .. }
+                    | LimitKind::Concurrency { .. }
+                    | LimitKind::FixedWindow { .. }
+                    | LimitKind::SlidingLog { .. }
+                    | LimitKind::SlidingWindow { .. } => (0, 0),
                 };
                 for v in [d, b.pace.interval, b.tolerance, b.burst, init_a, init_b] {
                     args.number(v);
@@ -370,6 +448,15 @@ impl RedisLimit {
                 args.number(grace_ms);
             }
         }
+    }
+}
+
+impl TryFrom<&AnyAlgorithm> for RedisLimit {
+    type Error = ConfigError;
+
+    /// [`RedisLimit::from_algorithm`] with [`RedisLimit::DEFAULT_LEASE`].
+    fn try_from(algorithm: &AnyAlgorithm) -> Result<RedisLimit, ConfigError> {
+        RedisLimit::from_algorithm(algorithm, RedisLimit::DEFAULT_LEASE)
     }
 }
 

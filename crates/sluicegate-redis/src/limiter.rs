@@ -98,13 +98,13 @@ impl RedisStore {
             }
             check_request(request, op)?;
             let permits = request.permits;
-            let lease = match request.limit.kind {
-                LimitKind::Concurrency { lease_us, .. } => {
+            let lease = match request.limit.lease_us() {
+                Some(lease_us) => {
                     let id = new_lease_id();
                     lease_slots.push((keys.len(), id.clone(), lease_us, permits));
                     id
                 }
-                _ => String::new(),
+                None => String::new(),
             };
             for suffix in request.limit.key_suffixes() {
                 keys.push(self.keys.key(request.key, request.name.as_bytes(), suffix));

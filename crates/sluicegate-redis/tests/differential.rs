@@ -91,6 +91,28 @@ fn available<A: Algorithm>(algorithm: &A, state: &A::State, now: Micros) -> u64 
         .unwrap_or(0)
 }
 
+/// The core's one limit type and the Redis limit made from it in the one place that makes
+/// them (`RedisLimit::from_algorithm`): every test below compares the two, so the memory
+/// and Redis sides enforce the same value by construction.
+fn unified(algorithm: impl Into<AnyAlgorithm>) -> (AnyAlgorithm, RedisLimit) {
+    let algorithm = algorithm.into();
+    // Leases outlive any trace here.
+    let limit = RedisLimit::from_algorithm(&algorithm, Duration::from_secs(3600))
+        .expect("every generated limit runs in Redis");
+    assert_eq!(limit.algorithm(), &algorithm);
+    (algorithm, limit)
+}
+
+#[test]
+fn the_smooth_limiters_are_refused_by_name_not_run_differently() -> Result<(), BoxError> {
+    for spec in ["smooth-bursty:rate=5", "smooth-warmup:rate=2,warmup=4s"] {
+        let algorithm: AnyAlgorithm = spec.parse()?;
+        let error = RedisLimit::try_from(&algorithm).err().ok_or(spec)?;
+        assert!(error.to_string().contains("no Redis script"), "{error}");
+    }
+    Ok(())
+}
+
 fn same<A: Algorithm>(
     runtime: &tokio::runtime::Runtime,
     algorithm: &A,
@@ -250,8 +272,8 @@ fn gcra_matches_memory() -> Result<(), BoxError> {
     let h = Harness::new()?;
     let mut runner = TestRunner::new(Config::with_cases(64));
     runner.run(&bucket_cases(), |((rate, burst, initial, base), trace)| {
-        let algorithm = Gcra::with_initial(rate, burst, initial).expect("valid gcra");
-        let limit = RedisLimit::gcra_with_initial(rate, burst, initial).expect("valid limit");
+        let (algorithm, limit) =
+            unified(Gcra::with_initial(rate, burst, initial).expect("valid gcra"));
         let redis = h.limiter(limit);
         same(&h.runtime, &algorithm, &redis, base, &trace)
     })?;
@@ -263,8 +285,8 @@ fn token_bucket_matches_memory() -> Result<(), BoxError> {
     let h = Harness::new()?;
     let mut runner = TestRunner::new(Config::with_cases(64));
     runner.run(&bucket_cases(), |((rate, burst, initial, base), trace)| {
-        let algorithm = TokenBucket::with_initial(rate, burst, initial).expect("valid bucket");
-        let limit = RedisLimit::token_bucket_with_initial(rate, burst, initial).expect("valid");
+        let (algorithm, limit) =
+            unified(TokenBucket::with_initial(rate, burst, initial).expect("valid bucket"));
         let redis = h.limiter(limit);
         same(&h.runtime, &algorithm, &redis, base, &trace)
     })?;
@@ -291,8 +313,7 @@ fn concurrency_matches_memory() -> Result<(), BoxError> {
     let mut runner = TestRunner::new(Config::with_cases(64));
     runner.run(&strategy, |(limit, trace)| {
         let algorithm = Concurrency::new(limit).expect("valid limit");
-        let redis_limit =
-            RedisLimit::concurrency(limit, Duration::from_secs(3600)).expect("valid limit");
+        let (_, redis_limit) = unified(algorithm.clone());
         let redis = h.limiter(redis_limit);
         let mut held = algorithm.initial_state(0);
         let mut leases = Vec::new();
@@ -389,12 +410,7 @@ fn window_case<A: Algorithm>(
 #[test]
 fn fixed_window_matches_memory() -> Result<(), BoxError> {
     window_case(
-        |limit, window, _| {
-            Some((
-                FixedWindow::new(limit, window).ok()?,
-                RedisLimit::fixed_window(limit, window).ok()?,
-            ))
-        },
+        |limit, window, _| Some(unified(FixedWindow::new(limit, window).ok()?)),
         Just(None),
     )
 }
@@ -402,12 +418,7 @@ fn fixed_window_matches_memory() -> Result<(), BoxError> {
 #[test]
 fn sliding_log_matches_memory() -> Result<(), BoxError> {
     window_case(
-        |limit, window, _| {
-            Some((
-                SlidingLog::new(limit, window).ok()?,
-                RedisLimit::sliding_log(limit, window).ok()?,
-            ))
-        },
+        |limit, window, _| Some(unified(SlidingLog::new(limit, window).ok()?)),
         Just(None),
     )
 }
@@ -423,7 +434,9 @@ fn sliding_window_matches_memory() -> Result<(), BoxError> {
                 redis.is_ok(),
                 "{limit} {window:?} {buckets:?}"
             );
-            Some((memory.ok()?, redis.ok()?))
+            let (algorithm, limit) = unified(memory.ok()?);
+            assert_eq!(Some(&limit), redis.ok().as_ref());
+            Some((algorithm, limit))
         },
         prop_oneof![Just(None), (1u32..10).prop_map(Some)],
     )
@@ -437,8 +450,7 @@ fn leaky_bucket_matches_memory() -> Result<(), BoxError> {
     );
     let mut runner = TestRunner::new(Config::with_cases(64));
     runner.run(&strategy, |((rate, capacity, base), trace)| {
-        let algorithm = LeakyBucket::new(rate, capacity).expect("valid bucket");
-        let limit = RedisLimit::leaky_bucket(rate, capacity).expect("valid limit");
+        let (algorithm, limit) = unified(LeakyBucket::new(rate, capacity).expect("valid bucket"));
         let redis = h.limiter(limit);
         same(&h.runtime, &algorithm, &redis, base, &trace)
     })?;
@@ -464,8 +476,7 @@ fn leaky_queue_matches_memory() -> Result<(), BoxError> {
         });
     let mut runner = TestRunner::new(Config::with_cases(64));
     runner.run(&strategy, |((rate, burst, delay, base), trace)| {
-        let algorithm = LeakyQueue::new(rate, burst, delay).expect("valid queue");
-        let limit = RedisLimit::leaky_queue(rate, burst, delay).expect("valid limit");
+        let (algorithm, limit) = unified(LeakyQueue::new(rate, burst, delay).expect("valid queue"));
         let redis = h.limiter(limit);
         same(&h.runtime, &algorithm, &redis, base, &trace)
     })?;
@@ -510,30 +521,19 @@ fn batched_gcra_and_token_bucket_match_memory() -> Result<(), BoxError> {
     runner.run(
         &strategy,
         |(((rate, burst, initial, base), trace), chunk, token_bucket)| {
-            if token_bucket {
-                let algorithm = TokenBucket::with_initial(rate, burst, initial).expect("valid");
-                let limit = RedisLimit::token_bucket_with_initial(rate, burst, initial)
-                    .expect("valid limit");
-                same_batched(
-                    &h.runtime,
-                    &algorithm,
-                    &h.limiter(limit),
-                    base,
-                    &trace,
-                    chunk,
-                )
+            let (algorithm, limit) = if token_bucket {
+                unified(TokenBucket::with_initial(rate, burst, initial).expect("valid"))
             } else {
-                let algorithm = Gcra::with_initial(rate, burst, initial).expect("valid gcra");
-                let limit = RedisLimit::gcra_with_initial(rate, burst, initial).expect("valid");
-                same_batched(
-                    &h.runtime,
-                    &algorithm,
-                    &h.limiter(limit),
-                    base,
-                    &trace,
-                    chunk,
-                )
-            }
+                unified(Gcra::with_initial(rate, burst, initial).expect("valid gcra"))
+            };
+            same_batched(
+                &h.runtime,
+                &algorithm,
+                &h.limiter(limit),
+                base,
+                &trace,
+                chunk,
+            )
         },
     )?;
     Ok(())
@@ -571,42 +571,19 @@ fn menu(kind: u8, size: u64) -> Result<(AnyAlgorithm, RedisLimit), BoxError> {
     );
     let sec = Duration::from_secs(1);
     let delay = QueueDelay::After(1);
-    Ok(match kind {
-        0 => (Gcra::new(s3, size)?.into(), RedisLimit::gcra(s3, size)?),
-        1 => (
-            TokenBucket::new(m7, size)?.into(),
-            RedisLimit::token_bucket(m7, size)?,
-        ),
-        2 => (
-            FixedWindow::new(size, sec)?.into(),
-            RedisLimit::fixed_window(size, sec)?,
-        ),
-        3 => (
-            SlidingLog::new(size, sec * 10)?.into(),
-            RedisLimit::sliding_log(size, sec * 10)?,
-        ),
-        4 => (
-            SlidingWindow::new(size, sec, Some(4))?.into(),
-            RedisLimit::sliding_window(size, sec, Some(4))?,
-        ),
-        5 => (
-            SlidingWindow::new(size, sec * 60, None)?.into(),
-            RedisLimit::sliding_window(size, sec * 60, None)?,
-        ),
-        6 => (
-            LeakyBucket::new(s10, size)?.into(),
-            RedisLimit::leaky_bucket(s10, size)?,
-        ),
-        7 => (
-            LeakyQueue::new(s5, size, delay)?.into(),
-            RedisLimit::leaky_queue(s5, size, delay)?,
-        ),
-        // Leases outlive any trace here, as the memory limit's permits are never released.
-        _ => (
-            Concurrency::new(size)?.into(),
-            RedisLimit::concurrency(size, Duration::from_secs(3600))?,
-        ),
-    })
+    let algorithm: AnyAlgorithm = match kind {
+        0 => Gcra::new(s3, size)?.into(),
+        1 => TokenBucket::new(m7, size)?.into(),
+        2 => FixedWindow::new(size, sec)?.into(),
+        3 => SlidingLog::new(size, sec * 10)?.into(),
+        4 => SlidingWindow::new(size, sec, Some(4))?.into(),
+        5 => SlidingWindow::new(size, sec * 60, None)?.into(),
+        6 => LeakyBucket::new(s10, size)?.into(),
+        7 => LeakyQueue::new(s5, size, delay)?.into(),
+        // The memory limit's permits are never released here.
+        _ => Concurrency::new(size)?.into(),
+    };
+    Ok(unified(algorithm))
 }
 
 #[derive(Debug, Clone)]

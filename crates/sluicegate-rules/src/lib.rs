@@ -1,6 +1,7 @@
 //! Rule files for Sluicegate's rate limit service: the YAML format of envoyproxy/ratelimit,
-//! with Sluicegate's extensions (any `period`, an `algorithm` with its `burst`/`buckets`/`delay`,
-//! and several `rate_limits` on one descriptor).
+//! with Sluicegate's extensions (any `period`, an `algorithm` with its parameters, read by the
+//! core's spec table into the core's one limit type, and several `rate_limits` on one
+//! descriptor).
 //!
 //! Loading goes in two phases, each reporting every problem with file, line and column:
 //! the YAML is read into raw descriptors that keep positions (unknown keys, wrong types), then
@@ -24,6 +25,7 @@ mod fields;
 mod limit;
 mod matcher;
 mod raw;
+mod refuse;
 mod resolve;
 mod rule;
 mod ruleset;
@@ -31,6 +33,7 @@ mod yaml;
 
 pub use error::{LoadErrors, RuleError, RuleErrorKind};
 pub use matcher::Match;
-pub use rule::{Algorithm, Limit, Rule, Source, Unit, Window};
+pub use refuse::LimitAt;
+pub use rule::{Limit, Rule, Source, Unit, Window};
 pub use ruleset::{LoadOptions, RuleSet};
 pub use yaml::Position;

@@ -16,7 +16,7 @@ use crate::rule::{Limit, Rule};
 use crate::ruleset::RuleSet;
 
 /// The rule a descriptor matched, with the keys to count and report it under.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Match<'a> {
     /// The matched rule (limits and flags).
     pub rule: &'a Rule,

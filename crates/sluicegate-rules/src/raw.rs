@@ -37,7 +37,8 @@ const ROOT_KEYS: &str = "domain, descriptors";
 const DESCRIPTOR_KEYS: &str = "key, value, descriptors, rate_limit, rate_limits, shadow_mode, \
      quota_mode, detailed_metric, value_to_metric, share_threshold, metadata";
 const LIMIT_KEYS: &str = "requests_per_unit, unit, unlimited, name, replaces, period, algorithm, \
-     burst, buckets, delay";
+     and the algorithm's parameters (burst, buckets, delay, nodelay, initial, capacity, \
+     burst_seconds, warmup, cold_factor)";
 const REPLACES_KEYS: &str = "name";
 
 /// A value and where it was written.
@@ -84,9 +85,9 @@ pub(crate) struct RawLimit {
     pub(crate) replaces: Vec<Spanned<String>>,
     pub(crate) period: Option<Spanned<String>>,
     pub(crate) algorithm: Option<Spanned<String>>,
-    pub(crate) burst: Option<Spanned<u64>>,
-    pub(crate) buckets: Option<Spanned<u64>>,
-    pub(crate) delay: Option<Spanned<u64>>,
+    /// The algorithm's other parameters (`burst: 20`), by the key as written, their values as
+    /// text for the core's spec reader (a key alone, `nodelay:`, reads as the flag).
+    pub(crate) params: Vec<(Spanned<String>, Spanned<String>)>,
 }
 
 /// Reads a parsed document; `None` (an empty file) reads as a file with no domain.
@@ -197,10 +198,9 @@ fn limit(pos: Position, entries: &[(Node, Node)], report: &mut Report) -> RawLim
         replaces: Vec::new(),
         period: None,
         algorithm: None,
-        burst: None,
-        buckets: None,
-        delay: None,
+        params: Vec::new(),
     };
+    let parameters = sluicegate::AlgorithmSpec::non_quota_parameters();
     for (key, value) in entries {
         match key_name(key, report).as_deref() {
             Some("requests_per_unit") => {
@@ -218,14 +218,38 @@ fn limit(pos: Position, entries: &[(Node, Node)], report: &mut Report) -> RawLim
             Some("replaces") => out.replaces = replaces(value, report),
             Some("period") => out.period = string(value, "period", report),
             Some("algorithm") => out.algorithm = string(value, "algorithm", report),
-            Some("burst") => out.burst = integer(value, "burst", report),
-            Some("buckets") => out.buckets = integer(value, "buckets", report),
-            Some("delay") => out.delay = integer(value, "delay", report),
+            Some(other) if parameters.contains(&other) => {
+                if let Some(text) = parameter(value, other, report) {
+                    let key = Spanned {
+                        value: other.to_owned(),
+                        pos: key.pos,
+                    };
+                    out.params.push((key, text));
+                }
+            }
             Some(other) => misplaced(key.pos, other, "a rate limit", LIMIT_KEYS, report),
             None => {}
         }
     }
     out
+}
+
+/// An algorithm parameter's value as the text a spec would give it: numbers, words and
+/// booleans as written, nothing (a flag such as `nodelay:`) as the empty text.
+fn parameter(node: &Node, what: &str, report: &mut Report) -> Option<Spanned<String>> {
+    let text = match &node.value {
+        Value::Scalar(Scalar::Null) => String::new(),
+        Value::Scalar(Scalar::Str(text)) => text.clone(),
+        Value::Scalar(Scalar::Int(_) | Scalar::Bool(_) | Scalar::Float(_)) => node.text.clone(),
+        _ => {
+            wrong_type(node, what, "a number, a word or true/false", report);
+            return None;
+        }
+    };
+    Some(Spanned {
+        value: text,
+        pos: node.pos,
+    })
 }
 
 fn replaces(node: &Node, report: &mut Report) -> Vec<Spanned<String>> {

@@ -9,6 +9,7 @@ use crate::error::{Report, RuleErrorKind};
 use crate::limit::resolve_limit;
 use crate::raw::RawDescriptor;
 use crate::rule::{Limit, Rule, Source};
+use crate::yaml::Position;
 
 /// One level of descriptors: children by composite key, and the wildcard keys in file order.
 #[derive(Debug, Default, Clone)]
@@ -120,9 +121,10 @@ fn resolve_rule(raw: &RawDescriptor, full_key: &str, report: &mut Report) -> Opt
         file: report.file.clone(),
         position: raw.pos,
     };
-    let rule = |limits: Vec<Limit>, unlimited: bool, replaces: Vec<String>| Rule {
+    let rule = |limits: Vec<(Limit, Position)>, unlimited: bool, replaces: Vec<String>| Rule {
         id: full_key.to_owned(),
-        limits,
+        limit_positions: limits.iter().map(|(_, pos)| *pos).collect(),
+        limits: limits.into_iter().map(|(limit, _)| limit).collect(),
         unlimited,
         replaces,
         shadow_mode: raw.shadow_mode,
@@ -171,7 +173,10 @@ fn resolve_rule(raw: &RawDescriptor, full_key: &str, report: &mut Report) -> Opt
                 }
                 limits.extend(resolve_limit(entry, false, report));
             }
-            let names: Vec<&str> = limits.iter().filter_map(|l| l.name.as_deref()).collect();
+            let names: Vec<&str> = limits
+                .iter()
+                .filter_map(|(l, _)| l.name.as_deref())
+                .collect();
             let mut sibling_replaced = false;
             for replaced in list.value.iter().flat_map(|entry| &entry.replaces) {
                 if names.contains(&replaced.value.as_str()) {
@@ -186,7 +191,10 @@ fn resolve_rule(raw: &RawDescriptor, full_key: &str, report: &mut Report) -> Opt
                     );
                 }
             }
-            let replaces = limits.iter().flat_map(|l| l.replaces.clone()).collect();
+            let replaces = limits
+                .iter()
+                .flat_map(|(l, _)| l.replaces.clone())
+                .collect();
             (!sibling_replaced && limits.len() == list.value.len())
                 .then(|| rule(limits, false, replaces))
         }

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::Serialize;
-use sluicegate::{Rate, format_duration_micros};
+use sluicegate::{AnyAlgorithm, QueueDelay, Rate, format_duration_micros};
 
 use crate::yaml::Position;
 
@@ -102,90 +102,27 @@ impl fmt::Display for Window {
     }
 }
 
-/// The algorithm enforcing a limit, with its own parameters (the README lists what each
-/// promises).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(tag = "name", rename_all = "kebab-case")]
-#[non_exhaustive]
-pub enum Algorithm {
-    /// Windows aligned to the Unix epoch, as envoyproxy/ratelimit counts (the default).
-    FixedWindow,
-    /// Exact count over the last period.
-    SlidingLog,
-    /// Sub-window counts (`buckets`), or the two-window estimate without `buckets`.
-    SlidingWindow {
-        /// Slots the period is split into.
-        buckets: Option<u32>,
-    },
-    /// Refill at the limit's rate up to `burst` tokens.
-    TokenBucket {
-        /// Bucket capacity (defaults to `requests_per_unit`).
-        burst: u64,
-    },
-    /// Generic cell rate: the token bucket's decisions in one word of state.
-    Gcra {
-        /// Burst size (defaults to `requests_per_unit`).
-        burst: u64,
-    },
-    /// A meter draining at the limit's rate, of capacity `burst`.
-    LeakyBucket {
-        /// Capacity (defaults to `requests_per_unit`).
-        burst: u64,
-    },
-    /// nginx `limit_req`: admitted requests wait their turn.
-    LeakyQueue {
-        /// Excess requests admitted (default 0).
-        burst: u64,
-        /// Requests admitted without waiting (`None`: nginx `nodelay`, all of the burst).
-        delay: Option<u64>,
-    },
-}
-
-impl Algorithm {
-    /// Names accepted for `algorithm:`.
-    pub const NAMES: &'static str = "fixed-window, sliding-log, sliding-window, token-bucket, gcra, \
-         leaky-bucket, leaky-queue";
-
-    /// The name as written in rule files.
-    pub fn name(&self) -> &'static str {
-        match self {
-            Algorithm::FixedWindow => "fixed-window",
-            Algorithm::SlidingLog => "sliding-log",
-            Algorithm::SlidingWindow { .. } => "sliding-window",
-            Algorithm::TokenBucket { .. } => "token-bucket",
-            Algorithm::Gcra { .. } => "gcra",
-            Algorithm::LeakyBucket { .. } => "leaky-bucket",
-            Algorithm::LeakyQueue { .. } => "leaky-queue",
-        }
-    }
-}
-
-impl fmt::Display for Algorithm {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())?;
-        match self {
-            Algorithm::SlidingWindow { buckets: Some(b) } => write!(f, " buckets={b}"),
-            Algorithm::TokenBucket { burst }
-            | Algorithm::Gcra { burst }
-            | Algorithm::LeakyBucket { burst } => write!(f, " burst={burst}"),
-            Algorithm::LeakyQueue { burst, delay } => match delay {
-                Some(d) => write!(f, " burst={burst} delay={d}"),
-                None => write!(f, " burst={burst} nodelay"),
-            },
-            _ => Ok(()),
-        }
-    }
-}
-
 /// One limit: so many requests per window, enforced by an algorithm.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+///
+/// The algorithm is the core's one limit type, [`AnyAlgorithm`], read from the rule file
+/// through the same table as a spec string (`requests_per_unit` per `unit` is its rate, or
+/// its limit and window); `requests_per_unit` and the window are kept beside it for what
+/// only the service needs (Envoy's `current_limit`, the `RateLimit-Policy` header).
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Limit {
     /// Requests per window (`0` blocks every request).
     pub requests_per_unit: u32,
     /// The window.
     pub window: Window,
-    /// How the limit is enforced.
-    pub algorithm: Algorithm,
+    /// How the limit is enforced: the algorithm with its parameters, or `None` when
+    /// `requests_per_unit` is 0 (nothing passes, and no algorithm takes a rate of zero).
+    /// Written as its name, parameters and spec in the JSON form.
+    #[serde(serialize_with = "serialize_algorithm")]
+    pub algorithm: Option<AnyAlgorithm>,
+    /// The algorithm's name (`fixed-window`, `gcra`, ...), also for a limit of zero, whose
+    /// window still resets as its algorithm's would.
+    #[serde(skip)]
+    pub algorithm_name: &'static str,
     /// The limit's `name`, which other limits' `replaces` refer to.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
@@ -199,6 +136,58 @@ impl Limit {
     pub fn rate(&self) -> Option<Rate> {
         Rate::new(u64::from(self.requests_per_unit), self.window.duration()).ok()
     }
+
+    /// Whether the algorithm holds some admitted requests for a wait (a leaky queue without
+    /// `nodelay`, or with a `delay` below its `burst`): a caller that can only answer yes or
+    /// no, as the rate limit service, cannot honour it (see [`RuleSet::shaping_limits`]).
+    ///
+    /// [`RuleSet::shaping_limits`]: crate::RuleSet::shaping_limits
+    pub fn shapes(&self) -> bool {
+        match &self.algorithm {
+            Some(AnyAlgorithm::LeakyQueue(queue)) => match queue.delay() {
+                QueueDelay::NoDelay => false,
+                QueueDelay::After(d) => d < queue.burst(),
+                QueueDelay::Shape => true,
+            },
+            Some(
+                AnyAlgorithm::TokenBucket(_)
+                | AnyAlgorithm::Gcra(_)
+                | AnyAlgorithm::FixedWindow(_)
+                | AnyAlgorithm::SlidingLog(_)
+                | AnyAlgorithm::SlidingWindow(_)
+                | AnyAlgorithm::LeakyBucket(_)
+                | AnyAlgorithm::SmoothBursty(_)
+                | AnyAlgorithm::SmoothWarmup(_)
+                | AnyAlgorithm::Concurrency(_),
+            )
+            | None => false,
+        }
+    }
+
+    /// The limit as a rule file writes it, one `key: value` a line (`requests_per_unit`,
+    /// `unit` or `period`, `algorithm` and its other parameters, `name`): loading it gives
+    /// back an equal limit. `replaces` is left out (it names other limits).
+    pub fn to_rule_yaml(&self) -> String {
+        let mut out = format!("requests_per_unit: {}\n{}\n", self.requests_per_unit, {
+            match self.window {
+                Window::Unit(unit) => format!("unit: {}", unit.name().to_ascii_lowercase()),
+                Window::Period(period) => format!("period: {}", duration_text(period)),
+            }
+        });
+        if let Some(algorithm) = &self.algorithm {
+            let spec = algorithm.to_spec();
+            out.push_str(&format!("algorithm: {}\n", spec.algorithm()));
+            if let Ok(quota) = spec.to_quota() {
+                for (name, value) in quota.params {
+                    out.push_str(&format!("{name}: {value}\n"));
+                }
+            }
+        }
+        if let Some(name) = &self.name {
+            out.push_str(&format!("name: {name}\n"));
+        }
+        out
+    }
 }
 
 impl fmt::Display for Limit {
@@ -208,8 +197,19 @@ impl fmt::Display for Limit {
             "{} requests_per_unit={}",
             self.window, self.requests_per_unit
         )?;
-        if self.algorithm != Algorithm::FixedWindow {
-            write!(f, " algorithm={}", self.algorithm)?;
+        match &self.algorithm {
+            Some(AnyAlgorithm::FixedWindow(_)) | None => {}
+            // The name, then the parameters the rule file gave beside the quota.
+            Some(algorithm) => {
+                let spec = algorithm.to_spec();
+                write!(f, " algorithm={}", spec.algorithm())?;
+                for (name, value) in spec.to_quota().map(|q| q.params).unwrap_or_default() {
+                    match value.is_empty() {
+                        true => write!(f, " {name}")?,
+                        false => write!(f, " {name}={value}")?,
+                    }
+                }
+            }
         }
         if let Some(name) = &self.name {
             write!(f, " name={name}")?;
@@ -231,7 +231,7 @@ pub struct Source {
 }
 
 /// The rule of one configured descriptor: its limits and flags.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Rule {
     /// envoyproxy/ratelimit's full key: `domain.key_value.subkey` (stable across reloads;
     /// also its stats prefix).
@@ -257,6 +257,10 @@ pub struct Rule {
     pub metadata: Option<serde_json::Value>,
     /// Where the rule was written.
     pub source: Source,
+    /// Where each limit's algorithm was written (its `algorithm` key, or its map), in the
+    /// order of `limits`.
+    #[serde(skip)]
+    pub(crate) limit_positions: Vec<Position>,
     /// The rule's position in its rule set (see [`Rule::index`]).
     #[serde(skip)]
     pub(crate) index: usize,
@@ -305,4 +309,34 @@ fn duration_text(period: Duration) -> String {
 
 fn serialize_duration<S: serde::Serializer>(period: &Duration, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_str(&duration_text(*period))
+}
+
+/// `{"name": "gcra", "burst": 3, "spec": "gcra:rate=7/30s,burst=3"}`: the name and the
+/// parameters a rule file gives beside the quota (numbers as numbers, flags as `true`), and
+/// the whole spec; `null` for a limit of zero.
+fn serialize_algorithm<S: serde::Serializer>(
+    algorithm: &Option<AnyAlgorithm>,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    use serde::ser::SerializeMap;
+    let Some(algorithm) = algorithm else {
+        return s.serialize_none();
+    };
+    let spec = algorithm.to_spec();
+    let params = spec.to_quota().map(|q| q.params).unwrap_or_default();
+    let mut map = s.serialize_map(Some(params.len() + 2))?;
+    map.serialize_entry("name", spec.algorithm())?;
+    for (name, value) in params {
+        if value.is_empty() {
+            map.serialize_entry(name, &true)?;
+        } else if let Ok(n) = value.parse::<u64>() {
+            map.serialize_entry(name, &n)?;
+        } else if let Ok(x) = value.parse::<f64>() {
+            map.serialize_entry(name, &x)?;
+        } else {
+            map.serialize_entry(name, value)?;
+        }
+    }
+    map.serialize_entry("spec", &spec.to_string())?;
+    map.end()
 }

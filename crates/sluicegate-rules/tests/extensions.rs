@@ -6,7 +6,10 @@ mod common;
 use std::time::Duration;
 
 use common::{errors, rules};
-use sluicegate_rules::{Algorithm, RuleErrorKind, Window};
+use sluicegate::{
+    AnyAlgorithm, FixedWindow, Gcra, LeakyQueue, QueueDelay, Rate, SlidingWindow, TokenBucket,
+};
+use sluicegate_rules::{RuleErrorKind, Window};
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 
@@ -45,7 +48,8 @@ fn period_algorithm_and_burst() -> TestResult {
     let m = set.find("d", &[("k", "v")]).ok_or("match")?;
     let limit = m.limits[0];
     assert_eq!(limit.window, Window::Period(Duration::from_secs(30)));
-    assert_eq!(limit.algorithm, Algorithm::Gcra { burst: 20 });
+    let expected: AnyAlgorithm = Gcra::new(Rate::new(100, Duration::from_secs(30))?, 20)?.into();
+    assert_eq!(limit.algorithm, Some(expected));
     let rate = limit.rate().ok_or("rate")?;
     assert_eq!(
         (rate.permits(), rate.period()),
@@ -61,24 +65,25 @@ fn algorithm_defaults() -> TestResult {
     )?;
     let algorithm = |key: &str| {
         set.find("d", &[(key, "x")])
-            .map(|m| (m.limits[0].algorithm, m.limits[0].window))
+            .and_then(|m| m.limits[0].algorithm.clone())
     };
+    let minute = Duration::from_secs(60);
     assert_eq!(
-        algorithm("a").map(|a| a.0),
-        Some(Algorithm::TokenBucket { burst: 5 })
+        algorithm("a"),
+        Some(TokenBucket::new(Rate::per_second(5)?, 5)?.into())
     );
     assert_eq!(
-        algorithm("b").map(|a| a.0),
-        Some(Algorithm::SlidingWindow { buckets: Some(6) })
+        algorithm("b"),
+        Some(SlidingWindow::new(60, minute, Some(6))?.into())
     );
     assert_eq!(
-        algorithm("c").map(|a| a.0),
-        Some(Algorithm::LeakyQueue {
-            burst: 5,
-            delay: Some(2)
-        })
+        algorithm("c"),
+        Some(LeakyQueue::new(Rate::per_second(10)?, 5, QueueDelay::After(2))?.into())
     );
-    assert_eq!(algorithm("f").map(|a| a.0), Some(Algorithm::FixedWindow));
+    assert_eq!(
+        algorithm("f"),
+        Some(FixedWindow::new(3, Duration::from_secs(1))?.into())
+    );
     Ok(())
 }
 
@@ -147,16 +152,16 @@ fn invalid_extension_combinations_are_explained() {
             "7:18: unknown algorithm `magic`",
         ),
         (
-            "      unit: second\n      requests_per_unit: 1\n      algorithm: smooth-bursty\n",
-            "unknown algorithm `smooth-bursty`",
+            "      unit: second\n      requests_per_unit: 1\n      algorithm: smooth-bursty\n      buckets: 2\n",
+            "8:16: buckets is not a parameter of smooth-bursty",
         ),
         (
             "      unit: second\n      requests_per_unit: 5\n      algorithm: gcra\n      burst: 0\n",
-            "8:14: burst of gcra must be at least 1",
+            "8:14: invalid burst `0`: must be at least 1",
         ),
         (
             "      unit: second\n      requests_per_unit: 5\n      algorithm: leaky-queue\n      burst: 2\n      delay: 3\n",
-            "9:14: delay (3) cannot exceed burst (2)",
+            "9:14: invalid delay `3`: delay (3) cannot exceed burst (2)",
         ),
         (
             "      unit: second\n      requests_per_unit: 5\n      algorithm: concurrency\n",

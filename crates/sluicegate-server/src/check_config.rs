@@ -33,7 +33,10 @@ pub(crate) fn run(
     err: &mut impl Write,
 ) -> anyhow::Result<bool> {
     let options = LoadOptions::default().merge_domains(args.merge_domains);
-    let loaded = RuleSet::load(&args.path, &options);
+    // What the service cannot honour (a leaky queue that shapes) is refused here as `serve`
+    // refuses it, at its file:line:column.
+    let loaded = RuleSet::load(&args.path, &options)
+        .and_then(|rules| rules.check_for_service().map(|()| rules));
     let refusal = match &loaded {
         Ok(rules) if args.count_denied => refusal_to_count_denied(rules),
         _ => None,

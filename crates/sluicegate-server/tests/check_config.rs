@@ -140,3 +140,32 @@ fn count_denied_refuses_a_limit_that_cannot_count_denials() -> TestResult {
     assert_eq!(code, 0, "stderr: {stderr}");
     Ok(())
 }
+
+/// A leaky queue means in a rule file what it means in a spec: without `nodelay` it shapes
+/// (holds requests for a wait), which the service cannot do, so it is refused where it is
+/// written instead of being read as `nodelay`; with `nodelay: true` it loads.
+#[test]
+fn a_leaky_queue_that_shapes_is_refused_at_its_line_and_column() -> TestResult {
+    let dir = scratch_dir("check_config_shaping")?;
+    let file = dir.join("queue.yaml");
+    let rules = |extra: &str| {
+        format!(
+            "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n      requests_per_unit: 10\n      algorithm: Leaky-Queue\n      burst: 5\n{extra}"
+        )
+    };
+    for extra in ["", "      delay: 2\n"] {
+        std::fs::write(&file, rules(extra))?;
+        let (code, stdout, stderr) = check_config(&[file.as_os_str()])?;
+        assert_eq!(code, 1, "{extra}: {stdout}");
+        let expected = format!("{}:7:18: leaky-queue shapes", file.display());
+        assert!(stderr.contains(&expected), "{extra}: {stderr}");
+        assert!(stderr.contains("nodelay: true"), "{stderr}");
+    }
+    for extra in ["      nodelay: true\n", "      delay: 5\n"] {
+        std::fs::write(&file, rules(extra))?;
+        let (code, stdout, stderr) = check_config(&[file.as_os_str()])?;
+        assert_eq!(code, 0, "{extra}: {stderr}");
+        assert!(stdout.contains("algorithm=leaky-queue burst=5"), "{stdout}");
+    }
+    Ok(())
+}

@@ -56,5 +56,5 @@ pub use limiter::{
     KeyedLimiter, LimitSet, LimitTarget, MultiDecision, OwnedConcurrencyPermit, decide_together,
 };
 pub use rate::{MAX_TICKS_PER_MICRO, Pace, Rate, format_duration_micros, parse_duration};
-pub use spec::{AlgorithmSpec, AnyAlgorithm};
+pub use spec::{AlgorithmSpec, AnyAlgorithm, Quota};
 pub use state_machine::{Algorithm, AlgorithmState, Op, Releasable};

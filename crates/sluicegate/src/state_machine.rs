@@ -47,7 +47,7 @@ impl Op {
             Op::Check => "check",
             Op::Peek => "peek",
             Op::Reserve { max_wait: None } => "acquire",
-            Op::Reserve { max_wait: Some(_) } => "try_acquire",
+            Op::Reserve { max_wait: Some(_) } => "try_acquire_for",
             Op::Release => "release",
             Op::Charge => "charge",
         }

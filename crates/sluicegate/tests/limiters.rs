@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sluicegate::{
-    CheckError, Clock, Concurrency, DirectLimiter, Gcra, KeyedLimiter, LimitTarget, ManualClock,
-    Op, Rate, TokenBucket, decide_together,
+    CheckError, Clock, Concurrency, DirectLimiter, Gcra, KeyedLimiter, LimitSet, LimitTarget,
+    ManualClock, Op, Rate, TokenBucket, decide_together,
 };
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
@@ -158,10 +158,10 @@ fn blocking_acquire_sleeps_the_reserved_wait_on_the_clock() -> TestResult {
     assert_eq!(limiter.acquire(ONE)?.wait(), Duration::from_millis(250));
     assert_eq!(clock.now(), 250_000);
     // Too long to wait: refused at once, nothing taken, no time passes.
-    let refused = limiter.try_acquire(ONE, Duration::from_millis(100))?;
+    let refused = limiter.try_acquire_for(ONE, Duration::from_millis(100))?;
     assert!(!refused.allowed());
     assert_eq!(clock.now(), 250_000);
-    let granted = limiter.try_acquire(ONE, Duration::from_millis(250))?;
+    let granted = limiter.try_acquire_for(ONE, Duration::from_millis(250))?;
     assert!(granted.allowed());
     assert_eq!(clock.now(), 500_000);
     Ok(())
@@ -194,7 +194,7 @@ async fn async_acquire_with_a_manual_clock() -> TestResult {
     );
     assert_eq!(clock.now(), 500_000);
     let refused = limiter
-        .try_acquire_async(&"k", ONE, Duration::from_millis(1))
+        .try_acquire_for_async(&"k", ONE, Duration::from_millis(1))
         .await?;
     assert!(!refused.allowed());
     Ok(())
@@ -285,6 +285,54 @@ fn set_algorithm_keeps_keyed_state() -> TestResult {
 }
 
 #[test]
+fn a_shared_direct_limiter_changes_rate_through_a_shared_reference() -> TestResult {
+    let clock = ManualClock::new(0);
+    let limiter = Arc::new(DirectLimiter::with_clock(
+        TokenBucket::new(Rate::per_second(10)?, 10)?,
+        clock.clone(),
+    ));
+    let _ = limiter.check_n(n(10))?;
+    let user = Arc::clone(&limiter);
+    std::thread::spawn(move || -> Result<(), sluicegate::ConfigError> {
+        user.set_algorithm(TokenBucket::new(Rate::per_second(20)?, 20)?);
+        Ok(())
+    })
+    .join()
+    .map_err(|_| "the thread panicked")??;
+    // The spent bucket stays spent at the new rate (as the keyed limiter carries it over).
+    assert_eq!(limiter.algorithm().burst(), 20);
+    let d = limiter.peek(ONE)?;
+    assert!(!d.allowed());
+    assert_eq!(d.retry_after(), Some(Duration::from_millis(50)));
+    clock.advance(Duration::from_millis(50));
+    assert!(limiter.check()?.allowed());
+    Ok(())
+}
+
+#[test]
+fn try_acquire_is_a_plain_yes_or_no_everywhere() -> TestResult {
+    let clock = ManualClock::new(0);
+    let direct = DirectLimiter::with_clock(Gcra::new(Rate::per_second(1)?, 1)?, clock.clone());
+    assert!(direct.try_acquire());
+    assert!(!direct.try_acquire());
+    let keyed = KeyedLimiter::with_clock(Gcra::new(Rate::per_second(1)?, 1)?, clock.clone());
+    assert!(keyed.try_acquire(&"a"));
+    assert!(!keyed.try_acquire(&"a"));
+    assert!(keyed.try_acquire(&"b"));
+    let set = LimitSet::with_clock(clock.clone())
+        .limit(Gcra::new(Rate::per_second(1)?, 2)?)
+        .limit(sluicegate::FixedWindow::new(1, Duration::from_secs(60))?);
+    assert!(set.try_acquire(&"a"));
+    assert!(!set.try_acquire(&"a"));
+    // A denied set took nothing from the limit that would have allowed it.
+    assert_eq!(set.limits()[0].peek(&"a", ONE)?.remaining(), 1);
+    clock.advance(Duration::from_secs(1));
+    assert!(direct.try_acquire());
+    assert!(set.check_n(&"b", ONE)?.allowed);
+    Ok(())
+}
+
+#[test]
 fn acquire_on_a_window_sleeps_until_the_retry_time() -> TestResult {
     let clock = ManualClock::new(0);
     let limiter = DirectLimiter::with_clock(
@@ -301,7 +349,7 @@ fn acquire_on_a_window_sleeps_until_the_retry_time() -> TestResult {
     let _ = limiter.acquire(ONE)?;
     assert!(
         !limiter
-            .try_acquire(ONE, Duration::from_millis(999))?
+            .try_acquire_for(ONE, Duration::from_millis(999))?
             .allowed()
     );
     assert_eq!(clock.now(), 1_000_000);
@@ -382,11 +430,15 @@ fn acquire_waits_out_a_full_nginx_queue() -> TestResult {
     // The queue is full for 100ms: a timeout of 1s is enough, one of 50ms is not.
     assert!(
         !limiter
-            .try_acquire(ONE, Duration::from_millis(50))?
+            .try_acquire_for(ONE, Duration::from_millis(50))?
             .allowed()
     );
     assert_eq!(clock.now(), 0);
-    assert!(limiter.try_acquire(ONE, Duration::from_secs(1))?.allowed());
+    assert!(
+        limiter
+            .try_acquire_for(ONE, Duration::from_secs(1))?
+            .allowed()
+    );
     assert_eq!(clock.now(), 100_000);
     assert!(limiter.acquire(ONE)?.allowed());
     assert_eq!(clock.now(), 200_000);

@@ -188,7 +188,6 @@ impl LimitInfo {
             AnyAlgorithm::SlidingWindow(a) => window_policy(a.limit(), a.window()),
             AnyAlgorithm::SmoothBursty(a) => smooth_policy(a.permits_per_second(), a.max_permits()),
             AnyAlgorithm::SmoothWarmup(a) => smooth_policy(a.permits_per_second(), a.max_permits()),
-            other => (other.limit(), 1),
         };
         LimitInfo::make(name, quota, Some(window))
     }

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use sluicegate::ConfigError;
-use sluicegate_rules::Position;
+use sluicegate_rules::{LoadErrors, Position};
 
 /// Rules or options the engine cannot serve. On reload, the rules in force stay.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -15,6 +15,10 @@ pub enum EngineError {
     /// The modes file cannot be read.
     #[error(transparent)]
     Modes(#[from] crate::serve::modes::ModeError),
+    /// Limits the service cannot honour (a leaky queue that shapes; with Redis, an algorithm
+    /// Redis does not run), each reported with its file, line and column.
+    #[error("{0}")]
+    Refused(LoadErrors),
     /// `--count-denied` with a rule whose algorithm cannot count denied requests.
     #[error(
         "{}:{position}: {rule}: algorithm {algorithm} cannot count denied requests, which \

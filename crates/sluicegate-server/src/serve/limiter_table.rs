@@ -4,11 +4,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use sluicegate::{
-    Algorithm as _, AnyAlgorithm, ConfigError, FixedWindow, Gcra, KeyedLimiter, LeakyBucket,
-    LeakyQueue, Op, QueueDelay, SlidingLog, SlidingWindow, TokenBucket,
-};
-use sluicegate_rules::{Algorithm, Limit, RuleSet};
+use sluicegate::{Algorithm as _, AnyAlgorithm, KeyedLimiter, Op};
+use sluicegate_rules::{Limit, RuleSet};
 
 use crate::serve::protocol::{CurrentLimit, EnvoyUnit};
 
@@ -58,19 +55,19 @@ pub(crate) fn build_limiter_table(
     clock: &ServiceClock,
     keys: &KeyCap,
 ) -> Result<(LimiterTable, Vec<Rerate>), EngineError> {
+    // What the rules mean is the same here as anywhere; what the service cannot do (hold a
+    // request for a shaping wait) is refused at its place in the file.
+    rules.check_for_service().map_err(EngineError::Refused)?;
     let mut rerates = Vec::new();
     let table = PerLimit::build(rules, previous, |rule, _, limit, before| {
-        let algorithm = match limit.requests_per_unit {
-            0 => None,
-            _ => Some(algorithm_for(limit)?),
-        };
+        let algorithm = limit.algorithm.clone();
         if let Some(algorithm) = &algorithm {
             if count_denied && !algorithm.supports(Op::Charge) {
                 return Err(EngineError::CannotCountDenied {
                     file: rule.source.file.clone(),
                     position: rule.source.position,
                     rule: rule.id.clone(),
-                    algorithm: limit.algorithm.name(),
+                    algorithm: limit.algorithm_name,
                 });
             }
         }
@@ -98,7 +95,8 @@ fn report_of(limit: &Limit) -> CurrentLimit {
         requests_per_unit: limit.requests_per_unit,
         unit: unit_of(window),
         window,
-        aligned: matches!(limit.algorithm, Algorithm::FixedWindow),
+        // Also a limit of zero, which has no algorithm to ask but resets as its window would.
+        aligned: limit.algorithm_name == "fixed-window",
         policy: PolicyHeader::new(
             limit.name.as_deref().unwrap_or_default(),
             limit.requests_per_unit,
@@ -117,19 +115,11 @@ fn unit_of(window: Duration) -> EnvoyUnit {
 
 /// The algorithm enforcing `limit` on `clock`, its keys counted in `keys`, or `Never` for a
 /// limit of zero.
-pub(crate) fn enforcer_for(
-    limit: &Limit,
-    clock: &ServiceClock,
-    keys: &KeyCap,
-) -> Result<Enforcer, ConfigError> {
-    if limit.requests_per_unit == 0 {
-        return Ok(Enforcer::Never);
+pub(crate) fn enforcer_for(limit: &Limit, clock: &ServiceClock, keys: &KeyCap) -> Enforcer {
+    match &limit.algorithm {
+        Some(algorithm) => Enforcer::Limiter(new_limiter(algorithm.clone(), clock, keys)),
+        None => Enforcer::Never,
     }
-    Ok(Enforcer::Limiter(new_limiter(
-        algorithm_for(limit)?,
-        clock,
-        keys,
-    )))
 }
 
 /// A limiter of `algorithm` on `clock`, its keys counted in `keys`.
@@ -139,26 +129,36 @@ fn new_limiter(algorithm: AnyAlgorithm, clock: &ServiceClock, keys: &KeyCap) -> 
     Arc::new(limiter)
 }
 
-fn algorithm_for(limit: &Limit) -> Result<AnyAlgorithm, ConfigError> {
-    let count = u64::from(limit.requests_per_unit);
-    let window = limit.window.duration();
-    let rate = || sluicegate::Rate::new(count, window);
-    Ok(match limit.algorithm {
-        Algorithm::FixedWindow => FixedWindow::new(count, window)?.into(),
-        Algorithm::SlidingLog => SlidingLog::new(count, window)?.into(),
-        Algorithm::SlidingWindow { buckets } => SlidingWindow::new(count, window, buckets)?.into(),
-        Algorithm::TokenBucket { burst } => TokenBucket::new(rate()?, burst)?.into(),
-        Algorithm::Gcra { burst } => Gcra::new(rate()?, burst)?.into(),
-        Algorithm::LeakyBucket { burst } => LeakyBucket::new(rate()?, burst)?.into(),
-        Algorithm::LeakyQueue { burst, delay } => {
-            let delay = delay.map_or(QueueDelay::NoDelay, QueueDelay::After);
-            LeakyQueue::new(rate()?, burst, delay)?.into()
-        }
-        _ => {
-            return Err(ConfigError::UnknownAlgorithm {
-                name: limit.algorithm.name().to_owned(),
-                known: Algorithm::NAMES,
-            });
-        }
-    })
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::serve::metrics::Metrics;
+    use sluicegate_redis::FailurePolicy;
+    use sluicegate_rules::LoadOptions;
+
+    fn table_of(yaml: &str) -> Result<LimiterTable, EngineError> {
+        let rules = RuleSet::from_sources(
+            &[("rules.yaml".into(), yaml.to_owned())],
+            &LoadOptions::default(),
+        )
+        .map_err(EngineError::Refused)?;
+        let keys = KeyCap::new(1000, FailurePolicy::Closed, &Metrics::default());
+        let (clock, _) = ServiceClock::manual(0);
+        build_limiter_table(&rules, None, false, &clock, &keys).map(|(table, _)| table)
+    }
+
+    #[test]
+    fn the_service_refuses_a_shaping_limit_where_it_is_written() {
+        let yaml = "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 10, algorithm: leaky-queue, burst: 5}\n";
+        let error = table_of(yaml)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(
+            error.starts_with("rules.yaml:4:66: leaky-queue shapes"),
+            "{error}"
+        );
+        let nodelay = yaml.replace("burst: 5}", "burst: 5, nodelay: true}");
+        assert!(table_of(&nodelay).is_ok());
+    }
 }

@@ -52,7 +52,7 @@ impl Overrides {
             return None;
         }
         let limit = override_limit(limit_override)?;
-        let Ok(Enforcer::Limiter(limiter)) = enforcer_for(&limit, clock, keys) else {
+        let Enforcer::Limiter(limiter) = enforcer_for(&limit, clock, keys) else {
             return None;
         };
         table.insert(limit_override, Arc::clone(&limiter));
@@ -118,7 +118,14 @@ fn override_limit(limit_override: LimitOverride) -> Option<Limit> {
     Some(Limit {
         requests_per_unit: limit_override.requests_per_unit,
         window: Window::Period(limit_override.unit.duration()?),
-        algorithm: sluicegate_rules::Algorithm::FixedWindow,
+        // A limit of zero has no algorithm: nothing passes.
+        algorithm: sluicegate::FixedWindow::new(
+            u64::from(limit_override.requests_per_unit),
+            limit_override.unit.duration()?,
+        )
+        .ok()
+        .map(Into::into),
+        algorithm_name: "fixed-window",
         name: None,
         replaces: Vec::new(),
     })

@@ -68,6 +68,12 @@ impl Gcra {
     pub fn burst(&self) -> u64 {
         self.shape.burst()
     }
+
+    /// The permits a fresh limiter starts with (the burst unless built
+    /// [`with_initial`](Self::with_initial)).
+    pub fn initial(&self) -> u64 {
+        self.shape.initial
+    }
 }
 
 impl Algorithm for Gcra {

@@ -69,6 +69,12 @@ impl TokenBucket {
     pub fn burst(&self) -> u64 {
         self.gcra.burst()
     }
+
+    /// The tokens a fresh bucket starts with (the burst unless built
+    /// [`with_initial`](Self::with_initial)).
+    pub fn initial(&self) -> u64 {
+        self.gcra.initial()
+    }
 }
 
 impl Algorithm for TokenBucket {

@@ -1,5 +1,5 @@
 //! Waiting for permits: Guava-style `acquire` (reserve, then sleep the wait) and
-//! `try_acquire(timeout)`, blocking and async.
+//! `try_acquire_for(permits, timeout)`, blocking and async.
 //!
 //! Reserving algorithms (GCRA, token bucket, leaky queue, Guava's smooth limiters) reserve in
 //! one step and report the wait. The others (windows, leaky meter) have nothing to reserve, so

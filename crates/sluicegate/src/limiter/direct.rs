@@ -1,11 +1,17 @@
 //! One limiter, one state: a global limit, or a limit per object the caller already holds.
 
 use std::num::NonZeroU64;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use arc_swap::ArcSwapOption;
+use parking_lot::Mutex;
 
 use crate::cell::StateCell;
 use crate::clock::{Clock, Micros, SystemClock};
 use crate::decision::Decision;
 use crate::error::CheckError;
+use crate::limiter::current::{CurrentAlgorithm, Held};
 use crate::state_machine::{Algorithm, AlgorithmState, Op, Releasable};
 
 type CellOf<A> = <<A as Algorithm>::State as AlgorithmState>::Cell;
@@ -26,9 +32,20 @@ type CellOf<A> = <<A as Algorithm>::State as AlgorithmState>::Cell;
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub struct DirectLimiter<A: Algorithm, C: Clock = SystemClock> {
-    algorithm: A,
+    /// The algorithm the limiter was made with, read in place by every check until the first
+    /// [`set_algorithm`](Self::set_algorithm): loading an `ArcSwap` on every check would
+    /// double the cost of the lock-free path (see BENCHMARKS.md).
+    first: A,
+    /// Set once the algorithm has been changed: checks read `current` from then on.
+    changed: AtomicBool,
+    /// The algorithm since the first change (`None` before it), swapped whole by
+    /// `set_algorithm`, so a check never sees half of a change of parameters, and read
+    /// without a lock.
+    current: ArcSwapOption<A>,
     state: CellOf<A>,
     clock: C,
+    /// Serialises changes of algorithm (checks do not take it).
+    changing: Mutex<()>,
 }
 
 impl<A: Algorithm> DirectLimiter<A, SystemClock> {
@@ -43,15 +60,30 @@ impl<A: Algorithm, C: Clock> DirectLimiter<A, C> {
     pub fn with_clock(algorithm: A, clock: C) -> Self {
         let state = <CellOf<A> as StateCell<A::State>>::new(algorithm.initial_state(clock.now()));
         DirectLimiter {
-            algorithm,
+            first: algorithm,
+            current: ArcSwapOption::empty(),
+            changed: AtomicBool::new(false),
             state,
             clock,
+            changing: Mutex::new(()),
         }
     }
 
-    /// The algorithm and its parameters.
-    pub fn algorithm(&self) -> &A {
-        &self.algorithm
+    /// The algorithm and its parameters now (a later
+    /// [`set_algorithm`](Self::set_algorithm) does not change the one returned).
+    pub fn algorithm(&self) -> CurrentAlgorithm<'_, A> {
+        match self.swapped() {
+            Some(current) => CurrentAlgorithm(Held::Shared(current)),
+            None => CurrentAlgorithm(Held::InPlace(&self.first)),
+        }
+    }
+
+    /// The algorithm swapped in by the last change, if there was one.
+    fn swapped(&self) -> Option<Arc<A>> {
+        match self.changed.load(Ordering::Acquire) {
+            true => self.current.load_full(),
+            false => None,
+        }
     }
 
     /// The clock.
@@ -93,11 +125,30 @@ impl<A: Algorithm, C: Clock> DirectLimiter<A, C> {
         permits: NonZeroU64,
         op: Op,
     ) -> Result<Decision, CheckError> {
-        let algorithm = &self.algorithm;
-        self.state.update(
-            #[inline(always)]
-            |state| algorithm.decide(state, now, permits, op),
-        )
+        // Acquire: a check that sees the flag sees the new algorithm stored before it.
+        if !self.changed.load(Ordering::Acquire) {
+            let algorithm = &self.first;
+            return self.state.update(
+                #[inline(always)]
+                |state| algorithm.decide(state, now, permits, op),
+            );
+        }
+        self.decide_changed(now, permits, op)
+    }
+
+    /// [`decide_at`](Self::decide_at) once the algorithm has been changed.
+    #[inline(never)]
+    fn decide_changed(
+        &self,
+        now: Micros,
+        permits: NonZeroU64,
+        op: Op,
+    ) -> Result<Decision, CheckError> {
+        let current = self.current.load();
+        // Stored before the flag was set, and never emptied.
+        let algorithm = current.as_deref().unwrap_or(&self.first);
+        self.state
+            .update(|state| algorithm.decide(state, now, permits, op))
     }
 
     /// Replaces the algorithm's parameters (a new rate, say), carrying the state over at the
@@ -107,12 +158,22 @@ impl<A: Algorithm, C: Clock> DirectLimiter<A, C> {
     /// With an [`AnyAlgorithm`](crate::AnyAlgorithm), switching to another *kind* of algorithm
     /// (a token bucket for a fixed window, say) has no state to carry over: the limiter starts
     /// afresh, as if created now, forgetting what was spent under the old one.
-    pub fn set_algorithm(&mut self, new: A) {
+    ///
+    /// Takes `&self`, so a limiter shared in an `Arc` can be changed while in use, as a
+    /// [`KeyedLimiter`](crate::KeyedLimiter) can: the state is carried over atomically (checks
+    /// made meanwhile are not lost), then the new parameters replace the old. A check racing
+    /// with the change is decided by the old parameters or the new, on the state before the
+    /// change or after it; concurrent changes are applied one after the other. From the first
+    /// change on, each check loads the current algorithm through an `ArcSwap` (a few
+    /// nanoseconds more than the fixed algorithm's path).
+    pub fn set_algorithm(&self, new: A) {
+        let _one_at_a_time = self.changing.lock();
+        let old = self.swapped();
+        let old = old.as_deref().unwrap_or(&self.first);
         let now = self.clock.now();
-        let mut state = self.state.snapshot();
-        self.algorithm.carry_over(&new, &mut state, now);
-        self.state.replace(state);
-        self.algorithm = new;
+        self.state.update(|state| old.carry_over(&new, state, now));
+        self.current.store(Some(Arc::new(new)));
+        self.changed.store(true, Ordering::Release);
     }
 
     /// A copy of the current state, for inspection and tests.
@@ -124,7 +185,7 @@ impl<A: Algorithm, C: Clock> DirectLimiter<A, C> {
 impl<A: Algorithm + std::fmt::Debug, C: Clock> std::fmt::Debug for DirectLimiter<A, C> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DirectLimiter")
-            .field("algorithm", &self.algorithm)
+            .field("algorithm", &*self.algorithm())
             .finish_non_exhaustive()
     }
 }

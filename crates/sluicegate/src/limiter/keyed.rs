@@ -13,6 +13,7 @@ use crate::clock::{Clock, Micros, SystemClock};
 use crate::decision::Decision;
 use crate::error::CheckError;
 use crate::limiter::budget::KeyBudget;
+use crate::limiter::current::{CurrentAlgorithm, Held};
 use crate::state_machine::{Algorithm, Op};
 
 const SHARDS: usize = 64;
@@ -140,8 +141,8 @@ impl<K: Hash + Eq + Clone, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
 
     /// The algorithm and its parameters now (a later
     /// [`set_algorithm`](Self::set_algorithm) does not change the one returned).
-    pub fn algorithm(&self) -> CurrentAlgorithm<A> {
-        CurrentAlgorithm(self.algorithm.load())
+    pub fn algorithm(&self) -> CurrentAlgorithm<'_, A> {
+        CurrentAlgorithm(Held::Guarded(self.algorithm.load()))
     }
 
     /// The clock.
@@ -458,22 +459,5 @@ impl<K, A: Algorithm + std::fmt::Debug, C: Clock> std::fmt::Debug for KeyedLimit
             .field("algorithm", &**self.algorithm.load())
             .field("max_keys", &self.max_keys)
             .finish_non_exhaustive()
-    }
-}
-
-/// A keyed limiter's algorithm as it is now, read through [`KeyedLimiter::algorithm`].
-pub struct CurrentAlgorithm<A>(arc_swap::Guard<Arc<A>>);
-
-impl<A> std::ops::Deref for CurrentAlgorithm<A> {
-    type Target = A;
-
-    fn deref(&self) -> &A {
-        &self.0
-    }
-}
-
-impl<A: std::fmt::Debug> std::fmt::Debug for CurrentAlgorithm<A> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        (**self).fmt(f)
     }
 }

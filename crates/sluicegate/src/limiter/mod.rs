@@ -2,6 +2,7 @@
 
 mod acquire;
 mod budget;
+mod current;
 mod direct;
 mod keyed;
 mod multi;
@@ -10,8 +11,9 @@ mod set;
 mod waiting;
 
 pub use budget::KeyBudget;
+pub use current::CurrentAlgorithm;
 pub use direct::DirectLimiter;
-pub use keyed::{CurrentAlgorithm, KeyedLimiter};
+pub use keyed::KeyedLimiter;
 pub use multi::{LimitTarget, MultiDecision, decide_together};
 pub use permit::{ConcurrencyPermit, KeyedConcurrencyPermit, OwnedConcurrencyPermit};
 pub use set::LimitSet;

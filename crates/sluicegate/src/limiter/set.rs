@@ -86,6 +86,12 @@ impl<K: Hash + Eq + Clone, C: Clock + Clone> LimitSet<K, C> {
         self.decide(key, permits, Op::Check)
     }
 
+    /// Takes one permit of every limit for `key` if all can give it now, without waiting
+    /// (Guava's `tryAcquire()`), as a yes or no; an error (a full key table, say) is a no.
+    pub fn try_acquire(&self, key: &K) -> bool {
+        self.check(key).is_ok_and(|decision| decision.allowed)
+    }
+
     /// What [`check_n`](Self::check_n) would answer, consuming nothing.
     pub fn peek(&self, key: &K, permits: NonZeroU64) -> Result<MultiDecision, CheckError> {
         self.decide(key, permits, Op::Peek)

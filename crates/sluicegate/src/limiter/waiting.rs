@@ -1,4 +1,4 @@
-//! `acquire` and `try_acquire` on direct and keyed limiters.
+//! `acquire`, `try_acquire_for` and Guava's plain `try_acquire` on direct and keyed limiters.
 
 use std::hash::Hash;
 use std::num::NonZeroU64;
@@ -35,12 +35,30 @@ impl<A: Algorithm, C: Clock> DirectLimiter<A, C> {
 
     /// Takes `permits` if that is possible within `timeout`, blocking for the wait; otherwise
     /// returns at once with a denial and takes nothing (Guava's `tryAcquire(n, timeout)`).
-    pub fn try_acquire(
+    pub fn try_acquire_for(
         &self,
         permits: NonZeroU64,
         timeout: Duration,
     ) -> Result<Decision, CheckError> {
         acquire_blocking(self.clock(), |op| self.decide(permits, op), Some(timeout))
+    }
+
+    /// Takes one permit if it can be had now, without waiting (Guava's `tryAcquire()`): the
+    /// same as [`try_acquire_for`](Self::try_acquire_for) one permit with no timeout, as a
+    /// yes or no. An error (one permit more than the limiter can ever grant) is a no; ask
+    /// [`check`](Self::check) for the reason.
+    ///
+    /// ```
+    /// use sluicegate::{DirectLimiter, ManualClock, SmoothBursty};
+    ///
+    /// let limiter = DirectLimiter::with_clock(SmoothBursty::per_second(1.0)?, ManualClock::new(0));
+    /// assert!(limiter.try_acquire());
+    /// assert!(!limiter.try_acquire());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn try_acquire(&self) -> bool {
+        self.try_acquire_for(NonZeroU64::MIN, Duration::ZERO)
+            .is_ok_and(|decision| decision.allowed())
     }
 
     /// The async form of [`acquire`](Self::acquire), sleeping on tokio's timer.
@@ -49,9 +67,9 @@ impl<A: Algorithm, C: Clock> DirectLimiter<A, C> {
         acquire_async(self.clock(), |op| self.decide(permits, op), None).await
     }
 
-    /// The async form of [`try_acquire`](Self::try_acquire).
+    /// The async form of [`try_acquire_for`](Self::try_acquire_for).
     #[cfg(feature = "tokio")]
-    pub async fn try_acquire_async(
+    pub async fn try_acquire_for_async(
         &self,
         permits: NonZeroU64,
         timeout: Duration,
@@ -66,8 +84,15 @@ impl<K: Hash + Eq + Clone, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         acquire_blocking(self.clock(), |op| self.decide(key, permits, op), None)
     }
 
+    /// Takes one permit for `key` if it can be had now, without waiting (Guava's
+    /// `tryAcquire()`), as a yes or no; an error (a full key table, say) is a no.
+    pub fn try_acquire(&self, key: &K) -> bool {
+        self.try_acquire_for(key, NonZeroU64::MIN, Duration::ZERO)
+            .is_ok_and(|decision| decision.allowed())
+    }
+
     /// Takes `permits` for `key` if possible within `timeout`; otherwise takes nothing.
-    pub fn try_acquire(
+    pub fn try_acquire_for(
         &self,
         key: &K,
         permits: NonZeroU64,
@@ -90,9 +115,9 @@ impl<K: Hash + Eq + Clone, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         acquire_async(self.clock(), |op| self.decide(key, permits, op), None).await
     }
 
-    /// The async form of [`try_acquire`](Self::try_acquire).
+    /// The async form of [`try_acquire_for`](Self::try_acquire_for).
     #[cfg(feature = "tokio")]
-    pub async fn try_acquire_async(
+    pub async fn try_acquire_for_async(
         &self,
         key: &K,
         permits: NonZeroU64,

@@ -29,15 +29,19 @@ macro_rules! any_algorithm {
         /// assert!(!limiter.check(&"a")?.allowed());
         /// # Ok::<(), Box<dyn std::error::Error>>(())
         /// ```
+        ///
+        /// This is the one limit type of the workspace: spec strings, rule files, the Redis
+        /// limits and the service all resolve to it. It is deliberately not
+        /// `#[non_exhaustive]`: code in other crates matches it without a `_` arm, so adding an
+        /// algorithm is a compile error everywhere it must be handled.
         #[derive(Debug, Clone, PartialEq)]
-        #[non_exhaustive]
         pub enum AnyAlgorithm {
             $($(#[$doc])* $variant($algorithm),)*
         }
 
         /// The state of an [`AnyAlgorithm`]: the state of the algorithm of the same variant.
+        /// Not `#[non_exhaustive]`, as [`AnyAlgorithm`] is not.
         #[derive(Debug, Clone, PartialEq)]
-        #[non_exhaustive]
         pub enum AnyState {
             $(#[doc = concat!("The state of [`AnyAlgorithm::", stringify!($variant), "`].")]
             $variant($state),)*
@@ -78,29 +82,26 @@ macro_rules! any_algorithm {
                 op: Op,
             ) -> Result<Decision, CheckError> {
                 match (self, &mut *state) {
-                    $((AnyAlgorithm::$variant(a), AnyState::$variant(s)) => a.decide(s, now, permits, op),)*
-                    #[allow(unreachable_patterns)]
-                    _ => self.decide_from_fresh(state, now, permits, op),
+                    $((AnyAlgorithm::$variant(a), AnyState::$variant(s)) => a.decide(s, now, permits, op),
+                    (AnyAlgorithm::$variant(_), _) => self.decide_from_fresh(state, now, permits, op),)*
                 }
             }
 
             fn is_fresh(&self, state: &AnyState, now: Micros) -> bool {
                 match (self, state) {
-                    $((AnyAlgorithm::$variant(a), AnyState::$variant(s)) => a.is_fresh(s, now),)*
                     // A state of another algorithm means nothing here: dropping it loses nothing.
-                    #[allow(unreachable_patterns)]
-                    _ => true,
+                    $((AnyAlgorithm::$variant(a), AnyState::$variant(s)) => a.is_fresh(s, now),
+                    (AnyAlgorithm::$variant(_), _) => true,)*
                 }
             }
 
             fn carry_over(&self, new: &Self, state: &mut AnyState, now: Micros) {
                 match (self, new, &mut *state) {
+                    // Another algorithm altogether starts afresh, as if created now.
                     $((AnyAlgorithm::$variant(old), AnyAlgorithm::$variant(new), AnyState::$variant(s)) => {
                         old.carry_over(new, s, now)
-                    })*
-                    // Another algorithm altogether starts afresh, as if created now.
-                    #[allow(unreachable_patterns)]
-                    _ => *state = new.initial_state(now),
+                    }
+                    (AnyAlgorithm::$variant(_), _, _) => *state = new.initial_state(now),)*
                 }
             }
         }

@@ -26,8 +26,21 @@ pub(super) struct Kind {
     pub(super) aliases: &'static [(&'static str, &'static str)],
     /// The parameters as listed in error messages.
     pub(super) expected: &'static str,
+    /// Which parameters a quota (a rule file's `requests_per_unit` per `unit`) stands for.
+    pub(super) quota: QuotaParams,
     /// Reads the values and builds the algorithm.
     pub(super) build: fn(&Params<'_>) -> Result<AnyAlgorithm, ConfigError>,
+}
+
+/// Which parameters of an algorithm a quota of `permits` per `period` fills.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum QuotaParams {
+    /// `rate=PERMITS/PERIOD` (the buckets; the smooth limiters read it as permits per second).
+    Rate,
+    /// `limit=PERMITS,window=PERIOD` (the windows).
+    LimitWindow,
+    /// `limit=PERMITS` alone (concurrency has no period).
+    Limit,
 }
 
 impl Kind {
@@ -41,9 +54,10 @@ impl Kind {
     }
 }
 
-const KINDS: &[Kind] = &[
+pub(super) const KINDS: &[Kind] = &[
     Kind {
         name: "token-bucket",
+        quota: QuotaParams::Rate,
         params: &["rate", "burst", "initial"],
         required: &["rate"],
         flags: &[],
@@ -53,6 +67,7 @@ const KINDS: &[Kind] = &[
     },
     Kind {
         name: "gcra",
+        quota: QuotaParams::Rate,
         params: &["rate", "burst", "initial"],
         required: &["rate"],
         flags: &[],
@@ -62,6 +77,7 @@ const KINDS: &[Kind] = &[
     },
     Kind {
         name: "fixed-window",
+        quota: QuotaParams::LimitWindow,
         params: &["limit", "window"],
         required: &["limit", "window"],
         flags: &[],
@@ -71,6 +87,7 @@ const KINDS: &[Kind] = &[
     },
     Kind {
         name: "sliding-log",
+        quota: QuotaParams::LimitWindow,
         params: &["limit", "window"],
         required: &["limit", "window"],
         flags: &[],
@@ -80,6 +97,7 @@ const KINDS: &[Kind] = &[
     },
     Kind {
         name: "sliding-window",
+        quota: QuotaParams::LimitWindow,
         params: &["limit", "window", "buckets"],
         required: &["limit", "window"],
         flags: &[],
@@ -89,15 +107,17 @@ const KINDS: &[Kind] = &[
     },
     Kind {
         name: "leaky-bucket",
+        quota: QuotaParams::Rate,
         params: &["rate", "capacity"],
-        required: &["rate", "capacity"],
+        required: &["rate"],
         flags: &[],
         aliases: &[("burst", "capacity")],
-        expected: "rate, capacity (or burst)",
+        expected: "rate, capacity (alias burst)",
         build: build_leaky_bucket,
     },
     Kind {
         name: "leaky-queue",
+        quota: QuotaParams::Rate,
         params: &["rate", "burst", "delay", "nodelay"],
         required: &["rate"],
         flags: &["nodelay"],
@@ -107,6 +127,7 @@ const KINDS: &[Kind] = &[
     },
     Kind {
         name: "smooth-bursty",
+        quota: QuotaParams::Rate,
         params: &["rate", "burst_seconds"],
         required: &["rate"],
         flags: &[],
@@ -116,6 +137,7 @@ const KINDS: &[Kind] = &[
     },
     Kind {
         name: "smooth-warmup",
+        quota: QuotaParams::Rate,
         params: &["rate", "warmup", "cold_factor"],
         required: &["rate", "warmup"],
         flags: &[],
@@ -125,6 +147,7 @@ const KINDS: &[Kind] = &[
     },
     Kind {
         name: "concurrency",
+        quota: QuotaParams::Limit,
         params: &["limit"],
         required: &["limit"],
         flags: &[],
@@ -257,7 +280,10 @@ fn build_sliding_window(params: &Params<'_>) -> Result<AnyAlgorithm, ConfigError
 }
 
 fn build_leaky_bucket(params: &Params<'_>) -> Result<AnyAlgorithm, ConfigError> {
-    Ok(LeakyBucket::new(params.rate("rate")?, params.count("capacity")?)?.into())
+    // As the token bucket: the rate's permits unless a capacity is given (`100/1m` holds 100).
+    let rate = params.rate("rate")?;
+    let capacity = params.optional_count("capacity")?.unwrap_or(rate.permits());
+    Ok(LeakyBucket::new(rate, capacity)?.into())
 }
 
 fn build_leaky_queue(params: &Params<'_>) -> Result<AnyAlgorithm, ConfigError> {
@@ -275,6 +301,17 @@ fn build_leaky_queue(params: &Params<'_>) -> Result<AnyAlgorithm, ConfigError> {
     };
     // nginx's default: no burst unless one is given.
     let burst = params.optional_count("burst")?.unwrap_or(0);
+    if let QueueDelay::After(d) = delay {
+        // nginx reads a delay beyond the burst as `nodelay`; a spec says `nodelay` instead, so
+        // that a typo in either number is not silently read as "never wait".
+        if d > burst {
+            return Err(ConfigError::invalid(
+                "delay",
+                d,
+                format!("delay ({d}) cannot exceed burst ({burst}); write nodelay for no wait"),
+            ));
+        }
+    }
     Ok(LeakyQueue::new(params.rate("rate")?, burst, delay)?.into())
 }
 

@@ -1,9 +1,13 @@
 //! Algorithms chosen at run time: an enum over every algorithm, and the `ALGORITHM:key=value,...`
-//! specs that name them (the `simulate` command's `--limiter`, rule files' `algorithm:`).
+//! specs that name them (the `simulate` command's `--limiter`, rule files' `algorithm:` with
+//! their quota, see [`AlgorithmSpec::from_quota`]). [`AnyAlgorithm`] is the workspace's one limit
+//! type: the algorithm with its validated parameters.
 
 mod any;
 mod build;
 mod parse;
+mod quota;
+mod render;
 mod values;
 
 #[cfg(test)]
@@ -11,3 +15,4 @@ mod tests;
 
 pub use any::{AnyAlgorithm, AnyState};
 pub use parse::AlgorithmSpec;
+pub use quota::Quota;

@@ -16,15 +16,17 @@ use crate::spec::build::{Kind, Params, kind_named};
 /// | `token-bucket`, `gcra` | `rate` (`10/s`), `[burst]` (default: the rate's permits; alias `capacity`), `[initial]` |
 /// | `fixed-window`, `sliding-log` | `limit`, `window` (`60s`) |
 /// | `sliding-window` | `limit`, `window`, `[buckets]` (none: Cloudflare's two-window estimate) |
-/// | `leaky-bucket` | `rate`, `capacity` (alias `burst`) |
-/// | `leaky-queue` | `rate`, `[burst]` (default 0, as nginx), `[delay]` (requests) or `[nodelay]` |
+/// | `leaky-bucket` | `rate`, `[capacity]` (default: the rate's permits; alias `burst`) |
+/// | `leaky-queue` | `rate`, `[burst]` (default 0, as nginx), `[delay]` (requests, at most the burst) or `[nodelay]`; neither: every request beyond the first waits its turn |
 /// | `smooth-bursty` | `rate` (permits per second: `5`, `0.5`), `[burst_seconds]` (default 1) |
 /// | `smooth-warmup` | `rate` (permits per second), `warmup` (`4s`), `[cold_factor]` (default 3) |
 /// | `concurrency` | `limit` |
 ///
 /// Rates are `N/s`, `N/1m`, `N/30s`, `0.5/s`; durations `250ms`, `4s`, `1.5s`, `1m`, `1h`.
 ///
-/// Names are case-insensitive; `_` and `-` are interchangeable in algorithm names.
+/// Names are case-insensitive; `_` and `-` are interchangeable in algorithm names. Rule files
+/// read the same table (see [`AlgorithmSpec::from_quota`]), and [`AnyAlgorithm::to_spec`]
+/// writes an algorithm back as a spec.
 ///
 /// ```
 /// use sluicegate::{AlgorithmSpec, Algorithm};
@@ -40,8 +42,8 @@ use crate::spec::build::{Kind, Params, kind_named};
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AlgorithmSpec {
-    algorithm: &'static str,
-    params: Vec<(&'static str, String)>,
+    pub(super) algorithm: &'static str,
+    pub(super) params: Vec<(&'static str, String)>,
 }
 
 impl AlgorithmSpec {
@@ -93,7 +95,12 @@ impl AlgorithmSpec {
     }
 
     /// Adds one parameter; `value` is `None` when the text had no `=`.
-    fn add(&mut self, kind: &Kind, name: &str, value: Option<&str>) -> Result<(), ConfigError> {
+    pub(super) fn add(
+        &mut self,
+        kind: &Kind,
+        name: &str,
+        value: Option<&str>,
+    ) -> Result<(), ConfigError> {
         let written = name.trim();
         let canonical = kind
             .canonical(written)

@@ -320,3 +320,76 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn every_algorithm_writes_back_the_spec_that_builds_it() -> Result<(), ConfigError> {
+    for spec in [
+        "token-bucket:rate=10/s,burst=20,initial=3",
+        "gcra:rate=0.5/s",
+        "fixed-window:limit=100,window=60s",
+        "sliding-log:limit=5,window=250ms",
+        "sliding-window:limit=100,window=1m,buckets=6",
+        "sliding-window:limit=100,window=1m",
+        "leaky-bucket:rate=10/s,capacity=4",
+        "leaky-queue:rate=10/s,burst=5,delay=2",
+        "leaky-queue:rate=10/s,burst=5,nodelay",
+        "leaky-queue:rate=10/s",
+        "smooth-bursty:rate=0.3,burst_seconds=2.5",
+        "smooth-warmup:rate=2,warmup=4s,cold_factor=3.5",
+        "concurrency:limit=3",
+    ] {
+        let algorithm: AnyAlgorithm = spec.parse()?;
+        let written = algorithm.to_string();
+        assert_eq!(
+            written.parse::<AnyAlgorithm>()?,
+            algorithm,
+            "{spec} -> {written}"
+        );
+        assert_eq!(written.parse::<AlgorithmSpec>()?, algorithm.to_spec());
+    }
+    Ok(())
+}
+
+#[test]
+fn a_quota_fills_the_rate_or_the_limit_and_window() -> Result<(), ConfigError> {
+    let minute = Duration::from_secs(60);
+    let none: [(&str, &str); 0] = [];
+    for (name, expected) in [
+        ("token-bucket", "token-bucket:rate=100/1m"),
+        ("Sliding_Window", "sliding-window:limit=100,window=1m"),
+        ("concurrency", "concurrency:limit=100"),
+        ("smooth-bursty", "smooth-bursty:rate=100/1m"),
+    ] {
+        let spec = AlgorithmSpec::from_quota(name, 100, minute, none)?;
+        assert_eq!(spec.to_string(), expected);
+        let quota = spec.to_quota()?;
+        assert_eq!(quota.permits, 100);
+    }
+    // The same aliases and checks as the text.
+    let spec = AlgorithmSpec::from_quota("gcra", 10, minute, [("CAPACITY", "4")])?;
+    assert_eq!(spec.get("burst"), Some("4"));
+    let err = AlgorithmSpec::from_quota("gcra", 10, minute, [("window", "1s")])
+        .expect_err("the quota gives the window");
+    assert!(err.to_string().contains("window"), "{err}");
+    let err = AlgorithmSpec::from_quota("gcra", 10, minute, [("brust", "4")])
+        .expect_err("a misspelt parameter");
+    assert!(err.to_string().contains("brust"), "{err}");
+    let names = AlgorithmSpec::non_quota_parameters();
+    assert!(names.contains(&"nodelay") && names.contains(&"capacity"));
+    assert!(!names.contains(&"rate") && !names.contains(&"window"));
+    Ok(())
+}
+
+#[test]
+fn a_leaky_bucket_holds_its_rate_unless_told_and_a_delay_stays_within_the_burst() {
+    let bucket: Result<AnyAlgorithm, _> = "leaky-bucket:rate=5/s".parse();
+    assert_eq!(bucket.map(|b| b.limit()).ok(), Some(5));
+    let err = "leaky-queue:rate=5/s,burst=2,delay=3"
+        .parse::<AnyAlgorithm>()
+        .expect_err("a delay beyond the burst");
+    assert!(
+        err.to_string()
+            .contains("delay (3) cannot exceed burst (2)"),
+        "{err}"
+    );
+}
