@@ -27,7 +27,7 @@ mod raw;
 mod resolve;
 mod rule;
 mod ruleset;
-mod yaml;
+pub mod yaml;
 
 pub use error::{LoadErrors, RuleError, RuleErrorKind};
 pub use matcher::Match;
