@@ -60,6 +60,9 @@ pub enum ProxyError {
         /// What is wrong with it.
         reason: String,
     },
+    /// A route's rate limit layer cannot be built.
+    #[error("a route's rate limit layer: {0}")]
+    Layer(#[from] crate::rate_limit::BuildError),
     /// A listening address cannot be bound.
     #[error("cannot listen on {address}: {source}")]
     Bind {

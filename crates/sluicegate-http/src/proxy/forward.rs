@@ -163,7 +163,10 @@ pub(crate) fn text(status: StatusCode, body: String) -> Response<UpstreamBody> {
 impl Forwarder {
     async fn forward(&self, request: Request<Incoming>) -> Response<UpstreamBody> {
         let (mut parts, body) = request.into_parts();
-        let peer = parts.extensions.get::<SocketAddr>().map(|a| a.ip().to_canonical());
+        let peer = parts
+            .extensions
+            .get::<SocketAddr>()
+            .map(|a| a.ip().to_canonical());
         drop_hop_by_hop(&mut parts.headers);
         // An h2 request names its host in the URI only; HTTP/1.1 to the upstream needs `Host`.
         if !parts.headers.contains_key(header::HOST) {
@@ -180,7 +183,11 @@ impl Forwarder {
                 &ip.to_string(),
             );
             let mut forwarded = forwarded_for(ip);
-            if let Some(host) = parts.headers.get(header::HOST).and_then(|h| h.to_str().ok()) {
+            if let Some(host) = parts
+                .headers
+                .get(header::HOST)
+                .and_then(|h| h.to_str().ok())
+            {
                 if host.bytes().all(|b| b.is_ascii_graphic() && b != b'"') {
                     forwarded.push_str(&format!(";host=\"{host}\""));
                 }
@@ -201,7 +208,10 @@ impl Forwarder {
         parts.uri = match uri {
             Ok(uri) => uri,
             Err(error) => {
-                return text(StatusCode::BAD_REQUEST, format!("bad request target: {error}\n"));
+                return text(
+                    StatusCode::BAD_REQUEST,
+                    format!("bad request target: {error}\n"),
+                );
             }
         };
         parts.version = Version::HTTP_11;
@@ -229,7 +239,10 @@ impl Forwarder {
                 tracing::warn!(error = %error_chain(&error), "proxy: the upstream failed");
                 text(
                     StatusCode::BAD_GATEWAY,
-                    format!("502 Bad Gateway: the upstream failed: {}\n", error_chain(&error)),
+                    format!(
+                        "502 Bad Gateway: the upstream failed: {}\n",
+                        error_chain(&error)
+                    ),
                 )
             }
             Err(_) => {

@@ -128,7 +128,10 @@ impl KeyExtractor for RouteExtractor {
 
     fn extract(&self, request: &RequestHead<'_>) -> Result<RouteKeys, KeyError> {
         Ok(RouteKeys(
-            self.keys.iter().map(|parts| self.key(parts, request)).collect(),
+            self.keys
+                .iter()
+                .map(|parts| self.key(parts, request))
+                .collect(),
         ))
     }
 }

@@ -159,7 +159,10 @@ impl Reader {
         known: &[&str],
     ) -> Option<Vec<(&'n str, &'n Node)>> {
         let Some(entries) = map_of(node) else {
-            self.fail(node.pos, format!("{what} must be a map, not {}", node.describe()));
+            self.fail(
+                node.pos,
+                format!("{what} must be a map, not {}", node.describe()),
+            );
             return None;
         };
         let mut out = Vec::new();
@@ -168,7 +171,10 @@ impl Reader {
             if !known.contains(&name) {
                 self.fail(
                     key.pos,
-                    format!("unknown key `{name}` in {what} (known: {})", known.join(", ")),
+                    format!(
+                        "unknown key `{name}` in {what} (known: {})",
+                        known.join(", ")
+                    ),
                 );
                 continue;
             }
@@ -184,7 +190,10 @@ impl Reader {
     fn string(&mut self, node: &Node, what: &str) -> Option<String> {
         match &node.value {
             Value::Scalar(Scalar::Null) | Value::Seq(_) | Value::Map(_) => {
-                self.fail(node.pos, format!("{what} must be a string, not {}", node.describe()));
+                self.fail(
+                    node.pos,
+                    format!("{what} must be a string, not {}", node.describe()),
+                );
                 None
             }
             _ => str_of(node).map(str::to_owned),
@@ -195,7 +204,10 @@ impl Reader {
         match node.value {
             Value::Scalar(Scalar::Bool(b)) => Some(b),
             _ => {
-                self.fail(node.pos, format!("{what} must be true or false, not {}", node.describe()));
+                self.fail(
+                    node.pos,
+                    format!("{what} must be true or false, not {}", node.describe()),
+                );
                 None
             }
         }
@@ -212,7 +224,10 @@ impl Reader {
             _ => {
                 self.fail(
                     node.pos,
-                    format!("{what} must be a status from 400 to 599, not {}", node.describe()),
+                    format!(
+                        "{what} must be a status from 400 to 599, not {}",
+                        node.describe()
+                    ),
                 );
                 None
             }
@@ -257,13 +272,19 @@ impl Reader {
             let route: &RouteDef = route;
             for (limit, pos) in route.limits.iter().zip(node) {
                 if !limits.iter().any(|l: &LimitDef| &l.name == limit) {
-                    self.fail(*pos, format!("route `{}` names no limit `{limit}`", route.name));
+                    self.fail(
+                        *pos,
+                        format!("route `{}` names no limit `{limit}`", route.name),
+                    );
                 }
             }
         }
         let routes: Vec<RouteDef> = routes.into_iter().map(|(r, _)| r).collect();
         if routes.is_empty() && self.problems.is_empty() {
-            self.fail(routes_at, "no `routes`: say which paths the limits apply to");
+            self.fail(
+                routes_at,
+                "no `routes`: say which paths the limits apply to",
+            );
         }
         Some(Rules {
             backend,
@@ -351,10 +372,15 @@ impl Reader {
         let what = format!("limit `{name}`");
         let entries = self.entries(node, &what, &["key", "spec", "max_keys"])?;
         let (mut key, mut spec, mut max_keys) = (None, None, DEFAULT_LIMIT_KEYS);
+        let mut given = (false, false);
         for (field, value) in entries {
             match field {
-                "key" => key = self.key(value),
+                "key" => {
+                    given.0 = true;
+                    key = self.key(value);
+                }
                 "spec" => {
+                    given.1 = true;
                     let text = self.string(value, "`spec`")?;
                     match text.parse::<AnyAlgorithm>() {
                         Ok(algorithm) => spec = Some((text, algorithm)),
@@ -367,20 +393,29 @@ impl Reader {
                     }
                     _ => self.fail(
                         value.pos,
-                        format!("`max_keys` must be a positive integer, not {}", value.describe()),
+                        format!(
+                            "`max_keys` must be a positive integer, not {}",
+                            value.describe()
+                        ),
                     ),
                 },
                 _ => {}
             }
         }
-        let Some((spec, algorithm)) = spec else {
-            self.fail(node.pos, format!("{what} has no `spec` (e.g. `leaky-queue:rate=10/s`)"));
-            return None;
-        };
-        let Some(key) = key else {
-            self.fail(node.pos, format!("{what} has no `key` (e.g. `key: client_ip`)"));
-            return None;
-        };
+        // A field given but wrong is reported where it is; only a missing one here.
+        if !given.1 {
+            self.fail(
+                node.pos,
+                format!("{what} has no `spec` (e.g. `leaky-queue:rate=10/s`)"),
+            );
+        }
+        if !given.0 {
+            self.fail(
+                node.pos,
+                format!("{what} has no `key` (e.g. `key: client_ip`)"),
+            );
+        }
+        let ((spec, algorithm), key) = (spec?, key?);
         Some(LimitDef {
             name,
             key,
@@ -394,7 +429,10 @@ impl Reader {
     fn key(&mut self, node: &Node) -> Option<Vec<KeyPart>> {
         let parts: Vec<Option<KeyPart>> = match &node.value {
             Value::Seq(items) if items.is_empty() => {
-                self.fail(node.pos, "`key` is an empty list: use `global` for one budget");
+                self.fail(
+                    node.pos,
+                    "`key` is an empty list: use `global` for one budget",
+                );
                 return None;
             }
             Value::Seq(items) => items.iter().map(|item| self.key_part(item)).collect(),
@@ -497,7 +535,10 @@ impl Reader {
                         self.fail(value.pos, format!("the path `{text}` must start with `/`"));
                     }
                     if path.is_some() {
-                        self.fail(value.pos, "a route has one `prefix` or one `exact`, not both");
+                        self.fail(
+                            value.pos,
+                            "a route has one `prefix` or one `exact`, not both",
+                        );
                     }
                     path = Some(if field == "exact" {
                         PathMatch::Exact(text)
@@ -538,5 +579,68 @@ impl Reader {
         }
         route.path = path;
         Some((route, positions))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn problems(text: &str) -> String {
+        match Rules::parse(Path::new("r.yaml"), text) {
+            Ok(_) => "ok".to_owned(),
+            Err(error) => error.to_string(),
+        }
+    }
+
+    #[test]
+    fn every_example_loads() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/proxy");
+        let mut loaded = 0;
+        for entry in std::fs::read_dir(&dir).expect("examples/proxy") {
+            let path = entry.expect("entry").path();
+            if path.extension().is_some_and(|e| e == "yaml") {
+                if let Err(error) = Rules::load(&path) {
+                    panic!("{error}");
+                }
+                loaded += 1;
+            }
+        }
+        assert!(loaded >= 4, "{loaded} rule files in {}", dir.display());
+    }
+
+    #[test]
+    fn errors_name_line_and_column() {
+        let text = "limits:\n  a: { key: [peer_ip, nope], spec: \"gcra:rate=1/x\" }\n  b: { spec: \"concurrency:limit=1\" }\nroutes:\n  - { prefix: x, limits: [a, c], status: 200 }\n";
+        let text = problems(text);
+        let expected = [
+            "r.yaml:2:24: unknown key part the string 'nope'",
+            "r.yaml:2:37: spec `gcra:rate=1/x`",
+            "r.yaml:3:6: limit `b` has no `key`",
+            "r.yaml:5:15: the path `x` must start with `/`",
+            "r.yaml:5:31: route `x` names no limit `c`",
+            "r.yaml:5:43: `status` must be a status from 400 to 599",
+        ];
+        for line in expected {
+            assert!(text.contains(line), "{line} not in:\n{text}");
+        }
+    }
+
+    #[test]
+    fn routes_and_limits_are_read() {
+        let text = "client_ip: { header: forwarded, trusted_proxies: [10.0.0.0/8] }\nlimits:\n  a: { key: [{ header: x-k }, method, { constant: c }], spec: \"leaky-queue:rate=2/s,burst=3,nodelay\", max_keys: 10 }\nroutes:\n  - { exact: /x, limits: a, status: 503, conn_status: 503, dry_run: true }\n  - { prefix: / }\n";
+        let rules = Rules::parse(Path::new("r.yaml"), text).expect("valid");
+        assert_eq!(rules.limits[0].max_keys, 10);
+        assert_eq!(rules.limits[0].key.len(), 3);
+        assert_eq!(rules.routes[0].name, "=/x");
+        assert_eq!(rules.routes[0].limits, ["a"]);
+        assert!(rules.routes[0].dry_run);
+        assert_eq!(rules.routes[1].path, PathMatch::Prefix("/".into()));
+        assert!(problems("").contains("r.yaml:1:1: the rule file is empty"));
+        assert!(problems("routes: [").contains("YAML syntax"));
+        assert!(
+            problems("backend: redis\nroutes: [{prefix: /}]")
+                .contains("r.yaml:1:10: backend `redis`")
+        );
     }
 }

@@ -93,12 +93,7 @@ pub async fn start(config: ProxyConfig) -> Result<Proxy, ProxyError> {
         timeout: config.upstream_timeout,
         metrics: Arc::clone(&metrics),
     });
-    let table = Table::build(&rules, &forwarder, &metrics, None).map_err(|error| {
-        ProxyError::Upstream {
-            url: config.upstream.clone(),
-            reason: error.to_string(),
-        }
-    })?;
+    let table = Table::build(&rules, &forwarder, &metrics, None)?;
     let state = Arc::new(State {
         table: ArcSwap::from_pointee(table),
         forwarder,
@@ -204,8 +199,14 @@ async fn serve(
     }
     drop(listener);
     tracing::info!("proxy: stopped accepting; finishing requests in flight");
-    if tokio::time::timeout(grace, graceful.shutdown()).await.is_err() {
-        tracing::warn!(?grace, "proxy: requests still in flight after the grace period");
+    if tokio::time::timeout(grace, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            ?grace,
+            "proxy: requests still in flight after the grace period"
+        );
     }
 }
 
@@ -224,7 +225,8 @@ async fn serve_admin(listener: TcpListener, state: Arc<State>, mut stopped: watc
             let state = Arc::clone(&state);
             async move {
                 let response = if request.uri().path() == "/metrics" {
-                    let mut response = Response::new(Full::new(Bytes::from(state.metrics.render())));
+                    let mut response =
+                        Response::new(Full::new(Bytes::from(state.metrics.render())));
                     response.headers_mut().insert(
                         http::header::CONTENT_TYPE,
                         http::HeaderValue::from_static("text/plain; version=0.0.4"),
@@ -272,11 +274,13 @@ async fn watch_rules(
         }
         last = Some(now.clone());
         let text = String::from_utf8_lossy(&now);
-        let loaded = Rules::parse(&path, &text).map_err(|e| e.to_string()).and_then(|rules| {
-            let old = state.table.load();
-            Table::build(&rules, &state.forwarder, &state.metrics, Some(&old))
-                .map_err(|e| e.to_string())
-        });
+        let loaded = Rules::parse(&path, &text)
+            .map_err(|e| e.to_string())
+            .and_then(|rules| {
+                let old = state.table.load();
+                Table::build(&rules, &state.forwarder, &state.metrics, Some(&old))
+                    .map_err(|e| e.to_string())
+            });
         match loaded {
             Ok(table) => {
                 state.table.store(Arc::new(table));
