@@ -240,6 +240,9 @@ impl Reader {
         let mut backend = BackendChoice::Memory;
         let mut client_ip = ClientIp::x_forwarded_for();
         let mut limits = Vec::new();
+        // Every limit name given, valid or not: a route naming an invalid one is not told
+        // that it does not exist.
+        let mut named = Vec::new();
         let mut routes = Vec::new();
         let mut routes_at = root.pos;
         for (name, value) in entries {
@@ -259,7 +262,7 @@ impl Reader {
                         client_ip = c;
                     }
                 }
-                "limits" => limits = self.limits(value),
+                "limits" => (limits, named) = self.limits(value),
                 "routes" => {
                     routes_at = value.pos;
                     routes = self.routes(value);
@@ -271,7 +274,7 @@ impl Reader {
         for (route, node) in &routes {
             let route: &RouteDef = route;
             for (limit, pos) in route.limits.iter().zip(node) {
-                if !limits.iter().any(|l: &LimitDef| &l.name == limit) {
+                if !named.contains(limit) {
                     self.fail(
                         *pos,
                         format!("route `{}` names no limit `{limit}`", route.name),
@@ -347,25 +350,28 @@ impl Reader {
         }
     }
 
-    fn limits(&mut self, node: &Node) -> Vec<LimitDef> {
+    /// The valid limits, and every name given.
+    fn limits(&mut self, node: &Node) -> (Vec<LimitDef>, Vec<String>) {
         let Some(entries) = map_of(node) else {
             self.fail(node.pos, "`limits` must be a map of limit names to limits");
-            return Vec::new();
+            return (Vec::new(), Vec::new());
         };
         let mut out: Vec<LimitDef> = Vec::new();
+        let mut named = Vec::new();
         for (key, value) in entries {
             let Some(name) = self.string(key, "a limit's name") else {
                 continue;
             };
-            if out.iter().any(|l| l.name == name) {
+            if named.contains(&name) {
                 self.fail(key.pos, format!("limit `{name}` defined twice"));
                 continue;
             }
+            named.push(name.clone());
             if let Some(limit) = self.limit(name, value) {
                 out.push(limit);
             }
         }
-        out
+        (out, named)
     }
 
     fn limit(&mut self, name: String, node: &Node) -> Option<LimitDef> {
@@ -558,11 +564,20 @@ impl Reader {
                         }
                     }
                 }
-                "status" => route.status = self.status(value, "`status`")?,
-                "conn_status" => route.conn_status = self.status(value, "`conn_status`")?,
-                "dry_run" => route.dry_run = self.boolean(value, "`dry_run`")?,
+                // A wrong value is reported and the default kept, so that the rest of the
+                // route is still checked.
+                "status" => {
+                    route.status = self.status(value, "`status`").unwrap_or(route.status);
+                }
+                "conn_status" => {
+                    route.conn_status = self
+                        .status(value, "`conn_status`")
+                        .unwrap_or(route.conn_status);
+                }
+                "dry_run" => route.dry_run = self.boolean(value, "`dry_run`").unwrap_or(false),
                 "headers_on_allowed" => {
-                    route.headers_on_allowed = self.boolean(value, "`headers_on_allowed`")?;
+                    route.headers_on_allowed =
+                        self.boolean(value, "`headers_on_allowed`").unwrap_or(false);
                 }
                 _ => {}
             }
@@ -614,16 +629,18 @@ mod tests {
         let text = "limits:\n  a: { key: [peer_ip, nope], spec: \"gcra:rate=1/x\" }\n  b: { spec: \"concurrency:limit=1\" }\nroutes:\n  - { prefix: x, limits: [a, c], status: 200 }\n";
         let text = problems(text);
         let expected = [
-            "r.yaml:2:24: unknown key part the string 'nope'",
-            "r.yaml:2:37: spec `gcra:rate=1/x`",
-            "r.yaml:3:6: limit `b` has no `key`",
+            "r.yaml:2:23: unknown key part the string 'nope'",
+            "r.yaml:2:36: spec `gcra:rate=1/x`",
+            "r.yaml:3:8: limit `b` has no `key`",
             "r.yaml:5:15: the path `x` must start with `/`",
-            "r.yaml:5:31: route `x` names no limit `c`",
-            "r.yaml:5:43: `status` must be a status from 400 to 599",
+            "r.yaml:5:30: route `x` names no limit `c`",
+            "r.yaml:5:42: `status` must be a status from 400 to 599",
         ];
         for line in expected {
             assert!(text.contains(line), "{line} not in:\n{text}");
         }
+        // `a` is defined, if wrongly: no route is told it does not exist.
+        assert!(!text.contains("no limit `a`"), "{text}");
     }
 
     #[test]

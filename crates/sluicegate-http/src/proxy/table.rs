@@ -85,7 +85,9 @@ impl Table {
                 }
             }
         }
-        table.prefixes.sort_by(|a, b| b.0.len().cmp(&a.0.len()));
+        table
+            .prefixes
+            .sort_by_key(|(prefix, _)| std::cmp::Reverse(prefix.len()));
         Ok(table)
     }
 
