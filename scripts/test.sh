@@ -9,6 +9,8 @@ command -v redis-server >/dev/null 2>&1 || need_apt+=(redis-server)
 # The admin page's browser test (crates/sluicegate-server/tests/admin_page.rs).
 command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
 command -v chromedriver >/dev/null 2>&1 || need_apt+=(chromium-driver)
+# The proxy's equivalence test against nginx (crates/sluicegate-server/tests/proxy_nginx.rs).
+[ -x /usr/sbin/nginx ] || need_apt+=(nginx)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "installing: ${need_apt[*]}"
   if [ "$(id -u)" -eq 0 ]; then sudo=""; else sudo="sudo"; fi

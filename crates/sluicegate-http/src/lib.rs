@@ -45,6 +45,8 @@
 //! # }
 //! ```
 
+#[cfg(feature = "proxy")]
+pub mod proxy;
 pub mod rate_limit;
 
 pub use rate_limit::{RateLimit, RateLimitLayer};

@@ -29,7 +29,7 @@ mod refuse;
 mod resolve;
 mod rule;
 mod ruleset;
-mod yaml;
+pub mod yaml;
 
 pub use error::{LoadErrors, RuleError, RuleErrorKind};
 pub use matcher::Match;

@@ -1,4 +1,5 @@
-//! A YAML document as a tree whose every node knows its line and column, built from the
+//! A YAML document as a tree whose every node knows its line and column (public for other
+//! position-keeping rule files, such as the proxy's), built from the
 //! `yaml-rust2` event stream (its own `Yaml` tree drops positions, and semantic errors such as
 //! an unknown key deep inside a descriptor must point at the key).
 
@@ -34,35 +35,46 @@ impl fmt::Display for Position {
 
 /// A scalar as YAML 1.2's core schema resolves it (quoted scalars are always strings).
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) enum Scalar {
+#[non_exhaustive]
+pub enum Scalar {
+    /// `null`, `~` or nothing.
     Null,
+    /// `true` or `false`.
     Bool(bool),
+    /// An integer.
     Int(i64),
+    /// A floating-point number, as written.
     Float(String),
+    /// Any other scalar, and every quoted one.
     Str(String),
 }
 
 /// A YAML value.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) enum Value {
+#[non_exhaustive]
+pub enum Value {
+    /// A scalar.
     Scalar(Scalar),
+    /// A list.
     Seq(Vec<Node>),
-    /// Entries in file order (rule files are small; a linear scan is fine).
+    /// A map: entries in file order (rule files are small; a linear scan is fine).
     Map(Vec<(Node, Node)>),
 }
 
 /// A value with the position where it starts.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) struct Node {
-    pub(crate) value: Value,
-    pub(crate) pos: Position,
+pub struct Node {
+    /// The value.
+    pub value: Value,
+    /// Where it starts.
+    pub pos: Position,
     /// A scalar as written (yaml.v2 decodes `True` or `0x1F` into a string field as written).
-    pub(crate) text: String,
+    pub text: String,
 }
 
 impl Node {
     /// A short description of the node for error messages (`a list`, `the number 0.25`, ...).
-    pub(crate) fn describe(&self) -> String {
+    pub fn describe(&self) -> String {
         match &self.value {
             Value::Scalar(Scalar::Null) => "null".to_owned(),
             Value::Scalar(Scalar::Bool(b)) => format!("the boolean {b}"),
@@ -78,19 +90,21 @@ impl Node {
 /// A syntax error, with where the parser stopped.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{message} at {pos}")]
-pub(crate) struct SyntaxError {
-    pub(crate) message: String,
-    pub(crate) pos: Position,
+pub struct SyntaxError {
+    /// What the parser found wrong.
+    pub message: String,
+    /// Where.
+    pub pos: Position,
 }
 
 /// The deepest nesting of lists and maps a rule file may have: far more than any rule file
 /// needs (a level of descriptors is two), as deep as YAML's flow collections may go in the
 /// parser anyway, and shallow enough that the tree (dropped recursively) and the recursive
 /// passes over descriptors stay far from the end of a thread's stack.
-pub(crate) const MAX_DEPTH: usize = 256;
+pub const MAX_DEPTH: usize = 256;
 
 /// Parses the first document of `text`. An empty stream is `None`.
-pub(crate) fn parse(text: &str) -> Result<Option<Node>, SyntaxError> {
+pub fn parse(text: &str) -> Result<Option<Node>, SyntaxError> {
     let mut builder = TreeBuilder::default();
     let mut parser = Parser::new_from_str(text);
     // The parser's own `load` recurses once per level of nesting, so a line of `- - - ...`

@@ -1,6 +1,7 @@
 //! The `sluicegate` command.
 
 mod check_config;
+mod proxy_cmd;
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
@@ -19,6 +20,9 @@ enum Command {
     Simulate(sluicegate_server::simulate::SimulateArgs),
     /// Serve the rate limit service: Envoy's gRPC API and HTTP JSON.
     Serve(sluicegate_server::serve::ServeArgs),
+    /// Rate limit requests in front of an HTTP upstream: a reverse proxy with nginx's
+    /// `limit_req` / `limit_conn` and more (rules: docs/proxy.md).
+    Proxy(proxy_cmd::ProxyArgs),
 }
 
 fn main() -> anyhow::Result<ExitCode> {
@@ -34,6 +38,10 @@ fn main() -> anyhow::Result<ExitCode> {
         }
         Command::Simulate(args) => sluicegate_server::simulate::run(args)?,
         Command::Serve(args) => serve(&args)?,
+        Command::Proxy(args) => {
+            init_logging(args.log_json);
+            proxy_cmd::run(&args, shutdown_signal())?;
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

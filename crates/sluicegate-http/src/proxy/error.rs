@@ -1,0 +1,74 @@
+//! What can go wrong loading a rule file or starting the proxy.
+
+use std::path::PathBuf;
+
+use sluicegate_rules::Position;
+
+/// One problem in a rule file, where it is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RuleProblem {
+    /// Line and column.
+    pub pos: Position,
+    /// What is wrong.
+    pub message: String,
+}
+
+/// A rule file that cannot be used.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RuleFileError {
+    /// The file cannot be read.
+    #[error("{}: {source}", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The file is read but wrong: every problem, as `file:line:column: message` lines.
+    #[error("{}", render(path, problems))]
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// Every problem found, in file order.
+        problems: Vec<RuleProblem>,
+    },
+}
+
+fn render(path: &std::path::Path, problems: &[RuleProblem]) -> String {
+    let mut sorted: Vec<&RuleProblem> = problems.iter().collect();
+    sorted.sort_by_key(|p| p.pos);
+    let lines: Vec<String> = sorted
+        .iter()
+        .map(|p| format!("{}:{}: {}", path.display(), p.pos, p.message))
+        .collect();
+    lines.join("\n")
+}
+
+/// The proxy cannot start.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ProxyError {
+    /// The rule file cannot be used.
+    #[error(transparent)]
+    Rules(#[from] RuleFileError),
+    /// The upstream URL is not `http://host[:port][/]`.
+    #[error("upstream `{url}`: {reason}")]
+    Upstream {
+        /// The URL as given.
+        url: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A route's rate limit layer cannot be built.
+    #[error("a route's rate limit layer: {0}")]
+    Layer(#[from] crate::rate_limit::BuildError),
+    /// A listening address cannot be bound.
+    #[error("cannot listen on {address}: {source}")]
+    Bind {
+        /// The address.
+        address: std::net::SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+}

@@ -1,0 +1,272 @@
+//! Forwarding to the upstream: the request rewritten as a reverse proxy must (hop-by-hop
+//! fields dropped, `X-Forwarded-For` and `Forwarded` appended), sent on a pooled keep-alive
+//! connection, bodies streamed both ways; errors answered 502 / 504 with a text body.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::net::{IpAddr, SocketAddr};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::header::{self, HeaderName, HeaderValue};
+use http::uri::{Authority, Scheme};
+use http::{HeaderMap, Request, Response, StatusCode, Uri, Version};
+use http_body_util::{Either, Full};
+use hyper::body::Incoming;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use tower_service::Service;
+
+use crate::proxy::error::ProxyError;
+use crate::proxy::metrics::{Metrics, RouteCounters};
+
+/// A response body: the upstream's, streamed, or the proxy's own short text.
+pub type UpstreamBody = Either<Incoming, Full<Bytes>>;
+
+/// Where requests go.
+#[derive(Debug, Clone)]
+pub(crate) struct Target {
+    scheme: Scheme,
+    authority: Authority,
+}
+
+impl Target {
+    /// Reads `http://host[:port][/]`.
+    pub(crate) fn parse(url: &str) -> Result<Target, ProxyError> {
+        let bad = |reason: &str| ProxyError::Upstream {
+            url: url.to_owned(),
+            reason: reason.to_owned(),
+        };
+        let uri: Uri = url.parse().map_err(|_| bad("not a URL"))?;
+        if uri.scheme() != Some(&Scheme::HTTP) {
+            return Err(bad("only http:// upstreams are supported"));
+        }
+        let authority = uri.authority().cloned().ok_or_else(|| bad("no host"))?;
+        if !matches!(uri.path(), "" | "/") || uri.query().is_some() {
+            return Err(bad("a path or query in the upstream URL is not supported"));
+        }
+        Ok(Target {
+            scheme: Scheme::HTTP,
+            authority,
+        })
+    }
+}
+
+/// The client every route shares: one pool of keep-alive connections.
+pub(crate) type UpstreamClient = Client<HttpConnector, Incoming>;
+
+pub(crate) fn client(connect_timeout: Duration) -> UpstreamClient {
+    let mut connector = HttpConnector::new();
+    connector.set_nodelay(true);
+    connector.set_connect_timeout(Some(connect_timeout));
+    Client::builder(TokioExecutor::new())
+        .pool_idle_timeout(Duration::from_secs(90))
+        .pool_max_idle_per_host(1024)
+        .build(connector)
+}
+
+/// The shared part of every route's upstream service.
+pub(crate) struct Forwarder {
+    pub(crate) client: UpstreamClient,
+    pub(crate) target: Target,
+    pub(crate) timeout: Duration,
+    pub(crate) metrics: Arc<Metrics>,
+}
+
+/// The service a route's limits wrap: forwards to the upstream, counting what it passes.
+#[derive(Clone)]
+pub(crate) struct Upstream {
+    pub(crate) forwarder: Arc<Forwarder>,
+    pub(crate) counters: Arc<RouteCounters>,
+}
+
+impl Service<Request<Incoming>> for Upstream {
+    type Response = Response<UpstreamBody>;
+    type Error = Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Infallible>> + Send>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: Request<Incoming>) -> Self::Future {
+        Metrics::count(&self.counters.passed);
+        let forwarder = Arc::clone(&self.forwarder);
+        Box::pin(async move { Ok(forwarder.forward(request).await) })
+    }
+}
+
+/// Fields that describe one connection, not the message: never forwarded (RFC 9110 7.6.1).
+const HOP_BY_HOP: [HeaderName; 8] = [
+    header::CONNECTION,
+    HeaderName::from_static("keep-alive"),
+    HeaderName::from_static("proxy-connection"),
+    header::PROXY_AUTHENTICATE,
+    header::PROXY_AUTHORIZATION,
+    header::TE,
+    header::TRAILER,
+    header::TRANSFER_ENCODING,
+];
+
+fn drop_hop_by_hop(headers: &mut HeaderMap) {
+    // Fields the `Connection` field names are hop-by-hop too.
+    let named: Vec<HeaderName> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
+        .collect();
+    for name in named.iter().chain(HOP_BY_HOP.iter()) {
+        headers.remove(name);
+    }
+    headers.remove(header::UPGRADE);
+}
+
+/// `value` appended to the list in every `name` field, as one field.
+fn append_list(headers: &mut HeaderMap, name: HeaderName, value: &str) {
+    let mut joined = String::new();
+    for old in headers.get_all(&name) {
+        if let Ok(old) = old.to_str() {
+            joined.push_str(old);
+            joined.push_str(", ");
+        }
+    }
+    joined.push_str(value);
+    if let Ok(value) = HeaderValue::try_from(joined) {
+        headers.insert(name, value);
+    }
+}
+
+fn forwarded_for(ip: IpAddr) -> String {
+    match ip {
+        IpAddr::V4(v4) => format!("for={v4}"),
+        IpAddr::V6(v6) => format!("for=\"[{v6}]\""),
+    }
+}
+
+/// A short text answer from the proxy itself.
+pub(crate) fn text(status: StatusCode, body: String) -> Response<UpstreamBody> {
+    let mut response = Response::new(Either::Right(Full::new(Bytes::from(body))));
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    response
+}
+
+impl Forwarder {
+    async fn forward(&self, request: Request<Incoming>) -> Response<UpstreamBody> {
+        let (mut parts, body) = request.into_parts();
+        let peer = parts
+            .extensions
+            .get::<SocketAddr>()
+            .map(|a| a.ip().to_canonical());
+        drop_hop_by_hop(&mut parts.headers);
+        // An h2 request names its host in the URI only; HTTP/1.1 to the upstream needs `Host`.
+        if !parts.headers.contains_key(header::HOST) {
+            if let Some(authority) = parts.uri.authority() {
+                if let Ok(host) = HeaderValue::from_str(authority.as_str()) {
+                    parts.headers.insert(header::HOST, host);
+                }
+            }
+        }
+        if let Some(ip) = peer {
+            append_list(
+                &mut parts.headers,
+                HeaderName::from_static("x-forwarded-for"),
+                &ip.to_string(),
+            );
+            let mut forwarded = forwarded_for(ip);
+            if let Some(host) = parts
+                .headers
+                .get(header::HOST)
+                .and_then(|h| h.to_str().ok())
+            {
+                if host.bytes().all(|b| b.is_ascii_graphic() && b != b'"') {
+                    forwarded.push_str(&format!(";host=\"{host}\""));
+                }
+            }
+            forwarded.push_str(";proto=http");
+            append_list(&mut parts.headers, header::FORWARDED, &forwarded);
+        }
+        let path = parts
+            .uri
+            .path_and_query()
+            .cloned()
+            .unwrap_or_else(|| http::uri::PathAndQuery::from_static("/"));
+        let uri = Uri::builder()
+            .scheme(self.target.scheme.clone())
+            .authority(self.target.authority.clone())
+            .path_and_query(path)
+            .build();
+        parts.uri = match uri {
+            Ok(uri) => uri,
+            Err(error) => {
+                return text(
+                    StatusCode::BAD_REQUEST,
+                    format!("bad request target: {error}\n"),
+                );
+            }
+        };
+        parts.version = Version::HTTP_11;
+        let request = Request::from_parts(parts, body);
+        match tokio::time::timeout(self.timeout, self.client.request(request)).await {
+            Ok(Ok(response)) => {
+                let (mut parts, body) = response.into_parts();
+                drop_hop_by_hop(&mut parts.headers);
+                Response::from_parts(parts, Either::Left(body))
+            }
+            Ok(Err(error)) if error.is_connect() => {
+                Metrics::count(&self.metrics.upstream_connect_errors);
+                tracing::warn!(error = %error_chain(&error), "proxy: cannot connect to the upstream");
+                text(
+                    StatusCode::BAD_GATEWAY,
+                    format!(
+                        "502 Bad Gateway: cannot connect to the upstream {}: {}\n",
+                        self.target.authority,
+                        error_chain(&error)
+                    ),
+                )
+            }
+            Ok(Err(error)) => {
+                Metrics::count(&self.metrics.upstream_other_errors);
+                tracing::warn!(error = %error_chain(&error), "proxy: the upstream failed");
+                text(
+                    StatusCode::BAD_GATEWAY,
+                    format!(
+                        "502 Bad Gateway: the upstream failed: {}\n",
+                        error_chain(&error)
+                    ),
+                )
+            }
+            Err(_) => {
+                Metrics::count(&self.metrics.upstream_timeouts);
+                text(
+                    StatusCode::GATEWAY_TIMEOUT,
+                    format!(
+                        "504 Gateway Timeout: the upstream {} did not answer within {:?}\n",
+                        self.target.authority, self.timeout
+                    ),
+                )
+            }
+        }
+    }
+}
+
+/// An error and its causes, `: `-separated (hyper's own message is only the outermost).
+fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}

@@ -1,0 +1,147 @@
+//! Prometheus metrics: requests by route and outcome, upstream errors, reloads.
+
+use std::collections::HashMap;
+use std::fmt::Write;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use parking_lot::Mutex;
+
+use crate::rate_limit::Stats;
+
+/// One route's counts, kept across reloads (by route name).
+#[derive(Default)]
+pub(crate) struct RouteCounters {
+    /// Requests passed on to the upstream.
+    pub(crate) passed: AtomicU64,
+    /// What the route's layers counted, those replaced by a reload folded in.
+    folded: Mutex<Stats>,
+    /// The current layer's counts, read at each scrape.
+    current: Mutex<Option<Box<dyn Fn() -> Stats + Send + Sync>>>,
+}
+
+impl RouteCounters {
+    /// Counts from now on what `stats` reads (the new layer), folding in the old layer's.
+    pub(crate) fn follow(&self, stats: Option<Box<dyn Fn() -> Stats + Send + Sync>>) {
+        let mut current = self.current.lock();
+        if let Some(old) = current.take() {
+            let old = old();
+            let mut folded = self.folded.lock();
+            folded.delayed += old.delayed;
+            folded.denied += old.denied;
+            folded.dry_run_denied += old.dry_run_denied;
+            folded.backend_errors += old.backend_errors;
+            folded.missing_key += old.missing_key;
+        }
+        *current = stats;
+    }
+
+    fn stats(&self) -> Stats {
+        let mut stats = *self.folded.lock();
+        if let Some(now) = self.current.lock().as_ref() {
+            let now = now();
+            stats.delayed += now.delayed;
+            stats.denied += now.denied;
+            stats.dry_run_denied += now.dry_run_denied;
+            stats.backend_errors += now.backend_errors;
+        }
+        stats
+    }
+}
+
+/// Every count the admin address serves.
+#[derive(Default)]
+pub(crate) struct Metrics {
+    routes: Mutex<HashMap<String, Arc<RouteCounters>>>,
+    pub(crate) upstream_connect_errors: AtomicU64,
+    pub(crate) upstream_timeouts: AtomicU64,
+    pub(crate) upstream_other_errors: AtomicU64,
+    pub(crate) reloads_ok: AtomicU64,
+    pub(crate) reloads_failed: AtomicU64,
+}
+
+impl Metrics {
+    /// The counters of route `name`, made on first use.
+    pub(crate) fn route(&self, name: &str) -> Arc<RouteCounters> {
+        Arc::clone(self.routes.lock().entry(name.to_owned()).or_default())
+    }
+
+    pub(crate) fn count(counter: &AtomicU64) {
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The Prometheus text exposition.
+    pub(crate) fn render(&self) -> String {
+        let mut out = String::new();
+        let read = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        out.push_str(
+            "# HELP sluicegate_proxy_requests_total Requests by route and outcome: allowed \
+             (passed at once), delayed (passed after a shaping wait), limited (rejected), \
+             dry_run (would have been rejected, passed).\n\
+             # TYPE sluicegate_proxy_requests_total counter\n",
+        );
+        let mut routes: Vec<(String, Arc<RouteCounters>)> = self
+            .routes
+            .lock()
+            .iter()
+            .map(|(k, v)| (k.clone(), Arc::clone(v)))
+            .collect();
+        routes.sort_by(|a, b| a.0.cmp(&b.0));
+        for (name, counters) in routes {
+            let stats = counters.stats();
+            let passed = read(&counters.passed);
+            let allowed = passed.saturating_sub(stats.delayed + stats.dry_run_denied);
+            let outcomes = [
+                ("allowed", allowed),
+                ("delayed", stats.delayed),
+                ("limited", stats.denied + stats.backend_errors),
+                ("dry_run", stats.dry_run_denied),
+            ];
+            for (outcome, n) in outcomes {
+                let _ = writeln!(
+                    out,
+                    "sluicegate_proxy_requests_total{{route=\"{}\",outcome=\"{outcome}\"}} {n}",
+                    escape(&name)
+                );
+            }
+        }
+        out.push_str(
+            "# HELP sluicegate_proxy_upstream_errors_total Requests the upstream did not answer: \
+             connect (502), timeout (504), other (502).\n\
+             # TYPE sluicegate_proxy_upstream_errors_total counter\n",
+        );
+        for (kind, c) in [
+            ("connect", &self.upstream_connect_errors),
+            ("timeout", &self.upstream_timeouts),
+            ("other", &self.upstream_other_errors),
+        ] {
+            let _ = writeln!(
+                out,
+                "sluicegate_proxy_upstream_errors_total{{kind=\"{kind}\"}} {}",
+                read(c)
+            );
+        }
+        out.push_str(
+            "# HELP sluicegate_proxy_reloads_total Rule file reloads: ok, or failed (old rules \
+             kept).\n# TYPE sluicegate_proxy_reloads_total counter\n",
+        );
+        let _ = writeln!(
+            out,
+            "sluicegate_proxy_reloads_total{{result=\"ok\"}} {}",
+            read(&self.reloads_ok)
+        );
+        let _ = writeln!(
+            out,
+            "sluicegate_proxy_reloads_total{{result=\"failed\"}} {}",
+            read(&self.reloads_failed)
+        );
+        out
+    }
+}
+
+fn escape(label: &str) -> String {
+    label
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}

@@ -1,0 +1,37 @@
+//! `sluicegate proxy`: a reverse proxy that rate limits requests before they reach any HTTP
+//! upstream, as nginx's `limit_req` and `limit_conn` do, on Sluicegate's algorithms.
+//!
+//! Clients connect over HTTP/1.1 or h2 (prior knowledge); requests are passed to the upstream
+//! over pooled keep-alive HTTP/1.1 connections with their bodies streamed both ways,
+//! hop-by-hop fields dropped, and the peer's address appended to `X-Forwarded-For` and
+//! `Forwarded`. An upstream that refuses the connection is answered 502, one that does not
+//! answer in time 504, each with a text body saying so.
+//!
+//! The [rule file](Rules) names limits (each a key made of parts, as Envoy's `rate_limits`
+//! actions make descriptors, and a spec of the core: `leaky-queue:rate=10/s,burst=20,nodelay`,
+//! `concurrency:limit=10`) and routes (an exact path or a prefix, the limits applied, the
+//! denial status, dry run). A route's limits are decided together, all or nothing, each on its
+//! own key, through the [`RateLimitLayer`](crate::rate_limit::RateLimitLayer). The file is
+//! re-read when it changes; one that does not load is logged with its `file:line:column`
+//! errors and the rules in force stay. docs/proxy.md has the format and the table of nginx
+//! directives and their equivalents.
+//!
+//! Metrics (`/metrics` on the admin address): `sluicegate_proxy_requests_total{route,outcome}`
+//! (outcome `allowed`, `delayed`, `limited`, `dry_run`),
+//! `sluicegate_proxy_upstream_errors_total{kind}`, `sluicegate_proxy_reloads_total{result}`.
+
+mod backend;
+mod error;
+mod forward;
+mod key;
+mod metrics;
+mod rules;
+mod server;
+mod table;
+
+pub use error::{ProxyError, RuleFileError, RuleProblem};
+pub use forward::UpstreamBody;
+pub use key::{KeyBytes, KeyPart, RouteKeys};
+pub use rules::{BackendChoice, DEFAULT_LIMIT_KEYS, LimitDef, PathMatch, RouteDef, Rules};
+pub use server::{Proxy, ProxyConfig, start};
+pub use table::ProxyBody;

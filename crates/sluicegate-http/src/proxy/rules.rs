@@ -1,0 +1,663 @@
+//! The proxy's rule file: how a request becomes a key, which limits apply on which route.
+//!
+//! Read from YAML with every node's line and column kept, so that every error names
+//! `file:line:column`; all errors of a file are reported together.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use http::{HeaderName, StatusCode};
+use sluicegate::AnyAlgorithm;
+use sluicegate_rules::Position;
+use sluicegate_rules::yaml::{self, Node, Scalar, Value};
+
+use crate::proxy::error::{RuleFileError, RuleProblem};
+use crate::proxy::key::{ClientIpSource, KeyPart};
+use crate::rate_limit::key::ClientIp;
+
+/// Keys a limit holds at most unless `max_keys` says (about what nginx stores in a 10 MB
+/// zone of `$binary_remote_addr` keys).
+pub const DEFAULT_LIMIT_KEYS: usize = 160_000;
+
+/// A rule file, validated.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct Rules {
+    /// Where the counters are kept.
+    pub backend: BackendChoice,
+    /// How `client_ip` is read.
+    pub client_ip: ClientIp,
+    /// The limits, by name, in file order.
+    pub limits: Vec<LimitDef>,
+    /// The routes, in file order.
+    pub routes: Vec<RouteDef>,
+}
+
+/// Where the limits' counters are kept.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum BackendChoice {
+    /// In this process (one proxy, one budget).
+    Memory,
+}
+
+/// One limit: nginx's `limit_req_zone` / `limit_conn_zone` with its `limit_req` /
+/// `limit_conn` options.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct LimitDef {
+    /// Its name (the zone's), in the response fields and metrics.
+    pub name: String,
+    /// What the key is made of, in order (a tuple when several).
+    pub key: Vec<KeyPart>,
+    /// The algorithm, from its spec string.
+    pub algorithm: AnyAlgorithm,
+    /// The spec as written.
+    pub spec: String,
+    /// Keys held at most (nginx's zone size).
+    pub max_keys: usize,
+}
+
+/// How a route matches a path.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum PathMatch {
+    /// The path is exactly this (nginx `location = /x`).
+    Exact(String),
+    /// The path starts with this (nginx `location /x`); the longest prefix wins.
+    Prefix(String),
+}
+
+/// One route: which requests, which limits, how they are answered.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct RouteDef {
+    /// Its name in metrics and in the `route` key part (the pattern unless named).
+    pub name: String,
+    /// Which paths.
+    pub path: PathMatch,
+    /// The names of the limits applied, decided together (all or nothing).
+    pub limits: Vec<String>,
+    /// The status of a request a rate limit rejects (nginx `limit_req_status`).
+    pub status: StatusCode,
+    /// The status of a request a concurrency limit rejects (nginx `limit_conn_status`).
+    pub conn_status: StatusCode,
+    /// Decide and count, but let everything through at once (nginx `limit_req_dry_run`).
+    pub dry_run: bool,
+    /// Whether allowed responses carry the rate limit fields too.
+    pub headers_on_allowed: bool,
+}
+
+impl Rules {
+    /// Reads and validates the rule file at `path`.
+    pub fn load(path: &Path) -> Result<Rules, RuleFileError> {
+        let text = std::fs::read_to_string(path).map_err(|source| RuleFileError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        Rules::parse(path, &text)
+    }
+
+    /// Validates `text`, the contents of the file `path` (named in errors).
+    pub fn parse(path: &Path, text: &str) -> Result<Rules, RuleFileError> {
+        let mut reader = Reader {
+            problems: Vec::new(),
+        };
+        let rules = match yaml::parse(text) {
+            Ok(Some(root)) => reader.rules(&root),
+            Ok(None) => {
+                reader.fail(Position { line: 1, column: 1 }, "the rule file is empty");
+                None
+            }
+            Err(error) => {
+                reader.fail(error.pos, format!("YAML syntax: {}", error.message));
+                None
+            }
+        };
+        match rules {
+            Some(rules) if reader.problems.is_empty() => Ok(rules),
+            _ => Err(RuleFileError::Invalid {
+                path: path.to_owned(),
+                problems: reader.problems,
+            }),
+        }
+    }
+}
+
+struct Reader {
+    problems: Vec<RuleProblem>,
+}
+
+fn str_of(node: &Node) -> Option<&str> {
+    match &node.value {
+        Value::Scalar(Scalar::Str(s)) => Some(s),
+        Value::Scalar(_) => Some(&node.text),
+        _ => None,
+    }
+}
+
+fn map_of(node: &Node) -> Option<&[(Node, Node)]> {
+    match &node.value {
+        Value::Map(entries) => Some(entries),
+        _ => None,
+    }
+}
+
+impl Reader {
+    fn fail(&mut self, pos: Position, message: impl Into<String>) {
+        self.problems.push(RuleProblem {
+            pos,
+            message: message.into(),
+        });
+    }
+
+    /// The entries of a map, or a problem; keys not in `known` are problems too.
+    fn entries<'n>(
+        &mut self,
+        node: &'n Node,
+        what: &str,
+        known: &[&str],
+    ) -> Option<Vec<(&'n str, &'n Node)>> {
+        let Some(entries) = map_of(node) else {
+            self.fail(
+                node.pos,
+                format!("{what} must be a map, not {}", node.describe()),
+            );
+            return None;
+        };
+        let mut out = Vec::new();
+        for (key, value) in entries {
+            let name = str_of(key).unwrap_or("");
+            if !known.contains(&name) {
+                self.fail(
+                    key.pos,
+                    format!(
+                        "unknown key `{name}` in {what} (known: {})",
+                        known.join(", ")
+                    ),
+                );
+                continue;
+            }
+            if out.iter().any(|(n, _)| *n == name) {
+                self.fail(key.pos, format!("`{name}` given twice in {what}"));
+                continue;
+            }
+            out.push((name, value));
+        }
+        Some(out)
+    }
+
+    fn string(&mut self, node: &Node, what: &str) -> Option<String> {
+        match &node.value {
+            Value::Scalar(Scalar::Null) | Value::Seq(_) | Value::Map(_) => {
+                self.fail(
+                    node.pos,
+                    format!("{what} must be a string, not {}", node.describe()),
+                );
+                None
+            }
+            _ => str_of(node).map(str::to_owned),
+        }
+    }
+
+    fn boolean(&mut self, node: &Node, what: &str) -> Option<bool> {
+        match node.value {
+            Value::Scalar(Scalar::Bool(b)) => Some(b),
+            _ => {
+                self.fail(
+                    node.pos,
+                    format!("{what} must be true or false, not {}", node.describe()),
+                );
+                None
+            }
+        }
+    }
+
+    fn status(&mut self, node: &Node, what: &str) -> Option<StatusCode> {
+        let code = match node.value {
+            Value::Scalar(Scalar::Int(i)) => u16::try_from(i).ok(),
+            _ => None,
+        };
+        // nginx accepts 400 to 599 for its `limit_req_status` / `limit_conn_status`.
+        match code.and_then(|c| StatusCode::from_u16(c).ok()) {
+            Some(status) if (400..600).contains(&status.as_u16()) => Some(status),
+            _ => {
+                self.fail(
+                    node.pos,
+                    format!(
+                        "{what} must be a status from 400 to 599, not {}",
+                        node.describe()
+                    ),
+                );
+                None
+            }
+        }
+    }
+
+    fn rules(&mut self, root: &Node) -> Option<Rules> {
+        let known = ["backend", "client_ip", "limits", "routes"];
+        let entries = self.entries(root, "the rule file", &known)?;
+        let mut backend = BackendChoice::Memory;
+        let mut client_ip = ClientIp::x_forwarded_for();
+        let mut limits = Vec::new();
+        // Every limit name given, valid or not: a route naming an invalid one is not told
+        // that it does not exist.
+        let mut named = Vec::new();
+        let mut routes = Vec::new();
+        let mut routes_at = root.pos;
+        for (name, value) in entries {
+            match name {
+                "backend" => match self.string(value, "`backend`").as_deref() {
+                    Some("memory") | None => backend = BackendChoice::Memory,
+                    Some(other) => self.fail(
+                        value.pos,
+                        format!(
+                            "backend `{other}` is not available in this build of the proxy \
+                             (known: memory)"
+                        ),
+                    ),
+                },
+                "client_ip" => {
+                    if let Some(c) = self.client_ip(value) {
+                        client_ip = c;
+                    }
+                }
+                "limits" => (limits, named) = self.limits(value),
+                "routes" => {
+                    routes_at = value.pos;
+                    routes = self.routes(value);
+                }
+                _ => {}
+            }
+        }
+        // Every limit a route names must exist.
+        for (route, node) in &routes {
+            let route: &RouteDef = route;
+            for (limit, pos) in route.limits.iter().zip(node) {
+                if !named.contains(limit) {
+                    self.fail(
+                        *pos,
+                        format!("route `{}` names no limit `{limit}`", route.name),
+                    );
+                }
+            }
+        }
+        let routes: Vec<RouteDef> = routes.into_iter().map(|(r, _)| r).collect();
+        if routes.is_empty() && self.problems.is_empty() {
+            self.fail(
+                routes_at,
+                "no `routes`: say which paths the limits apply to",
+            );
+        }
+        Some(Rules {
+            backend,
+            client_ip,
+            limits,
+            routes,
+        })
+    }
+
+    fn client_ip(&mut self, node: &Node) -> Option<ClientIp> {
+        let entries = self.entries(node, "`client_ip`", &["header", "trusted_proxies"])?;
+        let mut source = ClientIpSource::XForwardedFor;
+        let mut trusted: Vec<String> = Vec::new();
+        let mut at = node.pos;
+        for (name, value) in entries {
+            match name {
+                "header" => {
+                    let text = self.string(value, "`client_ip.header`")?;
+                    match ClientIpSource::parse(&text) {
+                        Some(s) => source = s,
+                        None => self.fail(
+                            value.pos,
+                            format!(
+                                "`client_ip.header` is `{text}`: one of x-forwarded-for, \
+                                 forwarded, x-real-ip"
+                            ),
+                        ),
+                    }
+                }
+                "trusted_proxies" => {
+                    at = value.pos;
+                    let Value::Seq(items) = &value.value else {
+                        self.fail(value.pos, "`trusted_proxies` must be a list of CIDR blocks");
+                        continue;
+                    };
+                    for item in items {
+                        if let Some(text) = self.string(item, "a trusted proxy") {
+                            if ClientIp::x_forwarded_for()
+                                .trusted_proxies([text.as_str()])
+                                .is_err()
+                            {
+                                self.fail(
+                                    item.pos,
+                                    format!("`{text}` is not an IP address or CIDR block"),
+                                );
+                            }
+                            trusted.push(text);
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        match source.extractor().trusted_proxies(&trusted) {
+            Ok(c) => Some(c),
+            Err(error) => {
+                self.fail(at, error.to_string());
+                None
+            }
+        }
+    }
+
+    /// The valid limits, and every name given.
+    fn limits(&mut self, node: &Node) -> (Vec<LimitDef>, Vec<String>) {
+        let Some(entries) = map_of(node) else {
+            self.fail(node.pos, "`limits` must be a map of limit names to limits");
+            return (Vec::new(), Vec::new());
+        };
+        let mut out: Vec<LimitDef> = Vec::new();
+        let mut named = Vec::new();
+        for (key, value) in entries {
+            let Some(name) = self.string(key, "a limit's name") else {
+                continue;
+            };
+            if named.contains(&name) {
+                self.fail(key.pos, format!("limit `{name}` defined twice"));
+                continue;
+            }
+            named.push(name.clone());
+            if let Some(limit) = self.limit(name, value) {
+                out.push(limit);
+            }
+        }
+        (out, named)
+    }
+
+    fn limit(&mut self, name: String, node: &Node) -> Option<LimitDef> {
+        let what = format!("limit `{name}`");
+        let entries = self.entries(node, &what, &["key", "spec", "max_keys"])?;
+        let (mut key, mut spec, mut max_keys) = (None, None, DEFAULT_LIMIT_KEYS);
+        let mut given = (false, false);
+        for (field, value) in entries {
+            match field {
+                "key" => {
+                    given.0 = true;
+                    key = self.key(value);
+                }
+                "spec" => {
+                    given.1 = true;
+                    let text = self.string(value, "`spec`")?;
+                    match text.parse::<AnyAlgorithm>() {
+                        Ok(algorithm) => spec = Some((text, algorithm)),
+                        Err(error) => self.fail(value.pos, format!("spec `{text}`: {error}")),
+                    }
+                }
+                "max_keys" => match value.value {
+                    Value::Scalar(Scalar::Int(n)) if n > 0 => {
+                        max_keys = usize::try_from(n).unwrap_or(usize::MAX);
+                    }
+                    _ => self.fail(
+                        value.pos,
+                        format!(
+                            "`max_keys` must be a positive integer, not {}",
+                            value.describe()
+                        ),
+                    ),
+                },
+                _ => {}
+            }
+        }
+        // A field given but wrong is reported where it is; only a missing one here.
+        if !given.1 {
+            self.fail(
+                node.pos,
+                format!("{what} has no `spec` (e.g. `leaky-queue:rate=10/s`)"),
+            );
+        }
+        if !given.0 {
+            self.fail(
+                node.pos,
+                format!("{what} has no `key` (e.g. `key: client_ip`)"),
+            );
+        }
+        let ((spec, algorithm), key) = (spec?, key?);
+        Some(LimitDef {
+            name,
+            key,
+            algorithm,
+            spec,
+            max_keys,
+        })
+    }
+
+    /// A key: one part, or a list of parts (a tuple).
+    fn key(&mut self, node: &Node) -> Option<Vec<KeyPart>> {
+        let parts: Vec<Option<KeyPart>> = match &node.value {
+            Value::Seq(items) if items.is_empty() => {
+                self.fail(
+                    node.pos,
+                    "`key` is an empty list: use `global` for one budget",
+                );
+                return None;
+            }
+            Value::Seq(items) => items.iter().map(|item| self.key_part(item)).collect(),
+            _ => vec![self.key_part(node)],
+        };
+        parts.into_iter().collect()
+    }
+
+    fn key_part(&mut self, node: &Node) -> Option<KeyPart> {
+        const PARTS: &str = "client_ip, peer_ip, method, path, route, host, global, \
+                             {header: NAME}, {constant: TEXT}";
+        if let Some(entries) = map_of(node) {
+            let [(key, value)] = entries else {
+                self.fail(node.pos, format!("a key part is one of {PARTS}"));
+                return None;
+            };
+            let text = self.string(value, "the key part's value")?;
+            return match str_of(key) {
+                Some("header") => match HeaderName::from_bytes(text.as_bytes()) {
+                    Ok(name) => Some(KeyPart::Header(name)),
+                    Err(_) => {
+                        self.fail(value.pos, format!("`{text}` is not a header name"));
+                        None
+                    }
+                },
+                Some("constant") => Some(KeyPart::Constant(text)),
+                _ => {
+                    self.fail(key.pos, format!("a key part is one of {PARTS}"));
+                    None
+                }
+            };
+        }
+        let part = match str_of(node) {
+            Some("client_ip") => KeyPart::ClientIp,
+            Some("peer_ip") => KeyPart::PeerIp,
+            Some("method") => KeyPart::Method,
+            Some("path") => KeyPart::Path,
+            Some("route") => KeyPart::Route,
+            Some("host") => KeyPart::Host,
+            Some("global") => KeyPart::Constant(String::new()),
+            _ => {
+                self.fail(
+                    node.pos,
+                    format!("unknown key part {}: one of {PARTS}", node.describe()),
+                );
+                return None;
+            }
+        };
+        Some(part)
+    }
+
+    /// The routes, each with the positions of the limit names it gives.
+    fn routes(&mut self, node: &Node) -> Vec<(RouteDef, Vec<Position>)> {
+        let Value::Seq(items) = &node.value else {
+            self.fail(node.pos, "`routes` must be a list");
+            return Vec::new();
+        };
+        let mut out: Vec<(RouteDef, Vec<Position>)> = Vec::new();
+        let mut seen: HashMap<PathMatch, Position> = HashMap::new();
+        for item in items {
+            if let Some((route, positions)) = self.route(item) {
+                if let Some(first) = seen.insert(route.path.clone(), item.pos) {
+                    self.fail(item.pos, format!("the same path as the route at {first}"));
+                }
+                out.push((route, positions));
+            }
+        }
+        out
+    }
+
+    fn route(&mut self, node: &Node) -> Option<(RouteDef, Vec<Position>)> {
+        let known = [
+            "name",
+            "prefix",
+            "exact",
+            "limits",
+            "status",
+            "conn_status",
+            "dry_run",
+            "headers_on_allowed",
+        ];
+        let entries = self.entries(node, "a route", &known)?;
+        let mut route = RouteDef {
+            name: String::new(),
+            path: PathMatch::Prefix(String::new()),
+            limits: Vec::new(),
+            status: StatusCode::TOO_MANY_REQUESTS,
+            conn_status: StatusCode::TOO_MANY_REQUESTS,
+            dry_run: false,
+            headers_on_allowed: false,
+        };
+        let mut path = None;
+        let mut positions = Vec::new();
+        for (field, value) in entries {
+            match field {
+                "name" => route.name = self.string(value, "`name`")?,
+                "prefix" | "exact" => {
+                    let text = self.string(value, "the route's path")?;
+                    if !text.starts_with('/') {
+                        self.fail(value.pos, format!("the path `{text}` must start with `/`"));
+                    }
+                    if path.is_some() {
+                        self.fail(
+                            value.pos,
+                            "a route has one `prefix` or one `exact`, not both",
+                        );
+                    }
+                    path = Some(if field == "exact" {
+                        PathMatch::Exact(text)
+                    } else {
+                        PathMatch::Prefix(text)
+                    });
+                }
+                "limits" => {
+                    let names: Vec<&Node> = match &value.value {
+                        Value::Seq(items) => items.iter().collect(),
+                        _ => vec![value],
+                    };
+                    for name in names {
+                        if let Some(text) = self.string(name, "a limit's name") {
+                            route.limits.push(text);
+                            positions.push(name.pos);
+                        }
+                    }
+                }
+                // A wrong value is reported and the default kept, so that the rest of the
+                // route is still checked.
+                "status" => {
+                    route.status = self.status(value, "`status`").unwrap_or(route.status);
+                }
+                "conn_status" => {
+                    route.conn_status = self
+                        .status(value, "`conn_status`")
+                        .unwrap_or(route.conn_status);
+                }
+                "dry_run" => route.dry_run = self.boolean(value, "`dry_run`").unwrap_or(false),
+                "headers_on_allowed" => {
+                    route.headers_on_allowed =
+                        self.boolean(value, "`headers_on_allowed`").unwrap_or(false);
+                }
+                _ => {}
+            }
+        }
+        let Some(path) = path else {
+            self.fail(node.pos, "a route needs `prefix: /path` or `exact: /path`");
+            return None;
+        };
+        if route.name.is_empty() {
+            route.name = match &path {
+                PathMatch::Exact(p) => format!("={p}"),
+                PathMatch::Prefix(p) => p.clone(),
+            };
+        }
+        route.path = path;
+        Some((route, positions))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn problems(text: &str) -> String {
+        match Rules::parse(Path::new("r.yaml"), text) {
+            Ok(_) => "ok".to_owned(),
+            Err(error) => error.to_string(),
+        }
+    }
+
+    #[test]
+    fn every_example_loads() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/proxy");
+        let mut loaded = 0;
+        for entry in std::fs::read_dir(&dir).expect("examples/proxy") {
+            let path = entry.expect("entry").path();
+            if path.extension().is_some_and(|e| e == "yaml") {
+                if let Err(error) = Rules::load(&path) {
+                    panic!("{error}");
+                }
+                loaded += 1;
+            }
+        }
+        assert!(loaded >= 4, "{loaded} rule files in {}", dir.display());
+    }
+
+    #[test]
+    fn errors_name_line_and_column() {
+        let text = "limits:\n  a: { key: [peer_ip, nope], spec: \"gcra:rate=1/x\" }\n  b: { spec: \"concurrency:limit=1\" }\nroutes:\n  - { prefix: x, limits: [a, c], status: 200 }\n";
+        let text = problems(text);
+        let expected = [
+            "r.yaml:2:23: unknown key part the string 'nope'",
+            "r.yaml:2:36: spec `gcra:rate=1/x`",
+            "r.yaml:3:8: limit `b` has no `key`",
+            "r.yaml:5:15: the path `x` must start with `/`",
+            "r.yaml:5:30: route `x` names no limit `c`",
+            "r.yaml:5:42: `status` must be a status from 400 to 599",
+        ];
+        for line in expected {
+            assert!(text.contains(line), "{line} not in:\n{text}");
+        }
+        // `a` is defined, if wrongly: no route is told it does not exist.
+        assert!(!text.contains("no limit `a`"), "{text}");
+    }
+
+    #[test]
+    fn routes_and_limits_are_read() {
+        let text = "client_ip: { header: forwarded, trusted_proxies: [10.0.0.0/8] }\nlimits:\n  a: { key: [{ header: x-k }, method, { constant: c }], spec: \"leaky-queue:rate=2/s,burst=3,nodelay\", max_keys: 10 }\nroutes:\n  - { exact: /x, limits: a, status: 503, conn_status: 503, dry_run: true }\n  - { prefix: / }\n";
+        let rules = Rules::parse(Path::new("r.yaml"), text).expect("valid");
+        assert_eq!(rules.limits[0].max_keys, 10);
+        assert_eq!(rules.limits[0].key.len(), 3);
+        assert_eq!(rules.routes[0].name, "=/x");
+        assert_eq!(rules.routes[0].limits, ["a"]);
+        assert!(rules.routes[0].dry_run);
+        assert_eq!(rules.routes[1].path, PathMatch::Prefix("/".into()));
+        assert!(problems("").contains("r.yaml:1:1: the rule file is empty"));
+        assert!(problems("routes: [").contains("YAML syntax"));
+        assert!(
+            problems("backend: redis\nroutes: [{prefix: /}]")
+                .contains("r.yaml:1:10: backend `redis`")
+        );
+    }
+}

@@ -1,0 +1,296 @@
+//! The running proxy: the listener (HTTP/1.1 and h2c on one port), the admin listener
+//! (`/metrics`), the rule file watcher, and graceful shutdown.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use bytes::Bytes;
+use http::{Request, Response, StatusCode};
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::GracefulShutdown;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::proxy::error::ProxyError;
+use crate::proxy::forward::{self, Forwarder, Target};
+use crate::proxy::metrics::Metrics;
+use crate::proxy::rules::Rules;
+use crate::proxy::table::{self, Table};
+
+/// How to run the proxy.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct ProxyConfig {
+    /// The upstream, `http://host:port`.
+    pub upstream: String,
+    /// The rule file (re-read when it changes).
+    pub rules: PathBuf,
+    /// Where clients connect.
+    pub listen: SocketAddr,
+    /// Where `/metrics` is served (none: not served).
+    pub admin: Option<SocketAddr>,
+    /// How long the upstream may take to answer a request's head (then 504).
+    pub upstream_timeout: Duration,
+    /// How long connecting to the upstream may take (then 502).
+    pub connect_timeout: Duration,
+    /// How often the rule file is checked for changes.
+    pub reload_interval: Duration,
+    /// How long a shutdown waits for requests in flight.
+    pub shutdown_grace: Duration,
+}
+
+impl ProxyConfig {
+    /// A configuration with the defaults: admin off, 60 s upstream timeout, 5 s connect
+    /// timeout, rule file checked every second, 30 s shutdown grace.
+    pub fn new(upstream: impl Into<String>, rules: impl Into<PathBuf>, listen: SocketAddr) -> Self {
+        ProxyConfig {
+            upstream: upstream.into(),
+            rules: rules.into(),
+            listen,
+            admin: None,
+            upstream_timeout: Duration::from_secs(60),
+            connect_timeout: Duration::from_secs(5),
+            reload_interval: Duration::from_secs(1),
+            shutdown_grace: Duration::from_secs(30),
+        }
+    }
+}
+
+/// A running proxy.
+#[derive(Debug)]
+pub struct Proxy {
+    local_addr: SocketAddr,
+    admin_addr: Option<SocketAddr>,
+    stop: watch::Sender<bool>,
+    main: JoinHandle<()>,
+    admin: Option<JoinHandle<()>>,
+    watcher: JoinHandle<()>,
+}
+
+struct State {
+    table: ArcSwap<Table>,
+    forwarder: Arc<Forwarder>,
+    metrics: Arc<Metrics>,
+}
+
+/// Loads the rules, binds the listeners and starts serving (on the current tokio runtime).
+pub async fn start(config: ProxyConfig) -> Result<Proxy, ProxyError> {
+    let target = Target::parse(&config.upstream)?;
+    let rules = Rules::load(&config.rules)?;
+    let metrics = Arc::new(Metrics::default());
+    let forwarder = Arc::new(Forwarder {
+        client: forward::client(config.connect_timeout),
+        target,
+        timeout: config.upstream_timeout,
+        metrics: Arc::clone(&metrics),
+    });
+    let table = Table::build(&rules, &forwarder, &metrics, None)?;
+    let state = Arc::new(State {
+        table: ArcSwap::from_pointee(table),
+        forwarder,
+        metrics,
+    });
+    let bind = |address: SocketAddr| async move {
+        TcpListener::bind(address)
+            .await
+            .map_err(|source| ProxyError::Bind { address, source })
+    };
+    let listener = bind(config.listen).await?;
+    let local_addr = listener.local_addr().map_err(|source| ProxyError::Bind {
+        address: config.listen,
+        source,
+    })?;
+    let (stop, stopped) = watch::channel(false);
+    let (admin, admin_addr) = match config.admin {
+        Some(address) => {
+            let listener = bind(address).await?;
+            let addr = listener
+                .local_addr()
+                .map_err(|source| ProxyError::Bind { address, source })?;
+            let task = tokio::spawn(serve_admin(listener, Arc::clone(&state), stopped.clone()));
+            (Some(task), Some(addr))
+        }
+        None => (None, None),
+    };
+    let watcher = tokio::spawn(watch_rules(
+        Arc::clone(&state),
+        config.rules.clone(),
+        config.reload_interval,
+        stopped.clone(),
+    ));
+    let main = tokio::spawn(serve(listener, state, stopped, config.shutdown_grace));
+    tracing::info!(%local_addr, upstream = %config.upstream, "proxy: listening");
+    Ok(Proxy {
+        local_addr,
+        admin_addr,
+        stop,
+        main,
+        admin,
+        watcher,
+    })
+}
+
+impl Proxy {
+    /// The address clients connect to.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// The address `/metrics` is served on.
+    pub fn admin_addr(&self) -> Option<SocketAddr> {
+        self.admin_addr
+    }
+
+    /// Stops accepting connections, lets requests in flight finish (up to the grace period),
+    /// and returns when every connection is closed.
+    pub async fn shutdown(self) {
+        let _ = self.stop.send(true);
+        let _ = self.main.await;
+        if let Some(admin) = self.admin {
+            let _ = admin.await;
+        }
+        let _ = self.watcher.await;
+    }
+}
+
+async fn serve(
+    listener: TcpListener,
+    state: Arc<State>,
+    mut stopped: watch::Receiver<bool>,
+    grace: Duration,
+) {
+    let graceful = GracefulShutdown::new();
+    let builder = auto::Builder::new(TokioExecutor::new());
+    loop {
+        let (stream, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(error) => {
+                    // Out of file descriptors, mostly: wait a little rather than spin.
+                    tracing::warn!(%error, "proxy: accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            _ = stopped.changed() => break,
+        };
+        let _ = stream.set_nodelay(true);
+        let state = Arc::clone(&state);
+        let service = service_fn(move |mut request: Request<Incoming>| {
+            request.extensions_mut().insert(peer);
+            let table = state.table.load_full();
+            async move { Ok::<_, Infallible>(table::handle(table, request).await) }
+        });
+        let connection = builder.serve_connection(TokioIo::new(stream), service);
+        let connection = graceful.watch(connection.into_owned());
+        tokio::spawn(async move {
+            // A client that goes away mid-request is no error of the proxy's.
+            let _ = connection.await;
+        });
+    }
+    drop(listener);
+    tracing::info!("proxy: stopped accepting; finishing requests in flight");
+    if tokio::time::timeout(grace, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            ?grace,
+            "proxy: requests still in flight after the grace period"
+        );
+    }
+}
+
+async fn serve_admin(listener: TcpListener, state: Arc<State>, mut stopped: watch::Receiver<bool>) {
+    let builder = auto::Builder::new(TokioExecutor::new());
+    loop {
+        let stream = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(_) => continue,
+            },
+            _ = stopped.changed() => return,
+        };
+        let state = Arc::clone(&state);
+        let service = service_fn(move |request: Request<Incoming>| {
+            let state = Arc::clone(&state);
+            async move {
+                let response = if request.uri().path() == "/metrics" {
+                    let mut response =
+                        Response::new(Full::new(Bytes::from(state.metrics.render())));
+                    response.headers_mut().insert(
+                        http::header::CONTENT_TYPE,
+                        http::HeaderValue::from_static("text/plain; version=0.0.4"),
+                    );
+                    response
+                } else {
+                    let mut response = Response::new(Full::new(Bytes::from_static(
+                        b"not found: the admin address serves /metrics\n",
+                    )));
+                    *response.status_mut() = StatusCode::NOT_FOUND;
+                    response
+                };
+                Ok::<_, Infallible>(response)
+            }
+        });
+        let connection = builder
+            .serve_connection(TokioIo::new(stream), service)
+            .into_owned();
+        tokio::spawn(async move {
+            let _ = connection.await;
+        });
+    }
+}
+
+/// Re-reads the rule file every `interval`; a changed file that loads replaces the rules
+/// (keeping the state of every limit whose definition is unchanged), one that does not is
+/// logged with its `file:line:column` errors and the old rules stay.
+async fn watch_rules(
+    state: Arc<State>,
+    path: PathBuf,
+    interval: Duration,
+    mut stopped: watch::Receiver<bool>,
+) {
+    let mut last = std::fs::read(&path).ok();
+    loop {
+        tokio::select! {
+            () = tokio::time::sleep(interval) => {}
+            _ = stopped.changed() => return,
+        }
+        let Ok(now) = tokio::fs::read(&path).await else {
+            continue;
+        };
+        if last.as_ref() == Some(&now) {
+            continue;
+        }
+        last = Some(now.clone());
+        let text = String::from_utf8_lossy(&now);
+        let loaded = Rules::parse(&path, &text)
+            .map_err(|e| e.to_string())
+            .and_then(|rules| {
+                let old = state.table.load();
+                Table::build(&rules, &state.forwarder, &state.metrics, Some(&old))
+                    .map_err(|e| e.to_string())
+            });
+        match loaded {
+            Ok(table) => {
+                state.table.store(Arc::new(table));
+                Metrics::count(&state.metrics.reloads_ok);
+                tracing::info!(path = %path.display(), "proxy: rules reloaded");
+            }
+            Err(error) => {
+                Metrics::count(&state.metrics.reloads_failed);
+                tracing::error!("proxy: the rule file was not reloaded, old rules kept:\n{error}");
+            }
+        }
+    }
+}

@@ -1,0 +1,90 @@
+//! `sluicegate proxy`: the rate limiting reverse proxy (its engine is
+//! `sluicegate_http::proxy`).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Arguments of `sluicegate proxy`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct ProxyArgs {
+    /// The upstream every request is passed to: `http://host:port`.
+    #[arg(long, env = "SLUICEGATE_UPSTREAM")]
+    upstream: String,
+    /// The rule file (YAML; see docs/proxy.md), re-read when it changes.
+    #[arg(long, env = "SLUICEGATE_PROXY_CONFIG")]
+    config: PathBuf,
+    /// Where clients connect (HTTP/1.1 and h2 with prior knowledge).
+    #[arg(long, env = "SLUICEGATE_LISTEN", default_value = "127.0.0.1:8080")]
+    listen: SocketAddr,
+    /// Where `/metrics` (Prometheus) is served; `off` for nowhere.
+    #[arg(long, env = "SLUICEGATE_ADMIN", default_value = "127.0.0.1:9091", value_parser = parse_admin)]
+    admin: Admin,
+    /// How long the upstream may take to answer a request's head before a 504 (`60s`,
+    /// `500ms`).
+    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    upstream_timeout: Duration,
+    /// How long connecting to the upstream may take before a 502.
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    connect_timeout: Duration,
+    /// How often the rule file is checked for changes.
+    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    reload_interval: Duration,
+    /// How long a shutdown (SIGTERM, Ctrl-C) waits for requests in flight.
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    shutdown_grace: Duration,
+    /// Log as JSON lines.
+    #[arg(long)]
+    pub(crate) log_json: bool,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Admin(Option<SocketAddr>);
+
+fn parse_admin(text: &str) -> Result<Admin, String> {
+    if text == "off" {
+        return Ok(Admin(None));
+    }
+    text.parse()
+        .map(|a| Admin(Some(a)))
+        .map_err(|_| format!("`{text}` is not an address (host:port) or `off`"))
+}
+
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    let duration = sluicegate::parse_duration(text).map_err(|e| e.to_string())?;
+    if duration.is_zero() {
+        return Err("must be more than zero".to_owned());
+    }
+    Ok(duration)
+}
+
+impl ProxyArgs {
+    fn config(&self) -> sluicegate_http::proxy::ProxyConfig {
+        let mut config =
+            sluicegate_http::proxy::ProxyConfig::new(&self.upstream, &self.config, self.listen);
+        config.admin = self.admin.0;
+        config.upstream_timeout = self.upstream_timeout;
+        config.connect_timeout = self.connect_timeout;
+        config.reload_interval = self.reload_interval;
+        config.shutdown_grace = self.shutdown_grace;
+        config
+    }
+}
+
+/// Runs the proxy until SIGTERM or Ctrl-C, then stops accepting and lets requests in flight
+/// finish.
+pub(crate) fn run(args: &ProxyArgs, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async {
+        let proxy = sluicegate_http::proxy::start(args.config()).await?;
+        if let Some(admin) = proxy.admin_addr() {
+            tracing::info!(%admin, "proxy: metrics at http://{admin}/metrics");
+        }
+        shutdown.await;
+        tracing::info!("shutting down");
+        proxy.shutdown().await;
+        Ok(())
+    })
+}

@@ -1,0 +1,459 @@
+//! `sluicegate proxy` as a process over loopback, in front of a real axum upstream, driven by
+//! reqwest: keys, answers, concurrency permits, several limits, dry run, reload, upstream
+//! errors, streaming, h2, forwarding fields, graceful shutdown.
+
+mod proxy_support;
+
+use std::time::Duration;
+
+use proxy_support::{BoxError, ProxyProcess, Upstream, eventually};
+
+type TestResult = Result<(), BoxError>;
+
+fn client() -> reqwest::Client {
+    reqwest::Client::new()
+}
+
+async fn status(request: reqwest::RequestBuilder) -> Result<u16, BoxError> {
+    Ok(request.send().await?.status().as_u16())
+}
+
+/// Every key part, each on its own route with a budget of one request.
+const KEYS: &str = r#"
+client_ip:
+  header: x-forwarded-for
+  trusted_proxies: [127.0.0.1/32]
+limits:
+  client: { key: client_ip, spec: "gcra:rate=1/h,burst=1" }
+  peer: { key: peer_ip, spec: "gcra:rate=1/h,burst=1" }
+  api_key: { key: { header: x-api-key }, spec: "gcra:rate=1/h,burst=1" }
+  method: { key: method, spec: "gcra:rate=1/h,burst=1" }
+  path: { key: path, spec: "gcra:rate=1/h,burst=1" }
+  route: { key: route, spec: "gcra:rate=1/h,burst=1" }
+  global: { key: global, spec: "gcra:rate=1/h,burst=1" }
+  tuple: { key: [{ header: x-api-key }, method], spec: "gcra:rate=1/h,burst=1" }
+routes:
+  - { prefix: /client/, limits: [client] }
+  - { prefix: /peer/, limits: [peer] }
+  - { prefix: /header/, limits: [api_key] }
+  - { prefix: /method/, limits: [method] }
+  - { prefix: /path/, limits: [path] }
+  - { prefix: /route/, limits: [route] }
+  - { prefix: /global/, limits: [global] }
+  - { prefix: /tuple/, limits: [tuple] }
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_key_part_keys_requests_apart() -> TestResult {
+    let upstream = Upstream::start().await?;
+    let proxy = ProxyProcess::start(&upstream.url(), KEYS, &[])?;
+    let c = client();
+    let get = |path: &str| c.get(proxy.url(path));
+
+    // The peer (127.0.0.1) is a trusted proxy: the address it reports is the key.
+    let xff = |ip: &str| get("/client/").header("x-forwarded-for", ip);
+    assert_eq!(status(xff("198.51.100.1")).await?, 200);
+    assert_eq!(status(xff("198.51.100.1")).await?, 429);
+    assert_eq!(status(xff("198.51.100.2")).await?, 200);
+    // A forged left-most entry does not change the key: the right-most untrusted one counts.
+    assert_eq!(status(xff("203.0.113.9, 198.51.100.1")).await?, 429);
+
+    // The peer's address whatever the header says.
+    assert_eq!(
+        status(get("/peer/").header("x-forwarded-for", "10.0.0.1")).await?,
+        200
+    );
+    assert_eq!(
+        status(get("/peer/").header("x-forwarded-for", "10.0.0.2")).await?,
+        429
+    );
+
+    // A header: each value its own budget; a request without it is not counted (nginx).
+    let key = |k: &str| get("/header/").header("x-api-key", k);
+    assert_eq!(status(key("a")).await?, 200);
+    assert_eq!(status(key("a")).await?, 429);
+    assert_eq!(status(key("b")).await?, 200);
+    assert_eq!(status(get("/header/")).await?, 200);
+    assert_eq!(status(get("/header/")).await?, 200);
+
+    // The method.
+    assert_eq!(status(get("/method/")).await?, 200);
+    assert_eq!(status(get("/method/")).await?, 429);
+    assert_eq!(status(c.post(proxy.url("/method/"))).await?, 200);
+
+    // The path: each its own; the route: one for all its paths.
+    assert_eq!(status(get("/path/a")).await?, 200);
+    assert_eq!(status(get("/path/a")).await?, 429);
+    assert_eq!(status(get("/path/b")).await?, 200);
+    assert_eq!(status(get("/route/a")).await?, 200);
+    assert_eq!(status(get("/route/b")).await?, 429);
+
+    // Global: one budget for every client.
+    assert_eq!(
+        status(get("/global/").header("x-forwarded-for", "1.1.1.1")).await?,
+        200
+    );
+    assert_eq!(
+        status(get("/global/").header("x-forwarded-for", "2.2.2.2")).await?,
+        429
+    );
+
+    // A tuple: (header, method).
+    let tuple = |k: &str| get("/tuple/").header("x-api-key", k);
+    assert_eq!(status(tuple("a")).await?, 200);
+    assert_eq!(status(tuple("a")).await?, 429);
+    assert_eq!(
+        status(c.post(proxy.url("/tuple/")).header("x-api-key", "a")).await?,
+        200
+    );
+    assert_eq!(status(tuple("b")).await?, 200);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forged_forwarding_header_from_an_untrusted_peer_changes_nothing() -> TestResult {
+    let upstream = Upstream::start().await?;
+    // The proxies in front are in 10.0.0.0/8; the test's client (127.0.0.1) is not one.
+    let rules = r#"
+client_ip: { header: x-forwarded-for, trusted_proxies: [10.0.0.0/8] }
+limits:
+  client: { key: client_ip, spec: "gcra:rate=1/h,burst=1" }
+routes:
+  - { prefix: /, limits: [client] }
+"#;
+    let proxy = ProxyProcess::start(&upstream.url(), rules, &[])?;
+    let c = client();
+    let forged = |ip: &str| c.get(proxy.url("/")).header("x-forwarded-for", ip);
+    assert_eq!(status(forged("198.51.100.1")).await?, 200);
+    assert_eq!(status(forged("198.51.100.2")).await?, 429);
+    assert_eq!(status(forged("10.0.0.1")).await?, 429);
+    assert_eq!(status(c.get(proxy.url("/"))).await?, 429);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn denials_answer_with_the_status_and_fields() -> TestResult {
+    let upstream = Upstream::start().await?;
+    let rules = r#"
+limits:
+  hourly: { key: peer_ip, spec: "gcra:rate=1/h,burst=1" }
+  nginx_like: { key: peer_ip, spec: "leaky-queue:rate=1/m" }
+routes:
+  - { prefix: /default/, limits: [hourly], headers_on_allowed: true }
+  - { prefix: /nginx/, limits: [nginx_like], status: 503 }
+"#;
+    let proxy = ProxyProcess::start(&upstream.url(), rules, &[])?;
+    let c = client();
+    let allowed = c.get(proxy.url("/default/")).send().await?;
+    assert_eq!(allowed.status(), 200);
+    assert_eq!(
+        allowed.headers()["ratelimit-policy"],
+        "\"hourly\";q=1;w=3600"
+    );
+    let denied = c.get(proxy.url("/default/")).send().await?;
+    assert_eq!(denied.status(), 429);
+    let retry: u64 = denied.headers()["retry-after"].to_str()?.parse()?;
+    assert!((3500..=3600).contains(&retry), "retry-after {retry}");
+    assert_eq!(
+        denied.headers()["ratelimit-policy"],
+        "\"hourly\";q=1;w=3600"
+    );
+    assert!(
+        denied.headers()["ratelimit"]
+            .to_str()?
+            .starts_with("\"hourly\";r=0;t=")
+    );
+    assert!(denied.text().await?.contains("hourly"));
+
+    assert_eq!(status(c.get(proxy.url("/nginx/"))).await?, 200);
+    let denied = c.get(proxy.url("/nginx/")).send().await?;
+    assert_eq!(denied.status(), 503);
+    assert!(denied.headers().contains_key("retry-after"));
+    Ok(())
+}
+
+const CONN: &str = r#"
+limits:
+  conn: { key: peer_ip, spec: "concurrency:limit=1" }
+  rate: { key: peer_ip, spec: "gcra:rate=1000/s,burst=1000" }
+routes:
+  - { exact: /stream, limits: [conn, rate], status: 429, conn_status: 503 }
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn limit_conn_is_held_until_the_body_ends_or_the_client_goes() -> TestResult {
+    let upstream = Upstream::start().await?;
+    let proxy = ProxyProcess::start(&upstream.url(), CONN, &[])?;
+    let c = client();
+
+    // The first response streams: its permit is held, a second request is refused with
+    // conn_status (nginx limit_conn_status).
+    let mut first = c.get(proxy.url("/stream")).send().await?;
+    assert_eq!(first.status(), 200);
+    assert_eq!(first.chunk().await?.as_deref(), Some(&b"first chunk\n"[..]));
+    let refused = c.get(proxy.url("/stream")).send().await?;
+    assert_eq!(refused.status(), 503);
+    assert!(
+        refused.headers()["ratelimit-policy"]
+            .to_str()?
+            .contains("concurrent-requests")
+    );
+    // Its body ends: the permit comes back.
+    upstream.release();
+    assert_eq!(first.text().await?, "last chunk\n");
+    eventually("the permit is back after the body ended", || async {
+        let response = c.get(proxy.url("/stream")).send().await?;
+        let passed = response.status() == 200;
+        if passed {
+            // This one holds it now, until it is dropped below.
+            upstream.release();
+            response.text().await?;
+        }
+        Ok(passed)
+    })
+    .await?;
+
+    // A client that goes away mid-body: its connection closes, the permit comes back.
+    let aborting = reqwest::Client::new();
+    let held = aborting.get(proxy.url("/stream")).send().await?;
+    assert_eq!(held.status(), 200);
+    assert_eq!(status(c.get(proxy.url("/stream"))).await?, 503);
+    drop(held);
+    drop(aborting);
+    eventually("the permit is back after the client went away", || async {
+        let response = c.get(proxy.url("/stream")).send().await?;
+        let passed = response.status() == 200;
+        if passed {
+            upstream.release();
+            response.text().await?;
+        }
+        Ok(passed)
+    })
+    .await?;
+    // The aborted upstream stream still waits on a release: let it end.
+    upstream.release();
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn several_limits_are_all_or_nothing_and_dry_run_lets_all_through() -> TestResult {
+    let upstream = Upstream::start().await?;
+    let rules = r#"
+limits:
+  per_key: { key: { header: x-api-key }, spec: "gcra:rate=1/h,burst=1" }
+  global: { key: global, spec: "gcra:rate=2/h,burst=2" }
+  dry: { key: peer_ip, spec: "gcra:rate=1/h,burst=1" }
+routes:
+  - { prefix: /both/, limits: [per_key, global] }
+  - { prefix: /dry/, limits: [dry], dry_run: true }
+"#;
+    let proxy = ProxyProcess::start(&upstream.url(), rules, &[])?;
+    let c = client();
+    let key = |k: &str| c.get(proxy.url("/both/")).header("x-api-key", k);
+    assert_eq!(status(key("a")).await?, 200);
+    // Denied by per_key: global is not charged, so b still passes.
+    assert_eq!(status(key("a")).await?, 429);
+    assert_eq!(status(key("b")).await?, 200);
+    // Now global denies: c's own limit is not charged either.
+    assert_eq!(status(key("c")).await?, 429);
+
+    for _ in 0..3 {
+        assert_eq!(status(c.get(proxy.url("/dry/"))).await?, 200);
+    }
+    assert_eq!(
+        proxy
+            .metric("sluicegate_proxy_requests_total{route=\"/dry/\",outcome=\"dry_run\"}")
+            .await?,
+        2
+    );
+    assert_eq!(
+        proxy
+            .metric("sluicegate_proxy_requests_total{route=\"/both/\",outcome=\"limited\"}")
+            .await?,
+        2
+    );
+    assert_eq!(
+        proxy
+            .metric("sluicegate_proxy_requests_total{route=\"/both/\",outcome=\"allowed\"}")
+            .await?,
+        2
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rules_reload_and_a_bad_file_keeps_the_old_ones() -> TestResult {
+    let upstream = Upstream::start().await?;
+    let v1 = r#"
+limits:
+  one: { key: peer_ip, spec: "gcra:rate=1/h,burst=1" }
+routes:
+  - { prefix: /a/, limits: [one] }
+"#;
+    let proxy = ProxyProcess::start(&upstream.url(), v1, &[])?;
+    let c = client();
+    assert_eq!(status(c.get(proxy.url("/a/"))).await?, 200);
+    assert_eq!(status(c.get(proxy.url("/a/"))).await?, 429);
+
+    // v2 limits /b/ instead: /a/ is free.
+    let v2 = v1.replace("/a/", "/b/");
+    std::fs::write(&proxy.rules, &v2)?;
+    eventually("v2 in force", || async {
+        Ok(status(c.get(proxy.url("/a/"))).await? == 200)
+    })
+    .await?;
+    // The limit's state was kept (same definition): /b/ is at its budget already.
+    assert_eq!(status(c.get(proxy.url("/b/"))).await?, 429);
+
+    // A bad file: logged with file:line:column, v2 stays.
+    std::fs::write(&proxy.rules, v2.replace("gcra:rate=1/h", "gcra:rate=fast"))?;
+    eventually("the failed reload counted", || async {
+        Ok(proxy
+            .metric("sluicegate_proxy_reloads_total{result=\"failed\"}")
+            .await?
+            == 1)
+    })
+    .await?;
+    assert_eq!(status(c.get(proxy.url("/a/"))).await?, 200);
+    assert_eq!(status(c.get(proxy.url("/b/"))).await?, 429);
+    let log = proxy.log_text();
+    assert!(log.contains("rules.yaml:3:"), "log:\n{log}");
+    assert!(log.contains("old rules kept"), "log:\n{log}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upstream_down_is_502_and_slow_is_504() -> TestResult {
+    let rules = "routes:\n  - { prefix: / }\n";
+    let port = proxy_support::free_port()?;
+    let down = ProxyProcess::start(&format!("http://127.0.0.1:{port}"), rules, &[])?;
+    let response = client().get(down.url("/x")).send().await?;
+    assert_eq!(response.status(), 502);
+    let body = response.text().await?;
+    assert!(body.contains("cannot connect to the upstream"), "{body}");
+    assert_eq!(
+        down.metric("sluicegate_proxy_upstream_errors_total{kind=\"connect\"}")
+            .await?,
+        1
+    );
+
+    let upstream = Upstream::start().await?;
+    let slow = ProxyProcess::start(&upstream.url(), rules, &["--upstream-timeout", "300ms"])?;
+    let response = client().get(slow.url("/x?hold_ms=3000")).send().await?;
+    assert_eq!(response.status(), 504);
+    assert!(response.text().await?.contains("did not answer within"));
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forwarding_fields_streaming_h2_and_bodies() -> TestResult {
+    let upstream = Upstream::start().await?;
+    let rules = "routes:\n  - { prefix: / }\n";
+    let proxy = ProxyProcess::start(&upstream.url(), rules, &[])?;
+    let c = client();
+
+    let echo = c
+        .get(proxy.url("/echo"))
+        .header("x-forwarded-for", "192.0.2.1")
+        .header("connection", "keep-alive, x-hop")
+        .header("x-hop", "dropped")
+        .header("keep-alive", "timeout=5")
+        .header("x-custom", "kept")
+        .send()
+        .await?
+        .text()
+        .await?;
+    let echo: serde_json::Value = serde_json::from_str(&echo)?;
+    assert_eq!(echo["x-forwarded-for"], "192.0.2.1, 127.0.0.1");
+    let host = format!("{}", proxy.address);
+    assert_eq!(
+        echo["forwarded"],
+        format!("for=127.0.0.1;host=\"{host}\";proto=http")
+    );
+    assert_eq!(echo["x-hop"], serde_json::Value::Null);
+    assert_eq!(echo["keep-alive"], serde_json::Value::Null);
+    assert_eq!(echo["x-custom"], "kept");
+
+    // The response streams: the first chunk arrives while the upstream is still sending.
+    let mut streaming = c.get(proxy.url("/stream")).send().await?;
+    assert_eq!(
+        streaming.chunk().await?.as_deref(),
+        Some(&b"first chunk\n"[..])
+    );
+    upstream.release();
+    assert_eq!(
+        streaming.chunk().await?.as_deref(),
+        Some(&b"last chunk\n"[..])
+    );
+
+    // A request body of 8 MB passes whole.
+    let body = vec![b'x'; 8 << 20];
+    let counted = c
+        .post(proxy.url("/count"))
+        .body(body)
+        .send()
+        .await?
+        .text()
+        .await?;
+    assert_eq!(counted, (8 << 20).to_string());
+
+    // h2 with prior knowledge.
+    let h2 = reqwest::Client::builder().http2_prior_knowledge().build()?;
+    let response = h2.get(proxy.url("/h2")).send().await?;
+    assert_eq!(response.version(), reqwest::Version::HTTP_2);
+    assert_eq!(response.status(), 200);
+    let echo: serde_json::Value = serde_json::from_str(&response.text().await?)?;
+    assert_eq!(echo["path"], "/h2");
+    assert_eq!(echo["host"], host);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_finishes_requests_in_flight_and_stops_accepting() -> TestResult {
+    let upstream = Upstream::start().await?;
+    let rules = "routes:\n  - { prefix: / }\n";
+    let mut proxy = ProxyProcess::start(&upstream.url(), rules, &[])?;
+    let url = proxy.url("/slow?hold_ms=1000");
+    let in_flight = tokio::spawn(async move { client().get(url).send().await?.text().await });
+    // The request reaches the upstream before the signal (it holds it for a second).
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    proxy.terminate()?;
+    let body = in_flight.await??;
+    assert!(body.contains("/slow"), "{body}");
+    let status = tokio::task::spawn_blocking(move || proxy.child.wait()).await??;
+    assert!(status.success(), "{status:?}");
+    Ok(())
+}
+
+#[test]
+fn a_bad_rule_file_stops_the_start_with_file_line_column() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let rules = dir.path().join("bad.yaml");
+    std::fs::write(
+        &rules,
+        "limits:\n  a: { key: nobody, spec: \"gcra:rate=1/s\" }\nroutes:\n  - { prefix: /, limits: [b] }\n",
+    )?;
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_sluicegate"))
+        .args([
+            "proxy",
+            "--upstream",
+            "http://127.0.0.1:1",
+            "--admin",
+            "off",
+        ])
+        .arg("--config")
+        .arg(&rules)
+        .output()?;
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("bad.yaml:2:13: unknown key part"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("has no `key`"), "{stderr}");
+    assert!(
+        stderr.contains("bad.yaml:4:27: route `/` names no limit `b`"),
+        "{stderr}"
+    );
+    Ok(())
+}

@@ -1,0 +1,302 @@
+//! Real processes over loopback for the proxy's tests: an axum upstream in the test, the
+//! built `sluicegate proxy` binary, and (for the equivalence test) Debian's nginx.
+
+#![allow(dead_code, unreachable_pub)]
+
+use std::net::{SocketAddr, TcpListener as StdListener};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::Request;
+use axum::http::HeaderMap;
+use axum::routing::any;
+use tokio::sync::watch;
+
+pub type TestResult = Result<(), Box<dyn std::error::Error>>;
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// A port nobody listens on now (bound, read, released).
+pub fn free_port() -> Result<u16, BoxError> {
+    Ok(StdListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+/// Waits until `address` accepts connections (up to 20 s: a slow machine, not a timing test).
+pub fn wait_listening(address: SocketAddr) -> Result<(), BoxError> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::net::TcpStream::connect(address).is_err() {
+        if Instant::now() > deadline {
+            return Err(format!("nothing listens on {address}").into());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(())
+}
+
+/// The upstream: an axum app answering every path with what it received (method, path, the
+/// forwarding and hop-by-hop fields, as JSON), `?hold_ms=N` after N ms; `/stream` sends a
+/// first chunk and ends when the test calls [`Upstream::release`]; `/count` answers the
+/// length of the request body.
+pub struct Upstream {
+    pub address: SocketAddr,
+    /// Each release bumps it; every `/stream` response begun before ends.
+    release: watch::Sender<u64>,
+}
+
+async fn echo(request: Request) -> axum::Json<serde_json::Value> {
+    let hold = request.uri().query().and_then(|q| {
+        q.split('&')
+            .find_map(|pair| pair.strip_prefix("hold_ms="))
+            .and_then(|ms| ms.parse::<u64>().ok())
+    });
+    if let Some(ms) = hold {
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+    }
+    let header = |headers: &HeaderMap, name: &str| {
+        let values: Vec<&str> = headers
+            .get_all(name)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .collect();
+        (!values.is_empty()).then(|| values.join(" | "))
+    };
+    let headers = request.headers();
+    axum::Json(serde_json::json!({
+        "method": request.method().as_str(),
+        "path": request.uri().path(),
+        "x-forwarded-for": header(headers, "x-forwarded-for"),
+        "forwarded": header(headers, "forwarded"),
+        "host": header(headers, "host"),
+        "x-hop": header(headers, "x-hop"),
+        "keep-alive": header(headers, "keep-alive"),
+        "x-custom": header(headers, "x-custom"),
+    }))
+}
+
+impl Upstream {
+    /// Serves on a free loopback port, on the test's runtime.
+    pub async fn start() -> Result<Upstream, BoxError> {
+        let (release, _) = watch::channel(0u64);
+        let stream_release = release.clone();
+        let app = Router::new()
+            .route(
+                "/stream",
+                any(move || {
+                    // Subscribed before the head is sent: a release the test makes after it
+                    // saw the head cannot be missed.
+                    let release = stream_release.subscribe();
+                    async move {
+                        let chunks = async_stream(release);
+                        axum::response::Response::new(Body::from_stream(chunks))
+                    }
+                }),
+            )
+            .route(
+                "/count",
+                any(|body: axum::body::Bytes| async move { body.len().to_string() }),
+            )
+            .fallback(echo)
+            .layer(axum::extract::DefaultBodyLimit::max(64 << 20));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let address = listener.local_addr()?;
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        Ok(Upstream { address, release })
+    }
+
+    /// Ends the `/stream` response in progress.
+    pub fn release(&self) {
+        self.release.send_modify(|n| *n += 1);
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.address)
+    }
+}
+
+/// A first chunk at once, a last one when released.
+fn async_stream(
+    mut release: watch::Receiver<u64>,
+) -> tokio_stream::wrappers::ReceiverStream<Result<&'static str, std::io::Error>> {
+    let (sender, receiver) = tokio::sync::mpsc::channel(2);
+    tokio::spawn(async move {
+        let _ = sender.send(Ok("first chunk\n")).await;
+        tokio::select! {
+            _ = release.changed() => {
+                let _ = sender.send(Ok("last chunk\n")).await;
+            }
+            // The proxy dropped the response (its client went away).
+            () = sender.closed() => {}
+        }
+    });
+    tokio_stream::wrappers::ReceiverStream::new(receiver)
+}
+
+/// A running `sluicegate proxy`, killed when dropped.
+pub struct ProxyProcess {
+    pub child: Child,
+    pub address: SocketAddr,
+    pub admin: SocketAddr,
+    pub rules: PathBuf,
+    pub log: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl ProxyProcess {
+    /// Starts the proxy in front of `upstream` with the rule file `rules` and `extra`
+    /// arguments, and waits until it listens.
+    pub fn start(upstream: &str, rules: &str, extra: &[&str]) -> Result<ProxyProcess, BoxError> {
+        let dir = tempfile::tempdir()?;
+        let rules_path = dir.path().join("rules.yaml");
+        std::fs::write(&rules_path, rules)?;
+        let log = dir.path().join("proxy.log");
+        let address: SocketAddr = format!("127.0.0.1:{}", free_port()?).parse()?;
+        let admin: SocketAddr = format!("127.0.0.1:{}", free_port()?).parse()?;
+        let child = Command::new(env!("CARGO_BIN_EXE_sluicegate"))
+            .arg("proxy")
+            .args(["--upstream", upstream])
+            .arg("--config")
+            .arg(&rules_path)
+            .args(["--listen", &address.to_string()])
+            .args(["--admin", &admin.to_string()])
+            .args(["--reload-interval", "100ms"])
+            .args(extra)
+            .env("SLUICEGATE_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log)?)
+            .spawn()?;
+        let mut proxy = ProxyProcess {
+            child,
+            address,
+            admin,
+            rules: rules_path,
+            log,
+            _dir: dir,
+        };
+        if let Err(error) = wait_listening(address) {
+            let _ = proxy.child.kill();
+            return Err(format!("{error}; log:\n{}", proxy.log_text()).into());
+        }
+        Ok(proxy)
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.address)
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// The value of metric line `series` (`name{labels}`), 0 if absent.
+    pub async fn metric(&self, series: &str) -> Result<u64, BoxError> {
+        let text = reqwest::get(format!("http://{}/metrics", self.admin))
+            .await?
+            .text()
+            .await?;
+        Ok(text
+            .lines()
+            .find_map(|line| line.strip_prefix(series)?.trim().parse().ok())
+            .unwrap_or(0))
+    }
+
+    /// Sends SIGTERM.
+    pub fn terminate(&self) -> Result<(), BoxError> {
+        let status = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()?;
+        if !status.success() {
+            return Err("kill -TERM failed".into());
+        }
+        Ok(())
+    }
+}
+
+impl Drop for ProxyProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Waits (polling, up to 10 s) until `check` holds: for effects that land "soon" (a reload,
+/// a permit given back by a dropped connection), never a timing assertion.
+pub async fn eventually<F, Fut>(what: &str, mut check: F) -> Result<(), BoxError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<bool, BoxError>>,
+{
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if check().await? {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(format!("never happened: {what}").into());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Debian's nginx run as this user: a temporary prefix, in the foreground, logging to a file.
+pub struct Nginx {
+    child: Child,
+    pub address: SocketAddr,
+    dir: tempfile::TempDir,
+}
+
+impl Nginx {
+    /// Starts nginx with `http_body` (the inside of its `http {}` block, `LISTEN` replaced by
+    /// the port it listens on).
+    pub fn start(http_body: &str) -> Result<Nginx, BoxError> {
+        let dir = tempfile::tempdir()?;
+        let port = free_port()?;
+        let address: SocketAddr = format!("127.0.0.1:{port}").parse()?;
+        let prefix = dir.path();
+        let conf = format!(
+            "daemon off;\nmaster_process off;\nworker_processes 1;\npid {pid};\n\
+             error_log {log} warn;\nevents {{ worker_connections 1024; }}\n\
+             http {{\n access_log off;\n client_body_temp_path {p}/body;\n \
+             proxy_temp_path {p}/proxy;\n fastcgi_temp_path {p}/fastcgi;\n \
+             uwsgi_temp_path {p}/uwsgi;\n scgi_temp_path {p}/scgi;\n{body}\n}}\n",
+            pid = prefix.join("nginx.pid").display(),
+            log = prefix.join("error.log").display(),
+            p = prefix.display(),
+            body = http_body.replace("LISTEN", &address.to_string()),
+        );
+        let conf_path = prefix.join("nginx.conf");
+        std::fs::write(&conf_path, conf)?;
+        let child = Command::new("/usr/sbin/nginx")
+            .arg("-p")
+            .arg(prefix)
+            .arg("-c")
+            .arg(&conf_path)
+            .args(["-e", "stderr"])
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(prefix.join("stderr.log"))?)
+            .spawn()?;
+        let mut nginx = Nginx {
+            child,
+            address,
+            dir,
+        };
+        if let Err(error) = wait_listening(address) {
+            let _ = nginx.child.kill();
+            return Err(format!("{error}; nginx said:\n{}", nginx.errors()).into());
+        }
+        Ok(nginx)
+    }
+
+    pub fn errors(&self) -> String {
+        let read = |p: &Path| std::fs::read_to_string(p).unwrap_or_default();
+        read(&self.dir.path().join("stderr.log")) + &read(&self.dir.path().join("error.log"))
+    }
+}
+
+impl Drop for Nginx {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

@@ -1,0 +1,143 @@
+#!/usr/bin/env bash
+# `sluicegate proxy` against nginx `limit_req`, both in front of the same upstream, with wrk on
+# loopback (issue 11). Five setups, three runs each, requests/s and p99 latency:
+#   upstream      wrk -> upstream (an nginx answering `return 200`)
+#   proxy-bare    wrk -> sluicegate proxy, no rules -> upstream     (the proxy's own overhead)
+#   nginx-allow   wrk -> nginx limit_req (rate far above the load) -> upstream
+#   sg-allow      wrk -> sluicegate proxy, the same rule            -> upstream
+#   nginx-deny    wrk -> nginx limit_req rate=1r/s (nearly all 503) -> upstream
+#   sg-deny       wrk -> sluicegate proxy, the same rule
+# Prints a Markdown table (min–max over the runs) and the ratios sluicegate / nginx.
+#
+#   scripts/bench-proxy.sh [seconds per run, default 10] [connections, default 64]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+duration="${1:-10}"
+connections="${2:-64}"
+threads=2
+
+command -v wrk >/dev/null || { echo "wrk is needed (apt-get install wrk)"; exit 1; }
+[ -x /usr/sbin/nginx ] || { echo "nginx is needed (apt-get install nginx)"; exit 1; }
+cargo build -q --release -p sluicegate-server --bin sluicegate
+sluicegate="${CARGO_TARGET_DIR:-target}/release/sluicegate"
+
+work=$(mktemp -d)
+pids=()
+cleanup() {
+  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+wait_port() {
+  for _ in $(seq 200); do
+    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
+    sleep 0.05
+  done
+  echo "nothing listens on $1"; exit 1
+}
+
+# nginx NAME PORT HTTP-BODY: an nginx as this user under $work/NAME.
+nginx_start() {
+  local dir="$work/$1"; mkdir -p "$dir"
+  cat > "$dir/nginx.conf" <<CONF
+daemon off;
+worker_processes auto;
+pid $dir/nginx.pid;
+error_log $dir/error.log error;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  client_body_temp_path $dir/body; proxy_temp_path $dir/proxy; fastcgi_temp_path $dir/fcgi;
+  uwsgi_temp_path $dir/uwsgi; scgi_temp_path $dir/scgi;
+  $3
+}
+CONF
+  /usr/sbin/nginx -p "$dir" -c "$dir/nginx.conf" -e stderr 2>>"$dir/stderr.log" &
+  pids+=($!)
+  wait_port "$2"
+}
+
+# proxy NAME PORT RULES
+proxy_start() {
+  local dir="$work/$1"; mkdir -p "$dir"
+  printf '%s\n' "$3" > "$dir/rules.yaml"
+  SLUICEGATE_LOG=warn "$sluicegate" proxy --upstream "http://127.0.0.1:$up" \
+    --config "$dir/rules.yaml" --listen "127.0.0.1:$2" --admin off 2>>"$dir/stderr.log" &
+  pids+=($!)
+  wait_port "$2"
+}
+
+up=$(free_port); nginx_start upstream "$up" "server { listen 127.0.0.1:$up; location / { return 200 'ok\n'; } }"
+
+limit_nginx() { # PORT RATE EXTRA
+  cat <<CONF
+limit_req_zone \$binary_remote_addr zone=z:10m rate=$2;
+upstream app { server 127.0.0.1:$up; keepalive 256; }
+server {
+  listen 127.0.0.1:$1;
+  location / {
+    limit_req zone=z $3;
+    proxy_http_version 1.1; proxy_set_header Connection "";
+    proxy_pass http://app;
+  }
+}
+CONF
+}
+limit_rules() { # SPEC
+  printf 'limits:\n  z: { key: peer_ip, spec: "%s" }\nroutes:\n  - { prefix: /, limits: [z], status: 503 }\n' "$1"
+}
+
+p_bare=$(free_port); proxy_start bare "$p_bare" 'routes:
+  - { prefix: / }'
+n_allow=$(free_port); nginx_start nginx-allow "$n_allow" "$(limit_nginx "$n_allow" 1000000r/s "burst=1000000 nodelay")"
+s_allow=$(free_port); proxy_start sg-allow "$s_allow" "$(limit_rules 'leaky-queue:rate=1000000/s,burst=1000000,nodelay')"
+n_deny=$(free_port); nginx_start nginx-deny "$n_deny" "$(limit_nginx "$n_deny" 1r/s "")"
+s_deny=$(free_port); proxy_start sg-deny "$s_deny" "$(limit_rules 'leaky-queue:rate=1/s')"
+
+declare -A port=([upstream]=$up [proxy-bare]=$p_bare [nginx-allow]=$n_allow [sg-allow]=$s_allow [nginx-deny]=$n_deny [sg-deny]=$s_deny)
+setups=(upstream proxy-bare nginx-allow sg-allow nginx-deny sg-deny)
+
+# One wrk run: "requests/s p99_ms non2xx".
+measure() {
+  local out
+  out=$(wrk -t"$threads" -c"$connections" -d"${duration}s" --latency "http://127.0.0.1:$1/" 2>&1)
+  local rps p99 non2xx
+  rps=$(awk '/^Requests\/sec/ {print $2}' <<<"$out")
+  p99=$(awk '$1=="99%" {v=$2; if (v ~ /us$/) {sub(/us/,"",v); v/=1000} else if (v ~ /ms$/) {sub(/ms/,"",v)} else if (v ~ /s$/) {sub(/s/,"",v); v*=1000}; print v}' <<<"$out")
+  non2xx=$(awk '/Non-2xx/ {print $5}' <<<"$out")
+  echo "$rps $p99 ${non2xx:-0}"
+}
+
+declare -A rps_all p99_all
+for run in 1 2 3; do
+  for s in "${setups[@]}"; do
+    # Warm the keep-alive pools and the limiters.
+    wrk -t1 -c"$connections" -d1s "http://127.0.0.1:${port[$s]}/" >/dev/null 2>&1
+    read -r rps p99 non2xx < <(measure "${port[$s]}")
+    rps_all[$s]+="$rps "; p99_all[$s]+="$p99 "
+    echo "run $run  $s: $rps req/s, p99 $p99 ms, non-2xx $non2xx" >&2
+  done
+done
+
+minmax() { tr ' ' '\n' <<<"$1" | grep -v '^$' | sort -g | awk 'NR==1{min=$1} {max=$1} END{printf "%s–%s", min, max}'; }
+median() { tr ' ' '\n' <<<"$1" | grep -v '^$' | sort -g | awk '{v[NR]=$1} END{print v[int((NR+1)/2)]}'; }
+
+echo
+echo "wrk -t$threads -c$connections -d${duration}s, three runs, min–max:"
+echo
+echo "| setup | requests/s | p99 (ms) |"
+echo "|---|---|---|"
+for s in "${setups[@]}"; do
+  echo "| $s | $(minmax "${rps_all[$s]}") | $(minmax "${p99_all[$s]}") |"
+done
+echo
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN{printf "%.2f", a/b}'; }
+echo "medians: proxy-bare / upstream req/s $(ratio "$(median "${rps_all[proxy-bare]}")" "$(median "${rps_all[upstream]}")")"
+for kind in allow deny; do
+  r=$(ratio "$(median "${rps_all[sg-$kind]}")" "$(median "${rps_all[nginx-$kind]}")")
+  p=$(ratio "$(median "${p99_all[sg-$kind]}")" "$(median "${p99_all[nginx-$kind]}")")
+  echo "medians: sluicegate / nginx ($kind): req/s $r, p99 $p"
+done
