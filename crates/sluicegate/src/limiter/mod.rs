@@ -12,6 +12,6 @@ mod waiting;
 pub use budget::KeyBudget;
 pub use direct::DirectLimiter;
 pub use keyed::{CurrentAlgorithm, KeyedLimiter};
-pub use multi::{LimitTarget, MultiDecision, decide_together};
+pub use multi::{LimitTarget, MultiDecision, decide_together, decide_together_at};
 pub use permit::{ConcurrencyPermit, KeyedConcurrencyPermit, OwnedConcurrencyPermit};
 pub use set::LimitSet;
