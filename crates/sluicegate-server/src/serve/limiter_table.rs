@@ -14,7 +14,7 @@ use crate::serve::protocol::{CurrentLimit, EnvoyUnit};
 
 use crate::serve::clock::ServiceClock;
 use crate::serve::engine_error::EngineError;
-use crate::serve::headers::PolicyHeader;
+use crate::serve::policy_header::PolicyHeader;
 use crate::serve::key_cap::KeyCap;
 use crate::serve::per_limit::PerLimit;
 
