@@ -12,8 +12,8 @@ use std::time::Duration;
 use redis::{Cmd, Value};
 use tokio::sync::{Semaphore, mpsc, oneshot};
 
-use crate::error::RedisLimitError;
 use crate::connection::Link;
+use crate::error::RedisLimitError;
 use crate::reply::{Now, is_error_reply, script_error};
 use crate::scripts::{Entry, OneEntry};
 
@@ -117,11 +117,7 @@ impl Batcher {
 /// Takes the next batch when a call slot is free: what is queued by then, up to `max_batch`
 /// decisions whose callers still wait. Callers that timed out are dropped as they come, so
 /// while Redis stalls the queue holds at most about a timeout's worth of calls.
-async fn send_batches(
-    store: Link,
-    mut waiting: mpsc::UnboundedReceiver<Queued>,
-    max_batch: usize,
-) {
+async fn send_batches(store: Link, mut waiting: mpsc::UnboundedReceiver<Queued>, max_batch: usize) {
     let slots = Arc::new(Semaphore::new(CALLS_IN_FLIGHT));
     loop {
         let Ok(slot) = Arc::clone(&slots).acquire_owned().await else {

@@ -158,7 +158,6 @@ impl Link {
     }
 }
 
-
 /// A server error with this code whose message starts with `detail`.
 fn is_error(error: &redis::RedisError, code: &str, detail: &str) -> bool {
     error.code() == Some(code) && error.detail().is_some_and(|d| d.starts_with(detail))
@@ -179,4 +178,3 @@ pub(crate) async fn bounded<T>(
         Err(_) => Err(RedisLimitError::Timeout(timeout)),
     }
 }
-

@@ -32,8 +32,8 @@ mod store;
 #[cfg(feature = "testing")]
 pub mod testing;
 
-pub use error::RedisLimitError;
 pub use decide::NamedLimit;
+pub use error::RedisLimitError;
 pub use failure::{
     Both, Event, FAILURES_TO_OPEN, FailSafe, FailSafeError, Failure, FailurePolicy, Until,
 };

@@ -128,7 +128,10 @@ pub(crate) fn script_error(reply: &[Value]) -> RedisLimitError {
 
 /// Reads a one-limit entry point's `{now, allowed, remaining, reset_us, retry_us, wait_us}`
 /// or `{"ERR", kind, detail}`; the limit is the one asked.
-pub(crate) fn parse_one_reply(reply: &[Value], limit: u64) -> Result<(Micros, Decision), RedisLimitError> {
+pub(crate) fn parse_one_reply(
+    reply: &[Value],
+    limit: u64,
+) -> Result<(Micros, Decision), RedisLimitError> {
     match reply {
         // First: a batch pads an error to a decision's length.
         [first, ..] if is_error_reply(first) => Err(script_error(reply)),
@@ -182,4 +185,3 @@ pub(crate) fn parse_reply(
         .collect::<Result<Vec<_>, RedisLimitError>>()?;
     Ok((now, decisions))
 }
-

@@ -337,7 +337,6 @@ impl RedisStore {
     }
 }
 
-
 fn invalid_url(url: &str, error: &redis::RedisError) -> RedisLimitError {
     RedisLimitError::Config(ConfigError::InvalidParameter {
         name: "redis",

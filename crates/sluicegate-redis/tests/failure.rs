@@ -59,8 +59,7 @@ async fn decide_one(
     limit: &Limit,
     permits: NonZeroU64,
     now: At,
-) -> Result<(sluicegate::Decision, bool), FailSafeError<RedisLimitError, sluicegate::CheckError>>
-{
+) -> Result<(sluicegate::Decision, bool), FailSafeError<RedisLimitError, sluicegate::CheckError>> {
     let key = "k".to_owned();
     let before = safe.failures();
     let request = [Request {
@@ -118,11 +117,7 @@ async fn policies_answer_while_redis_is_down() -> Result<(), BoxError> {
     let mut server = RedisServer::start()?;
     let store = server.store(config()).await?;
     let redis = RedisLimit::gcra(Rate::per_hour(1)?, 2)?;
-    let limit = both(
-        redis.clone(),
-        "p",
-        Gcra::new(Rate::per_hour(1)?, 2)?.into(),
-    );
+    let limit = both(redis.clone(), "p", Gcra::new(Rate::per_hour(1)?, 2)?.into());
     let open = safe(&store, FailurePolicy::Open);
     let closed = safe(&store, FailurePolicy::Closed);
     let local = safe(&store, FailurePolicy::Local);
@@ -220,7 +215,11 @@ async fn multi_limit_requests_fall_back_all_or_nothing() -> Result<(), BoxError>
     let store = server.store(config()).await?;
     let hour = Rate::per_hour(1)?;
     let minute = Duration::from_secs(60);
-    let wide = both(RedisLimit::gcra(hour, 3)?, "wide", Gcra::new(hour, 3)?.into());
+    let wide = both(
+        RedisLimit::gcra(hour, 3)?,
+        "wide",
+        Gcra::new(hour, 3)?.into(),
+    );
     let narrow = both(
         RedisLimit::fixed_window(2, minute)?,
         "narrow",

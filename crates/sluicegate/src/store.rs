@@ -167,13 +167,14 @@ impl StoreError for CheckError {
     }
 }
 
-/// Decides limits for keys of type `K`, all or nothing.
+/// Decides limits for keys of type `K` (`String`, `str`, `[u8]`: an owned type), all or
+/// nothing.
 ///
 /// `decide` applies `op` to every request together: with [`Op::Check`] the call is allowed
 /// only if every limit allows, and then every limit is charged; if one denies, none is, and
 /// each reports what it has now. [`Op::Peek`] charges nothing; [`Op::Charge`] charges every
 /// limit whatever the others answer (envoyproxy/ratelimit's counting).
-pub trait Store<K: ?Sized>: Send + Sync {
+pub trait Store<K: ?Sized + 'static>: Send + Sync {
     /// This store's form of a limit, made once and borrowed by every call.
     type Limit: Send + Sync;
     /// Why a call was not decided.
@@ -227,7 +228,7 @@ impl<A, C> std::fmt::Debug for MemoryStore<A, C> {
 
 impl<K, A, C> Store<K> for MemoryStore<A, C>
 where
-    K: Hash + Eq + Clone + Send + Sync,
+    K: Hash + Eq + Clone + Send + Sync + 'static,
     A: Algorithm + Send + Sync,
     A::State: Send,
     C: Clock + Send + Sync,
@@ -318,7 +319,10 @@ mod tests {
     /// Polls once with a waker that does nothing, as the HTTP layer does.
     fn at_once<F: Future>(future: F) -> Option<F::Output> {
         let mut future = std::pin::pin!(future);
-        match future.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
+        match future
+            .as_mut()
+            .poll(&mut Context::from_waker(Waker::noop()))
+        {
             Poll::Ready(output) => Some(output),
             Poll::Pending => None,
         }
@@ -349,7 +353,8 @@ mod tests {
         assert!(!second.allowed);
         // Denied by the narrow limit, the wide one was not charged: 4 left, as after one.
         assert_eq!(second.decisions[0].remaining(), 4);
-        let peek = at_once(store.decide(&requests[..1], Op::Peek, Now::At(0))).ok_or("pending")??;
+        let peek =
+            at_once(store.decide(&requests[..1], Op::Peek, Now::At(0))).ok_or("pending")??;
         assert_eq!(peek.decisions.as_slice().len(), 1);
         assert_eq!(peek.decisions[0].remaining(), 4);
         let too_many = [Request {

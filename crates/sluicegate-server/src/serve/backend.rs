@@ -59,7 +59,8 @@ const WARN_EVERY: Duration = Duration::from_secs(5);
 
 /// The service's Redis store: Redis (once connected) behind the failure policy, falling back
 /// to this process's limiters.
-pub(crate) type SafeRedis = FailSafe<RedisConnection, MemoryStore<AnyAlgorithm, ServiceClock>, String>;
+pub(crate) type SafeRedis =
+    FailSafe<RedisConnection, MemoryStore<AnyAlgorithm, ServiceClock>, String>;
 
 /// A limit of [`SafeRedis`]: in Redis, and in memory for the `local` policy.
 pub(crate) type RedisLimits = Both<Arc<NamedLimit>, Arc<Limiter>>;
@@ -121,12 +122,18 @@ impl Store<String> for RedisConnection {
         op: Op,
         now: Now,
     ) -> Result<Outcome, ConnectionError> {
-        let store = self.store.load_full().ok_or(ConnectionError::NotConnected)?;
+        let store = self
+            .store
+            .load_full()
+            .ok_or(ConnectionError::NotConnected)?;
         Ok(Store::<String>::decide(&*store, requests, op, now).await?)
     }
 
     async fn ping(&self) -> Result<(), ConnectionError> {
-        let store = self.store.load_full().ok_or(ConnectionError::NotConnected)?;
+        let store = self
+            .store
+            .load_full()
+            .ok_or(ConnectionError::NotConnected)?;
         Ok(store.ping().await?)
     }
 }

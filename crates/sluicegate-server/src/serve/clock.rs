@@ -1,8 +1,8 @@
 //! The service's time: the system clock in production, a manual clock in tests, so that no
 //! service test depends on where a real second or minute boundary falls.
 
-use sluicegate::{Clock, ManualClock, Micros, SystemClock};
 use sluicegate::store::Now;
+use sluicegate::{Clock, ManualClock, Micros, SystemClock};
 
 /// Where the engine reads "now" from. An enum rather than a type parameter: one branch per
 /// reading (always the same way in a process), and the engine, its tables and its transports

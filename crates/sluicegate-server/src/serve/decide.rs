@@ -40,9 +40,10 @@ pub(crate) async fn decide_call<'a, S: Store<String>>(
     {
         let answer = match decide_one(store, limit, check, Op::Check, now).await {
             Ok(decision) => Some(decision),
-            Err(FailureKind::KeyCapacity) => {
-                at_key_cap(store, &[check], keys, now).await.pop().and_then(|(_, d)| d)
-            }
+            Err(FailureKind::KeyCapacity) => at_key_cap(store, &[check], keys, now)
+                .await
+                .pop()
+                .and_then(|(_, d)| d),
             // More hits than the limit can ever grant: it never passes.
             Err(_) => None,
         };
@@ -77,8 +78,11 @@ pub(crate) async fn decide_call<'a, S: Store<String>>(
         Op::Check
     };
     let mut enforced_allowed = !never && !over_quota;
-    let asked: CheckRefs<'a, S::Limit> =
-        enforced.iter().copied().filter(|c| fits(store, c)).collect();
+    let asked: CheckRefs<'a, S::Limit> = enforced
+        .iter()
+        .copied()
+        .filter(|c| fits(store, c))
+        .collect();
     match decide_together(store, &asked, op, now).await {
         Ok((allowed, decisions)) => {
             enforced_allowed &= allowed;

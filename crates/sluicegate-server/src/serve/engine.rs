@@ -13,18 +13,17 @@ use arc_swap::ArcSwap;
 use sluicegate::store::{MemoryStore, Now};
 use sluicegate::{AnyAlgorithm, Clock as _, Decision, Micros, micros_ceil};
 use sluicegate_redis::{Both, FailurePolicy, RedisLimitError};
-use tokio::time::Instant;
 use sluicegate_rules::{Match, RuleSet};
 use smallvec::SmallVec;
+use tokio::time::Instant;
 
 use crate::serve::backend::{BackendOptions, RedisBackend, RedisLimits};
 use crate::serve::check::{Check, Decided, Role};
-use crate::serve::decide::decide_call;
 use crate::serve::clock::ServiceClock;
+use crate::serve::decide::decide_call;
 use crate::serve::decision_counters::{CounterCache, RuleCounters};
 use crate::serve::engine_error::EngineError;
 use crate::serve::headers::{HeaderOptions, headers_for};
-use crate::serve::policy_header::PolicyHeader;
 use crate::serve::key_cap::{DEFAULT_MAX_KEYS, KeyCap};
 use crate::serve::limiter_table::{Enforcer, LimiterTable, build_limiter_table};
 use crate::serve::live::RuleStats;
@@ -32,6 +31,7 @@ use crate::serve::live_rules::{LiveStats, RuleLive};
 use crate::serve::metrics::{Metrics, ModeLabels};
 use crate::serve::modes::{EVERY_RULE, Mode, ModeError, ModeTable, Modes};
 use crate::serve::overrides::Overrides;
+use crate::serve::policy_header::PolicyHeader;
 use crate::serve::protocol::{
     CallError, CallLimits, Code, CurrentLimit, DescriptorCall, DescriptorVerdict, LimitOverride,
     RateLimitCall, Statuses, Verdict,
@@ -409,16 +409,12 @@ impl Engine {
         let loaded = self.loaded.load_full();
         let Plan { checks, stats } = self.plan(call, &loaded, both_limits);
         // One timeout for the whole call, however many times it asks Redis.
-        let store = redis.store().until(Instant::now() + redis.options().timeout);
+        let store = redis
+            .store()
+            .until(Instant::now() + redis.options().timeout);
         let now = self.options.clock.store_now();
-        let decided = decide_call(
-            &store,
-            &checks,
-            self.options.count_denied,
-            &self.keys,
-            now,
-        )
-        .await;
+        let decided =
+            decide_call(&store, &checks, self.options.count_denied, &self.keys, now).await;
         let verdict = self.verdict(call.descriptors.len(), &stats, decided, &loaded);
         self.sweep_if_at_key_cap(&loaded);
         verdict

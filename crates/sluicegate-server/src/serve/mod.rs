@@ -36,12 +36,12 @@ pub use engine::{Engine, EngineOptions, LoadedRules};
 pub use engine_error::EngineError;
 pub use grpc::{GrpcService, call_from_proto, verdict_to_proto};
 pub use headers::{HeaderOptions, LegacyHeaderNames, headers_for};
-pub use policy_header::PolicyHeader;
 pub use http::{MAX_BODY_BYTES, router};
 pub use json::{call_from_json, proto_json_duration, verdict_to_json};
 pub use key_cap::DEFAULT_MAX_KEYS;
 pub use metrics::Metrics;
 pub use modes::{EVERY_RULE, Mode, ModeError, ModeTable, Modes};
+pub use policy_header::PolicyHeader;
 pub use protocol::{
     CallError, CallLimits, Code, CurrentLimit, DescriptorCall, DescriptorVerdict, EnvoyUnit,
     LimitOverride, RateLimitCall, Statuses, Verdict,
