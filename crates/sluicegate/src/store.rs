@@ -242,6 +242,7 @@ where
 
     // The concrete future says what callers may rely on: ready when first polled.
     #[allow(refining_impl_trait)]
+    #[inline]
     fn decide<'a>(
         &'a self,
         requests: &'a [Request<'a, Self::Limit, K>],
@@ -253,6 +254,7 @@ where
 }
 
 /// [`MemoryStore`]'s answer; one or two limits without a vector of targets.
+#[inline]
 fn decide_in_memory<'a, K, A, C>(
     requests: &[Request<'a, Arc<KeyedLimiter<K, A, C>>, K>],
     op: Op,

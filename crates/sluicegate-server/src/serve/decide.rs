@@ -29,18 +29,17 @@ pub(crate) async fn decide_call<'a, S: Store<String>>(
     keys: &KeyCap,
     now: Now,
 ) -> Decided<'a, S::Limit> {
-    if count_denied {
-        return charge_all(store, checks, keys, now).await;
-    }
     // The usual call, one enforcing limit: decided alone, as deciding it together would,
-    // without the bookkeeping for several.
+    // without the bookkeeping for several. The rest is boxed: its state, inline, would make
+    // this future (moved on every call) several times larger.
     if let [check] = checks
         && check.role == Role::Enforce
+        && !count_denied
         && let Some(limit) = &check.limit
     {
         let answer = match decide_one(store, limit, check, Op::Check, now).await {
             Ok(decision) => Some(decision),
-            Err(FailureKind::KeyCapacity) => at_key_cap(store, &[check], keys, now)
+            Err(FailureKind::KeyCapacity) => Box::pin(at_key_cap(store, &[check], keys, now))
                 .await
                 .pop()
                 .and_then(|(_, d)| d),
@@ -51,6 +50,19 @@ pub(crate) async fn decide_call<'a, S: Store<String>>(
         decided.push((check, answer));
         return decided;
     }
+    if count_denied {
+        return Box::pin(charge_all(store, checks, keys, now)).await;
+    }
+    Box::pin(decide_several(store, checks, keys, now)).await
+}
+
+/// [`decide_call`] for any call but the usual one.
+async fn decide_several<'a, S: Store<String>>(
+    store: &S,
+    checks: &'a [Check<S::Limit>],
+    keys: &KeyCap,
+    now: Now,
+) -> Decided<'a, S::Limit> {
     let mut decided = Decided::with_capacity(checks.len());
     // Quota-mode limits that would allow join the enforcing ones; if there are some and none
     // would, the call is over its quotas and nothing is charged.
