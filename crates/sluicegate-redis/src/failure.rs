@@ -123,6 +123,9 @@ pub enum Event<'a, E> {
     BackUp,
 }
 
+/// A request of a [`FailSafe`] store over `P` and `L`.
+type Asked<'a, P, L, K> = Request<'a, Both<<P as Store<K>>::Limit, <L as Store<K>>::Limit>, K>;
+
 /// Told of every failure of the store and of the breaker's changes (to count and log them).
 type Observer<E> = Arc<dyn Fn(&Event<'_, E>) + Send + Sync>;
 
@@ -224,7 +227,7 @@ where
     /// Applies `op` by the store, or by the policy if the store fails before `deadline`.
     async fn decide_by<'a>(
         &'a self,
-        requests: &'a [Request<'a, Both<P::Limit, L::Limit>, K>],
+        requests: &'a [Asked<'a, P, L, K>],
         op: Op,
         now: Now,
         deadline: Instant,
@@ -307,7 +310,7 @@ where
     /// known of the budget) or denied (`closed`, retry after the timeout).
     async fn by_policy<'a>(
         &'a self,
-        requests: &'a [Request<'a, Both<P::Limit, L::Limit>, K>],
+        requests: &'a [Asked<'a, P, L, K>],
         op: Op,
         now: Now,
     ) -> Result<Outcome, FailSafeError<P::Error, L::Error>> {

@@ -253,10 +253,13 @@ where
     }
 }
 
+/// A request of the memory store.
+type MemoryRequest<'a, K, A, C> = Request<'a, Arc<KeyedLimiter<K, A, C>>, K>;
+
 /// [`MemoryStore`]'s answer; one or two limits without a vector of targets.
 #[inline]
 fn decide_in_memory<'a, K, A, C>(
-    requests: &[Request<'a, Arc<KeyedLimiter<K, A, C>>, K>],
+    requests: &[MemoryRequest<'a, K, A, C>],
     op: Op,
     now: Now,
 ) -> Result<Outcome, CheckError>
@@ -269,7 +272,7 @@ where
         Now::Store => limiter.clock().now(),
         Now::At(micros) => micros,
     };
-    let target = |r: &Request<'a, Arc<KeyedLimiter<K, A, C>>, K>| LimitTarget {
+    let target = |r: &MemoryRequest<'a, K, A, C>| LimitTarget {
         limiter: r.limit.as_ref(),
         key: r.key,
         permits: r.permits,
