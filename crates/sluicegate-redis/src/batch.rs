@@ -12,10 +12,10 @@ use std::time::Duration;
 use redis::{Cmd, Value};
 use tokio::sync::{Semaphore, mpsc, oneshot};
 
+use crate::connection::Link;
 use crate::error::RedisLimitError;
-use crate::limiter::{Now, is_error_reply, script_error};
+use crate::reply::{Now, is_error_reply, script_error};
 use crate::scripts::{Entry, OneEntry};
-use crate::store::RedisStore;
 
 /// Calls a batcher keeps in flight at once. While they are out, new decisions queue up and
 /// leave together in the next one. With three, Redis has one call to run while the client
@@ -41,7 +41,7 @@ pub(crate) struct OneCall {
 
 impl OneCall {
     /// Its own entry point's reply, from a call of its own.
-    pub(crate) async fn send_alone(&self, store: &RedisStore) -> Answer {
+    pub(crate) async fn send_alone(&self, store: &Link) -> Answer {
         store
             .call(self.entry.entry(), |cmd| {
                 cmd.arg(1).arg(&self.key);
@@ -89,9 +89,9 @@ pub(crate) struct Batcher {
 }
 
 impl Batcher {
-    /// Starts the task sending `store`'s batches (at most `max_batch` decisions each) on the
+    /// Starts the task sending batches over `store`'s link (at most `max_batch` decisions each) on the
     /// current tokio runtime. `store` must not batch itself.
-    pub(crate) fn start(store: RedisStore, max_batch: usize) -> Batcher {
+    pub(crate) fn start(store: Link, max_batch: usize) -> Batcher {
         let (queue, waiting) = mpsc::unbounded_channel();
         tokio::spawn(send_batches(store, waiting, max_batch.max(1)));
         Batcher { queue }
@@ -117,11 +117,7 @@ impl Batcher {
 /// Takes the next batch when a call slot is free: what is queued by then, up to `max_batch`
 /// decisions whose callers still wait. Callers that timed out are dropped as they come, so
 /// while Redis stalls the queue holds at most about a timeout's worth of calls.
-async fn send_batches(
-    store: RedisStore,
-    mut waiting: mpsc::UnboundedReceiver<Queued>,
-    max_batch: usize,
-) {
+async fn send_batches(store: Link, mut waiting: mpsc::UnboundedReceiver<Queued>, max_batch: usize) {
     let slots = Arc::new(Semaphore::new(CALLS_IN_FLIGHT));
     loop {
         let Ok(slot) = Arc::clone(&slots).acquire_owned().await else {
@@ -157,7 +153,7 @@ async fn send_batches(
     }
 }
 
-async fn send(store: &RedisStore, mut batch: Vec<Queued>) {
+async fn send(store: &Link, mut batch: Vec<Queued>) {
     if batch.len() == 1
         && let Some(only) = batch.pop()
     {

@@ -1,19 +1,22 @@
-//! What to answer when Redis cannot: allow, deny, or decide in memory by the same rules.
+//! What to answer when a store cannot: allow, deny, or decide in a local store by the same
+//! rules. [`FailSafe`] wraps any store of the backend seam (Redis, in practice) with a local
+//! fallback store (this process's memory) and is itself a store, so whoever decides through
+//! the seam gets the failure policy without knowing it is there.
+//!
+//! A circuit breaker keeps an outage cheap: after [`FAILURES_TO_OPEN`] outage failures in a
+//! row (timeouts, lost connections) the store is marked down and calls are answered by the
+//! policy at once, instead of each waiting out the timeout, while one background task pings
+//! the store with backoff and marks it up again when it answers.
 
-use std::num::NonZeroU64;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
-use sluicegate::{
-    Clock, Concurrency, ConfigError, Decision, FixedWindow, Gcra, KeyedLimiter, LeakyBucket,
-    LeakyQueue, ManualClock, Micros, Op, SlidingLog, SlidingWindow, SystemClock, TokenBucket,
-    micros_ceil,
-};
+use sluicegate::store::{FailureKind, Now, Outcome, Request, Store, StoreError};
+use sluicegate::{Decision, Op, micros_ceil};
+use tokio::time::Instant;
 
-use crate::error::RedisLimitError;
-use crate::limit::LimitKind;
-use crate::limiter::{LimitRequest, MultiDecision, Now, RedisLimiter};
-
-/// The answer given when Redis is down, slow, or refusing work.
+/// The answer given when the store is down, slow, or refusing work.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FailurePolicy {
     /// Allow every request (availability over enforcement).
@@ -24,253 +27,408 @@ pub enum FailurePolicy {
     Local,
 }
 
-/// Where a [`Checked`] decision came from.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Source {
-    /// Redis decided.
-    Redis,
-    /// Redis failed with this error and the policy answered instead.
-    Fallback(String),
+/// Consecutive outage failures that mark the store down.
+pub const FAILURES_TO_OPEN: u32 = 3;
+
+/// The first probe of a store marked down, after this long; then twice as long each time, up
+/// to [`PROBE_AT_MOST_EVERY`]: a `PING` twice a second costs Redis nothing, and decisions go
+/// back to it within half a second of its return.
+const FIRST_PROBE_AFTER: Duration = Duration::from_millis(50);
+const PROBE_AT_MOST_EVERY: Duration = Duration::from_millis(500);
+
+/// A limit of a [`FailSafe`] store: the store's form and the fallback's.
+#[derive(Debug, Clone)]
+pub struct Both<P, L> {
+    /// The limit in the store.
+    pub primary: P,
+    /// The same limit in the local fallback.
+    pub local: L,
 }
 
-/// A decision and who made it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Checked {
-    /// The decision.
-    pub decision: Decision,
-    /// Redis, or the failure policy.
-    pub source: Source,
+/// Why the store did not decide a call, as reported to the [`FailSafe`]'s observer.
+#[derive(Debug)]
+pub enum Failure<'a, E> {
+    /// Marked down by the breaker: not asked until a probe finds it up again.
+    Down,
+    /// The call took longer than the timeout.
+    Timeout(Duration),
+    /// The store failed.
+    Store(&'a E),
 }
 
-/// Created at time 0, as Redis treats a missing key, and always told the time explicitly.
-type Local<A> = KeyedLimiter<Vec<u8>, A, ManualClock>;
-
-enum LocalLimiter {
-    Gcra(Local<Gcra>),
-    TokenBucket(Local<TokenBucket>),
-    Concurrency(Local<Concurrency>),
-    LeakyBucket(Local<LeakyBucket>),
-    LeakyQueue(Local<LeakyQueue>),
-    FixedWindow(Local<FixedWindow>),
-    SlidingLog(Local<SlidingLog>),
-    SlidingWindow(Local<SlidingWindow>),
-}
-
-impl LocalLimiter {
-    fn new(kind: &LimitKind) -> Result<Self, ConfigError> {
-        fn local<A: sluicegate::Algorithm>(algorithm: A) -> Local<A> {
-            KeyedLimiter::with_clock(algorithm, ManualClock::new(0))
+impl<E: StoreError> Failure<'_, E> {
+    /// Whether the failure says the store is unreachable or too slow (not that it refused one
+    /// call): what the breaker counts.
+    pub fn is_outage(&self) -> bool {
+        match self {
+            Failure::Down => false,
+            Failure::Timeout(_) => true,
+            Failure::Store(error) => error.kind() == FailureKind::Outage,
         }
-        Ok(match kind {
-            LimitKind::Gcra(b) => {
-                LocalLimiter::Gcra(local(Gcra::with_initial(b.rate, b.burst, b.initial)?))
-            }
-            LimitKind::TokenBucket(b) => LocalLimiter::TokenBucket(local(
-                TokenBucket::with_initial(b.rate, b.burst, b.initial)?,
-            )),
-            LimitKind::Concurrency { limit, .. } => {
-                LocalLimiter::Concurrency(local(Concurrency::new(*limit)?))
-            }
-            LimitKind::LeakyBucket(b) => {
-                LocalLimiter::LeakyBucket(local(LeakyBucket::new(b.rate, b.burst)?))
-            }
-            LimitKind::LeakyQueue {
-                delay,
-                burst,
-                bucket,
-                ..
-            } => LocalLimiter::LeakyQueue(local(LeakyQueue::new(bucket.rate, *burst, *delay)?)),
-            LimitKind::FixedWindow { limit, window } => LocalLimiter::FixedWindow(local(
-                FixedWindow::new(*limit, Duration::from_micros(*window))?,
-            )),
-            LimitKind::SlidingLog { limit, window } => LocalLimiter::SlidingLog(local(
-                SlidingLog::new(*limit, Duration::from_micros(*window))?,
-            )),
-            LimitKind::SlidingWindow {
-                limit,
-                window,
-                buckets,
-            } => {
-                let buckets = match *buckets {
-                    0 => None,
-                    k => Some(u32::try_from(k).unwrap_or(u32::MAX)),
-                };
-                LocalLimiter::SlidingWindow(local(SlidingWindow::new(
-                    *limit,
-                    Duration::from_micros(*window),
-                    buckets,
-                )?))
-            }
-        })
-    }
-
-    fn decide(
-        &self,
-        key: &[u8],
-        now: Micros,
-        permits: NonZeroU64,
-        op: Op,
-    ) -> Result<Decision, RedisLimitError> {
-        let key = key.to_vec();
-        let decision = match self {
-            LocalLimiter::Gcra(l) => l.decide_at(&key, now, permits, op),
-            LocalLimiter::TokenBucket(l) => l.decide_at(&key, now, permits, op),
-            LocalLimiter::Concurrency(l) => l.decide_at(&key, now, permits, op),
-            LocalLimiter::LeakyBucket(l) => l.decide_at(&key, now, permits, op),
-            LocalLimiter::LeakyQueue(l) => l.decide_at(&key, now, permits, op),
-            LocalLimiter::FixedWindow(l) => l.decide_at(&key, now, permits, op),
-            LocalLimiter::SlidingLog(l) => l.decide_at(&key, now, permits, op),
-            LocalLimiter::SlidingWindow(l) => l.decide_at(&key, now, permits, op),
-        };
-        Ok(decision?)
     }
 }
 
-/// A [`RedisLimiter`] that still answers, within its timeout, when Redis does not.
-///
-/// Errors that are not about the backend (too many permits, corrupt state) are returned as
-/// errors whatever the policy: falling back would hide them.
-pub struct FailSafeLimiter {
-    redis: RedisLimiter,
-    policy: FailurePolicy,
-    local: Option<LocalLimiter>,
-    /// Stands in for Redis's clock while Redis is away.
-    clock: SystemClock,
-}
-
-impl std::fmt::Debug for FailSafeLimiter {
+impl<E: std::fmt::Display> std::fmt::Display for Failure<'_, E> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("FailSafeLimiter")
-            .field("redis", &self.redis)
+        match self {
+            Failure::Down => write!(f, "the store is down; probing it in the background"),
+            Failure::Timeout(timeout) => write!(f, "the store did not answer within {timeout:?}"),
+            Failure::Store(error) => write!(f, "{error}"),
+        }
+    }
+}
+
+/// An error of a [`FailSafe`] store: one the policy does not cover (a request no store can
+/// answer, a full key table), from the store or from the fallback.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum FailSafeError<P, L> {
+    /// The store's error.
+    #[error(transparent)]
+    Primary(P),
+    /// The local fallback's error.
+    #[error(transparent)]
+    Local(L),
+    /// More permits were asked for than a limit can ever grant at once.
+    #[error("{requested} permits requested but at most {capacity} can ever be granted at once")]
+    InsufficientCapacity {
+        /// Permits asked for.
+        requested: u64,
+        /// The most the limit grants to one request.
+        capacity: u64,
+    },
+}
+
+impl<P: StoreError, L: StoreError> StoreError for FailSafeError<P, L> {
+    fn kind(&self) -> FailureKind {
+        match self {
+            FailSafeError::Primary(error) => error.kind(),
+            FailSafeError::Local(error) => error.kind(),
+            FailSafeError::InsufficientCapacity { .. } => FailureKind::Request,
+        }
+    }
+}
+
+/// What a [`FailSafe`] tells its observer.
+#[derive(Debug)]
+pub enum Event<'a, E> {
+    /// The store failed a call; the policy answered it.
+    Failed(&'a Failure<'a, E>),
+    /// The breaker marked the store down after this many outage failures in a row.
+    MarkedDown {
+        /// Outage failures in a row.
+        failures_in_a_row: u32,
+    },
+    /// A probe found the store up again: calls go back to it.
+    BackUp,
+}
+
+/// A request of a [`FailSafe`] store over `P` and `L`.
+type Asked<'a, P, L, K> = Request<'a, Both<<P as Store<K>>::Limit, <L as Store<K>>::Limit>, K>;
+
+/// Told of every failure of the store and of the breaker's changes (to count and log them).
+type Observer<E> = Arc<dyn Fn(&Event<'_, E>) + Send + Sync>;
+
+/// A store that still answers, within its timeout, when the wrapped store does not: by its
+/// [`FailurePolicy`], the `local` one deciding in the fallback store. Errors about the request
+/// itself ([`FailureKind::Request`], [`FailureKind::KeyCapacity`]) are returned whatever the
+/// policy: falling back would hide them.
+pub struct FailSafe<P: Store<K>, L, K: ?Sized + 'static> {
+    primary: Arc<P>,
+    local: L,
+    policy: FailurePolicy,
+    timeout: Duration,
+    breaker: Arc<Breaker>,
+    observer: Option<Observer<P::Error>>,
+}
+
+/// The breaker's state, shared with its probe.
+#[derive(Debug, Default)]
+struct Breaker {
+    failures_in_a_row: AtomicU32,
+    down: AtomicBool,
+    /// Every failure since start.
+    failures: AtomicU64,
+}
+
+impl<P: Store<K>, L, K: ?Sized + 'static> std::fmt::Debug for FailSafe<P, L, K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FailSafe")
             .field("policy", &self.policy)
+            .field("timeout", &self.timeout)
+            .field("breaker", &self.breaker)
             .finish_non_exhaustive()
     }
 }
 
-impl FailSafeLimiter {
-    /// `redis` with `policy` applied on backend failures.
-    pub fn new(redis: RedisLimiter, policy: FailurePolicy) -> Result<Self, ConfigError> {
-        let local = match policy {
-            FailurePolicy::Local => Some(LocalLimiter::new(&redis.limit().kind)?),
-            _ => None,
-        };
-        Ok(FailSafeLimiter {
-            redis,
-            policy,
+impl<P, L, K> FailSafe<P, L, K>
+where
+    K: ?Sized + Sync + 'static,
+    P: Store<K> + 'static,
+    L: Store<K>,
+{
+    /// `primary` answered by `policy` when it fails or takes longer than `timeout`; `local`
+    /// decides under [`FailurePolicy::Local`].
+    pub fn new(primary: Arc<P>, local: L, policy: FailurePolicy, timeout: Duration) -> Self {
+        FailSafe {
+            primary,
             local,
-            clock: SystemClock::new(),
-        })
-    }
-
-    /// The Redis limiter underneath.
-    pub fn redis(&self) -> &RedisLimiter {
-        &self.redis
-    }
-
-    /// Applies `op` for `permits` on `key`, by Redis or, if Redis fails, by the policy.
-    pub async fn decide(
-        &self,
-        key: &[u8],
-        permits: NonZeroU64,
-        op: Op,
-        now: Now,
-    ) -> Result<Checked, RedisLimitError> {
-        let error = match self.redis.decide(key, permits, op, now).await {
-            Ok(decision) => {
-                return Ok(Checked {
-                    decision,
-                    source: Source::Redis,
-                });
-            }
-            Err(error) if error.is_backend_failure() => error,
-            Err(error) => return Err(error),
-        };
-        Ok(Checked {
-            decision: self.fallback(key, permits, op, now)?,
-            source: Source::Fallback(error.to_string()),
-        })
-    }
-
-    /// The policy's answer for this limit.
-    fn fallback(
-        &self,
-        key: &[u8],
-        permits: NonZeroU64,
-        op: Op,
-        now: Now,
-    ) -> Result<Decision, RedisLimitError> {
-        let limit = self.redis.limit().capacity();
-        Ok(match &self.local {
-            Some(local) => {
-                let at = match now {
-                    Now::At(micros) => micros,
-                    Now::Server => self.clock.now(),
-                };
-                local.decide(key, at, permits, op)?
-            }
-            None if self.policy == FailurePolicy::Open => {
-                Decision::allow(limit, limit - permits.get().min(limit), 0)
-            }
-            None => Decision::deny(limit, 0, 0, Some(micros_ceil(self.redis.store().timeout()))),
-        })
-    }
-}
-
-/// One limit of a fail-safe multi-limit request.
-#[derive(Debug, Clone, Copy)]
-pub struct FailSafeRequest<'a> {
-    /// The limiter, with its policy.
-    pub limiter: &'a FailSafeLimiter,
-    /// Whose budget is charged.
-    pub key: &'a [u8],
-    /// Permits asked of this limit.
-    pub permits: NonZeroU64,
-}
-
-/// Several limits on one request, in one Redis call ([`RedisStore::decide_all`]); if Redis
-/// fails, each limit answers by its own policy, and the request passes only if all of them
-/// allow it. `Local` limits are then peeked first and charged only if all allow, which is
-/// all or nothing except against other requests racing in this process while Redis is away.
-///
-/// [`RedisStore::decide_all`]: crate::RedisStore::decide_all
-pub async fn decide_all_fail_safe(
-    requests: &[FailSafeRequest<'_>],
-    op: Op,
-    now: Now,
-) -> Result<(MultiDecision, Source), RedisLimitError> {
-    let Some(first) = requests.first() else {
-        return Err(RedisLimitError::Unsupported("no limits given".into()));
-    };
-    let redis_requests: Vec<LimitRequest<'_>> = requests
-        .iter()
-        .map(|r| r.limiter.redis.request_n(r.key, r.permits))
-        .collect();
-    let store = first.limiter.redis.store();
-    let error = match store.decide_all(&redis_requests, op, now).await {
-        Ok(multi) => return Ok((multi, Source::Redis)),
-        Err(error) if error.is_backend_failure() => error,
-        Err(error) => return Err(error),
-    };
-    let probe = if op.consumes() { Op::Peek } else { op };
-    let mut decisions = Vec::with_capacity(requests.len());
-    for r in requests {
-        decisions.push(r.limiter.fallback(r.key, r.permits, probe, now)?);
-    }
-    let allowed = decisions.iter().all(|d| d.allowed());
-    if allowed && op.consumes() {
-        for (r, decision) in requests.iter().zip(decisions.iter_mut()) {
-            *decision = r.limiter.fallback(r.key, r.permits, op, now)?;
+            policy,
+            timeout,
+            breaker: Arc::default(),
+            observer: None,
         }
     }
-    let at = match now {
-        Now::At(micros) => micros,
-        Now::Server => first.limiter.clock.now(),
-    };
-    let multi = MultiDecision {
-        allowed: allowed && decisions.iter().all(|d| d.allowed()),
-        decisions,
-        leases: Vec::new(),
-        now: at,
-    };
-    Ok((multi, Source::Fallback(error.to_string())))
+
+    /// Tells `observer` of every failure of the store and of the breaker's changes.
+    pub fn with_observer(
+        mut self,
+        observer: impl Fn(&Event<'_, P::Error>) + Send + Sync + 'static,
+    ) -> Self {
+        self.observer = Some(Arc::new(observer));
+        self
+    }
+
+    /// The wrapped store.
+    pub fn primary(&self) -> &Arc<P> {
+        &self.primary
+    }
+
+    /// The policy.
+    pub fn policy(&self) -> FailurePolicy {
+        self.policy
+    }
+
+    /// The longest a call waits for the store.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// Whether the store is marked down by the breaker.
+    pub fn is_down(&self) -> bool {
+        self.breaker.down.load(Ordering::Relaxed)
+    }
+
+    /// Failures since start.
+    pub fn failures(&self) -> u64 {
+        self.breaker.failures.load(Ordering::Relaxed)
+    }
+
+    /// This store with every call, together, bounded by `deadline` rather than each by the
+    /// timeout: a caller that makes several calls for one request (a quota's peek, then the
+    /// enforcing limits) waits at most once.
+    pub fn until(&self, deadline: Instant) -> Until<'_, P, L, K> {
+        Until {
+            store: self,
+            deadline,
+        }
+    }
+
+    /// Applies `op` by the store, or by the policy if the store fails before `deadline`.
+    async fn decide_by<'a>(
+        &'a self,
+        requests: &'a [Asked<'a, P, L, K>],
+        op: Op,
+        now: Now,
+        deadline: Instant,
+    ) -> Result<Outcome, FailSafeError<P::Error, L::Error>> {
+        if self.is_down() {
+            self.failed(&Failure::Down);
+            return self.by_policy(requests, op, now).await;
+        }
+        let asked: smallvec::SmallVec<[Request<'a, P::Limit, K>; 2]> = requests
+            .iter()
+            .map(|r| Request {
+                limit: &r.limit.primary,
+                key: r.key,
+                permits: r.permits,
+            })
+            .collect();
+        let answer = tokio::time::timeout_at(deadline, self.primary.decide(&asked, op, now)).await;
+        match answer {
+            Ok(Ok(outcome)) => {
+                // Read first: a write on every call would bounce the line between cores.
+                if self.breaker.failures_in_a_row.load(Ordering::Relaxed) != 0 {
+                    self.breaker.failures_in_a_row.store(0, Ordering::Relaxed);
+                }
+                Ok(outcome)
+            }
+            Ok(Err(error))
+                if matches!(
+                    error.kind(),
+                    FailureKind::Request | FailureKind::KeyCapacity
+                ) =>
+            {
+                Err(FailSafeError::Primary(error))
+            }
+            Ok(Err(error)) => {
+                self.failed(&Failure::Store(&error));
+                self.by_policy(requests, op, now).await
+            }
+            Err(_) => {
+                self.failed(&Failure::Timeout(self.timeout));
+                self.by_policy(requests, op, now).await
+            }
+        }
+    }
+
+    /// Counts a failure, tells the observer, and lets the breaker see it.
+    fn failed(&self, failure: &Failure<'_, P::Error>) {
+        self.breaker.failures.fetch_add(1, Ordering::Relaxed);
+        if let Some(observer) = &self.observer {
+            observer(&Event::Failed(failure));
+        }
+        if !failure.is_outage() {
+            return;
+        }
+        let in_a_row = self
+            .breaker
+            .failures_in_a_row
+            .fetch_add(1, Ordering::Relaxed)
+            + 1;
+        if in_a_row < FAILURES_TO_OPEN || self.breaker.down.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        // Outside a runtime nothing could probe: stay up instead.
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            self.breaker.down.store(false, Ordering::Release);
+            return;
+        };
+        if let Some(observer) = &self.observer {
+            observer(&Event::MarkedDown {
+                failures_in_a_row: in_a_row,
+            });
+        }
+        drop(runtime.spawn(probe_until_up::<P, K>(
+            Arc::clone(&self.breaker),
+            Arc::clone(&self.primary),
+            self.observer.clone(),
+        )));
+    }
+
+    /// The policy's answer: the fallback's decision, or every limit allowed (`open`, nothing
+    /// known of the budget) or denied (`closed`, retry after the timeout).
+    async fn by_policy<'a>(
+        &'a self,
+        requests: &'a [Asked<'a, P, L, K>],
+        op: Op,
+        now: Now,
+    ) -> Result<Outcome, FailSafeError<P::Error, L::Error>> {
+        if self.policy == FailurePolicy::Local {
+            let asked: smallvec::SmallVec<[Request<'a, L::Limit, K>; 2]> = requests
+                .iter()
+                .map(|r| Request {
+                    limit: &r.limit.local,
+                    key: r.key,
+                    permits: r.permits,
+                })
+                .collect();
+            return self
+                .local
+                .decide(&asked, op, now)
+                .await
+                .map_err(FailSafeError::Local);
+        }
+        let mut decisions = Vec::with_capacity(requests.len());
+        for request in requests {
+            let capacity = self.primary.capacity(&request.limit.primary);
+            let permits = request.permits.get();
+            if permits > capacity {
+                return Err(FailSafeError::InsufficientCapacity {
+                    requested: permits,
+                    capacity,
+                });
+            }
+            decisions.push(match self.policy {
+                FailurePolicy::Open => Decision::allow(capacity, capacity - permits, 0),
+                _ => Decision::deny(capacity, 0, 0, Some(micros_ceil(self.timeout))),
+            });
+        }
+        Ok(match <[Decision; 1]>::try_from(decisions) {
+            Ok([one]) => Outcome::one(one),
+            Err(many) => Outcome::many(many),
+        })
+    }
+}
+
+/// Pings the store with backoff until it answers, then marks it up.
+async fn probe_until_up<P: Store<K>, K: ?Sized + 'static>(
+    breaker: Arc<Breaker>,
+    store: Arc<P>,
+    observer: Option<Observer<P::Error>>,
+) {
+    let mut wait = FIRST_PROBE_AFTER;
+    loop {
+        tokio::time::sleep(wait).await;
+        if store.ping().await.is_ok() {
+            breaker.failures_in_a_row.store(0, Ordering::Relaxed);
+            breaker.down.store(false, Ordering::Release);
+            if let Some(observer) = &observer {
+                observer(&Event::BackUp);
+            }
+            return;
+        }
+        wait = (wait * 2).min(PROBE_AT_MOST_EVERY);
+    }
+}
+
+impl<P, L, K> Store<K> for FailSafe<P, L, K>
+where
+    K: ?Sized + Sync + 'static,
+    P: Store<K> + 'static,
+    L: Store<K>,
+{
+    type Limit = Both<P::Limit, L::Limit>;
+    type Error = FailSafeError<P::Error, L::Error>;
+
+    fn capacity(&self, limit: &Self::Limit) -> u64 {
+        self.primary.capacity(&limit.primary)
+    }
+
+    async fn decide<'a>(
+        &'a self,
+        requests: &'a [Request<'a, Self::Limit, K>],
+        op: Op,
+        now: Now,
+    ) -> Result<Outcome, Self::Error> {
+        self.decide_by(requests, op, now, Instant::now() + self.timeout)
+            .await
+    }
+
+    async fn ping(&self) -> Result<(), Self::Error> {
+        self.primary.ping().await.map_err(FailSafeError::Primary)
+    }
+}
+
+/// A [`FailSafe`] store whose calls share one deadline ([`FailSafe::until`]).
+pub struct Until<'s, P: Store<K>, L, K: ?Sized + 'static> {
+    store: &'s FailSafe<P, L, K>,
+    deadline: Instant,
+}
+
+impl<P, L, K> Store<K> for Until<'_, P, L, K>
+where
+    K: ?Sized + Sync + 'static,
+    P: Store<K> + 'static,
+    L: Store<K>,
+{
+    type Limit = Both<P::Limit, L::Limit>;
+    type Error = FailSafeError<P::Error, L::Error>;
+
+    fn capacity(&self, limit: &Self::Limit) -> u64 {
+        self.store.capacity(limit)
+    }
+
+    async fn decide<'a>(
+        &'a self,
+        requests: &'a [Request<'a, Self::Limit, K>],
+        op: Op,
+        now: Now,
+    ) -> Result<Outcome, Self::Error> {
+        self.store.decide_by(requests, op, now, self.deadline).await
+    }
+
+    async fn ping(&self) -> Result<(), Self::Error> {
+        self.store.ping().await
+    }
 }

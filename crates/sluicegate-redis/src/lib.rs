@@ -11,10 +11,14 @@
 //!   key expires when its state is fresh again.
 //! - [`RateLimiterObject`] is a Redisson-style `RRateLimiter` (`try_set_rate`, `set_rate`,
 //!   `try_acquire`, `acquire`, `available_permits`, `get_config`).
-//! - Every call is bounded by a timeout; [`FailSafeLimiter`] applies a [`FailurePolicy`]
-//!   when Redis is down.
+//! - [`RedisStore`] is a store of the core's backend seam ([`sluicegate::store::Store`]):
+//!   a call's limits in one script call.
+//! - Every call is bounded by a timeout; [`FailSafe`] wraps any store of the seam with a
+//!   local fallback and applies a [`FailurePolicy`] (with a circuit breaker) when it fails.
 
 mod batch;
+mod connection;
+mod decide;
 mod error;
 mod failure;
 mod keys;
@@ -22,17 +26,20 @@ mod lease;
 mod limit;
 mod limiter;
 mod redisson;
+mod reply;
 mod scripts;
 mod store;
 #[cfg(feature = "testing")]
 pub mod testing;
 
+pub use decide::NamedLimit;
 pub use error::RedisLimitError;
 pub use failure::{
-    Checked, FailSafeLimiter, FailSafeRequest, FailurePolicy, Source, decide_all_fail_safe,
+    Both, Event, FAILURES_TO_OPEN, FailSafe, FailSafeError, Failure, FailurePolicy, Until,
 };
 pub use lease::Lease;
 pub use limit::{MAX_REDIS_TOLERANCE, RedisLimit};
-pub use limiter::{LimitRequest, MultiDecision, Now, RedisLimiter};
+pub use limiter::RedisLimiter;
 pub use redisson::{RateConfig, RateLimiterObject, RateType};
+pub use reply::{LimitRequest, MultiDecision, Now};
 pub use store::{RedisStore, ScriptMode, StoreConfig};

@@ -17,7 +17,7 @@ use sluicegate::{ConfigError, Decision};
 use crate::error::RedisLimitError;
 use crate::lease::new_lease_id;
 use crate::limit::RedisLimit;
-use crate::limiter::{Now, now_arg, parse_reply, text};
+use crate::reply::{Now, now_arg, parse_reply, text};
 use crate::scripts::Entry;
 use crate::store::RedisStore;
 

@@ -1,20 +1,24 @@
-//! The connection to Redis (single server or Cluster), the per-call timeout, and how calls
-//! reach the Lua code: `FCALL` of the library, or `EVALSHA` where Redis has no Functions.
+//! The store: a shared handle on Redis (single server or Cluster) and every call made of it:
+//! several limits decided at once (`decide_all`), one limit alone (batched when it can be),
+//! and the leases of concurrency limits. Calls go through the link (`connection.rs`).
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use redis::Value;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClientBuilder;
-use redis::cluster_async::ClusterConnection;
-use redis::{Cmd, Value};
-use sluicegate::ConfigError;
+use sluicegate::{ConfigError, Micros, Op};
 
-use crate::batch::Batcher;
+use crate::batch::{Batcher, OneCall};
+use crate::connection::{Connection, Link, bounded};
 use crate::error::RedisLimitError;
 use crate::keys::KeyScheme;
-use crate::scripts::{Entry, LIBRARY};
+use crate::lease::{Lease, new_lease_id};
+use crate::limit::{Joined, RedisLimit};
+use crate::reply::{
+    LimitRequest, MultiDecision, Now, check_request, now_arg, parse_one_reply, parse_reply,
+};
+use crate::scripts::{Entry, OneEntry};
 
 /// How a [`RedisStore`] connects and names its keys.
 #[derive(Debug, Clone)]
@@ -66,32 +70,23 @@ impl Default for StoreConfig {
     }
 }
 
-#[derive(Clone)]
-enum Connection {
-    Single(ConnectionManager),
-    Cluster(ClusterConnection),
-}
-
 /// A shared, cloneable handle on Redis: one multiplexed connection (per node, for Cluster)
 /// that pipelines concurrent calls and reconnects by itself after Redis restarts.
 #[derive(Clone)]
 pub struct RedisStore {
-    connection: Connection,
+    link: Link,
     pub(crate) keys: KeyScheme,
-    timeout: Duration,
     pub(crate) grace_ms: u64,
-    /// Whether calls go through `FCALL` (else `EVALSHA`); shared by the store's clones.
-    functions: Arc<AtomicBool>,
     /// Where one-limit decisions go, if they are batched (see [`StoreConfig::max_batch`]).
-    pub(crate) batcher: Option<Batcher>,
+    batcher: Option<Batcher>,
 }
 
 impl std::fmt::Debug for RedisStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RedisStore")
             .field("keys", &self.keys)
-            .field("timeout", &self.timeout)
-            .field("functions", &self.functions.load(Ordering::Relaxed))
+            .field("timeout", &self.link.timeout())
+            .field("functions", &self.link.uses_functions())
             .finish_non_exhaustive()
     }
 }
@@ -112,7 +107,7 @@ impl RedisStore {
         let manager = bounded(config.timeout, connect).await?;
         let mut store = Self::with_connection(Connection::Single(manager), keys, &config);
         if config.max_batch > 1 {
-            store.batcher = Some(Batcher::start(store.clone(), config.max_batch));
+            store.batcher = Some(Batcher::start(store.link.clone(), config.max_batch));
         }
         Ok(store)
     }
@@ -142,118 +137,31 @@ impl RedisStore {
     fn with_connection(connection: Connection, keys: KeyScheme, config: &StoreConfig) -> Self {
         let grace_ms = u64::try_from(config.expiry_grace.as_millis()).unwrap_or(u64::MAX);
         RedisStore {
-            connection,
+            link: Link::new(
+                connection,
+                config.timeout,
+                config.scripts == ScriptMode::Auto,
+            ),
             keys,
-            timeout: config.timeout,
             grace_ms,
-            functions: Arc::new(AtomicBool::new(config.scripts == ScriptMode::Auto)),
             batcher: None,
         }
     }
 
     /// The per-call timeout.
     pub fn timeout(&self) -> Duration {
-        self.timeout
+        self.link.timeout()
     }
 
     /// Whether calls currently go through Redis Functions (`FCALL`) rather than `EVALSHA`.
     pub fn uses_functions(&self) -> bool {
-        self.functions.load(Ordering::Relaxed)
+        self.link.uses_functions()
     }
 
-    /// Calls `entry` with the key count, keys and arguments `fill` appends, within the
-    /// timeout. Loads the library (or script) the first time a server lacks it and repeats
-    /// the call once.
-    pub(crate) async fn call(
-        &self,
-        entry: Entry,
-        fill: impl Fn(&mut Cmd) + Sync,
-    ) -> Result<Vec<Value>, RedisLimitError> {
-        let reply =
-            match tokio::time::timeout(self.timeout, self.call_once_loaded(entry, &fill)).await {
-                Ok(result) => result.map_err(|e| RedisLimitError::from_redis(e, self.timeout))?,
-                Err(_) => return Err(RedisLimitError::Timeout(self.timeout)),
-            };
-        match reply {
-            Value::Array(items) => Ok(items),
-            Value::Int(n) => Ok(vec![Value::Int(n)]),
-            other => Err(RedisLimitError::UnexpectedReply(format!("{other:?}"))),
-        }
-    }
-
-    /// Calls `entry` with these keys and arguments, within the timeout.
-    pub(crate) async fn call_with(
-        &self,
-        entry: Entry,
-        keys: &[Vec<u8>],
-        args: &[Vec<u8>],
-    ) -> Result<Vec<Value>, RedisLimitError> {
-        self.call(entry, |cmd| {
-            cmd.arg(keys.len()).arg(keys).arg(args);
-        })
-        .await
-    }
-
-    async fn call_once_loaded(
-        &self,
-        entry: Entry,
-        fill: &(dyn Fn(&mut Cmd) + Sync),
-    ) -> redis::RedisResult<Value> {
-        let mut loaded = false;
-        loop {
-            let functions = self.functions.load(Ordering::Relaxed);
-            // Room for a one-limit call's arguments, so that building it allocates once.
-            let mut cmd = Cmd::with_capacity(8, 192);
-            if functions {
-                cmd.arg("FCALL").arg(entry.function());
-            } else {
-                cmd.arg("EVALSHA").arg(entry.script().get_hash());
-            }
-            fill(&mut cmd);
-            let error = match self.query::<Value>(&cmd).await {
-                Ok(reply) => return Ok(reply),
-                Err(error) => error,
-            };
-            if functions && unknown_command(&error) {
-                // A Redis before 7 (or one that forbids FCALL): scripts from now on.
-                self.functions.store(false, Ordering::Relaxed);
-                continue;
-            }
-            if loaded {
-                return Err(error);
-            }
-            if functions && is_error(&error, "ERR", "Function not found") {
-                let mut load = redis::cmd("FUNCTION");
-                load.arg("LOAD").arg("REPLACE").arg(&LIBRARY.code);
-                if let Err(error) = self.query::<Value>(&load).await {
-                    if !unknown_command(&error) {
-                        return Err(error);
-                    }
-                    // FCALL but no FUNCTION LOAD: scripts, loaded as they are first needed.
-                    self.functions.store(false, Ordering::Relaxed);
-                    continue;
-                }
-            } else if !functions && error.code() == Some("NOSCRIPT") {
-                match &self.connection {
-                    Connection::Single(manager) => {
-                        entry.script().load_async(&mut manager.clone()).await?
-                    }
-                    Connection::Cluster(cluster) => {
-                        entry.script().load_async(&mut cluster.clone()).await?
-                    }
-                };
-            } else {
-                return Err(error);
-            }
-            loaded = true;
-        }
-    }
-
-    async fn query<T: redis::FromRedisValue>(&self, cmd: &Cmd) -> redis::RedisResult<T> {
-        match &self.connection {
-            Connection::Single(manager) => cmd.query_async(&mut manager.clone()).await,
-            Connection::Cluster(cluster) => cmd.query_async(&mut cluster.clone()).await,
-        }
+    /// Whether this store talks to a Redis Cluster, where one script call may only touch
+    /// keys of one hash tag.
+    pub fn is_cluster(&self) -> bool {
+        self.link.is_cluster()
     }
 
     /// Asks the server for a `PONG`, within the store's timeout: whether Redis answers now.
@@ -266,28 +174,166 @@ impl RedisStore {
         &self,
         cmd: &redis::Cmd,
     ) -> Result<T, RedisLimitError> {
-        bounded(self.timeout, self.query(cmd)).await
+        self.link.command(cmd).await
     }
-}
 
-/// A server error with this code whose message starts with `detail`.
-fn is_error(error: &redis::RedisError, code: &str, detail: &str) -> bool {
-    error.code() == Some(code) && error.detail().is_some_and(|d| d.starts_with(detail))
-}
+    /// Calls `entry` with these keys and arguments, within the timeout.
+    pub(crate) async fn call_with(
+        &self,
+        entry: Entry,
+        keys: &[Vec<u8>],
+        args: &[Vec<u8>],
+    ) -> Result<Vec<Value>, RedisLimitError> {
+        self.link.call_with(entry, keys, args).await
+    }
 
-/// The server does not know the command (`FCALL`, `FUNCTION` before Redis 7).
-fn unknown_command(error: &redis::RedisError) -> bool {
-    is_error(error, "ERR", "unknown command")
-}
+    /// Decides every request at once: allowed only if each limit allows, and then charged to
+    /// all of them; if one denies, none is charged, and the limits that would have allowed
+    /// report a peek: what they have now, uncharged (as [`sluicegate::decide_together`]
+    /// does). One script call, one round trip. The same limit name and key may appear only
+    /// once.
+    pub async fn decide_all(
+        &self,
+        requests: &[LimitRequest<'_>],
+        op: Op,
+        now: Now,
+    ) -> Result<MultiDecision, RedisLimitError> {
+        let (op_name, max_wait) = match op {
+            Op::Check => ("check", None),
+            Op::Peek => ("peek", None),
+            Op::Reserve { max_wait } => ("reserve", max_wait),
+            Op::Release => {
+                return Err(RedisLimitError::Unsupported(
+                    "release a concurrency permit with RedisLimiter::release(lease)".into(),
+                ));
+            }
+            Op::Charge => ("charge", None),
+        };
+        if let [only] = requests
+            && let Some(entry) = only.limit.one_entry()
+        {
+            return self
+                .decide_one(entry, only, op, op_name, max_wait, now)
+                .await;
+        }
+        let mut keys = Vec::new();
+        let mut args = vec![
+            now_arg(now),
+            op_name.into(),
+            requests.len().to_string().into(),
+        ];
+        let mut lease_slots = Vec::new();
+        for (i, request) in requests.iter().enumerate() {
+            if requests[..i]
+                .iter()
+                .any(|r| r.name == request.name && r.key == request.key)
+            {
+                return Err(RedisLimitError::Unsupported(format!(
+                    "limit `{}` named twice for the same key in one request",
+                    request.name
+                )));
+            }
+            check_request(request, op)?;
+            let permits = request.permits;
+            let lease = match request.limit.lease_us() {
+                Some(lease_us) => {
+                    let id = new_lease_id();
+                    lease_slots.push((keys.len(), id.clone(), lease_us, permits));
+                    id
+                }
+                None => String::new(),
+            };
+            for suffix in request.limit.key_suffixes() {
+                keys.push(self.keys.key(request.key, request.name.as_bytes(), suffix));
+            }
+            args.push(request.limit.name().into());
+            args.push(permits.to_string().into());
+            request
+                .limit
+                .push_args(&mut args, max_wait, &lease, self.grace_ms);
+        }
+        let reply = self.call_with(Entry::Decide, &keys, &args).await?;
+        let (now, decisions) = parse_reply(&reply, requests.len())?;
+        let allowed = decisions.iter().all(|d| d.allowed());
+        let leases = if allowed && op.consumes() {
+            lease_slots
+                .into_iter()
+                .map(|(key_index, id, lease_us, permits)| Lease {
+                    keys: [keys[key_index].clone(), keys[key_index + 1].clone()],
+                    id,
+                    permits: permits.get(),
+                    expires_at: now.saturating_add(lease_us),
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        Ok(MultiDecision {
+            allowed,
+            decisions,
+            leases,
+            now,
+        })
+    }
 
-/// Awaits `call` for at most `timeout`.
-async fn bounded<T>(
-    timeout: Duration,
-    call: impl Future<Output = redis::RedisResult<T>>,
-) -> Result<T, RedisLimitError> {
-    match tokio::time::timeout(timeout, call).await {
-        Ok(result) => result.map_err(|e| RedisLimitError::from_redis(e, timeout)),
-        Err(_) => Err(RedisLimitError::Timeout(timeout)),
+    /// One limit with an entry point of its own: fewer arguments (its parameters in one),
+    /// fewer reply values.
+    async fn decide_one(
+        &self,
+        entry: OneEntry,
+        request: &LimitRequest<'_>,
+        op: Op,
+        op_name: &'static str,
+        max_wait: Option<Micros>,
+        now: Now,
+    ) -> Result<MultiDecision, RedisLimitError> {
+        check_request(request, op)?;
+        let key = self.keys.key(request.key, request.name.as_bytes(), "");
+        let mut params = Joined::default();
+        request
+            .limit
+            .push_args(&mut params, max_wait, "", self.grace_ms);
+        let call = OneCall {
+            entry,
+            key,
+            now,
+            op: op_name,
+            permits: request.permits.get(),
+            params: params.0,
+        };
+        let reply = match &self.batcher {
+            Some(batcher) => match batcher.call(call, self.timeout()).await {
+                Ok(answer) => answer?,
+                // The batching task is gone with the runtime it ran on: the call goes alone.
+                Err(call) => call.send_alone(&self.link).await?,
+            },
+            None => call.send_alone(&self.link).await?,
+        };
+        let (now, decision) = parse_one_reply(&reply, request.limit.capacity())?;
+        Ok(MultiDecision {
+            allowed: decision.allowed(),
+            decisions: vec![decision],
+            leases: Vec::new(),
+            now,
+        })
+    }
+
+    /// Gives back (`release`) or extends (`renew`) a concurrency lease. `Ok(false)` if the
+    /// lease is no longer held (it expired, or was released already).
+    pub(crate) async fn lease_op(
+        &self,
+        limit: &RedisLimit,
+        lease: &Lease,
+        op: &str,
+        now: Now,
+    ) -> Result<bool, RedisLimitError> {
+        let mut args = vec![now_arg(now), op.into(), "1".into()];
+        args.push(limit.name().into());
+        args.push(lease.permits.to_string().into());
+        limit.push_args(&mut args, None, &lease.id, self.grace_ms);
+        let reply = self.call_with(Entry::Decide, &lease.keys, &args).await?;
+        let (_, decisions) = parse_reply(&reply, 1)?;
+        Ok(decisions.first().is_some_and(|d| d.allowed()))
     }
 }
 

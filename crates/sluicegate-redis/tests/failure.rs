@@ -3,12 +3,14 @@
 //! again once Redis is back.
 
 use std::num::NonZeroU64;
+use std::sync::Arc;
 use std::time::Duration;
 
-use sluicegate::{Op, Rate};
+use sluicegate::store::{MemoryStore, Now as At, Outcome, Request, Store};
+use sluicegate::{AnyAlgorithm, FixedWindow, Gcra, KeyedLimiter, ManualClock, Op, Rate};
 use sluicegate_redis::{
-    FailSafeLimiter, FailSafeRequest, FailurePolicy, Now, RedisLimit, RedisLimitError,
-    RedisLimiter, Source, StoreConfig, decide_all_fail_safe,
+    Both, FailSafe, FailSafeError, FailurePolicy, NamedLimit, RedisLimit, RedisLimitError,
+    RedisLimiter, RedisStore, StoreConfig,
 };
 
 use sluicegate_redis::testing::RedisServer;
@@ -29,6 +31,45 @@ async fn no_hang<T>(call: impl Future<Output = T>) -> Result<T, BoxError> {
     tokio::time::timeout(TIMEOUT * 20, call)
         .await
         .map_err(|_| "the call hung past its timeout".into())
+}
+
+/// The failure policy over Redis, falling back to memory (created at time 0, told the time).
+type Safe = FailSafe<RedisStore, MemoryStore<AnyAlgorithm, ManualClock>, String>;
+
+/// A limit in Redis and the same limit in memory.
+type Limit = Both<Arc<NamedLimit>, Arc<KeyedLimiter<String, AnyAlgorithm, ManualClock>>>;
+
+fn both(redis: RedisLimit, name: &str, local: AnyAlgorithm) -> Limit {
+    Both {
+        primary: Arc::new(NamedLimit {
+            limit: redis,
+            name: name.to_owned(),
+        }),
+        local: Arc::new(KeyedLimiter::with_clock(local, ManualClock::new(0))),
+    }
+}
+
+fn safe(store: &RedisStore, policy: FailurePolicy) -> Safe {
+    FailSafe::new(Arc::new(store.clone()), MemoryStore::new(), policy, TIMEOUT)
+}
+
+/// One limit's answer, and whether the policy gave it (a failure counted during the call).
+async fn decide_one(
+    safe: &Safe,
+    limit: &Limit,
+    permits: NonZeroU64,
+    now: At,
+) -> Result<(sluicegate::Decision, bool), FailSafeError<RedisLimitError, sluicegate::CheckError>> {
+    let key = "k".to_owned();
+    let before = safe.failures();
+    let request = [Request {
+        limit,
+        key: &key,
+        permits,
+    }];
+    let outcome: Outcome = safe.decide(&request, Op::Check, now).await?;
+    let decision = outcome.decisions[0];
+    Ok((decision, safe.failures() > before))
 }
 
 /// Calls until Redis answers again (it restarts empty).
@@ -75,44 +116,49 @@ async fn fails_fast_while_down_and_recovers_without_a_new_store() -> Result<(), 
 async fn policies_answer_while_redis_is_down() -> Result<(), BoxError> {
     let mut server = RedisServer::start()?;
     let store = server.store(config()).await?;
-    let limit = RedisLimit::gcra(Rate::per_hour(1)?, 2)?;
-    let policy = |p| FailSafeLimiter::new(RedisLimiter::new(store.clone(), limit.clone(), "p"), p);
-    let open = policy(FailurePolicy::Open)?;
-    let closed = policy(FailurePolicy::Closed)?;
-    let local = policy(FailurePolicy::Local)?;
+    let redis = RedisLimit::gcra(Rate::per_hour(1)?, 2)?;
+    let limit = both(redis.clone(), "p", Gcra::new(Rate::per_hour(1)?, 2)?.into());
+    let open = safe(&store, FailurePolicy::Open);
+    let closed = safe(&store, FailurePolicy::Closed);
+    let local = safe(&store, FailurePolicy::Local);
     let one = NonZeroU64::MIN;
-    let now = Now::At(1_763_000_000_000_000);
+    let now = At::At(1_763_000_000_000_000);
 
-    let up = open.decide(b"k", one, Op::Check, now).await?;
-    assert_eq!(up.source, Source::Redis);
+    let (_, fell_back) = decide_one(&open, &limit, one, now).await?;
+    assert!(!fell_back, "redis decided");
 
     server.stop();
-    let open_answer = no_hang(open.decide(b"k", one, Op::Check, now)).await??;
-    assert!(open_answer.decision.allowed());
-    assert!(matches!(open_answer.source, Source::Fallback(_)));
-    let closed_answer = no_hang(closed.decide(b"k", one, Op::Check, now)).await??;
-    assert!(!closed_answer.decision.allowed());
-    assert_eq!(closed_answer.decision.retry_after(), Some(TIMEOUT));
+    let (open_answer, fell_back) = no_hang(decide_one(&open, &limit, one, now)).await??;
+    assert!(open_answer.allowed());
+    assert!(fell_back);
+    let (closed_answer, _) = no_hang(decide_one(&closed, &limit, one, now)).await??;
+    assert!(!closed_answer.allowed());
+    assert_eq!(closed_answer.retry_after(), Some(TIMEOUT));
     // Local: the same rules in memory, two permits and then no more.
     let mut granted = Vec::new();
     for _ in 0..3 {
-        let answer = no_hang(local.decide(b"k", one, Op::Check, now)).await??;
-        assert!(matches!(answer.source, Source::Fallback(_)));
-        granted.push(answer.decision.allowed());
+        let (answer, fell_back) = no_hang(decide_one(&local, &limit, one, now)).await??;
+        assert!(fell_back);
+        granted.push(answer.allowed());
     }
     assert_eq!(granted, [true, true, false]);
     // Request errors are still errors, whatever the policy.
     let too_many = NonZeroU64::new(3).ok_or("3")?;
-    let err = no_hang(open.decide(b"k", too_many, Op::Check, now)).await?;
+    let err = no_hang(decide_one(&open, &limit, too_many, now)).await?;
     assert!(
-        matches!(err, Err(RedisLimitError::InsufficientCapacity { .. })),
+        matches!(
+            err,
+            Err(FailSafeError::Primary(
+                RedisLimitError::InsufficientCapacity { .. }
+            ))
+        ),
         "{err:?}"
     );
 
     server.restart()?;
-    until_back(open.redis()).await?;
-    let back = open.decide(b"k", one, Op::Check, now).await?;
-    assert_eq!(back.source, Source::Redis);
+    until_back(&RedisLimiter::new(store.clone(), redis, "p")).await?;
+    let (_, fell_back) = decide_one(&open, &limit, one, now).await?;
+    assert!(!fell_back, "redis decided again");
     Ok(())
 }
 
@@ -168,47 +214,49 @@ async fn multi_limit_requests_fall_back_all_or_nothing() -> Result<(), BoxError>
     let mut server = RedisServer::start()?;
     let store = server.store(config()).await?;
     let hour = Rate::per_hour(1)?;
-    let wide = FailSafeLimiter::new(
-        RedisLimiter::new(store.clone(), RedisLimit::gcra(hour, 3)?, "wide"),
-        FailurePolicy::Local,
-    )?;
-    let narrow = FailSafeLimiter::new(
-        RedisLimiter::new(
-            store.clone(),
-            RedisLimit::fixed_window(2, Duration::from_secs(60))?,
-            "narrow",
-        ),
-        FailurePolicy::Local,
-    )?;
+    let minute = Duration::from_secs(60);
+    let wide = both(
+        RedisLimit::gcra(hour, 3)?,
+        "wide",
+        Gcra::new(hour, 3)?.into(),
+    );
+    let narrow = both(
+        RedisLimit::fixed_window(2, minute)?,
+        "narrow",
+        FixedWindow::new(2, minute)?.into(),
+    );
+    let local = safe(&store, FailurePolicy::Local);
     let one = NonZeroU64::MIN;
+    let key = "u".to_owned();
     let request = [
-        FailSafeRequest {
-            limiter: &wide,
-            key: b"u",
+        Request {
+            limit: &wide,
+            key: &key,
             permits: one,
         },
-        FailSafeRequest {
-            limiter: &narrow,
-            key: b"u",
+        Request {
+            limit: &narrow,
+            key: &key,
             permits: one,
         },
     ];
-    let now = Now::At(1_763_000_000_000_000);
-    let (up, source) = decide_all_fail_safe(&request, Op::Check, now).await?;
+    let now = At::At(1_763_000_000_000_000);
+    let up = local.decide(&request, Op::Check, now).await?;
     assert!(up.allowed);
-    assert_eq!(source, Source::Redis);
+    assert_eq!(local.failures(), 0, "redis decided");
 
     server.stop();
     let mut seen = Vec::new();
     for _ in 0..3 {
-        let (multi, source) = no_hang(decide_all_fail_safe(&request, Op::Check, now)).await??;
-        assert!(matches!(source, Source::Fallback(_)));
+        let before = local.failures();
+        let multi = no_hang(local.decide(&request, Op::Check, now)).await??;
+        assert!(local.failures() > before, "the policy answered");
         seen.push(multi.allowed);
     }
     // In memory from scratch: the narrow limit's two permits, then a denial that charges
     // nothing to the wide one (which still has one left).
     assert_eq!(seen, [true, true, false]);
-    let (peek, _) = no_hang(decide_all_fail_safe(&request[..1], Op::Peek, now)).await??;
+    let peek = no_hang(local.decide(&request[..1], Op::Peek, now)).await??;
     assert_eq!(
         peek.decisions[0].remaining(),
         1,

@@ -30,6 +30,7 @@ mod limiter;
 mod rate;
 mod spec;
 mod state_machine;
+pub mod store;
 #[cfg(feature = "stream")]
 pub mod stream;
 
@@ -54,6 +55,7 @@ pub use error::{CheckError, ConfigError};
 pub use limiter::{
     ConcurrencyPermit, CurrentAlgorithm, DirectLimiter, KeyBudget, KeyedConcurrencyPermit,
     KeyedLimiter, LimitSet, LimitTarget, MultiDecision, OwnedConcurrencyPermit, decide_together,
+    decide_together_at,
 };
 pub use rate::{MAX_TICKS_PER_MICRO, Pace, Rate, format_duration_micros, parse_duration};
 pub use spec::{AlgorithmSpec, AnyAlgorithm, Quota};

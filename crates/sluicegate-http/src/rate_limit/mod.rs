@@ -28,7 +28,9 @@
 //! # Backends
 //!
 //! The layer asks a [`Backend`] to decide; [`MemoryBackend`] keeps the counters in this
-//! process. A store shared by several processes implements [`Backend`]'s two calls.
+//! process. [`StoreBackend`] decides in any store of the core's backend seam
+//! ([`sluicegate::store::Store`]): Redis, shared by several processes, behind its failure
+//! policy.
 
 mod answer;
 mod backend;
@@ -42,6 +44,7 @@ mod memory;
 mod policy;
 mod service;
 mod stats;
+mod store;
 
 pub use backend::{Backend, LimitInfo, Verdict};
 pub use body::RateLimitBody;
@@ -53,3 +56,4 @@ pub use memory::MemoryBackend;
 pub use policy::{MissingKey, OnBackendError, Rejection, RejectionHook};
 pub use service::RateLimit;
 pub use stats::Stats;
+pub use store::{StoreBackend, StoreFuture};

@@ -1,13 +1,21 @@
 //! Where counters live, memory (one process) or Redis (shared by every replica), and the
 //! connection to Redis: made at start if Redis answers, retried in the background if not.
+//! Redis is a store of the backend seam behind the Redis crate's failure policy ([`FailSafe`],
+//! with its circuit breaker), the `local` policy deciding in this process's limiters.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
 use arc_swap::ArcSwapOption;
-use sluicegate_redis::{FailurePolicy, RedisLimitError, RedisStore, StoreConfig};
+use sluicegate::store::{FailureKind, Now, Outcome, Request, Store, StoreError};
+use sluicegate::{AnyAlgorithm, Op, store::MemoryStore};
+use sluicegate_redis::{
+    Both, Event, FailSafe, Failure, FailurePolicy, NamedLimit, RedisLimitError, RedisStore,
+    StoreConfig,
+};
 
+use crate::serve::clock::ServiceClock;
+use crate::serve::limiter_table::Limiter;
 use crate::serve::log_limit::RateLimitedLog;
 use crate::serve::metrics::{KindLabel, Metrics};
 
@@ -49,121 +57,146 @@ const RECONNECT_EVERY: Duration = Duration::from_millis(250);
 /// At most one warning per this interval about Redis failures; the rest are counted.
 const WARN_EVERY: Duration = Duration::from_secs(5);
 
-/// Consecutive outage failures (timeouts, lost connections) that mark Redis down.
-const FAILURES_TO_OPEN: u32 = 3;
+/// The service's Redis store: Redis (once connected) behind the failure policy, falling back
+/// to this process's limiters.
+pub(crate) type SafeRedis =
+    FailSafe<RedisConnection, MemoryStore<AnyAlgorithm, ServiceClock>, String>;
 
-/// The first probe of a Redis marked down, after this long; then twice as long each time, up
-/// to [`PROBE_AT_MOST_EVERY`]: a `PING` twice a second costs Redis nothing, and decisions go
-/// back to it within half a second of its return.
-const FIRST_PROBE_AFTER: Duration = Duration::from_millis(50);
-const PROBE_AT_MOST_EVERY: Duration = Duration::from_millis(500);
+/// A limit of [`SafeRedis`]: in Redis, and in memory for the `local` policy.
+pub(crate) type RedisLimits = Both<Arc<NamedLimit>, Arc<Limiter>>;
 
-/// Why Redis did not decide a call.
-#[derive(Debug)]
-pub(crate) enum BackendFailure {
+/// Why the connection did not decide a call.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ConnectionError {
     /// No connection has been made yet (Redis was down at start).
+    #[error("not connected to redis yet")]
     NotConnected,
-    /// Redis is known to be down: not asked until a background probe finds it up again.
-    Down,
-    /// The whole call took longer than the timeout.
-    Timeout(Duration),
     /// The store failed.
-    Redis(RedisLimitError),
+    #[error(transparent)]
+    Redis(#[from] RedisLimitError),
 }
 
-impl BackendFailure {
-    /// The `kind` label of `sluicegate_backend_errors_total`.
-    pub(crate) fn kind(&self) -> &'static str {
+impl StoreError for ConnectionError {
+    fn kind(&self) -> FailureKind {
         match self {
-            BackendFailure::NotConnected => "connection",
-            BackendFailure::Down => "down",
-            BackendFailure::Timeout(_) => "timeout",
-            BackendFailure::Redis(RedisLimitError::Timeout(_)) => "timeout",
-            BackendFailure::Redis(RedisLimitError::Connection(_) | RedisLimitError::Stopped) => {
-                "connection"
-            }
-            BackendFailure::Redis(RedisLimitError::Script(_)) => "refused",
-            BackendFailure::Redis(_) => "other",
+            // Not an outage: there is nothing to probe until a connection is made.
+            ConnectionError::NotConnected => FailureKind::Refused,
+            ConnectionError::Redis(error) => error.kind(),
         }
     }
 }
 
-impl BackendFailure {
-    /// Whether the failure says Redis is unreachable or too slow (not that it refused one
-    /// call): what marks it down.
-    fn is_outage(&self) -> bool {
-        match self {
-            BackendFailure::NotConnected | BackendFailure::Down => false,
-            BackendFailure::Timeout(_) => true,
-            BackendFailure::Redis(error) => matches!(
-                error,
-                RedisLimitError::Timeout(_)
-                    | RedisLimitError::Connection(_)
-                    | RedisLimitError::Stopped
-            ),
-        }
-    }
-
-    /// The same answer again, for another limit of the same call (a store that was not
-    /// available, [`RedisBackend::store`]'s failures).
-    pub(crate) fn again(&self) -> BackendFailure {
-        match self {
-            BackendFailure::Down => BackendFailure::Down,
-            _ => BackendFailure::NotConnected,
-        }
+/// The `kind` label of `sluicegate_backend_errors_total`.
+fn kind_label(failure: &Failure<'_, ConnectionError>) -> &'static str {
+    match failure {
+        Failure::Down => "down",
+        Failure::Timeout(_) => "timeout",
+        Failure::Store(ConnectionError::NotConnected) => "connection",
+        Failure::Store(ConnectionError::Redis(error)) => match error {
+            RedisLimitError::Timeout(_) => "timeout",
+            RedisLimitError::Connection(_) | RedisLimitError::Stopped => "connection",
+            RedisLimitError::Script(_) => "refused",
+            _ => "other",
+        },
     }
 }
 
-impl std::fmt::Display for BackendFailure {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            BackendFailure::NotConnected => write!(f, "not connected to redis yet"),
-            BackendFailure::Down => write!(f, "redis is down; probing it in the background"),
-            BackendFailure::Timeout(timeout) => {
-                write!(f, "redis did not answer within {timeout:?}")
-            }
-            BackendFailure::Redis(error) => write!(f, "{error}"),
-        }
+/// The Redis store once connected: a store of the seam that is not connected yet until
+/// [`RedisBackend::connect`] succeeds. Once made, the connection reconnects by itself.
+#[derive(Debug, Default)]
+pub(crate) struct RedisConnection {
+    store: ArcSwapOption<RedisStore>,
+}
+
+impl Store<String> for RedisConnection {
+    type Limit = Arc<NamedLimit>;
+    type Error = ConnectionError;
+
+    fn capacity(&self, limit: &Arc<NamedLimit>) -> u64 {
+        limit.limit.capacity()
+    }
+
+    async fn decide<'a>(
+        &'a self,
+        requests: &'a [Request<'a, Arc<NamedLimit>, String>],
+        op: Op,
+        now: Now,
+    ) -> Result<Outcome, ConnectionError> {
+        let store = self
+            .store
+            .load_full()
+            .ok_or(ConnectionError::NotConnected)?;
+        Ok(Store::<String>::decide(&*store, requests, op, now).await?)
+    }
+
+    async fn ping(&self) -> Result<(), ConnectionError> {
+        let store = self
+            .store
+            .load_full()
+            .ok_or(ConnectionError::NotConnected)?;
+        Ok(store.ping().await?)
     }
 }
 
-/// The Redis connection of a running service, and the bookkeeping of its failures.
+/// The Redis connection of a running service, behind its failure policy.
 pub(crate) struct RedisBackend {
     options: RedisOptions,
-    store: ArcSwapOption<RedisStore>,
-    warnings: RateLimitedLog,
-    breaker: Arc<Breaker>,
-}
-
-/// A circuit breaker: after [`FAILURES_TO_OPEN`] outage failures in a row, Redis is marked
-/// down and calls are answered by the failure policy at once, instead of each waiting out the
-/// timeout, while one background task probes Redis with backoff and marks it up again when
-/// it answers.
-#[derive(Debug, Default)]
-struct Breaker {
-    failures_in_a_row: AtomicU32,
-    down: AtomicBool,
-    /// Every failure since start, for the live page.
-    failures: AtomicU64,
+    connection: Arc<RedisConnection>,
+    store: SafeRedis,
 }
 
 impl std::fmt::Debug for RedisBackend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RedisBackend")
             .field("options", &self.options)
-            .field("connected", &self.store.load().is_some())
+            .field("connected", &self.connection.store.load().is_some())
             .finish_non_exhaustive()
     }
 }
 
 impl RedisBackend {
-    /// Not connected yet: see [`RedisBackend::connect`].
-    pub(crate) fn new(options: RedisOptions) -> RedisBackend {
+    /// Not connected yet: see [`RedisBackend::connect`]. Failures are counted in `metrics`
+    /// and logged, at most one warning per `WARN_EVERY`.
+    pub(crate) fn new(options: RedisOptions, metrics: &Arc<Metrics>) -> RedisBackend {
+        let connection = Arc::new(RedisConnection::default());
+        let policy = options.failure_policy;
+        let metrics = Arc::clone(metrics);
+        let warnings = RateLimitedLog::new(WARN_EVERY);
+        let observe = move |event: &Event<'_, ConnectionError>| match event {
+            Event::Failed(failure) => {
+                let kind = kind_label(failure);
+                metrics
+                    .backend_errors
+                    .get_or_create(&KindLabel { kind })
+                    .inc();
+                warnings.write(|left_out| {
+                    tracing::warn!(
+                        error = %failure,
+                        kind,
+                        ?policy,
+                        unreported_since_last_warning = left_out,
+                        "redis failed; the failure policy answers"
+                    );
+                });
+            }
+            Event::MarkedDown { failures_in_a_row } => tracing::warn!(
+                failures_in_a_row,
+                ?policy,
+                "redis marked down: the failure policy answers at once while it is probed"
+            ),
+            Event::BackUp => tracing::info!("redis answers again: decisions go back to it"),
+        };
+        let store = FailSafe::new(
+            Arc::clone(&connection),
+            MemoryStore::new(),
+            policy,
+            options.timeout,
+        )
+        .with_observer(observe);
         RedisBackend {
             options,
-            store: ArcSwapOption::empty(),
-            warnings: RateLimitedLog::new(WARN_EVERY),
-            breaker: Arc::default(),
+            connection,
+            store,
         }
     }
 
@@ -171,54 +204,9 @@ impl RedisBackend {
         &self.options
     }
 
-    /// Whether keys of one call must share a hash tag to be decided in one script.
-    pub(crate) fn is_cluster(&self) -> bool {
-        matches!(self.options.target, RedisTarget::Cluster(_))
-    }
-
-    /// The store, once connected and unless Redis is known to be down. Once made, the
-    /// connection reconnects by itself.
-    pub(crate) fn store(&self) -> Result<Arc<RedisStore>, BackendFailure> {
-        if self.breaker.down.load(Ordering::Relaxed) {
-            return Err(BackendFailure::Down);
-        }
-        self.store.load_full().ok_or(BackendFailure::NotConnected)
-    }
-
-    /// Records that Redis answered a call.
-    pub(crate) fn note_success(&self) {
-        // Read first: a write on every call would bounce the line between cores.
-        if self.breaker.failures_in_a_row.load(Ordering::Relaxed) != 0 {
-            self.breaker.failures_in_a_row.store(0, Ordering::Relaxed);
-        }
-    }
-
-    /// Counts an outage failure; the one that reaches [`FAILURES_TO_OPEN`] marks Redis down
-    /// and starts the probe.
-    fn note_outage(&self) {
-        let failures = self
-            .breaker
-            .failures_in_a_row
-            .fetch_add(1, Ordering::Relaxed)
-            + 1;
-        if failures < FAILURES_TO_OPEN || self.breaker.down.swap(true, Ordering::AcqRel) {
-            return;
-        }
-        let Some(store) = self.store.load_full() else {
-            self.breaker.down.store(false, Ordering::Release);
-            return;
-        };
-        tracing::warn!(
-            failures_in_a_row = failures,
-            policy = ?self.options.failure_policy,
-            "redis marked down: the failure policy answers at once while it is probed"
-        );
-        let breaker = Arc::clone(&self.breaker);
-        // Outside a runtime (never in the service) nothing could probe: stay up instead.
-        match tokio::runtime::Handle::try_current() {
-            Ok(runtime) => drop(runtime.spawn(probe_until_up(breaker, store))),
-            Err(_) => self.breaker.down.store(false, Ordering::Release),
-        }
+    /// Redis behind the failure policy.
+    pub(crate) fn store(&self) -> &SafeRedis {
+        &self.store
     }
 
     /// One attempt to connect, bounded by the timeout. A backend failure (Redis unreachable)
@@ -236,7 +224,7 @@ impl RedisBackend {
                 RedisStore::connect_cluster(&nodes, config).await?
             }
         };
-        self.store.store(Some(Arc::new(store)));
+        self.connection.store.store(Some(Arc::new(store)));
         Ok(())
     }
 
@@ -258,53 +246,11 @@ impl RedisBackend {
 
     /// Whether Redis answers (connected and not marked down), for the live page.
     pub(crate) fn is_up(&self) -> bool {
-        !self.breaker.down.load(Ordering::Relaxed) && self.store.load().is_some()
+        !self.store.is_down() && self.connection.store.load().is_some()
     }
 
     /// Failures since start.
     pub(crate) fn failures(&self) -> u64 {
-        self.breaker.failures.load(Ordering::Relaxed)
-    }
-
-    /// Counts a failure and warns about it, at most once per `WARN_EVERY` so that a Redis
-    /// outage under load does not flood the log.
-    pub(crate) fn note_failure(&self, metrics: &Metrics, failure: &BackendFailure) {
-        self.breaker.failures.fetch_add(1, Ordering::Relaxed);
-        if failure.is_outage() {
-            self.note_outage();
-        }
-        metrics
-            .backend_errors
-            .get_or_create(&KindLabel {
-                kind: failure.kind(),
-            })
-            .inc();
-        self.warnings.write(|left_out| {
-            tracing::warn!(
-                error = %failure,
-                kind = failure.kind(),
-                policy = ?self.options.failure_policy,
-                unreported_since_last_warning = left_out,
-                "redis failed; the failure policy answers"
-            );
-        });
-    }
-}
-
-/// Pings Redis with backoff until it answers, then marks it up.
-async fn probe_until_up(breaker: Arc<Breaker>, store: Arc<RedisStore>) {
-    let mut wait = FIRST_PROBE_AFTER;
-    loop {
-        tokio::time::sleep(wait).await;
-        match store.ping().await {
-            Ok(()) => {
-                breaker.failures_in_a_row.store(0, Ordering::Relaxed);
-                breaker.down.store(false, Ordering::Release);
-                tracing::info!("redis answers again: decisions go back to it");
-                return;
-            }
-            Err(error) => tracing::debug!(%error, ?wait, "redis still down"),
-        }
-        wait = (wait * 2).min(PROBE_AT_MOST_EVERY);
+        self.store.failures()
     }
 }

@@ -1,16 +1,13 @@
 //! What a call is decided against: one [`Check`] per limit a descriptor names, and the answers
-//! the deciders (memory, Redis) give back. A leaf module: the engine plans checks, the deciders
-//! read them, and neither needs the other.
+//! the decider gives back. A leaf module: the engine plans checks, the decider reads them, and
+//! neither needs the other.
 
 use std::num::NonZeroU64;
-use std::sync::Arc;
 
 use sluicegate::Decision;
 use smallvec::SmallVec;
 
-use crate::serve::limiter_table::Enforcer;
 use crate::serve::protocol::CurrentLimit;
-use crate::serve::redis_table::RedisEnforcer;
 
 /// How a descriptor's limits take part in the call's decision.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -27,17 +24,15 @@ pub(crate) enum Role {
     CheckOnly,
 }
 
-/// One limit a call is checked against.
+/// One limit a call is checked against, `L` its store's form of the limit.
 #[derive(Debug)]
-pub(crate) struct Check {
+pub(crate) struct Check<L> {
     /// The descriptor's position in the call.
     pub(crate) descriptor: usize,
     /// How answers report the limit.
     pub(crate) report: CurrentLimit,
-    /// The limit in memory.
-    pub(crate) enforcer: Enforcer,
-    /// The limit in Redis, with Redis (`None` there: nothing ever passes).
-    pub(crate) redis: Option<Arc<RedisEnforcer>>,
+    /// The limit in the store (`None`: nothing ever passes, and no store is asked).
+    pub(crate) limit: Option<L>,
     /// The counter key.
     pub(crate) key: String,
     /// The hits asked for (one for a check-only descriptor, which is peeked).
@@ -46,4 +41,4 @@ pub(crate) struct Check {
 }
 
 /// Each check of a call with its decision (`None`: can never pass); inline for a few.
-pub(crate) type Decided<'a> = SmallVec<[(&'a Check, Option<Decision>); 2]>;
+pub(crate) type Decided<'a, L> = SmallVec<[(&'a Check<L>, Option<Decision>); 2]>;

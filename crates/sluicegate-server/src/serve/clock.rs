@@ -1,8 +1,8 @@
 //! The service's time: the system clock in production, a manual clock in tests, so that no
 //! service test depends on where a real second or minute boundary falls.
 
+use sluicegate::store::Now;
 use sluicegate::{Clock, ManualClock, Micros, SystemClock};
-use sluicegate_redis::Now;
 
 /// Where the engine reads "now" from. An enum rather than a type parameter: one branch per
 /// reading (always the same way in a process), and the engine, its tables and its transports
@@ -29,10 +29,11 @@ impl ServiceClock {
         (ServiceClock::Manual(clock.clone()), clock)
     }
 
-    /// The time Redis decides at: its own clock, or this clock's explicit time.
-    pub(crate) fn redis_now(&self) -> Now {
+    /// The time a shared store (Redis) decides at: its own clock, or this clock's explicit
+    /// time.
+    pub(crate) fn store_now(&self) -> Now {
         match self {
-            ServiceClock::System(_) => Now::Server,
+            ServiceClock::System(_) => Now::Store,
             ServiceClock::Manual(clock) => Now::At(clock.now()),
         }
     }

@@ -10,31 +10,33 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use sluicegate::{Clock as _, Decision, Micros, micros_ceil};
-use sluicegate_redis::{FailurePolicy, RedisLimitError};
+use sluicegate::store::{MemoryStore, Now};
+use sluicegate::{AnyAlgorithm, Clock as _, Decision, Micros, micros_ceil};
+use sluicegate_redis::{Both, FailurePolicy, RedisLimitError};
 use sluicegate_rules::{Match, RuleSet};
 use smallvec::SmallVec;
+use tokio::time::Instant;
 
-use crate::serve::backend::{BackendOptions, RedisBackend};
+use crate::serve::backend::{BackendOptions, RedisBackend, RedisLimits};
 use crate::serve::check::{Check, Decided, Role};
 use crate::serve::clock::ServiceClock;
+use crate::serve::decide::decide_call;
 use crate::serve::decision_counters::{CounterCache, RuleCounters};
 use crate::serve::engine_error::EngineError;
-use crate::serve::headers::{HeaderOptions, PolicyHeader, headers_for};
+use crate::serve::headers::{HeaderOptions, headers_for};
 use crate::serve::key_cap::{DEFAULT_MAX_KEYS, KeyCap};
 use crate::serve::limiter_table::{Enforcer, LimiterTable, build_limiter_table};
 use crate::serve::live::RuleStats;
 use crate::serve::live_rules::{LiveStats, RuleLive};
-use crate::serve::memory_decide::decide_in_memory;
 use crate::serve::metrics::{Metrics, ModeLabels};
 use crate::serve::modes::{EVERY_RULE, Mode, ModeError, ModeTable, Modes};
 use crate::serve::overrides::Overrides;
+use crate::serve::policy_header::PolicyHeader;
 use crate::serve::protocol::{
     CallError, CallLimits, Code, CurrentLimit, DescriptorCall, DescriptorVerdict, LimitOverride,
     RateLimitCall, Statuses, Verdict,
 };
-use crate::serve::redis_decide::decide_on_redis;
-use crate::serve::redis_table::{RedisTable, build_redis_table};
+use crate::serve::redis_table::{RedisEnforcer, RedisTable, build_redis_table};
 
 /// How the engine answers, beyond what the rules say.
 #[derive(Debug, Clone)]
@@ -118,10 +120,10 @@ struct DescriptorStats {
     rule: Option<usize>,
 }
 
-/// What a call is checked against; inline for the usual call of one or two descriptors of one
-/// limit each, so that planning one allocates nothing.
-struct Plan {
-    checks: SmallVec<[Check; 2]>,
+/// What a call is checked against, each limit in its store's form `L`; inline for the usual
+/// call of one or two descriptors of one limit each, so that planning one allocates nothing.
+struct Plan<L> {
+    checks: SmallVec<[Check<L>; 2]>,
     stats: SmallVec<[DescriptorStats; 2]>,
 }
 
@@ -145,7 +147,7 @@ impl Engine {
             build_limiter_table(&rules, None, options.count_denied, &options.clock, &keys)?;
         let redis = match &options.backend {
             BackendOptions::Memory => None,
-            BackendOptions::Redis(redis) => Some(RedisBackend::new(redis.clone())),
+            BackendOptions::Redis(redis) => Some(RedisBackend::new(redis.clone(), &metrics)),
         };
         let redis_limits = match redis {
             Some(_) => Some(build_redis_table(&rules, None)?),
@@ -376,8 +378,19 @@ impl Engine {
     pub async fn should_rate_limit(&self, call: &RateLimitCall) -> Verdict {
         let Some(redis) = &self.redis else {
             let loaded = self.loaded.load();
-            let Plan { checks, stats } = self.plan(call, &loaded);
-            let decided = decide_in_memory(&checks, self.options.count_denied, &self.keys);
+            let Plan { checks, stats } = self.plan(call, &loaded, |memory, _| match memory {
+                Enforcer::Limiter(limiter) => Some(Arc::clone(limiter)),
+                Enforcer::Never => None,
+            });
+            let store = MemoryStore::<AnyAlgorithm, ServiceClock>::new();
+            let decide = decide_call(
+                &store,
+                &checks,
+                self.options.count_denied,
+                &self.keys,
+                Now::Store,
+            );
+            let decided = decide.await;
             let verdict = self.verdict(call.descriptors.len(), &stats, decided, &loaded);
             self.sweep_if_at_key_cap(&loaded);
             return verdict;
@@ -394,17 +407,14 @@ impl Engine {
     ) -> Verdict {
         // Held across the Redis call: a reload meanwhile does not change this call's rules.
         let loaded = self.loaded.load_full();
-        let Plan { checks, stats } = self.plan(call, &loaded);
-        let now = self.options.clock.redis_now();
-        let decided = decide_on_redis(
-            redis,
-            &self.metrics,
-            &checks,
-            self.options.count_denied,
-            &self.keys,
-            now,
-        )
-        .await;
+        let Plan { checks, stats } = self.plan(call, &loaded, both_limits);
+        // One timeout for the whole call, however many times it asks Redis.
+        let store = redis
+            .store()
+            .until(Instant::now() + redis.options().timeout);
+        let now = self.options.clock.store_now();
+        let decided =
+            decide_call(&store, &checks, self.options.count_denied, &self.keys, now).await;
         let verdict = self.verdict(call.descriptors.len(), &stats, decided, &loaded);
         self.sweep_if_at_key_cap(&loaded);
         verdict
@@ -424,11 +434,11 @@ impl Engine {
         self.overrides.retain_recent();
     }
 
-    fn verdict(
+    fn verdict<L>(
         &self,
         descriptors: usize,
         stats: &[DescriptorStats],
-        decided: Decided<'_>,
+        decided: Decided<'_, L>,
         loaded: &LoadedRules,
     ) -> Verdict {
         let clock = &self.options.clock;
@@ -531,8 +541,15 @@ impl Engine {
         }
     }
 
-    /// The limits each descriptor names, and what metrics record of each descriptor.
-    fn plan(&self, call: &RateLimitCall, loaded: &LoadedRules) -> Plan {
+    /// The limits each descriptor names, each in the store's form (`limit_of` the limit in
+    /// memory and in Redis; `None`: nothing passes), and what metrics record of each
+    /// descriptor.
+    fn plan<L>(
+        &self,
+        call: &RateLimitCall,
+        loaded: &LoadedRules,
+        limit_of: impl Fn(&Enforcer, Option<&Arc<RedisEnforcer>>) -> Option<L>,
+    ) -> Plan<L> {
         let known_domain = loaded.rules.has_domain(&call.domain);
         let domain_label = if known_domain {
             call.domain.as_str()
@@ -571,20 +588,20 @@ impl Engine {
                     stats.push(no_limit(counters("limit_override")));
                     continue;
                 };
-                let (enforcer, redis) = match mode {
-                    Mode::Closed => (Enforcer::Never, None),
-                    _ => (
-                        enforcer,
-                        self.redis
+                let limit = match mode {
+                    Mode::Closed => None,
+                    _ => {
+                        let redis = self
+                            .redis
                             .as_ref()
-                            .and_then(|_| self.overrides.redis(limit_override)),
-                    ),
+                            .and_then(|_| self.overrides.redis(limit_override));
+                        limit_of(&enforcer, redis.as_ref())
+                    }
                 };
                 checks.push(Check {
                     descriptor: index,
                     report: override_report(limit_override),
-                    enforcer,
-                    redis,
+                    limit,
                     key: override_key(&call.domain, &descriptor.entries),
                     permits,
                     role: role_of(mode, Role::Enforce),
@@ -652,22 +669,22 @@ impl Engine {
                 let Some(memory) = loaded.limiters.get(found.rule, position) else {
                     continue;
                 };
-                let redis = loaded
-                    .redis
-                    .as_ref()
-                    .and_then(|table| table.get(found.rule, position))
-                    .cloned()
-                    .flatten();
-                let (enforcer, redis) = match mode {
+                let limit = match mode {
                     // Closed: nothing passes, and nothing is asked of any store.
-                    Mode::Closed => (Enforcer::Never, None),
-                    _ => (memory.enforcer.clone(), redis),
+                    Mode::Closed => None,
+                    _ => {
+                        let redis = loaded
+                            .redis
+                            .as_ref()
+                            .and_then(|table| table.get(found.rule, position))
+                            .and_then(Option::as_ref);
+                        limit_of(&memory.enforcer, redis)
+                    }
                 };
                 checks.push(Check {
                     descriptor: index,
                     report: memory.report.clone(),
-                    enforcer,
-                    redis,
+                    limit,
                     key,
                     permits,
                     role,
@@ -746,8 +763,8 @@ fn entries_of(descriptor: &DescriptorCall) -> Vec<(&str, &str)> {
 /// One check's answer. A fixed window resets at its window's end whether or not anything was
 /// counted in it (as envoyproxy/ratelimit reports it), so its reset is read from the clock
 /// (`now`) where the decision has none.
-fn verdict_for(
-    check: &Check,
+fn verdict_for<L>(
+    check: &Check<L>,
     decision: Option<Decision>,
     now: impl FnOnce() -> Micros,
 ) -> DescriptorVerdict {
@@ -784,6 +801,18 @@ fn verdict_for(
             retry_after: None,
             current_limit: Some(check.report.clone()),
         },
+    }
+}
+
+/// A limit in Redis with its in-memory twin (the `local` policy's), or `None` if either says
+/// nothing passes.
+fn both_limits(memory: &Enforcer, redis: Option<&Arc<RedisEnforcer>>) -> Option<RedisLimits> {
+    match (memory, redis) {
+        (Enforcer::Limiter(local), Some(primary)) => Some(Both {
+            primary: Arc::clone(primary),
+            local: Arc::clone(local),
+        }),
+        _ => None,
     }
 }
 

@@ -11,9 +11,9 @@ use crate::serve::protocol::{CurrentLimit, EnvoyUnit};
 
 use crate::serve::clock::ServiceClock;
 use crate::serve::engine_error::EngineError;
-use crate::serve::headers::PolicyHeader;
 use crate::serve::key_cap::KeyCap;
 use crate::serve::per_limit::PerLimit;
+use crate::serve::policy_header::PolicyHeader;
 
 /// A limiter for one configured limit, keyed by counter key.
 pub(crate) type Limiter = KeyedLimiter<String, AnyAlgorithm, ServiceClock>;

@@ -5,6 +5,7 @@ mod args;
 mod backend;
 mod check;
 mod clock;
+mod decide;
 mod decision_counters;
 mod engine;
 mod engine_error;
@@ -17,13 +18,12 @@ mod limiter_table;
 mod live;
 mod live_rules;
 mod log_limit;
-mod memory_decide;
 mod metrics;
 mod modes;
 mod overrides;
 mod per_limit;
+mod policy_header;
 mod protocol;
-mod redis_decide;
 mod redis_table;
 mod reload;
 mod server;
@@ -41,6 +41,7 @@ pub use json::{call_from_json, proto_json_duration, verdict_to_json};
 pub use key_cap::DEFAULT_MAX_KEYS;
 pub use metrics::Metrics;
 pub use modes::{EVERY_RULE, Mode, ModeError, ModeTable, Modes};
+pub use policy_header::PolicyHeader;
 pub use protocol::{
     CallError, CallLimits, Code, CurrentLimit, DescriptorCall, DescriptorVerdict, EnvoyUnit,
     LimitOverride, RateLimitCall, Statuses, Verdict,

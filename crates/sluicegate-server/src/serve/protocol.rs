@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use smallvec::SmallVec;
 
-use crate::serve::headers::PolicyHeader;
+use crate::serve::policy_header::PolicyHeader;
 
 /// Envoy's rate limit units, as the protocol numbers them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

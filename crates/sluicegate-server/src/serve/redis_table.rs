@@ -17,12 +17,8 @@ use crate::serve::engine_error::EngineError;
 use crate::serve::per_limit::PerLimit;
 
 /// A configured limit in Redis: its parameters and the name that keeps it apart from the
-/// other limits on the same counter key.
-#[derive(Debug)]
-pub(crate) struct RedisEnforcer {
-    pub(crate) limit: RedisLimit,
-    pub(crate) name: String,
-}
+/// other limits on the same counter key (the Redis store's form of a limit).
+pub(crate) use sluicegate_redis::NamedLimit as RedisEnforcer;
 
 /// The Redis limits of one rule set, by rule id and limit index (`None`: nothing ever
 /// passes, answered without asking Redis).

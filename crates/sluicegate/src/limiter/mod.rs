@@ -14,6 +14,6 @@ pub use budget::KeyBudget;
 pub use current::CurrentAlgorithm;
 pub use direct::DirectLimiter;
 pub use keyed::KeyedLimiter;
-pub use multi::{LimitTarget, MultiDecision, decide_together};
+pub use multi::{LimitTarget, MultiDecision, decide_together, decide_together_at};
 pub use permit::{ConcurrencyPermit, KeyedConcurrencyPermit, OwnedConcurrencyPermit};
 pub use set::LimitSet;

@@ -8,7 +8,7 @@ use std::num::NonZeroU64;
 
 use parking_lot::MutexGuard;
 
-use crate::clock::Clock;
+use crate::clock::{Clock, Micros};
 use crate::decision::Decision;
 use crate::error::CheckError;
 use crate::limiter::KeyedLimiter;
@@ -81,7 +81,26 @@ where
     A: Algorithm,
     C: Clock,
 {
-    let first = match targets {
+    let now = match targets.first() {
+        Some(first) => first.limiter.clock().now(),
+        None => 0,
+    };
+    decide_together_at(targets, now, op)
+}
+
+/// [`decide_together`] at `now` (a time of the limiters' clock) rather than the first
+/// target's clock reading: for a store told the time by its caller.
+pub fn decide_together_at<K, A, C>(
+    targets: &[LimitTarget<'_, K, A, C>],
+    now: Micros,
+    op: Op,
+) -> Result<MultiDecision, CheckError>
+where
+    K: Hash + Eq + Clone,
+    A: Algorithm,
+    C: Clock,
+{
+    match targets {
         [] => {
             return Ok(MultiDecision {
                 allowed: true,
@@ -90,15 +109,14 @@ where
         }
         // One limit decided together is that limit decided alone: no scratch state needed.
         [only] => {
-            let decision = only.limiter.decide(only.key, only.permits, op)?;
+            let decision = only.limiter.decide_at(only.key, now, only.permits, op)?;
             return Ok(MultiDecision {
                 allowed: decision.allowed(),
                 decisions: vec![decision],
             });
         }
-        [first, ..] => first,
-    };
-    let now = first.limiter.clock().now();
+        _ => {}
+    }
     let located: Vec<(usize, u64, usize)> = targets
         .iter()
         .map(|t| {

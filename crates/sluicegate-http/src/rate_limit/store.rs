@@ -1,0 +1,136 @@
+//! The layer over any store of the core's backend seam ([`sluicegate::store::Store`]): Redis,
+//! Redis behind its failure policy (`sluicegate_redis::FailSafe`), or a store of one's own.
+//! [`StoreBackend`] is a [`Backend`] for keys of any type that prints (`Debug`: an IP address,
+//! a tuple of header values), each made a `String` key of the store.
+
+use std::fmt::Debug;
+use std::future::Future;
+use std::num::NonZeroU64;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use sluicegate::Op;
+use sluicegate::store::{FailureKind, Now, Request, Store, StoreError as _};
+
+use crate::rate_limit::backend::{Backend, LimitInfo, Verdict};
+use crate::rate_limit::error::BackendError;
+
+/// The answer of a [`StoreBackend`]: boxed, as a store's answer may wait on the network.
+pub type StoreFuture = Pin<Box<dyn Future<Output = Result<Verdict, BackendError>> + Send>>;
+
+/// A [`Backend`] deciding every request's limits together in a store of the backend seam.
+pub struct StoreBackend<S: Store<String>> {
+    store: Arc<S>,
+    limits: Arc<[S::Limit]>,
+    infos: Arc<[LimitInfo]>,
+    /// Whether a limit is a concurrency limit, whose permits are given back when the
+    /// response ends.
+    concurrency: bool,
+}
+
+impl<S: Store<String>> StoreBackend<S> {
+    /// Decides in `store` the `limits`, each in the store's form with what the response
+    /// headers say of it (see [`LimitInfo::of`]).
+    pub fn new(store: Arc<S>, limits: impl IntoIterator<Item = (LimitInfo, S::Limit)>) -> Self {
+        let (infos, limits): (Vec<LimitInfo>, Vec<S::Limit>) = limits.into_iter().unzip();
+        StoreBackend {
+            concurrency: infos.iter().any(LimitInfo::is_concurrency),
+            store,
+            limits: limits.into(),
+            infos: infos.into(),
+        }
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Arc<S> {
+        &self.store
+    }
+}
+
+impl<S: Store<String>> Debug for StoreBackend<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StoreBackend")
+            .field("limits", &self.infos)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A store's key for a layer's key.
+fn store_key<K: Debug>(key: &K) -> String {
+    format!("{key:?}")
+}
+
+/// Applies `op` to `limits` for `key`, together.
+async fn decide_in<S: Store<String>>(
+    store: &S,
+    limits: &[S::Limit],
+    key: &String,
+    permits: NonZeroU64,
+    op: Op,
+) -> Result<Verdict, BackendError> {
+    let requests: Vec<Request<'_, S::Limit, String>> = limits
+        .iter()
+        .map(|limit| Request {
+            limit,
+            key,
+            permits,
+        })
+        .collect();
+    match store.decide(&requests, op, Now::Store).await {
+        Ok(outcome) => Ok(Verdict::new(
+            outcome.allowed,
+            outcome.decisions.into_iter().collect(),
+        )),
+        Err(error) => Err(match error.kind() {
+            FailureKind::KeyCapacity => BackendError::KeyCapacity { max_keys: 0 },
+            _ => BackendError::Unavailable(error.to_string().into()),
+        }),
+    }
+}
+
+impl<K, S> Backend<K> for StoreBackend<S>
+where
+    K: Debug + Send + Sync + 'static,
+    S: Store<String> + 'static,
+    S::Limit: 'static,
+{
+    type Future = StoreFuture;
+
+    fn decide(&self, key: &K, permits: NonZeroU64, op: Op) -> StoreFuture {
+        let store = Arc::clone(&self.store);
+        let limits = Arc::clone(&self.limits);
+        let key = store_key(key);
+        let concurrency = self.concurrency;
+        Box::pin(async move {
+            let verdict = decide_in(&*store, &limits, &key, permits, op).await?;
+            Ok(verdict.holding_permits(concurrency && op.consumes()))
+        })
+    }
+
+    fn release(&self, key: &K, permits: NonZeroU64) {
+        let concurrent: Vec<usize> = (0..self.infos.len())
+            .filter(|&i| self.infos[i].is_concurrency())
+            .collect();
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let store = Arc::clone(&self.store);
+        let limits = Arc::clone(&self.limits);
+        let key = store_key(key);
+        // Called from a destructor: the release is a call of its own, left to run.
+        drop(runtime.spawn(async move {
+            for i in concurrent {
+                if let Some(limit) = limits.get(i) {
+                    let one = std::slice::from_ref(limit);
+                    if let Err(error) = decide_in(&*store, one, &key, permits, Op::Release).await {
+                        tracing::debug!(%error, "a concurrency permit was not given back");
+                    }
+                }
+            }
+        }));
+    }
+
+    fn limits(&self) -> &Arc<[LimitInfo]> {
+        &self.infos
+    }
+}

@@ -1,0 +1,81 @@
+//! The layer over the backend seam: two layers (two processes, as far as Redis can tell) share
+//! one budget through a real Redis, and when Redis is gone the failure policy answers.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::routing::get;
+use sluicegate::store::MemoryStore;
+use sluicegate::{AnyAlgorithm, Gcra, KeyedLimiter, Rate};
+use sluicegate_http::rate_limit::key::Global;
+use sluicegate_http::rate_limit::{LimitInfo, RateLimitLayer, StoreBackend};
+use sluicegate_redis::testing::RedisServer;
+use sluicegate_redis::{Both, FailSafe, FailurePolicy, NamedLimit, RedisLimit, StoreConfig};
+use tokio::net::TcpListener;
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Long enough for a loaded machine's Redis, short enough that a stopped one is noticed soon.
+const TIMEOUT: Duration = Duration::from_millis(500);
+
+/// A server answering `GET /` behind a layer deciding in `server`'s Redis: 3 requests an
+/// hour in all (a GCRA: no window edge to fall on mid-test), `open` when Redis fails.
+async fn serve_over(server: &RedisServer) -> Result<SocketAddr, BoxError> {
+    let config = StoreConfig {
+        timeout: TIMEOUT,
+        ..StoreConfig::default()
+    };
+    let store = server.store(config).await?;
+    let rate = Rate::per_hour(3)?;
+    let safe = FailSafe::new(
+        Arc::new(store),
+        MemoryStore::new(),
+        FailurePolicy::Open,
+        TIMEOUT,
+    );
+    let limit = Both {
+        primary: Arc::new(NamedLimit {
+            limit: RedisLimit::gcra(rate, 3)?,
+            name: "shared".into(),
+        }),
+        local: Arc::new(KeyedLimiter::new(AnyAlgorithm::from(Gcra::new(rate, 3)?))),
+    };
+    let info = LimitInfo::rate("shared", 3, Duration::from_secs(3600));
+    let backend = StoreBackend::new(Arc::new(safe), [(info, limit)]);
+    let layer = RateLimitLayer::builder(Global).build_with(backend)?;
+    let app = Router::new()
+        .route("/", get(|| async { "ok" }))
+        .layer(layer);
+    let listener = TcpListener::bind("127.0.0.1:0").await?;
+    let address = listener.local_addr()?;
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    Ok(address)
+}
+
+async fn status(client: &reqwest::Client, address: SocketAddr) -> Result<u16, BoxError> {
+    let response = client.get(format!("http://{address}/")).send().await?;
+    Ok(response.status().as_u16())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_layers_share_one_budget_and_the_policy_answers_without_redis() -> Result<(), BoxError>
+{
+    let mut server = RedisServer::start()?;
+    let (a, b) = (serve_over(&server).await?, serve_over(&server).await?);
+    let client = reqwest::Client::builder().no_proxy().build()?;
+
+    let mut seen = Vec::new();
+    for address in [a, a, b, b, a] {
+        seen.push(status(&client, address).await?);
+    }
+    // Three in all, whichever layer they came through; then both deny.
+    assert_eq!(seen, [200, 200, 200, 429, 429]);
+
+    server.stop();
+    // Redis is gone: `open` lets requests through, on both.
+    assert_eq!(status(&client, a).await?, 200);
+    assert_eq!(status(&client, b).await?, 200);
+    Ok(())
+}

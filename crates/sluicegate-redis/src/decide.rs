@@ -1,0 +1,169 @@
+//! The Redis store behind the backend seam ([`sluicegate::store::Store`]): a call's limits in
+//! one `decide_all` script call, one round trip.
+//!
+//! - The same limit on the same key twice in one call (two identical descriptors) is asked
+//!   once for the sum of their permits: one script call may name a key only once. Each gets
+//!   the merged answer.
+//! - Redis Cluster: a script can only touch keys of one slot, and a limit's keys are tagged by
+//!   its key. The limits of a call are grouped by key, one script call per group; with several
+//!   groups, all are peeked first and charged only if all allow. That keeps "all or nothing"
+//!   except against a concurrent call that takes the last permit of one group between the
+//!   peek and the charge (then the other groups are charged alone). A single server decides
+//!   every call in one script call, exactly.
+
+use std::sync::Arc;
+
+use sluicegate::store::{FailureKind, Outcome, Request, Store, StoreError};
+use sluicegate::{Decision, Op};
+
+use crate::error::RedisLimitError;
+use crate::limit::RedisLimit;
+use crate::reply::{LimitRequest, Now};
+use crate::store::RedisStore;
+
+/// A limit in Redis: its parameters and the name that keeps it apart from the other limits on
+/// the same key (a store's form of a limit, made once).
+#[derive(Debug, Clone, PartialEq)]
+pub struct NamedLimit {
+    /// The algorithm and its parameters.
+    pub limit: RedisLimit,
+    /// Part of every key of this limit (`PREFIX{KEY}NAME`).
+    pub name: String,
+}
+
+impl StoreError for RedisLimitError {
+    fn kind(&self) -> FailureKind {
+        match self {
+            RedisLimitError::Timeout(_)
+            | RedisLimitError::Connection(_)
+            | RedisLimitError::Stopped => FailureKind::Outage,
+            RedisLimitError::InsufficientCapacity { .. }
+            | RedisLimitError::Unsupported(_)
+            | RedisLimitError::Config(_) => FailureKind::Request,
+            RedisLimitError::Script(_)
+            | RedisLimitError::CorruptState(_)
+            | RedisLimitError::NotConfigured(_)
+            | RedisLimitError::UnexpectedReply(_) => FailureKind::Refused,
+        }
+    }
+}
+
+impl<K: AsRef<[u8]> + ?Sized + Sync + 'static> Store<K> for RedisStore {
+    type Limit = Arc<NamedLimit>;
+    type Error = RedisLimitError;
+
+    fn capacity(&self, limit: &Arc<NamedLimit>) -> u64 {
+        limit.limit.capacity()
+    }
+
+    async fn decide<'a>(
+        &'a self,
+        requests: &'a [Request<'a, Arc<NamedLimit>, K>],
+        op: Op,
+        now: sluicegate::store::Now,
+    ) -> Result<Outcome, RedisLimitError> {
+        let now = match now {
+            sluicegate::store::Now::Store => Now::Server,
+            sluicegate::store::Now::At(micros) => Now::At(micros),
+        };
+        if let [only] = requests {
+            let asked = [LimitRequest {
+                limit: &only.limit.limit,
+                name: &only.limit.name,
+                key: only.key.as_ref(),
+                permits: only.permits,
+            }];
+            let decision = self.decide_all(&asked, op, now).await?.decisions.pop();
+            return decision
+                .map(Outcome::one)
+                .ok_or_else(|| RedisLimitError::UnexpectedReply("no decision".into()));
+        }
+        // Each request's slot among the limits asked (the same limit and key: one slot).
+        let mut asked: Vec<LimitRequest<'a>> = Vec::with_capacity(requests.len());
+        let mut slot_of = Vec::with_capacity(requests.len());
+        for request in requests {
+            let key = request.key.as_ref();
+            let same = asked
+                .iter()
+                .position(|a| a.name == request.limit.name && a.key == key);
+            let slot = match same {
+                Some(slot) => {
+                    let sum = asked[slot].permits.saturating_add(request.permits.get());
+                    asked[slot].permits = sum;
+                    slot
+                }
+                None => {
+                    asked.push(LimitRequest {
+                        limit: &request.limit.limit,
+                        name: &request.limit.name,
+                        key,
+                        permits: request.permits,
+                    });
+                    asked.len() - 1
+                }
+            };
+            slot_of.push(slot);
+        }
+        let decisions = decide_requests(self, &asked, op, now).await?;
+        let mut outcome = Vec::with_capacity(requests.len());
+        for slot in slot_of {
+            let decision = decisions
+                .get(slot)
+                .copied()
+                .ok_or_else(|| RedisLimitError::UnexpectedReply("missing decision".into()))?;
+            outcome.push(decision);
+        }
+        Ok(Outcome::many(outcome))
+    }
+
+    async fn ping(&self) -> Result<(), RedisLimitError> {
+        RedisStore::ping(self).await
+    }
+}
+
+/// Decides `requests` together: one `decide_all` on a single server; under Cluster, one per
+/// key, peeked first when there are several (see the module docs), except charges, which
+/// every group takes whatever the others answer.
+async fn decide_requests(
+    store: &RedisStore,
+    requests: &[LimitRequest<'_>],
+    op: Op,
+    now: Now,
+) -> Result<Vec<Decision>, RedisLimitError> {
+    let Some(first) = requests.first() else {
+        return Ok(Vec::new());
+    };
+    if !store.is_cluster() || requests.iter().all(|r| r.key == first.key) {
+        return Ok(store.decide_all(requests, op, now).await?.decisions);
+    }
+    let mut groups: Vec<(&[u8], Vec<usize>)> = Vec::new();
+    for (index, request) in requests.iter().enumerate() {
+        match groups.iter_mut().find(|(key, _)| *key == request.key) {
+            Some((_, members)) => members.push(index),
+            None => groups.push((request.key, vec![index])),
+        }
+    }
+    let run = async |op| -> Result<Vec<Decision>, RedisLimitError> {
+        let mut decisions: Vec<Option<Decision>> = vec![None; requests.len()];
+        for (_, members) in &groups {
+            let group: Vec<LimitRequest<'_>> = members.iter().map(|&i| requests[i]).collect();
+            let multi = store.decide_all(&group, op, now).await?;
+            for (&i, decision) in members.iter().zip(multi.decisions) {
+                decisions[i] = Some(decision);
+            }
+        }
+        decisions
+            .into_iter()
+            .map(|d| d.ok_or_else(|| RedisLimitError::UnexpectedReply("missing decision".into())))
+            .collect()
+    };
+    if op == Op::Charge {
+        // Charged whatever the answer: nothing to peek first.
+        return run(op).await;
+    }
+    let peeked = run(Op::Peek).await?;
+    if !op.consumes() || !peeked.iter().all(Decision::allowed) {
+        return Ok(peeked);
+    }
+    run(op).await
+}
