@@ -2,7 +2,7 @@
 //! decode them into its structs, reporting what does not fit.
 
 use crate::error::{Report, RuleErrorKind};
-use crate::raw::Spanned;
+use crate::yaml::Spanned;
 use crate::yaml::{Node, Scalar, Value};
 
 /// The entries of a map; also reports map keys given twice (yaml.v2 rejects them).

@@ -13,9 +13,10 @@ use std::time::Duration;
 use sluicegate::{AlgorithmSpec, AnyAlgorithm, ConfigError, parse_duration};
 
 use crate::error::{Report, RuleErrorKind};
-use crate::raw::{RawLimit, Spanned};
+use crate::raw::RawLimit;
 use crate::rule::{Limit, Unit, Window};
 use crate::yaml::Position;
+use crate::yaml::Spanned;
 
 /// Checks one `rate_limit` map, returning the limit and where its algorithm was written (its
 /// `algorithm` key, or the map when none was). For `unlimited`, only the checks

@@ -11,7 +11,7 @@ use crate::error::{Report, RuleErrorKind};
 use crate::fields::{
     flag, integer, key_name, list_of_maps, map_entries, narrow, string, to_json, wrong_type,
 };
-use crate::yaml::{Node, Position, Scalar, Value};
+use crate::yaml::{Node, Position, Scalar, Spanned, Value};
 
 /// Keys envoyproxy/ratelimit accepts anywhere in a file.
 const UPSTREAM_KEYS: &[&str] = &[
@@ -40,13 +40,6 @@ const LIMIT_KEYS: &str = "requests_per_unit, unit, unlimited, name, replaces, pe
      and the algorithm's parameters (burst, buckets, delay, nodelay, initial, capacity, \
      burst_seconds, warmup, cold_factor)";
 const REPLACES_KEYS: &str = "name";
-
-/// A value and where it was written.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct Spanned<T> {
-    pub(crate) value: T,
-    pub(crate) pos: Position,
-}
 
 /// One rule file.
 #[derive(Debug, Default)]

@@ -251,6 +251,13 @@ fn resolve_plain(text: &str) -> Scalar {
     }
 }
 
+/// A value and where it was written.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Spanned<T> {
+    pub(crate) value: T,
+    pub(crate) pos: Position,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
