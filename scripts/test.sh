@@ -23,5 +23,10 @@ echo "== cargo fmt --check"
 cargo fmt --all --check
 echo "== cargo clippy"
 cargo clippy --workspace --all-targets --all-features -- -D warnings
+echo "== the core crate stays light"
+if cargo tree -e normal -p sluicegate --prefix none | grep -E '^(tonic|axum|hyper|redis) '; then
+  echo "the core crate (sluicegate) must not depend on tonic, axum, hyper or redis" >&2
+  exit 1
+fi
 echo "== cargo test"
 cargo test --workspace --all-features
