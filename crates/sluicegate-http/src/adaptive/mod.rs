@@ -115,7 +115,7 @@
 //! # let address = listener.local_addr()?;
 //! # let app: Router = Router::new().route("/", get(|| async { "hello" }));
 //! # tokio::spawn(async move { axum::serve(listener, app).await });
-//! let aimd = Aimd::builder().initial_limit(10).max_limit(100).build()?;
+//! let aimd = Aimd::builder().min_limit(1).initial_limit(10).max_limit(100).build()?;
 //! let upstream = Upstream {
 //!     client: reqwest::Client::new(),
 //!     limiter: AdaptiveLimiter::builder(aimd).queue_capacity(50).build()?,

@@ -33,6 +33,14 @@ fn one_place_one_waiter() -> AdaptiveLimiter<Aimd> {
         .expect("limiter")
 }
 
+/// The response future of a call to `service` once it is ready, boxed to be polled by hand.
+async fn start<S>(service: &mut S) -> Pin<Box<S::Future>>
+where
+    S: Service<Request<()>, Response = Answer, Error = Infallible>,
+{
+    Box::pin(service.ready().await.expect("ready").call(Request::new(())))
+}
+
 fn poll_once<F: Future + Unpin>(future: &mut F) -> Poll<F::Output> {
     Pin::new(future).poll(&mut Context::from_waker(Waker::noop()))
 }
@@ -52,20 +60,15 @@ async fn a_waiting_request_is_refused_when_its_timeout_runs_out_and_admitted_whe
         Ok::<_, Infallible>(Response::new(Full::new(Bytes::from_static(b"data"))))
     });
     let mut service = layer.layer(inner);
-    let mut call = async || {
-        let future: Pin<Box<dyn Future<Output = Result<Answer, Infallible>> + Send>> =
-            Box::pin(service.ready().await.expect("ready").call(Request::new(())));
-        future
-    };
 
     // The first holds the place as long as its body is unread.
-    let first = call().await.await.expect("first");
+    let first = start(&mut service).await.await.expect("first");
     assert_eq!(first.status(), 200);
-    let mut waiting = call().await;
+    let mut waiting = start(&mut service).await;
     assert!(poll_once(&mut waiting).is_pending(), "it waits");
     assert_eq!(layer.queued(), 1);
     // The queue holds one: the next is refused at once.
-    let refused = call().await.await.expect("third");
+    let refused = start(&mut service).await.await.expect("third");
     assert_eq!(
         text(refused).await,
         (
@@ -93,7 +96,7 @@ async fn a_waiting_request_is_refused_when_its_timeout_runs_out_and_admitted_whe
     assert_eq!((layer.queued(), layer.rejected()), (0, 2));
 
     // Another waits; the first body is read to its end, and the place is handed over.
-    let mut admitted = call().await;
+    let mut admitted = start(&mut service).await;
     assert!(poll_once(&mut admitted).is_pending());
     assert_eq!(text(first).await, (200, "data".to_string()));
     let Poll::Ready(Ok(admitted)) = poll_once(&mut admitted) else {
