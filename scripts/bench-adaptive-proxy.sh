@@ -17,10 +17,16 @@
 # client timeout T it can hold workers * T / service requests; the default connections are 3x
 # that.
 #
+# The proxy is `sluicegate proxy` with a route's `adaptive:` setting (--proxy sluicegate, the
+# default), or the small axum proxy of crates/sluicegate-http/examples/adaptive_proxy.rs on the
+# same layer (--proxy example).
+#
 # Usage: scripts/bench-adaptive-proxy.sh [--workers N] [--service-ms MS] [--timeout-s S]
 #          [--connections N] [--duration S] [--warmup S] [--repeats N] [--threads N]
-#          [--controllers "gradient2 vegas"] [--queue-timeout-ms MS] [--bin-dir DIR]
-# --bin-dir uses already built bounded_upstream and adaptive_proxy from DIR.
+#          [--controllers "gradient2 vegas"] [--queue-timeout-ms MS] [--proxy sluicegate|example]
+#          [--bin-dir DIR]
+# --bin-dir uses already built sluicegate (in DIR), bounded_upstream and adaptive_proxy (in
+# DIR/examples) instead of building.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -35,6 +41,7 @@ threads=2
 controllers="gradient2 vegas aimd"
 queue_timeout_ms=250
 bin_dir=""
+proxy=sluicegate
 while [ $# -gt 0 ]; do
   case "$1" in
     --workers) workers="$2"; shift 2 ;;
@@ -48,6 +55,7 @@ while [ $# -gt 0 ]; do
     --controllers) controllers="$2"; shift 2 ;;
     --queue-timeout-ms) queue_timeout_ms="$2"; shift 2 ;;
     --bin-dir) bin_dir="$2"; shift 2 ;;
+    --proxy) proxy="$2"; shift 2 ;;
     *) echo "unknown argument: $1" >&2; exit 2 ;;
   esac
 done
@@ -56,13 +64,16 @@ in_time=$((capacity * timeout_s))
 [ -n "$connections" ] || connections=$((3 * in_time))
 
 command -v wrk >/dev/null || { echo "wrk is not installed" >&2; exit 1; }
+case "$proxy" in sluicegate|example) ;; *) echo "--proxy: sluicegate or example" >&2; exit 2 ;; esac
 if [ -z "$bin_dir" ]; then
   echo "== building (release)"
   cargo build --release -q -p sluicegate-http --example bounded_upstream --example adaptive_proxy
-  bin_dir="${CARGO_TARGET_DIR:-target}/release/examples"
+  [ "$proxy" = example ] || cargo build --release -q -p sluicegate-server --bin sluicegate
+  bin_dir="${CARGO_TARGET_DIR:-target}/release"
 fi
-upstream_bin="$bin_dir/bounded_upstream"
-proxy_bin="$bin_dir/adaptive_proxy"
+upstream_bin="$bin_dir/examples/bounded_upstream"
+proxy_bin="$bin_dir/examples/adaptive_proxy"
+sluicegate_bin="$bin_dir/sluicegate"
 
 work="$(mktemp -d)"
 pids=()
@@ -98,6 +109,42 @@ start() {
   done
 }
 
+free_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+
+# Starts `sluicegate proxy` in front of $1 with the rule file for controller $2; sets $address.
+start_sluicegate() {
+  local upstream="$1" controller="$2" rules="$work/rules-$2.yaml"
+  {
+    echo "routes:"
+    echo "  - prefix: /"
+    if [ "$controller" != none ]; then
+      echo "    adaptive:"
+      echo "      controller: $controller"
+      [ "$controller" != aimd ] || echo "      timeout: 500ms"
+      if [ "$queue_timeout_ms" != 0 ]; then
+        echo "      queue_timeout: ${queue_timeout_ms}ms"
+        echo "      queue_capacity: $connections"
+      fi
+    fi
+  } > "$rules"
+  local port admin
+  port="$(free_port)"
+  admin="$(free_port)"
+  admin_address="127.0.0.1:$admin"
+  "$sluicegate_bin" proxy --upstream "http://$1" --config "$rules" --listen "127.0.0.1:$port" \
+    --admin "$admin_address" > "$work/proxy.out" 2> "$work/proxy.log" &
+  pids+=("$!")
+  local tries=0
+  until (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; do
+    tries=$((tries + 1))
+    [ "$tries" -lt 200 ] || { echo "sluicegate proxy did not start" >&2; cat "$work/proxy.log" >&2; exit 1; }
+    sleep 0.05
+  done
+  address="127.0.0.1:$port"
+}
+
 stop_all() {
   for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
   for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
@@ -111,11 +158,15 @@ run_case() {
   local target="$address"
   case "$case" in
     direct) ;;
-    proxy-*)
+    proxy-*) if [ "$proxy" = sluicegate ]; then
+      start_sluicegate "$target" "${case#proxy-}"
+      target="$address"
+    else
       local args=(--upstream "$target" --controller "${case#proxy-}" --threads "$threads")
       [ "$queue_timeout_ms" = 0 ] || args+=(--queue-timeout-ms "$queue_timeout_ms" --queue-capacity "$connections")
       start "$work/proxy" "$proxy_bin" "${args[@]}"
-      target="$address" ;;
+      target="$address"
+    fi ;;
   esac
   local wrk_args=(-t "$threads" -c "$connections" --timeout "${timeout_s}s" "http://$target/")
   [ "$warmup" = 0 ] || wrk "${wrk_args[@]}" -d "${warmup}s" > /dev/null
@@ -126,7 +177,12 @@ run_case() {
   if [ "$case" != direct ] && [ "${case#proxy-}" != none ]; then
     (
       sleep $((duration / 2))
-      grep '^limit' "$work/proxy.err" | tail -1 | awk '{print $2}' > "$work/limit"
+      if [ "$proxy" = sluicegate ]; then
+        curl -s "http://$admin_address/metrics" |
+          sed -n 's/^sluicegate_proxy_adaptive_limit{[^}]*} //p' > "$work/limit"
+      else
+        grep '^limit' "$work/proxy.err" | tail -1 | awk '{print $2}' > "$work/limit"
+      fi
     ) &
     sampler="$!"
   fi
@@ -146,7 +202,7 @@ run_case() {
 
 echo "== upstream: $workers workers x ${service_ms} ms = $capacity answers/s at most;"
 echo "   $connections wrk connections, client timeout ${timeout_s} s (3x the $in_time the upstream can answer in time);"
-echo "   proxy: $threads runtime threads, queue timeout ${queue_timeout_ms} ms; ${warmup} s warm-up, ${duration} s measured"
+echo "   proxy: $proxy ($threads runtime threads for the example), queue timeout ${queue_timeout_ms} ms; ${warmup} s warm-up, ${duration} s measured"
 echo "   (* the adaptive limit half way through the measured load)"
 printf "%-16s %3s %10s %10s %10s %9s %9s %6s\n" case run "goodput/s" "503/s" "late/s" "p50 ms" "p99 ms" "limit*"
 cases="direct proxy-none"
