@@ -16,7 +16,7 @@ use sluicegate::adaptive::{Outcome, Permit};
 use tokio::time::Instant;
 
 use crate::adaptive::classify::grpc_outcome;
-use crate::adaptive::layer::Shared;
+use crate::adaptive::shared::Shared;
 
 /// A permit granted to a request the inner service is answering.
 pub(crate) struct Ticket {

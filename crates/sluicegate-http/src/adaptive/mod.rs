@@ -137,6 +137,7 @@ mod classify;
 mod erased;
 mod layer;
 mod service;
+mod shared;
 
 pub use body::AdaptiveBody;
 pub use classify::{Classifier, default_classifier};

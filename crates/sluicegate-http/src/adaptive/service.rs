@@ -13,7 +13,7 @@ use tower_service::Service;
 
 use crate::adaptive::answer::{self, Refusal};
 use crate::adaptive::body::{AdaptiveBody, Ticket};
-use crate::adaptive::layer::Shared;
+use crate::adaptive::shared::Shared;
 
 /// A service behind an [`AdaptiveLimitLayer`](crate::adaptive::AdaptiveLimitLayer).
 pub struct AdaptiveLimit<S> {
