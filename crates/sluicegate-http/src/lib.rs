@@ -9,6 +9,9 @@
 //! request for its wait, as nginx `limit_req` with `delay=`); `concurrency` holds its permit
 //! until the response body ends (nginx `limit_conn`). See [`rate_limit`] for all of it.
 //!
+//! [`AdaptiveLimitLayer`] holds the requests in flight to an adaptive concurrency limit that
+//! follows the latency the service shows (503 with `Retry-After` when full); see [`adaptive`].
+//!
 //! ```
 //! use std::net::SocketAddr;
 //!
@@ -45,8 +48,10 @@
 //! # }
 //! ```
 
+pub mod adaptive;
 #[cfg(feature = "proxy")]
 pub mod proxy;
 pub mod rate_limit;
 
+pub use adaptive::{AdaptiveLimit, AdaptiveLimitLayer};
 pub use rate_limit::{RateLimit, RateLimitLayer};

@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::Mutex;
 
+use crate::adaptive::AdaptiveLimitLayer;
 use crate::rate_limit::Stats;
 
 /// One route's counts, kept across reloads (by route name).
@@ -58,12 +59,20 @@ pub(crate) struct Metrics {
     pub(crate) upstream_other_errors: AtomicU64,
     pub(crate) reloads_ok: AtomicU64,
     pub(crate) reloads_failed: AtomicU64,
+    /// The adaptive limits of the rules in force, by route name.
+    adaptive: Mutex<Vec<(String, AdaptiveLimitLayer)>>,
 }
 
 impl Metrics {
     /// The counters of route `name`, made on first use.
     pub(crate) fn route(&self, name: &str) -> Arc<RouteCounters> {
         Arc::clone(self.routes.lock().entry(name.to_owned()).or_default())
+    }
+
+    /// The adaptive limits to report from now on (those of the rules just built).
+    pub(crate) fn adaptive(&self, mut layers: Vec<(String, AdaptiveLimitLayer)>) {
+        layers.sort_by(|a, b| a.0.cmp(&b.0));
+        *self.adaptive.lock() = layers;
     }
 
     pub(crate) fn count(counter: &AtomicU64) {
@@ -135,7 +144,44 @@ impl Metrics {
             "sluicegate_proxy_reloads_total{{result=\"failed\"}} {}",
             read(&self.reloads_failed)
         );
+        self.render_adaptive(&mut out);
         out
+    }
+
+    /// Each route's adaptive limit: the limit, in flight, queued, and refused so far (by this
+    /// limiter: a reload that changes the setting starts a new one).
+    fn render_adaptive(&self, out: &mut String) {
+        let layers = self.adaptive.lock().clone();
+        if layers.is_empty() {
+            return;
+        }
+        let series = [
+            ("limit", "gauge", "The adaptive concurrency limit."),
+            ("in_flight", "gauge", "Requests holding a place."),
+            ("queued", "gauge", "Requests waiting for a place."),
+            ("rejected_total", "counter", "Requests refused (503)."),
+        ];
+        for (name, kind, help) in series {
+            let _ = writeln!(
+                out,
+                "# HELP sluicegate_proxy_adaptive_{name} {help}\n\
+                 # TYPE sluicegate_proxy_adaptive_{name} {kind}"
+            );
+            for (route, layer) in &layers {
+                let m = layer.metrics();
+                let value = match name {
+                    "limit" => u64::from(m.limit),
+                    "in_flight" => u64::from(m.in_flight),
+                    "queued" => m.queued as u64,
+                    _ => m.rejected,
+                };
+                let _ = writeln!(
+                    out,
+                    "sluicegate_proxy_adaptive_{name}{{route=\"{}\"}} {value}",
+                    escape(route)
+                );
+            }
+        }
     }
 }
 

@@ -32,6 +32,9 @@ mod table;
 pub use error::{ProxyError, RuleFileError, RuleProblem};
 pub use forward::UpstreamBody;
 pub use key::{KeyBytes, KeyPart, RouteKeys};
-pub use rules::{BackendChoice, DEFAULT_LIMIT_KEYS, LimitDef, PathMatch, RouteDef, Rules};
+pub use rules::{
+    AdaptiveDef, BackendChoice, ControllerKind, DEFAULT_LIMIT_KEYS, LimitDef, PathMatch, RouteDef,
+    Rules,
+};
 pub use server::{Proxy, ProxyConfig, start};
-pub use table::ProxyBody;
+pub use table::{ProxyBody, RouteBody};

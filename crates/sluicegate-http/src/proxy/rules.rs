@@ -15,6 +15,10 @@ use crate::proxy::error::{RuleFileError, RuleProblem};
 use crate::proxy::key::{ClientIpSource, KeyPart};
 use crate::rate_limit::key::ClientIp;
 
+mod adaptive;
+
+pub use adaptive::{AdaptiveDef, ControllerKind};
+
 /// Keys a limit holds at most unless `max_keys` says (about what nginx stores in a 10 MB
 /// zone of `$binary_remote_addr` keys).
 pub const DEFAULT_LIMIT_KEYS: usize = 160_000;
@@ -86,6 +90,9 @@ pub struct RouteDef {
     pub dry_run: bool,
     /// Whether allowed responses carry the rate limit fields too.
     pub headers_on_allowed: bool,
+    /// An adaptive concurrency limit in front of the upstream (503 + `Retry-After` when
+    /// full), after the route's limits.
+    pub adaptive: Option<AdaptiveDef>,
 }
 
 impl Rules {
@@ -519,6 +526,7 @@ impl Reader {
             "conn_status",
             "dry_run",
             "headers_on_allowed",
+            "adaptive",
         ];
         let entries = self.entries(node, "a route", &known)?;
         let mut route = RouteDef {
@@ -529,6 +537,7 @@ impl Reader {
             conn_status: StatusCode::TOO_MANY_REQUESTS,
             dry_run: false,
             headers_on_allowed: false,
+            adaptive: None,
         };
         let mut path = None;
         let mut positions = Vec::new();
@@ -579,6 +588,7 @@ impl Reader {
                     route.headers_on_allowed =
                         self.boolean(value, "`headers_on_allowed`").unwrap_or(false);
                 }
+                "adaptive" => route.adaptive = self.adaptive(value),
                 _ => {}
             }
         }

@@ -2,17 +2,24 @@
 //! as nginx picks a location (an exact match first, then the longest prefix).
 
 use std::collections::HashMap;
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 
 use http::{Request, Response};
 use hyper::body::Incoming;
 use tower_layer::Layer;
+use tower_service::Service;
+
+use crate::adaptive::{AdaptiveBody, AdaptiveLimitLayer};
 
 use crate::proxy::backend::{Limiter, RouteBackend};
 use crate::proxy::forward::{Forwarder, Upstream, UpstreamBody};
 use crate::proxy::key::RouteExtractor;
 use crate::proxy::metrics::Metrics;
-use crate::proxy::rules::{RouteDef, Rules};
+use crate::proxy::rules::{AdaptiveDef, RouteDef, Rules};
 use crate::rate_limit::{BuildError, RateLimit, RateLimitBody, RateLimitLayer, Rejection};
 
 /// A route's limits around the upstream.
@@ -26,6 +33,8 @@ pub(crate) enum Handler {
 
 pub(crate) struct Route {
     handler: Handler,
+    /// The route's adaptive concurrency limit, in front of its limits.
+    adaptive: Option<AdaptiveLimitLayer>,
 }
 
 /// The routes of one version of the rules.
@@ -38,6 +47,8 @@ pub(crate) struct Table {
     unmatched: Upstream,
     /// Every limit's state, by name, for the next reload to keep.
     limiters: HashMap<String, Arc<Limiter>>,
+    /// Every route's adaptive limit, by route name, for the next reload to keep.
+    adaptive: HashMap<String, (AdaptiveDef, AdaptiveLimitLayer)>,
 }
 
 /// The metrics name of requests no route matches.
@@ -72,9 +83,29 @@ impl Table {
                 counters: metrics.route(UNMATCHED),
             },
             limiters,
+            adaptive: HashMap::new(),
         };
         for (index, def) in rules.routes.iter().enumerate() {
-            let route = table.route(rules, def, forwarder, metrics)?;
+            let mut route = table.route(rules, def, forwarder, metrics)?;
+            if let Some(adaptive) = &def.adaptive {
+                // An unchanged setting keeps its limiter, and the limit it has learnt.
+                let kept = previous
+                    .and_then(|p| p.adaptive.get(&def.name))
+                    .filter(|(old, _)| old == adaptive)
+                    .map(|(_, layer)| layer.clone());
+                let layer = match kept {
+                    Some(layer) => layer,
+                    None => adaptive.layer().map_err(|source| BuildError::Limit {
+                        index,
+                        spec: format!("adaptive limit of route `{}`", def.name),
+                        source,
+                    })?,
+                };
+                route.adaptive = Some(layer.clone());
+                table
+                    .adaptive
+                    .insert(def.name.clone(), (adaptive.clone(), layer));
+            }
             table.routes.push(route);
             match &def.path {
                 crate::proxy::rules::PathMatch::Exact(p) => {
@@ -88,6 +119,13 @@ impl Table {
         table
             .prefixes
             .sort_by_key(|(prefix, _)| std::cmp::Reverse(prefix.len()));
+        metrics.adaptive(
+            table
+                .adaptive
+                .iter()
+                .map(|(name, (_, layer))| (name.clone(), layer.clone()))
+                .collect(),
+        );
         Ok(table)
     }
 
@@ -112,6 +150,7 @@ impl Table {
             counters.follow(None);
             return Ok(Route {
                 handler: Handler::Plain(upstream),
+                adaptive: None,
             });
         }
         let extractor = RouteExtractor {
@@ -147,40 +186,86 @@ impl Table {
         counters.follow(Some(Box::new(move || stats_layer.stats())));
         Ok(Route {
             handler: Handler::Limited(layer.layer(upstream)),
+            adaptive: None,
         })
     }
 
-    /// The handler of a request for `path`.
-    pub(crate) fn find(&self, path: &str) -> Option<&Handler> {
+    /// The index of the route serving `path`.
+    pub(crate) fn find(&self, path: &str) -> Option<usize> {
         if let Some(&i) = self.exact.get(path) {
-            return Some(&self.routes[i].handler);
+            return Some(i);
         }
         self.prefixes
             .iter()
             .find(|(prefix, _)| path.starts_with(prefix.as_str()))
-            .map(|(_, i)| &self.routes[*i].handler)
+            .map(|(_, i)| *i)
     }
 }
 
-/// The body of every proxy response.
-pub type ProxyBody = http_body_util::Either<RateLimitBody<UpstreamBody>, UpstreamBody>;
+/// The body of a route's response: through its limits, or passed on.
+pub type RouteBody = http_body_util::Either<RateLimitBody<UpstreamBody>, UpstreamBody>;
+
+/// The body of every proxy response: through a route's adaptive limit, or not.
+pub type ProxyBody = http_body_util::Either<AdaptiveBody<RouteBody>, RouteBody>;
 
 /// Answers `request` as `table` says.
 pub(crate) async fn handle(table: Arc<Table>, request: Request<Incoming>) -> Response<ProxyBody> {
-    use tower_service::Service;
-    let handler = match table.find(request.uri().path()) {
-        Some(Handler::Limited(service)) => Ok(service.clone()),
-        Some(Handler::Plain(upstream)) => Err(upstream.clone()),
-        None => Err(table.unmatched.clone()),
-    };
-    match handler {
-        Ok(mut service) => match service.call(request).await {
-            Ok(response) => response.map(http_body_util::Either::Left),
-            Err(never) => match never {},
-        },
-        Err(mut upstream) => match upstream.call(request).await {
-            Ok(response) => response.map(http_body_util::Either::Right),
-            Err(never) => match never {},
-        },
+    let index = table.find(request.uri().path());
+    let adaptive = index.and_then(|i| table.routes[i].adaptive.clone());
+    let route = ByRoute { table, index };
+    match adaptive {
+        None => route
+            .answer(request)
+            .await
+            .map(http_body_util::Either::Right),
+        Some(layer) => {
+            // `ByRoute` is always ready: no `poll_ready` to wait for.
+            match layer.layer(route).call(request).await {
+                Ok(response) => response.map(http_body_util::Either::Left),
+                Err(never) => match never {},
+            }
+        }
+    }
+}
+
+/// The route a request goes to, as a service the adaptive layer can wrap.
+#[derive(Clone)]
+struct ByRoute {
+    table: Arc<Table>,
+    index: Option<usize>,
+}
+
+impl ByRoute {
+    async fn answer(self, request: Request<Incoming>) -> Response<RouteBody> {
+        let handler = match self.index.map(|i| &self.table.routes[i].handler) {
+            Some(Handler::Limited(service)) => Ok(service.clone()),
+            Some(Handler::Plain(upstream)) => Err(upstream.clone()),
+            None => Err(self.table.unmatched.clone()),
+        };
+        match handler {
+            Ok(mut service) => match service.call(request).await {
+                Ok(response) => response.map(http_body_util::Either::Left),
+                Err(never) => match never {},
+            },
+            Err(mut upstream) => match upstream.call(request).await {
+                Ok(response) => response.map(http_body_util::Either::Right),
+                Err(never) => match never {},
+            },
+        }
+    }
+}
+
+impl Service<Request<Incoming>> for ByRoute {
+    type Response = Response<RouteBody>;
+    type Error = Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<Response<RouteBody>, Infallible>> + Send>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: Request<Incoming>) -> Self::Future {
+        let route = self.clone();
+        Box::pin(async move { Ok(route.answer(request).await) })
     }
 }

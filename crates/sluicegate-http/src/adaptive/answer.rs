@@ -1,0 +1,113 @@
+//! The answer to a request refused for overload: 503 with `Retry-After` and a text body saying
+//! why, or for a gRPC call a trailers-only `UNAVAILABLE` (the code gRPC clients retry), with
+//! the same delay as `retry-after` and `grpc-retry-pushback-ms` metadata.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::header::{CONTENT_TYPE, RETRY_AFTER};
+use http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode};
+use sluicegate::adaptive::{AcquireError, AdaptiveMetrics};
+
+/// gRPC's `UNAVAILABLE`: the service cannot take the call now, and a retry may succeed.
+const GRPC_UNAVAILABLE: u16 = 14;
+
+/// Why a request got no permit.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Refusal {
+    /// The limit was reached and the layer does not queue.
+    Full,
+    /// The limit was reached and the wait queue held as many as it may.
+    QueueFull { capacity: usize },
+    /// No place freed up within the queue timeout.
+    Timeout { waited: Duration },
+}
+
+impl From<AcquireError> for Refusal {
+    fn from(error: AcquireError) -> Self {
+        match error {
+            // A limiter without a queue refuses as if the layer did not queue.
+            AcquireError::QueueFull { capacity: 0 } => Refusal::Full,
+            AcquireError::QueueFull { capacity } => Refusal::QueueFull { capacity },
+            AcquireError::Timeout { waited } => Refusal::Timeout { waited },
+            // The core may add causes; each is still a refusal for overload.
+            _ => Refusal::Full,
+        }
+    }
+}
+
+/// Whether the request is a gRPC call (`content-type: application/grpc...`).
+pub(crate) fn is_grpc(headers: &HeaderMap) -> bool {
+    headers
+        .get(CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"))
+}
+
+/// The answer to a refused request.
+pub(crate) fn refused(
+    refusal: Refusal,
+    metrics: AdaptiveMetrics,
+    retry_after: Duration,
+    grpc: bool,
+) -> Response<Bytes> {
+    let seconds = retry_after_seconds(retry_after);
+    let limit = metrics.limit;
+    let cause = match refusal {
+        Refusal::Full => format!("concurrency limit of {limit} reached"),
+        Refusal::QueueFull { capacity } => format!(
+            "concurrency limit of {limit} reached and the wait queue is full ({capacity} waiting)"
+        ),
+        Refusal::Timeout { waited } => format!(
+            "no place freed within {} ms (concurrency limit of {limit})",
+            waited.as_millis()
+        ),
+    };
+    let message = format!("service overloaded: {cause}; retry in {seconds} s");
+    let mut response = Response::new(Bytes::new());
+    let headers = response.headers_mut();
+    headers.insert(RETRY_AFTER, HeaderValue::from(seconds));
+    if grpc {
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
+        headers.insert(
+            HeaderName::from_static("grpc-status"),
+            HeaderValue::from(GRPC_UNAVAILABLE),
+        );
+        let pushback = u64::try_from(retry_after.as_millis()).unwrap_or(u64::MAX);
+        headers.insert(
+            HeaderName::from_static("grpc-retry-pushback-ms"),
+            HeaderValue::from(pushback),
+        );
+        // The message is ASCII but for nothing: no percent-encoding needed beyond `%`.
+        if let Ok(value) = HeaderValue::try_from(message.replace('%', "%25")) {
+            headers.insert(HeaderName::from_static("grpc-message"), value);
+        }
+    } else {
+        headers.insert(
+            CONTENT_TYPE,
+            HeaderValue::from_static("text/plain; charset=utf-8"),
+        );
+        *response.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+        *response.body_mut() = Bytes::from(message + "\n");
+    }
+    response
+}
+
+/// `Retry-After` counts whole seconds: a delay is rounded up, and is at least 1 (0 would tell
+/// clients to retry at once, into the same overload).
+fn retry_after_seconds(delay: Duration) -> u64 {
+    let whole = delay.as_secs() + u64::from(delay.subsec_nanos() > 0);
+    whole.max(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_after_rounds_up_to_whole_seconds() {
+        assert_eq!(retry_after_seconds(Duration::ZERO), 1);
+        assert_eq!(retry_after_seconds(Duration::from_millis(1)), 1);
+        assert_eq!(retry_after_seconds(Duration::from_secs(2)), 2);
+        assert_eq!(retry_after_seconds(Duration::from_millis(2001)), 3);
+    }
+}
