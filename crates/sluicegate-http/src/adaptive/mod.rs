@@ -1,6 +1,6 @@
 //! Adaptive concurrency limits at the edge: a tower layer that holds the requests in flight to
 //! the limit an [`AdaptiveLimiter`](sluicegate::adaptive::AdaptiveLimiter) finds from the
-//! latency the service shows (DESIGN section 11).
+//! latency the service shows.
 //!
 //! # What a request gets
 //!
