@@ -9,6 +9,9 @@
 //! request for its wait, as nginx `limit_req` with `delay=`); `concurrency` holds its permit
 //! until the response body ends (nginx `limit_conn`). See [`rate_limit`] for all of it.
 //!
+//! [`pace::PaceLayer`] is the client side: it paces calls to a rate-limited API and holds
+//! further calls to a host that answered 429 or 503 with `Retry-After` or `RateLimit`.
+//!
 //! ```
 //! use std::net::SocketAddr;
 //!
@@ -45,6 +48,9 @@
 //! # }
 //! ```
 
+pub mod pace;
 pub mod rate_limit;
+#[cfg(feature = "rls")]
+pub mod rls;
 
 pub use rate_limit::{RateLimit, RateLimitLayer};
