@@ -43,7 +43,7 @@ mod policy;
 mod service;
 mod stats;
 
-pub use backend::{Backend, LimitInfo, Verdict};
+pub use backend::{AtOnce, Backend, LimitInfo, Verdict};
 pub use body::RateLimitBody;
 pub use error::{BackendError, BuildError, KeyError};
 pub use future::ResponseFuture;
