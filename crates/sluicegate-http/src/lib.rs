@@ -12,6 +12,9 @@
 //! [`AdaptiveLimitLayer`] holds the requests in flight to an adaptive concurrency limit that
 //! follows the latency the service shows (503 with `Retry-After` when full); see [`adaptive`].
 //!
+//! [`pace::PaceLayer`] is the client side: it paces calls to a rate-limited API and holds
+//! further calls to a host that answered 429 or 503 with `Retry-After` or `RateLimit`.
+//!
 //! ```
 //! use std::net::SocketAddr;
 //!
@@ -49,9 +52,12 @@
 //! ```
 
 pub mod adaptive;
+pub mod pace;
 #[cfg(feature = "proxy")]
 pub mod proxy;
 pub mod rate_limit;
+#[cfg(feature = "rls")]
+pub mod rls;
 
 pub use adaptive::{AdaptiveLimit, AdaptiveLimitLayer};
 pub use rate_limit::{RateLimit, RateLimitLayer};

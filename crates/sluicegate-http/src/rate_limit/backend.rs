@@ -41,6 +41,29 @@ pub trait Backend<K>: Send + Sync + 'static {
     /// service) returns what it knows here and puts each answer's in its verdict
     /// ([`Verdict::with_limits`]).
     fn limits(&self) -> &Arc<[LimitInfo]>;
+
+    /// Decides here and now if this backend can (memory), saying [`AtOnce::Pass`] for the
+    /// usual answer (allowed, no wait, no permit held) so that the layer's fast path builds
+    /// and moves no [`Verdict`]. The default answers [`AtOnce::Later`]: the layer then asks
+    /// [`decide`](Backend::decide). Only asked when the layer adds no fields to allowed
+    /// responses (which need the verdict).
+    #[inline]
+    fn decide_at_once(&self, key: &K, permits: NonZeroU64, op: Op) -> AtOnce {
+        let _ = (key, permits, op);
+        AtOnce::Later
+    }
+}
+
+/// The answer of [`Backend::decide_at_once`].
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum AtOnce {
+    /// Allowed (and charged), with no shaping wait and no permit held: passed on as it is.
+    Pass,
+    /// Decided: anything else, as [`Backend::decide`] would have answered.
+    Decided(Result<Verdict, BackendError>),
+    /// This backend cannot answer without waiting: ask [`Backend::decide`].
+    Later,
 }
 
 /// The answer to one request: whether it passes, and each limit's decision.
@@ -69,6 +92,7 @@ impl Verdict {
     }
 
     /// The verdict of a single limit.
+    #[inline]
     pub fn single(decision: Decision) -> Verdict {
         Verdict {
             allowed: decision.allowed(),
@@ -80,6 +104,7 @@ impl Verdict {
 
     /// The same verdict saying the request holds concurrency permits (if it was allowed), to
     /// be [released](Backend::release) when its response ends.
+    #[inline]
     pub fn holding_permits(mut self, holds: bool) -> Verdict {
         self.holds_permits = holds && self.allowed;
         self
@@ -92,6 +117,7 @@ impl Verdict {
     }
 
     /// Every limit allowed the request (and each was charged).
+    #[inline]
     pub fn allowed(&self) -> bool {
         self.allowed
     }
@@ -106,6 +132,13 @@ impl Verdict {
         self.limits.as_deref().unwrap_or_default()
     }
 
+    /// Whether the request passes at once with nothing added to its response: allowed,
+    /// holding no permit, with no shaping wait (the layer's fast path).
+    #[inline]
+    pub(crate) fn passes_plainly(&self) -> bool {
+        self.allowed && !self.holds_permits && self.decisions.iter().all(|d| d.wait_micros() == 0)
+    }
+
     /// Describes the limits with the backend's, unless the verdict has its own.
     pub(crate) fn describe_with(&mut self, limits: &Arc<[LimitInfo]>) {
         if self.limits.is_none() {
@@ -116,13 +149,19 @@ impl Verdict {
     /// How long an allowed request waits before it is passed on: the longest shaping wait of
     /// its limits (a `leaky-queue` without `nodelay`), as nginx waits for the longest delay of
     /// several `limit_req`.
+    #[inline]
     pub fn wait(&self) -> Duration {
+        // One limit, the usual case: no iterator.
+        if let [only] = &*self.decisions {
+            return Duration::from_micros(only.wait_micros());
+        }
         let longest = self.decisions.iter().map(Decision::wait_micros).max();
         Duration::from_micros(longest.unwrap_or(0))
     }
 
     /// Whether the request took concurrency permits that must be given back when its response
     /// ends.
+    #[inline]
     pub fn holds_permits(&self) -> bool {
         self.holds_permits
     }

@@ -51,6 +51,14 @@ impl<B> RateLimitBody<B> {
         }
     }
 
+    /// The inner service's body, holding nothing.
+    #[inline]
+    pub(crate) fn plain(body: B) -> Self {
+        RateLimitBody {
+            kind: Kind::Passed { body, permit: None },
+        }
+    }
+
     /// A rejection's body.
     pub(crate) fn answer(data: Bytes) -> Self {
         let data = (!data.is_empty()).then_some(data);

@@ -27,6 +27,7 @@ pub(crate) struct Finish {
 impl Finish {
     /// `response` with what `finish` adds, if anything (boxed: most responses get nothing, and
     /// a small future is cheaper to move).
+    #[inline]
     pub(crate) fn apply<B>(
         finish: Option<Box<Finish>>,
         mut response: Response<B>,
@@ -58,6 +59,7 @@ pin_project! {
 }
 
 impl<F, B, E> ResponseFuture<F, B, E> {
+    #[inline]
     pub(crate) fn called(future: F, finish: Option<Box<Finish>>) -> Self {
         ResponseFuture {
             state: State::Called { future, finish },
@@ -87,6 +89,10 @@ where
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match self.project().state.project() {
+            // Nothing to add (the usual case): mapped where it lies, written once.
+            StateProj::Called { future, finish } if finish.is_none() => future
+                .poll(cx)
+                .map(|result| result.map(|response| response.map(RateLimitBody::plain))),
             StateProj::Called { future, finish } => {
                 let response = ready!(future.poll(cx))?;
                 Poll::Ready(Ok(Finish::apply(finish.take(), response)))

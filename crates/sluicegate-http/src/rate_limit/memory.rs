@@ -10,7 +10,7 @@ use sluicegate::{
 };
 use smallvec::SmallVec;
 
-use crate::rate_limit::backend::{Backend, LimitInfo, Verdict};
+use crate::rate_limit::backend::{AtOnce, Backend, LimitInfo, Verdict};
 use crate::rate_limit::error::BackendError;
 
 /// Limits kept in this process: a [`KeyedLimiter`] per limit, decided together with the core's
@@ -80,6 +80,7 @@ where
     }
 
     /// Decides at once (what [`Backend::decide`] returns, ready).
+    #[inline]
     pub fn decide_now(
         &self,
         key: &K,
@@ -88,7 +89,10 @@ where
     ) -> Result<Verdict, BackendError> {
         let holds = !self.concurrency.is_empty() && op.consumes() && op != Op::Release;
         if let [only] = &*self.limiters {
-            return Ok(Verdict::single(only.decide(key, permits, op)?).holding_permits(holds));
+            return match only.decide(key, permits, op) {
+                Ok(decision) => Ok(Verdict::single(decision).holding_permits(holds)),
+                Err(error) => Err(error.into()),
+            };
         }
         let targets: SmallVec<[LimitTarget<'_, K, AnyAlgorithm, C>; 4]> = self
             .limiters
@@ -111,8 +115,24 @@ where
 {
     type Future = Ready<Result<Verdict, BackendError>>;
 
+    #[inline]
     fn decide(&self, key: &K, permits: NonZeroU64, op: Op) -> Self::Future {
         ready(self.decide_now(key, permits, op))
+    }
+
+    #[inline]
+    fn decide_at_once(&self, key: &K, permits: NonZeroU64, op: Op) -> AtOnce {
+        if let ([only], []) = (&*self.limiters, &*self.concurrency) {
+            return match only.decide(key, permits, op) {
+                Ok(decision) if decision.allowed() && decision.wait_micros() == 0 => AtOnce::Pass,
+                Ok(decision) => AtOnce::Decided(Ok(Verdict::single(decision))),
+                Err(error) => AtOnce::Decided(Err(error.into())),
+            };
+        }
+        match self.decide_now(key, permits, op) {
+            Ok(verdict) if verdict.passes_plainly() => AtOnce::Pass,
+            decided => AtOnce::Decided(decided),
+        }
     }
 
     fn release(&self, key: &K, permits: NonZeroU64) {

@@ -46,7 +46,7 @@ mod service;
 mod stats;
 mod store;
 
-pub use backend::{Backend, LimitInfo, Verdict};
+pub use backend::{AtOnce, Backend, LimitInfo, Verdict};
 pub use body::RateLimitBody;
 pub use error::{BackendError, BuildError, KeyError};
 pub use future::ResponseFuture;

@@ -14,7 +14,7 @@ use sluicegate::Op;
 use tower_service::Service;
 
 use crate::rate_limit::answer;
-use crate::rate_limit::backend::{Backend, Verdict};
+use crate::rate_limit::backend::{AtOnce, Backend, Verdict};
 use crate::rate_limit::body::{Permit, RateLimitBody};
 use crate::rate_limit::error::BackendError;
 use crate::rate_limit::future::{Finish, ResponseFuture};
@@ -188,27 +188,21 @@ where
                 return ResponseFuture::answered(response);
             }
         };
-        let mut decision = shared
-            .backend
-            .decide(&key, shared.options.permits, Op::Check);
+        let permits = shared.options.permits;
+        // The fast path: a backend that decides at once, and allowed responses that get no
+        // fields. The usual answer passes with no verdict built, moved or matched.
+        if !shared.options.headers.on_allowed {
+            match shared.backend.decide_at_once(&key, permits, Op::Check) {
+                AtOnce::Pass => return ResponseFuture::called(self.inner.call(request), None),
+                AtOnce::Decided(decided) => return self.decided(decided, key, request),
+                AtOnce::Later => {}
+            }
+        }
+        let mut decision = shared.backend.decide(&key, permits, Op::Check);
         // A backend that answers at once (memory) is done with here: no box, no clone.
         let mut cx = Context::from_waker(Waker::noop());
         match Pin::new(&mut decision).poll(&mut cx) {
-            Poll::Ready(decided) => {
-                match shared.judge(decided, key, || answer::is_grpc(request.headers())) {
-                    Judged::Answer(response) => ResponseFuture::answered(response),
-                    Judged::Pass { finish, wait } if wait.is_zero() => {
-                        ResponseFuture::called(self.inner.call(request), finish)
-                    }
-                    Judged::Pass { finish, wait } => {
-                        let mut inner = take_ready(&mut self.inner);
-                        ResponseFuture::deferred(Box::pin(async move {
-                            tokio::time::sleep(wait).await;
-                            Ok(Finish::apply(finish, inner.call(request).await?))
-                        }))
-                    }
-                }
-            }
+            Poll::Ready(decided) => self.decided(decided, key, request),
             Poll::Pending => {
                 let shared = Arc::clone(shared);
                 let mut inner = take_ready(&mut self.inner);
@@ -223,6 +217,44 @@ where
                             Ok(Finish::apply(finish, inner.call(request).await?))
                         }
                     }
+                }))
+            }
+        }
+    }
+}
+
+impl<S, X, Bk> RateLimit<S, X, Bk>
+where
+    X: KeyExtractor,
+    Bk: Backend<X::Key>,
+{
+    /// The response future of a request decided at once.
+    fn decided<ReqBody, ResBody>(
+        &mut self,
+        decided: Result<Verdict, BackendError>,
+        key: X::Key,
+        request: Request<ReqBody>,
+    ) -> ResponseFuture<S::Future, ResBody, S::Error>
+    where
+        S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone + Send + 'static,
+        S::Future: Send + 'static,
+        S::Error: 'static,
+        ReqBody: Send + 'static,
+        ResBody: Send + 'static,
+    {
+        match self
+            .shared
+            .judge(decided, key, || answer::is_grpc(request.headers()))
+        {
+            Judged::Answer(response) => ResponseFuture::answered(response),
+            Judged::Pass { finish, wait } if wait.is_zero() => {
+                ResponseFuture::called(self.inner.call(request), finish)
+            }
+            Judged::Pass { finish, wait } => {
+                let mut inner = take_ready(&mut self.inner);
+                ResponseFuture::deferred(Box::pin(async move {
+                    tokio::time::sleep(wait).await;
+                    Ok(Finish::apply(finish, inner.call(request).await?))
                 }))
             }
         }

@@ -21,12 +21,14 @@ pub struct PeerIp;
 impl KeyExtractor for PeerIp {
     type Key = IpAddr;
 
+    #[inline]
     fn extract(&self, request: &RequestHead<'_>) -> Result<IpAddr, KeyError> {
         peer_ip(request).ok_or(KeyError::NoPeerAddress)
     }
 }
 
 /// The peer's address, if the server made it known.
+#[inline]
 pub(crate) fn peer_ip(request: &RequestHead<'_>) -> Option<IpAddr> {
     let extensions = request.extensions();
     #[cfg(feature = "axum")]
