@@ -8,17 +8,9 @@ use tower_layer::Layer;
 
 use crate::pace::error::PaceBuildError;
 use crate::pace::hold::Holds;
+use crate::pace::pacer::Pacer;
 use crate::pace::service::Pace;
 use crate::rate_limit::IntoLimit;
-
-/// What every clone of a pacing layer and of its services shares: one budget.
-pub(crate) struct Pacer<C: Clock> {
-    /// Keyed by host (`host:port`), or by the empty string for one budget over all hosts.
-    pub(crate) limiter: KeyedLimiter<Box<str>, AnyAlgorithm, C>,
-    pub(crate) per_host: bool,
-    pub(crate) max_wait: Option<Duration>,
-    pub(crate) holds: Holds,
-}
 
 /// A tower layer pacing outbound calls (see [the module](crate::pace)). Its clones share one
 /// budget.

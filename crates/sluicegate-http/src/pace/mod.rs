@@ -33,6 +33,7 @@
 mod error;
 mod hold;
 mod layer;
+mod pacer;
 mod service;
 
 pub use error::{PaceBuildError, PaceError};

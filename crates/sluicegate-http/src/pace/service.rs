@@ -15,7 +15,7 @@ use tower_service::Service;
 
 use crate::pace::error::PaceError;
 use crate::pace::hold::server_hold;
-use crate::pace::layer::Pacer;
+use crate::pace::pacer::Pacer;
 
 /// The future of a paced call.
 pub type PaceFuture<R, E> = Pin<Box<dyn Future<Output = Result<R, PaceError<E>>> + Send>>;
