@@ -116,7 +116,10 @@ where
             "rate limit service unavailable");
         match (self.failure, &self.local) {
             (RlsFailure::Open, _) => Ok(Verdict::new(true, Vec::new())),
-            (RlsFailure::Local, Some(local)) => local.decide_now(key, permits, op),
+            // The fallback's verdict describes the local limits, not the service's.
+            (RlsFailure::Local, Some(local)) => local
+                .decide_now(key, permits, op)
+                .map(|verdict| verdict.with_limits(Arc::clone(local.limits()))),
             _ => Err(BackendError::Unavailable(
                 format!("rate limit service at {}: {error}", self.endpoint).into(),
             )),
