@@ -22,6 +22,7 @@ mod decide;
 mod error;
 mod failure;
 mod keys;
+mod lazy;
 mod lease;
 mod limit;
 mod limiter;
@@ -37,6 +38,7 @@ pub use error::RedisLimitError;
 pub use failure::{
     Both, Event, FAILURES_TO_OPEN, FailSafe, FailSafeError, Failure, FailurePolicy, Until,
 };
+pub use lazy::{LazyStore, LazyStoreError, RedisTarget};
 pub use lease::Lease;
 pub use limit::{MAX_REDIS_TOLERANCE, RedisLimit};
 pub use limiter::RedisLimiter;

@@ -5,6 +5,9 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use sluicegate_http::proxy::RedisSettings;
+use sluicegate_server::redis_args::RedisArgs;
+
 /// Arguments of `sluicegate proxy`.
 #[derive(Debug, clap::Args)]
 pub(crate) struct ProxyArgs {
@@ -33,6 +36,9 @@ pub(crate) struct ProxyArgs {
     /// How long a shutdown (SIGTERM, Ctrl-C) waits for requests in flight.
     #[arg(long, default_value = "30s", value_parser = parse_duration)]
     shutdown_grace: Duration,
+    /// Shared counters: several proxies with the same Redis keep one budget.
+    #[command(flatten)]
+    redis: RedisArgs,
     /// Log as JSON lines.
     #[arg(long)]
     pub(crate) log_json: bool,
@@ -67,6 +73,11 @@ impl ProxyArgs {
         config.connect_timeout = self.connect_timeout;
         config.reload_interval = self.reload_interval;
         config.shutdown_grace = self.shutdown_grace;
+        config.redis = self.redis.target().map(|target| RedisSettings {
+            target,
+            store: self.redis.store_config(),
+            failure_policy: self.redis.failure_policy.into(),
+        });
         config
     }
 }

@@ -6,7 +6,7 @@ mod proxy_support;
 
 use std::time::Duration;
 
-use proxy_support::{BoxError, ProxyProcess, Upstream, eventually};
+use proxy_support::{BoxError, ProxyProcess, Upstream, eventually, start_refused};
 
 type TestResult = Result<(), BoxError>;
 
@@ -428,31 +428,18 @@ async fn sigterm_finishes_requests_in_flight_and_stops_accepting() -> TestResult
 #[test]
 fn a_bad_rule_file_stops_the_start_with_file_line_column() -> TestResult {
     let dir = tempfile::tempdir()?;
-    let rules = dir.path().join("bad.yaml");
-    std::fs::write(
-        &rules,
+    let stderr = start_refused(
+        dir.path(),
         "limits:\n  a: { key: nobody, spec: \"gcra:rate=1/s\" }\nroutes:\n  - { prefix: /, limits: [b] }\n",
+        &[],
     )?;
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_sluicegate"))
-        .args([
-            "proxy",
-            "--upstream",
-            "http://127.0.0.1:1",
-            "--admin",
-            "off",
-        ])
-        .arg("--config")
-        .arg(&rules)
-        .output()?;
-    assert!(!output.status.success());
-    let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
-        stderr.contains("bad.yaml:2:13: unknown key part"),
+        stderr.contains("rules.yaml:2:13: unknown key part"),
         "{stderr}"
     );
     assert!(!stderr.contains("has no `key`"), "{stderr}");
     assert!(
-        stderr.contains("bad.yaml:4:27: route `/` names no limit `b`"),
+        stderr.contains("rules.yaml:4:27: route `/` names no limit `b`"),
         "{stderr}"
     );
     Ok(())

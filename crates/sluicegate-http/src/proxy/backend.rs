@@ -1,53 +1,45 @@
 //! The proxy's backend: each limit keeps its own keys (an nginx zone), and a route's limits
 //! are decided together, all or nothing, each on its own key.
 
-use std::future::{Ready, ready};
+use std::future::{Future, Ready, ready};
 use std::num::NonZeroU64;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 
-use sluicegate::{AnyAlgorithm, KeyedLimiter, LimitTarget, Op, decide_together};
+use sluicegate::{AnyAlgorithm, LimitTarget, Op, decide_together};
 use smallvec::SmallVec;
 
+use crate::proxy::backing::Backing;
 use crate::proxy::key::{KeyBytes, RouteKeys};
-use crate::proxy::rules::LimitDef;
+use crate::proxy::limiter::Limiter;
 use crate::rate_limit::{Backend, BackendError, LimitInfo, Verdict};
-
-/// One limit's keyed state, kept across reloads while its definition stays the same (as
-/// nginx keeps a zone whose size and rate are unchanged).
-pub(crate) struct Limiter {
-    pub(crate) def: LimitDef,
-    pub(crate) info: LimitInfo,
-    pub(crate) limiter: KeyedLimiter<KeyBytes, AnyAlgorithm>,
-}
-
-impl Limiter {
-    pub(crate) fn new(def: LimitDef) -> Limiter {
-        let info = LimitInfo::of(&def.name, &def.algorithm);
-        let limiter = KeyedLimiter::new(def.algorithm.clone()).with_max_keys(def.max_keys);
-        Limiter { def, info, limiter }
-    }
-
-    /// Whether the state of `self` may serve `def` (same key, algorithm and size).
-    pub(crate) fn serves(&self, def: &LimitDef) -> bool {
-        self.def == *def
-    }
-}
 
 /// The limits of one route.
 pub(crate) struct RouteBackend {
-    limiters: Box<[Arc<Limiter>]>,
+    limiters: Arc<[Arc<Limiter>]>,
     infos: Arc<[LimitInfo]>,
     /// Whether any limit is a concurrency limit (its permits held until the response ends).
     concurrency: bool,
+    /// Redis, when the counters are shared there.
+    #[cfg(feature = "proxy-redis")]
+    shared: Option<Arc<crate::proxy::shared::Shared>>,
 }
 
 impl RouteBackend {
-    pub(crate) fn new(limiters: Vec<Arc<Limiter>>) -> RouteBackend {
+    pub(crate) fn new(limiters: Vec<Arc<Limiter>>, backing: &Backing) -> RouteBackend {
         let infos: Arc<[LimitInfo]> = limiters.iter().map(|l| l.info.clone()).collect();
+        #[cfg(not(feature = "proxy-redis"))]
+        let _ = backing;
         RouteBackend {
             concurrency: infos.iter().any(LimitInfo::is_concurrency),
             limiters: limiters.into(),
             infos,
+            #[cfg(feature = "proxy-redis")]
+            shared: match backing {
+                Backing::Memory => None,
+                Backing::Redis(shared) => Some(Arc::clone(shared)),
+            },
         }
     }
 
@@ -81,11 +73,41 @@ impl RouteBackend {
     }
 }
 
-impl Backend<RouteKeys> for RouteBackend {
-    type Future = Ready<Result<Verdict, BackendError>>;
+/// A route's answer: ready at once in memory, after a round trip with Redis.
+pub(crate) enum RouteFuture {
+    Ready(Ready<Result<Verdict, BackendError>>),
+    #[cfg(feature = "proxy-redis")]
+    Waiting(Pin<Box<dyn Future<Output = Result<Verdict, BackendError>> + Send>>),
+}
 
-    fn decide(&self, keys: &RouteKeys, permits: NonZeroU64, _op: Op) -> Self::Future {
-        ready(self.decide_now(keys, permits))
+impl Future for RouteFuture {
+    type Output = Result<Verdict, BackendError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.get_mut() {
+            RouteFuture::Ready(ready) => Pin::new(ready).poll(cx),
+            #[cfg(feature = "proxy-redis")]
+            RouteFuture::Waiting(waiting) => waiting.as_mut().poll(cx),
+        }
+    }
+}
+
+impl Backend<RouteKeys> for RouteBackend {
+    type Future = RouteFuture;
+
+    fn decide(&self, keys: &RouteKeys, permits: NonZeroU64, _op: Op) -> RouteFuture {
+        #[cfg(feature = "proxy-redis")]
+        if let Some(shared) = &self.shared {
+            let shared = Arc::clone(shared);
+            let limiters = Arc::clone(&self.limiters);
+            let infos = Arc::clone(&self.infos);
+            let keys = keys.clone();
+            return RouteFuture::Waiting(Box::pin(async move {
+                crate::proxy::shared_route::decide_route(&shared, &limiters, &infos, &keys, permits)
+                    .await
+            }));
+        }
+        RouteFuture::Ready(ready(self.decide_now(keys, permits)))
     }
 
     fn release(&self, keys: &RouteKeys, permits: NonZeroU64) {

@@ -59,6 +59,8 @@ pub(crate) struct Metrics {
     pub(crate) upstream_other_errors: AtomicU64,
     pub(crate) reloads_ok: AtomicU64,
     pub(crate) reloads_failed: AtomicU64,
+    /// Calls Redis did not answer (the failure policy did).
+    pub(crate) backend_errors: AtomicU64,
     /// The adaptive limits of the rules in force, by route name.
     adaptive: Mutex<Vec<(String, AdaptiveLimitLayer)>>,
 }
@@ -143,6 +145,16 @@ impl Metrics {
             out,
             "sluicegate_proxy_reloads_total{{result=\"failed\"}} {}",
             read(&self.reloads_failed)
+        );
+        out.push_str(
+            "# HELP sluicegate_proxy_backend_errors_total Decisions Redis did not make (down, \
+             timeout, refused): the failure policy answered.\n\
+             # TYPE sluicegate_proxy_backend_errors_total counter\n",
+        );
+        let _ = writeln!(
+            out,
+            "sluicegate_proxy_backend_errors_total {}",
+            read(&self.backend_errors)
         );
         self.render_adaptive(&mut out);
         out

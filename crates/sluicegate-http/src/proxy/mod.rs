@@ -21,12 +21,18 @@
 //! `sluicegate_proxy_upstream_errors_total{kind}`, `sluicegate_proxy_reloads_total{result}`.
 
 mod backend;
+mod backing;
 mod error;
 mod forward;
 mod key;
+mod limiter;
 mod metrics;
 mod rules;
 mod server;
+#[cfg(feature = "proxy-redis")]
+mod shared;
+#[cfg(feature = "proxy-redis")]
+mod shared_route;
 mod table;
 
 pub use error::{ProxyError, RuleFileError, RuleProblem};
@@ -37,4 +43,6 @@ pub use rules::{
     Rules,
 };
 pub use server::{Proxy, ProxyConfig, start};
+#[cfg(feature = "proxy-redis")]
+pub use shared::RedisSettings;
 pub use table::{ProxyBody, RouteBody};

@@ -27,14 +27,25 @@ pub const DEFAULT_LIMIT_KEYS: usize = 160_000;
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct Rules {
-    /// Where the counters are kept.
-    pub backend: BackendChoice,
+    /// Where the file says the counters are kept (unsaid: wherever the proxy was started to
+    /// keep them).
+    pub backend: Option<BackendChoice>,
     /// How `client_ip` is read.
     pub client_ip: ClientIp,
     /// The limits, by name, in file order.
     pub limits: Vec<LimitDef>,
     /// The routes, in file order.
     pub routes: Vec<RouteDef>,
+    /// Where `backend` and each limit's `spec` are written, for problems found once the
+    /// proxy's own settings are known.
+    places: Places,
+}
+
+#[derive(Debug, Clone, Default)]
+struct Places {
+    backend: Option<Position>,
+    /// In the order of [`Rules::limits`].
+    specs: Vec<Position>,
 }
 
 /// Where the limits' counters are kept.
@@ -43,6 +54,8 @@ pub struct Rules {
 pub enum BackendChoice {
     /// In this process (one proxy, one budget).
     Memory,
+    /// In Redis, shared by every proxy started with the same `--redis` (one budget for all).
+    Redis,
 }
 
 /// One limit: nginx's `limit_req_zone` / `limit_conn_zone` with its `limit_req` /
@@ -126,6 +139,54 @@ impl Rules {
             _ => Err(RuleFileError::Invalid {
                 path: path.to_owned(),
                 problems: reader.problems,
+            }),
+        }
+    }
+}
+
+impl Rules {
+    /// Checks the rules against where this proxy keeps its counters (`redis`: shared in
+    /// Redis), from the file at `path`: the file's `backend`, if it says one, must be that;
+    /// with Redis, `refuse` names what Redis cannot hold of a limit. Every problem is reported
+    /// at its place.
+    pub fn check_backend(
+        &self,
+        path: &Path,
+        redis: bool,
+        mut refuse: impl FnMut(&LimitDef) -> Option<String>,
+    ) -> Result<(), RuleFileError> {
+        let mut problems = Vec::new();
+        let here = self
+            .places
+            .backend
+            .unwrap_or(Position { line: 1, column: 1 });
+        match (&self.backend, redis) {
+            (Some(BackendChoice::Redis), false) => problems.push(RuleProblem {
+                pos: here,
+                message: "`backend: redis`, but this proxy keeps its counters in memory: start \
+                          it with --redis URL (or --redis-cluster NODES) to share them"
+                    .into(),
+            }),
+            (Some(BackendChoice::Memory), true) => problems.push(RuleProblem {
+                pos: here,
+                message: "`backend: memory`, but this proxy was started with Redis: say \
+                          `backend: redis`, or leave `backend` out"
+                    .into(),
+            }),
+            _ => {}
+        }
+        if redis {
+            for (limit, pos) in self.limits.iter().zip(&self.places.specs) {
+                if let Some(message) = refuse(limit) {
+                    problems.push(RuleProblem { pos: *pos, message });
+                }
+            }
+        }
+        match problems.is_empty() {
+            true => Ok(()),
+            false => Err(RuleFileError::Invalid {
+                path: path.to_owned(),
+                problems,
             }),
         }
     }
@@ -244,7 +305,8 @@ impl Reader {
     fn rules(&mut self, root: &Node) -> Option<Rules> {
         let known = ["backend", "client_ip", "limits", "routes"];
         let entries = self.entries(root, "the rule file", &known)?;
-        let mut backend = BackendChoice::Memory;
+        let mut backend = None;
+        let mut places = Places::default();
         let mut client_ip = ClientIp::x_forwarded_for();
         let mut limits = Vec::new();
         // Every limit name given, valid or not: a route naming an invalid one is not told
@@ -254,22 +316,24 @@ impl Reader {
         let mut routes_at = root.pos;
         for (name, value) in entries {
             match name {
-                "backend" => match self.string(value, "`backend`").as_deref() {
-                    Some("memory") | None => backend = BackendChoice::Memory,
-                    Some(other) => self.fail(
-                        value.pos,
-                        format!(
-                            "backend `{other}` is not available in this build of the proxy \
-                             (known: memory)"
+                "backend" => {
+                    places.backend = Some(value.pos);
+                    match self.string(value, "`backend`").as_deref() {
+                        Some("memory") => backend = Some(BackendChoice::Memory),
+                        Some("redis") => backend = Some(BackendChoice::Redis),
+                        Some(other) => self.fail(
+                            value.pos,
+                            format!("unknown backend `{other}` (known: memory, redis)"),
                         ),
-                    ),
-                },
+                        None => {}
+                    }
+                }
                 "client_ip" => {
                     if let Some(c) = self.client_ip(value) {
                         client_ip = c;
                     }
                 }
-                "limits" => (limits, named) = self.limits(value),
+                "limits" => (limits, named, places.specs) = self.limits(value),
                 "routes" => {
                     routes_at = value.pos;
                     routes = self.routes(value);
@@ -301,6 +365,7 @@ impl Reader {
             client_ip,
             limits,
             routes,
+            places,
         })
     }
 
@@ -357,14 +422,15 @@ impl Reader {
         }
     }
 
-    /// The valid limits, and every name given.
-    fn limits(&mut self, node: &Node) -> (Vec<LimitDef>, Vec<String>) {
+    /// The valid limits, every name given, and where each valid limit's spec is.
+    fn limits(&mut self, node: &Node) -> (Vec<LimitDef>, Vec<String>, Vec<Position>) {
         let Some(entries) = map_of(node) else {
             self.fail(node.pos, "`limits` must be a map of limit names to limits");
-            return (Vec::new(), Vec::new());
+            return (Vec::new(), Vec::new(), Vec::new());
         };
         let mut out: Vec<LimitDef> = Vec::new();
         let mut named = Vec::new();
+        let mut specs = Vec::new();
         for (key, value) in entries {
             let Some(name) = self.string(key, "a limit's name") else {
                 continue;
@@ -374,17 +440,19 @@ impl Reader {
                 continue;
             }
             named.push(name.clone());
-            if let Some(limit) = self.limit(name, value) {
+            if let Some((limit, spec_at)) = self.limit(name, value) {
                 out.push(limit);
+                specs.push(spec_at);
             }
         }
-        (out, named)
+        (out, named, specs)
     }
 
-    fn limit(&mut self, name: String, node: &Node) -> Option<LimitDef> {
+    fn limit(&mut self, name: String, node: &Node) -> Option<(LimitDef, Position)> {
         let what = format!("limit `{name}`");
         let entries = self.entries(node, &what, &["key", "spec", "max_keys"])?;
         let (mut key, mut spec, mut max_keys) = (None, None, DEFAULT_LIMIT_KEYS);
+        let mut spec_at = node.pos;
         let mut given = (false, false);
         for (field, value) in entries {
             match field {
@@ -394,6 +462,7 @@ impl Reader {
                 }
                 "spec" => {
                     given.1 = true;
+                    spec_at = value.pos;
                     let text = self.string(value, "`spec`")?;
                     match text.parse::<AnyAlgorithm>() {
                         Ok(algorithm) => spec = Some((text, algorithm)),
@@ -429,13 +498,14 @@ impl Reader {
             );
         }
         let ((spec, algorithm), key) = (spec?, key?);
-        Some(LimitDef {
+        let limit = LimitDef {
             name,
             key,
             algorithm,
             spec,
             max_keys,
-        })
+        };
+        Some((limit, spec_at))
     }
 
     /// A key: one part, or a list of parts (a tuple).
@@ -619,6 +689,29 @@ mod tests {
     }
 
     #[test]
+    fn the_backend_said_must_be_the_proxys() -> Result<(), RuleFileError> {
+        let path = Path::new("r.yaml");
+        let check = |text: &str, redis: bool| -> Result<String, RuleFileError> {
+            let rules = Rules::parse(path, text)?;
+            let refuse = |l: &LimitDef| l.spec.starts_with("smooth").then(|| "no".to_owned());
+            Ok(match rules.check_backend(path, redis, refuse) {
+                Ok(()) => "ok".to_owned(),
+                Err(error) => error.to_string(),
+            })
+        };
+        let limits = "limits:\n  a: { key: global, spec: \"smooth-bursty:rate=2\" }\n";
+        let routes = "routes: [{ prefix: /, limits: [a] }]\n";
+        let redis_file = format!("backend: redis\n{limits}{routes}");
+        assert!(check(&redis_file, false)?.starts_with("r.yaml:1:10: `backend: redis`, but"));
+        assert_eq!(check(&redis_file, true)?, "r.yaml:3:27: no");
+        let memory_file = format!("backend: memory\n{limits}{routes}");
+        assert_eq!(check(&memory_file, false)?, "ok");
+        assert!(check(&memory_file, true)?.starts_with("r.yaml:1:10: `backend: memory`, but"));
+        assert_eq!(check(&format!("{limits}{routes}"), false)?, "ok");
+        Ok(())
+    }
+
+    #[test]
     fn every_example_loads() {
         let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/proxy");
         let mut loaded = 0;
@@ -666,8 +759,8 @@ mod tests {
         assert!(problems("").contains("r.yaml:1:1: the rule file is empty"));
         assert!(problems("routes: [").contains("YAML syntax"));
         assert!(
-            problems("backend: redis\nroutes: [{prefix: /}]")
-                .contains("r.yaml:1:10: backend `redis`")
+            problems("backend: disk\nroutes: [{prefix: /}]")
+                .contains("r.yaml:1:10: unknown backend `disk` (known: memory, redis)")
         );
     }
 }

@@ -20,6 +20,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use crate::proxy::backing::Backing;
 use crate::proxy::error::ProxyError;
 use crate::proxy::forward::{self, Forwarder, Target};
 use crate::proxy::metrics::Metrics;
@@ -46,6 +47,10 @@ pub struct ProxyConfig {
     pub reload_interval: Duration,
     /// How long a shutdown waits for requests in flight.
     pub shutdown_grace: Duration,
+    /// Keep the counters in Redis, shared by every proxy started with the same (none: in
+    /// this proxy).
+    #[cfg(feature = "proxy-redis")]
+    pub redis: Option<crate::proxy::shared::RedisSettings>,
 }
 
 impl ProxyConfig {
@@ -61,6 +66,8 @@ impl ProxyConfig {
             connect_timeout: Duration::from_secs(5),
             reload_interval: Duration::from_secs(1),
             shutdown_grace: Duration::from_secs(30),
+            #[cfg(feature = "proxy-redis")]
+            redis: None,
         }
     }
 }
@@ -78,6 +85,8 @@ pub struct Proxy {
 
 struct State {
     table: ArcSwap<Table>,
+    /// Where the counters are (fixed at start).
+    backing: Backing,
     forwarder: Arc<Forwarder>,
     metrics: Arc<Metrics>,
 }
@@ -87,15 +96,22 @@ pub async fn start(config: ProxyConfig) -> Result<Proxy, ProxyError> {
     let target = Target::parse(&config.upstream)?;
     let rules = Rules::load(&config.rules)?;
     let metrics = Arc::new(Metrics::default());
+    #[cfg(feature = "proxy-redis")]
+    let backing = Backing::new(config.redis.as_ref(), &metrics);
+    #[cfg(not(feature = "proxy-redis"))]
+    let backing = Backing::Memory;
+    backing.check(&rules, &config.rules)?;
+    backing.connect().await?;
     let forwarder = Arc::new(Forwarder {
         client: forward::client(config.connect_timeout),
         target,
         timeout: config.upstream_timeout,
         metrics: Arc::clone(&metrics),
     });
-    let table = Table::build(&rules, &forwarder, &metrics, None)?;
+    let table = Table::build(&rules, &backing, &forwarder, &metrics, None)?;
     let state = Arc::new(State {
         table: ArcSwap::from_pointee(table),
+        backing,
         forwarder,
         metrics,
     });
@@ -277,9 +293,19 @@ async fn watch_rules(
         let loaded = Rules::parse(&path, &text)
             .map_err(|e| e.to_string())
             .and_then(|rules| {
+                state
+                    .backing
+                    .check(&rules, &path)
+                    .map_err(|e| e.to_string())?;
                 let old = state.table.load();
-                Table::build(&rules, &state.forwarder, &state.metrics, Some(&old))
-                    .map_err(|e| e.to_string())
+                Table::build(
+                    &rules,
+                    &state.backing,
+                    &state.forwarder,
+                    &state.metrics,
+                    Some(&old),
+                )
+                .map_err(|e| e.to_string())
             });
         match loaded {
             Ok(table) => {

@@ -15,9 +15,11 @@ use tower_service::Service;
 
 use crate::adaptive::{AdaptiveBody, AdaptiveLimitLayer};
 
-use crate::proxy::backend::{Limiter, RouteBackend};
+use crate::proxy::backend::RouteBackend;
+use crate::proxy::backing::Backing;
 use crate::proxy::forward::{Forwarder, Upstream, UpstreamBody};
 use crate::proxy::key::RouteExtractor;
+use crate::proxy::limiter::Limiter;
 use crate::proxy::metrics::Metrics;
 use crate::proxy::rules::{AdaptiveDef, RouteDef, Rules};
 use crate::rate_limit::{BuildError, RateLimit, RateLimitBody, RateLimitLayer, Rejection};
@@ -49,6 +51,8 @@ pub(crate) struct Table {
     limiters: HashMap<String, Arc<Limiter>>,
     /// Every route's adaptive limit, by route name, for the next reload to keep.
     adaptive: HashMap<String, (AdaptiveDef, AdaptiveLimitLayer)>,
+    /// Where the counters are.
+    backing: Backing,
 }
 
 /// The metrics name of requests no route matches.
@@ -59,18 +63,29 @@ impl Table {
     /// same definition.
     pub(crate) fn build(
         rules: &Rules,
+        backing: &Backing,
         forwarder: &Arc<Forwarder>,
         metrics: &Arc<Metrics>,
         previous: Option<&Table>,
     ) -> Result<Table, BuildError> {
         let mut limiters = HashMap::new();
-        for def in &rules.limits {
+        for (index, def) in rules.limits.iter().enumerate() {
             let kept = previous
                 .and_then(|p| p.limiters.get(&def.name))
                 .filter(|l| l.serves(def));
             let limiter = match kept {
                 Some(l) => Arc::clone(l),
-                None => Arc::new(Limiter::new(def.clone())),
+                None => {
+                    let limiter =
+                        backing
+                            .limiter(def.clone())
+                            .map_err(|source| BuildError::Limit {
+                                index,
+                                spec: def.spec.clone(),
+                                source,
+                            })?;
+                    Arc::new(limiter)
+                }
             };
             limiters.insert(def.name.clone(), limiter);
         }
@@ -84,6 +99,7 @@ impl Table {
             },
             limiters,
             adaptive: HashMap::new(),
+            backing: backing.clone(),
         };
         for (index, def) in rules.routes.iter().enumerate() {
             let mut route = table.route(rules, def, forwarder, metrics)?;
@@ -158,7 +174,7 @@ impl Table {
             client_ip: rules.client_ip.clone(),
             keys: limiters.iter().map(|l| l.def.key.clone()).collect(),
         };
-        let backend = RouteBackend::new(limiters);
+        let backend = RouteBackend::new(limiters, &self.backing);
         let mut builder = RateLimitLayer::builder(extractor)
             .status(def.status)
             .dry_run(def.dry_run)

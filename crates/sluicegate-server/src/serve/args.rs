@@ -4,11 +4,11 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{Args, ValueEnum};
-use sluicegate_redis::FailurePolicy;
+use clap::Args;
 use sluicegate_rules::LoadOptions;
 
-use crate::serve::backend::{BackendOptions, RedisOptions, RedisTarget};
+use crate::redis_args::RedisArgs;
+use crate::serve::backend::{BackendOptions, RedisOptions};
 use crate::serve::clock::ServiceClock;
 use crate::serve::engine::EngineOptions;
 use crate::serve::headers::{HeaderOptions, LegacyHeaderNames};
@@ -80,48 +80,9 @@ pub struct ServeArgs {
     /// How often to check the rules for changes, in milliseconds.
     #[arg(long, env = "SLUICEGATE_RELOAD_INTERVAL_MS", default_value_t = 1000, value_parser = clap::value_parser!(u64).range(10..))]
     pub reload_interval_ms: u64,
-    /// Keep the counters in this Redis server (`redis://host:port/db`), shared by every
-    /// replica, instead of in memory.
-    #[arg(long, env = "SLUICEGATE_REDIS", conflicts_with = "redis_cluster")]
-    pub redis: Option<String>,
-    /// Keep the counters in this Redis Cluster: any of its nodes, comma-separated.
-    #[arg(long, env = "SLUICEGATE_REDIS_CLUSTER", value_delimiter = ',')]
-    pub redis_cluster: Vec<String>,
-    /// Prepended to every Redis key (must not contain `{` or `}`).
-    #[arg(long, env = "SLUICEGATE_REDIS_PREFIX", default_value = "sluicegate:")]
-    pub redis_prefix: String,
-    /// The longest a call waits for Redis, in milliseconds, before the failure policy answers.
-    #[arg(long, env = "SLUICEGATE_REDIS_TIMEOUT_MS", default_value_t = 50, value_parser = clap::value_parser!(u64).range(1..))]
-    pub redis_timeout_ms: u64,
-    /// What to answer when Redis is down or slow: `open` (allow), `closed` (deny), or `local`
-    /// (decide in this process's memory, by the same rules, until Redis is back). Also the
-    /// answer at the --max-keys cap.
-    // `local` by default: an outage neither lifts every limit (Envoy already fails open when
-    // the service itself is unreachable) nor blocks all traffic; each replica still enforces
-    // the rules, so at most replicas × the limit passes while Redis is away.
-    #[arg(long, env = "SLUICEGATE_FAILURE_POLICY", value_enum, default_value_t = PolicyArg::Local)]
-    pub failure_policy: PolicyArg,
-}
-
-/// `--failure-policy`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum PolicyArg {
-    /// Allow every request.
-    Open,
-    /// Deny every request.
-    Closed,
-    /// Decide in memory, in this process.
-    Local,
-}
-
-impl From<PolicyArg> for FailurePolicy {
-    fn from(policy: PolicyArg) -> Self {
-        match policy {
-            PolicyArg::Open => FailurePolicy::Open,
-            PolicyArg::Closed => FailurePolicy::Closed,
-            PolicyArg::Local => FailurePolicy::Local,
-        }
-    }
+    /// Redis: shared counters, and the failure policy.
+    #[command(flatten)]
+    pub redis: RedisArgs,
 }
 
 impl ServeArgs {
@@ -143,7 +104,7 @@ impl ServeArgs {
                 count_denied: self.count_denied,
                 clock: ServiceClock::system(),
                 max_keys: self.max_keys,
-                at_key_cap: self.failure_policy.into(),
+                at_key_cap: self.redis.failure_policy.into(),
                 call_limits: CallLimits {
                     max_descriptors: self.max_descriptors,
                     max_entries: self.max_entries,
@@ -159,16 +120,14 @@ impl ServeArgs {
 
     /// Where counters live: Redis if a server or cluster is named, memory otherwise.
     fn backend(&self) -> BackendOptions {
-        let target = match (&self.redis, self.redis_cluster.as_slice()) {
-            (Some(url), _) => RedisTarget::Single(url.clone()),
-            (None, []) => return BackendOptions::Memory,
-            (None, nodes) => RedisTarget::Cluster(nodes.to_vec()),
+        let Some(target) = self.redis.target() else {
+            return BackendOptions::Memory;
         };
         BackendOptions::Redis(RedisOptions {
             target,
-            prefix: self.redis_prefix.clone(),
-            timeout: Duration::from_millis(self.redis_timeout_ms),
-            failure_policy: self.failure_policy.into(),
+            prefix: self.redis.redis_prefix.clone(),
+            timeout: self.redis.timeout(),
+            failure_policy: self.redis.failure_policy.into(),
         })
     }
 }
@@ -176,7 +135,9 @@ impl ServeArgs {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::serve::backend::RedisTarget;
     use clap::Parser;
+    use sluicegate_redis::FailurePolicy;
 
     #[derive(Debug, Parser)]
     struct Cli {

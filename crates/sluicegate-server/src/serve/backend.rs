@@ -6,12 +6,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use arc_swap::ArcSwapOption;
-use sluicegate::store::{FailureKind, Now, Outcome, Request, Store, StoreError};
-use sluicegate::{AnyAlgorithm, Op, store::MemoryStore};
+use sluicegate::{AnyAlgorithm, store::MemoryStore};
+pub use sluicegate_redis::RedisTarget;
 use sluicegate_redis::{
-    Both, Event, FailSafe, Failure, FailurePolicy, NamedLimit, RedisLimitError, RedisStore,
-    StoreConfig,
+    Both, Event, FailSafe, Failure, FailurePolicy, LazyStore, LazyStoreError, NamedLimit,
+    RedisLimitError, StoreConfig,
 };
 
 use crate::serve::clock::ServiceClock;
@@ -42,15 +41,6 @@ pub struct RedisOptions {
     pub failure_policy: FailurePolicy,
 }
 
-/// A Redis server or cluster.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum RedisTarget {
-    /// One server (`redis://host:port/db`).
-    Single(String),
-    /// Any nodes of a Redis Cluster.
-    Cluster(Vec<String>),
-}
-
 /// How often a service that started without Redis tries to connect again.
 const RECONNECT_EVERY: Duration = Duration::from_millis(250);
 
@@ -59,89 +49,31 @@ const WARN_EVERY: Duration = Duration::from_secs(5);
 
 /// The service's Redis store: Redis (once connected) behind the failure policy, falling back
 /// to this process's limiters.
-pub(crate) type SafeRedis =
-    FailSafe<RedisConnection, MemoryStore<AnyAlgorithm, ServiceClock>, String>;
+pub(crate) type SafeRedis = FailSafe<LazyStore, MemoryStore<AnyAlgorithm, ServiceClock>, String>;
 
 /// A limit of [`SafeRedis`]: in Redis, and in memory for the `local` policy.
 pub(crate) type RedisLimits = Both<Arc<NamedLimit>, Arc<Limiter>>;
 
-/// Why the connection did not decide a call.
-#[derive(Debug, thiserror::Error)]
-pub(crate) enum ConnectionError {
-    /// No connection has been made yet (Redis was down at start).
-    #[error("not connected to redis yet")]
-    NotConnected,
-    /// The store failed.
-    #[error(transparent)]
-    Redis(#[from] RedisLimitError),
-}
-
-impl StoreError for ConnectionError {
-    fn kind(&self) -> FailureKind {
-        match self {
-            // Not an outage: there is nothing to probe until a connection is made.
-            ConnectionError::NotConnected => FailureKind::Refused,
-            ConnectionError::Redis(error) => error.kind(),
-        }
-    }
-}
-
 /// The `kind` label of `sluicegate_backend_errors_total`.
-fn kind_label(failure: &Failure<'_, ConnectionError>) -> &'static str {
+fn kind_label(failure: &Failure<'_, LazyStoreError>) -> &'static str {
     match failure {
         Failure::Down => "down",
         Failure::Timeout(_) => "timeout",
-        Failure::Store(ConnectionError::NotConnected) => "connection",
-        Failure::Store(ConnectionError::Redis(error)) => match error {
+        Failure::Store(LazyStoreError::NotConnected) => "connection",
+        Failure::Store(LazyStoreError::Redis(error)) => match error {
             RedisLimitError::Timeout(_) => "timeout",
             RedisLimitError::Connection(_) | RedisLimitError::Stopped => "connection",
             RedisLimitError::Script(_) => "refused",
             _ => "other",
         },
-    }
-}
-
-/// The Redis store once connected: a store of the seam that is not connected yet until
-/// [`RedisBackend::connect`] succeeds. Once made, the connection reconnects by itself.
-#[derive(Debug, Default)]
-pub(crate) struct RedisConnection {
-    store: ArcSwapOption<RedisStore>,
-}
-
-impl Store<String> for RedisConnection {
-    type Limit = Arc<NamedLimit>;
-    type Error = ConnectionError;
-
-    fn capacity(&self, limit: &Arc<NamedLimit>) -> u64 {
-        limit.limit.capacity()
-    }
-
-    async fn decide<'a>(
-        &'a self,
-        requests: &'a [Request<'a, Arc<NamedLimit>, String>],
-        op: Op,
-        now: Now,
-    ) -> Result<Outcome, ConnectionError> {
-        let store = self
-            .store
-            .load_full()
-            .ok_or(ConnectionError::NotConnected)?;
-        Ok(Store::<String>::decide(&*store, requests, op, now).await?)
-    }
-
-    async fn ping(&self) -> Result<(), ConnectionError> {
-        let store = self
-            .store
-            .load_full()
-            .ok_or(ConnectionError::NotConnected)?;
-        Ok(store.ping().await?)
+        Failure::Store(_) => "other",
     }
 }
 
 /// The Redis connection of a running service, behind its failure policy.
 pub(crate) struct RedisBackend {
     options: RedisOptions,
-    connection: Arc<RedisConnection>,
+    connection: Arc<LazyStore>,
     store: SafeRedis,
 }
 
@@ -149,7 +81,7 @@ impl std::fmt::Debug for RedisBackend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RedisBackend")
             .field("options", &self.options)
-            .field("connected", &self.connection.store.load().is_some())
+            .field("connected", &self.connection.is_connected())
             .finish_non_exhaustive()
     }
 }
@@ -158,11 +90,16 @@ impl RedisBackend {
     /// Not connected yet: see [`RedisBackend::connect`]. Failures are counted in `metrics`
     /// and logged, at most one warning per `WARN_EVERY`.
     pub(crate) fn new(options: RedisOptions, metrics: &Arc<Metrics>) -> RedisBackend {
-        let connection = Arc::new(RedisConnection::default());
+        let config = StoreConfig {
+            prefix: options.prefix.clone(),
+            timeout: options.timeout,
+            ..StoreConfig::default()
+        };
+        let connection = Arc::new(LazyStore::new(options.target.clone(), config));
         let policy = options.failure_policy;
         let metrics = Arc::clone(metrics);
         let warnings = RateLimitedLog::new(WARN_EVERY);
-        let observe = move |event: &Event<'_, ConnectionError>| match event {
+        let observe = move |event: &Event<'_, LazyStoreError>| match event {
             Event::Failed(failure) => {
                 let kind = kind_label(failure);
                 metrics
@@ -212,41 +149,20 @@ impl RedisBackend {
     /// One attempt to connect, bounded by the timeout. A backend failure (Redis unreachable)
     /// is returned as such; any other error (bad URL or prefix) is a configuration error.
     pub(crate) async fn connect(&self) -> Result<(), RedisLimitError> {
-        let config = StoreConfig {
-            prefix: self.options.prefix.clone(),
-            timeout: self.options.timeout,
-            ..StoreConfig::default()
-        };
-        let store = match &self.options.target {
-            RedisTarget::Single(url) => RedisStore::connect(url, config).await?,
-            RedisTarget::Cluster(nodes) => {
-                let nodes: Vec<&str> = nodes.iter().map(String::as_str).collect();
-                RedisStore::connect_cluster(&nodes, config).await?
-            }
-        };
-        self.connection.store.store(Some(Arc::new(store)));
-        Ok(())
+        self.connection.connect().await
     }
 
     /// Tries to connect until it succeeds (a service that started while Redis was down).
     pub(crate) async fn connect_until_up(&self) {
-        let mut ticker = tokio::time::interval(RECONNECT_EVERY);
-        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            ticker.tick().await;
-            match self.connect().await {
-                Ok(()) => {
-                    tracing::info!("connected to redis");
-                    return;
-                }
-                Err(error) => tracing::debug!(%error, "redis still unreachable"),
-            }
-        }
+        Arc::clone(&self.connection)
+            .connect_until_up(RECONNECT_EVERY)
+            .await;
+        tracing::info!("connected to redis");
     }
 
     /// Whether Redis answers (connected and not marked down), for the live page.
     pub(crate) fn is_up(&self) -> bool {
-        !self.store.is_down() && self.connection.store.load().is_some()
+        !self.store.is_down() && self.connection.is_connected()
     }
 
     /// Failures since start.

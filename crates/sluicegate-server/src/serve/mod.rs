@@ -28,8 +28,9 @@ mod redis_table;
 mod reload;
 mod server;
 
+pub use crate::redis_args::PolicyArg;
 pub use admin::{admin_address_allowed, admin_router};
-pub use args::{PolicyArg, ServeArgs};
+pub use args::ServeArgs;
 pub use backend::{BackendOptions, RedisOptions, RedisTarget};
 pub use clock::ServiceClock;
 pub use engine::{Engine, EngineOptions, LoadedRules};

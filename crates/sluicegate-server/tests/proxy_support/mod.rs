@@ -220,6 +220,30 @@ impl Drop for ProxyProcess {
     }
 }
 
+/// Runs `sluicegate proxy` with `rules` and `extra` arguments until it exits (it must not
+/// start), and returns its standard error.
+pub fn start_refused(dir: &Path, rules: &str, extra: &[&str]) -> Result<String, BoxError> {
+    let path = dir.join("rules.yaml");
+    std::fs::write(&path, rules)?;
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_sluicegate"))
+        .args([
+            "proxy",
+            "--upstream",
+            "http://127.0.0.1:1",
+            "--admin",
+            "off",
+        ])
+        .args(["--listen", "127.0.0.1:0"])
+        .arg("--config")
+        .arg(&path)
+        .args(extra)
+        .output()?;
+    if output.status.success() {
+        return Err("the proxy started".into());
+    }
+    Ok(String::from_utf8_lossy(&output.stderr).into_owned())
+}
+
 /// Waits (polling, up to 10 s) until `check` holds: for effects that land "soon" (a reload,
 /// a permit given back by a dropped connection), never a timing assertion.
 pub async fn eventually<F, Fut>(what: &str, mut check: F) -> Result<(), BoxError>

@@ -1,0 +1,79 @@
+//! The Redis flags `sluicegate serve` and `sluicegate proxy` share, each also read from a
+//! `SLUICEGATE_*` environment variable.
+
+use std::time::Duration;
+
+use clap::{Args, ValueEnum};
+use sluicegate_redis::{FailurePolicy, RedisTarget, StoreConfig};
+
+/// Where shared counters live, and what to answer when they cannot be reached.
+#[derive(Debug, Clone, Args)]
+pub struct RedisArgs {
+    /// Keep the counters in this Redis server (`redis://host:port/db`), shared by every
+    /// replica, instead of in memory.
+    #[arg(long, env = "SLUICEGATE_REDIS", conflicts_with = "redis_cluster")]
+    pub redis: Option<String>,
+    /// Keep the counters in this Redis Cluster: any of its nodes, comma-separated.
+    #[arg(long, env = "SLUICEGATE_REDIS_CLUSTER", value_delimiter = ',')]
+    pub redis_cluster: Vec<String>,
+    /// Prepended to every Redis key (must not contain `{` or `}`).
+    #[arg(long, env = "SLUICEGATE_REDIS_PREFIX", default_value = "sluicegate:")]
+    pub redis_prefix: String,
+    /// The longest a call waits for Redis, in milliseconds, before the failure policy answers.
+    #[arg(long, env = "SLUICEGATE_REDIS_TIMEOUT_MS", default_value_t = 50, value_parser = clap::value_parser!(u64).range(1..))]
+    pub redis_timeout_ms: u64,
+    /// What to answer when Redis is down or slow: `open` (allow), `closed` (deny), or `local`
+    /// (decide in this process's memory, by the same rules, until Redis is back). For
+    /// `serve`, also the answer at the --max-keys cap.
+    // `local` by default: an outage neither lifts every limit (Envoy already fails open when
+    // the service itself is unreachable) nor blocks all traffic; each replica still enforces
+    // the rules, so at most replicas × the limit passes while Redis is away.
+    #[arg(long, env = "SLUICEGATE_FAILURE_POLICY", value_enum, default_value_t = PolicyArg::Local)]
+    pub failure_policy: PolicyArg,
+}
+
+/// `--failure-policy`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum PolicyArg {
+    /// Allow every request.
+    Open,
+    /// Deny every request.
+    Closed,
+    /// Decide in memory, in this process.
+    Local,
+}
+
+impl From<PolicyArg> for FailurePolicy {
+    fn from(policy: PolicyArg) -> Self {
+        match policy {
+            PolicyArg::Open => FailurePolicy::Open,
+            PolicyArg::Closed => FailurePolicy::Closed,
+            PolicyArg::Local => FailurePolicy::Local,
+        }
+    }
+}
+
+impl RedisArgs {
+    /// The server or cluster named, if any (none: counters stay in memory).
+    pub fn target(&self) -> Option<RedisTarget> {
+        match (&self.redis, self.redis_cluster.as_slice()) {
+            (Some(url), _) => Some(RedisTarget::Single(url.clone())),
+            (None, []) => None,
+            (None, nodes) => Some(RedisTarget::Cluster(nodes.to_vec())),
+        }
+    }
+
+    /// The longest a call waits for Redis.
+    pub fn timeout(&self) -> Duration {
+        Duration::from_millis(self.redis_timeout_ms)
+    }
+
+    /// The store's settings: key prefix and timeout.
+    pub fn store_config(&self) -> StoreConfig {
+        StoreConfig {
+            prefix: self.redis_prefix.clone(),
+            timeout: self.timeout(),
+            ..StoreConfig::default()
+        }
+    }
+}
