@@ -13,7 +13,7 @@ use smallvec::SmallVec;
 use crate::proxy::backing::Backing;
 use crate::proxy::key::{KeyBytes, RouteKeys};
 use crate::proxy::limiter::Limiter;
-use crate::rate_limit::{Backend, BackendError, LimitInfo, Verdict};
+use crate::rate_limit::{AtOnce, Backend, BackendError, LimitInfo, Verdict};
 
 /// The limits of one route.
 pub(crate) struct RouteBackend {
@@ -108,6 +108,28 @@ impl Backend<RouteKeys> for RouteBackend {
             }));
         }
         RouteFuture::Ready(ready(self.decide_now(keys, permits)))
+    }
+
+    #[inline]
+    fn decide_at_once(&self, keys: &RouteKeys, permits: NonZeroU64, _op: Op) -> AtOnce {
+        #[cfg(feature = "proxy-redis")]
+        if self.shared.is_some() {
+            return AtOnce::Later;
+        }
+        // One rate limit, its key made: decided without gathering targets.
+        if let ([only], [Some(key)]) = (&*self.limiters, keys.0.as_slice())
+            && !self.concurrency
+        {
+            return match only.limiter.decide(key, permits, Op::Check) {
+                Ok(decision) if decision.allowed() && decision.wait_micros() == 0 => AtOnce::Pass,
+                Ok(decision) => AtOnce::Decided(Ok(Verdict::single(decision))),
+                Err(error) => AtOnce::Decided(Err(error.into())),
+            };
+        }
+        match self.decide_now(keys, permits) {
+            Ok(verdict) if verdict.passes_plainly() => AtOnce::Pass,
+            decided => AtOnce::Decided(decided),
+        }
     }
 
     fn release(&self, keys: &RouteKeys, permits: NonZeroU64) {
