@@ -42,6 +42,41 @@ async fn user(service: &mut Service, name: &str) -> Result<i32, BoxError> {
 }
 
 #[tokio::test]
+async fn a_call_refused_new_keys_by_several_limits_is_one_refusal() -> TestResult {
+    let rules = r#"
+domain: shop
+descriptors:
+  - key: user
+    rate_limit: {unit: hour, requests_per_unit: 1}
+  - key: ip
+    shadow_mode: true
+    rate_limit: {unit: hour, requests_per_unit: 1}
+"#;
+    let engine = EngineOptions {
+        max_keys: 64,
+        at_key_cap: FailurePolicy::Local,
+        ..EngineOptions::default()
+    };
+    let mut service = Service::start(rules, engine).await?;
+    for n in 0..64 {
+        assert_eq!(user(&mut service, &format!("u{n}")).await?, OK);
+    }
+    // An enforcing limit and a shadow-mode one each need a new key (the shadow one is
+    // charged, as the enforcing one let the call through uncharged): one request refused.
+    let code = service
+        .code(&[&[("user", "newcomer")], &[("ip", "10.0.0.1")]])
+        .await?;
+    assert_eq!(code, OK);
+    let metrics = service.get("/metrics").await?;
+    assert!(
+        metrics.contains("sluicegate_key_cap_refusals_total 1\n"),
+        "{metrics}"
+    );
+    service.server.shutdown().await?;
+    Ok(())
+}
+
+#[tokio::test]
 async fn at_the_key_cap_new_keys_are_answered_by_the_policy_and_no_budget_resets() -> TestResult {
     for (policy, new_key_code) in [
         (FailurePolicy::Local, OK),

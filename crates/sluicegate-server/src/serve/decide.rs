@@ -9,7 +9,7 @@ use sluicegate::{Decision, Op};
 use smallvec::SmallVec;
 
 use crate::serve::check::{Check, Decided, Role};
-use crate::serve::key_cap::KeyCap;
+use crate::serve::key_cap::{CallCap, KeyCap};
 
 /// A few checks of a call, inline.
 type CheckRefs<'a, L> = SmallVec<[&'a Check<L>; 2]>;
@@ -39,10 +39,13 @@ pub(crate) async fn decide_call<'a, S: Store<String>>(
     {
         let answer = match decide_one(store, limit, check, Op::Check, now).await {
             Ok(decision) => Some(decision),
-            Err(FailureKind::KeyCapacity) => Box::pin(at_key_cap(store, &[check], keys, now))
-                .await
-                .pop()
-                .and_then(|(_, d)| d),
+            Err(FailureKind::KeyCapacity) => {
+                let cap = keys.for_call();
+                Box::pin(at_key_cap(store, &[check], &cap, now))
+                    .await
+                    .pop()
+                    .and_then(|(_, d)| d)
+            }
             // More hits than the limit can ever grant: it never passes.
             Err(_) => None,
         };
@@ -50,17 +53,18 @@ pub(crate) async fn decide_call<'a, S: Store<String>>(
         decided.push((check, answer));
         return decided;
     }
+    let cap = keys.for_call();
     if count_denied {
-        return Box::pin(charge_all(store, checks, keys, now)).await;
+        return Box::pin(charge_all(store, checks, &cap, now)).await;
     }
-    Box::pin(decide_several(store, checks, keys, now)).await
+    Box::pin(decide_several(store, checks, &cap, now)).await
 }
 
 /// [`decide_call`] for any call but the usual one.
 async fn decide_several<'a, S: Store<String>>(
     store: &S,
     checks: &'a [Check<S::Limit>],
-    keys: &KeyCap,
+    keys: &CallCap<'_>,
     now: Now,
 ) -> Decided<'a, S::Limit> {
     let mut decided = Decided::with_capacity(checks.len());
@@ -140,7 +144,7 @@ async fn decide_several<'a, S: Store<String>>(
 async fn charge_all<'a, S: Store<String>>(
     store: &S,
     checks: &'a [Check<S::Limit>],
-    keys: &KeyCap,
+    keys: &CallCap<'_>,
     now: Now,
 ) -> Decided<'a, S::Limit> {
     let chargeable: CheckRefs<'a, S::Limit> = checks
@@ -183,7 +187,7 @@ async fn charge_all<'a, S: Store<String>>(
 async fn at_key_cap<'a, S: Store<String>>(
     store: &S,
     checks: &[&'a Check<S::Limit>],
-    keys: &KeyCap,
+    keys: &CallCap<'_>,
     now: Now,
 ) -> Decided<'a, S::Limit> {
     keys.refused();
@@ -270,7 +274,7 @@ async fn decide_alone<S: Store<String>>(
     store: &S,
     check: &Check<S::Limit>,
     op: Op,
-    keys: &KeyCap,
+    keys: &CallCap<'_>,
     now: Now,
 ) -> Option<Decision> {
     let limit = check.limit.as_ref().filter(|_| fits(store, check))?;

@@ -76,6 +76,14 @@ impl KeyCap {
         });
     }
 
+    /// The cap as one call meets it (see [`CallCap`]).
+    pub(crate) fn for_call(&self) -> CallCap<'_> {
+        CallCap {
+            keys: self,
+            met: AtomicBool::new(false),
+        }
+    }
+
     /// Whether the engine should sweep every limiter now (refusals since the last sweep, and
     /// at least a second since it); claims the sweep if so.
     pub(crate) fn claim_sweep(&self, now: impl FnOnce() -> Micros) -> bool {
@@ -95,5 +103,34 @@ impl KeyCap {
             self.sweep_wanted.store(false, Ordering::Relaxed);
         }
         claimed
+    }
+}
+
+/// The key cap as one call meets it: a call whose limits meet the cap several times (its
+/// enforcing limits, then a shadow-mode one) is one refused request, counted when the call
+/// is done.
+#[derive(Debug)]
+pub(crate) struct CallCap<'k> {
+    keys: &'k KeyCap,
+    met: AtomicBool,
+}
+
+impl CallCap<'_> {
+    /// Notes that a new key was refused for this call.
+    pub(crate) fn refused(&self) {
+        self.met.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether a request refused at the cap is denied (`closed`) rather than let through.
+    pub(crate) fn denies(&self) -> bool {
+        self.keys.denies()
+    }
+}
+
+impl Drop for CallCap<'_> {
+    fn drop(&mut self) {
+        if *self.met.get_mut() {
+            self.keys.refused();
+        }
     }
 }
