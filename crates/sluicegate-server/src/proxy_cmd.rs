@@ -33,6 +33,11 @@ pub(crate) struct ProxyArgs {
     /// How long a shutdown (SIGTERM, Ctrl-C) waits for requests in flight.
     #[arg(long, default_value = "30s", value_parser = parse_duration)]
     shutdown_grace: Duration,
+    /// How many threads serve clients, each with its own listening socket (`SO_REUSEPORT`)
+    /// and upstream connections, as nginx's worker processes; 0 for one work-stealing runtime
+    /// on every CPU. Default: the number of CPUs.
+    #[arg(long, env = "SLUICEGATE_PROXY_WORKERS")]
+    workers: Option<usize>,
     /// Log as JSON lines.
     #[arg(long)]
     pub(crate) log_json: bool,
@@ -59,6 +64,12 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
 }
 
 impl ProxyArgs {
+    fn workers(&self) -> usize {
+        self.workers.unwrap_or_else(|| {
+            std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
+        })
+    }
+
     fn config(&self) -> sluicegate_http::proxy::ProxyConfig {
         let mut config =
             sluicegate_http::proxy::ProxyConfig::new(&self.upstream, &self.config, self.listen);
@@ -67,6 +78,7 @@ impl ProxyArgs {
         config.connect_timeout = self.connect_timeout;
         config.reload_interval = self.reload_interval;
         config.shutdown_grace = self.shutdown_grace;
+        config.workers = self.workers();
         config
     }
 }
@@ -74,9 +86,14 @@ impl ProxyArgs {
 /// Runs the proxy until SIGTERM or Ctrl-C, then stops accepting and lets requests in flight
 /// finish.
 pub(crate) fn run(args: &ProxyArgs, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
+    // With workers, this runtime only runs the admin listener, the rule file watcher and the
+    // signals: one thread is plenty.
+    let mut runtime = if args.workers() == 0 {
+        tokio::runtime::Builder::new_multi_thread()
+    } else {
+        tokio::runtime::Builder::new_current_thread()
+    };
+    let runtime = runtime.enable_all().build()?;
     runtime.block_on(async {
         let proxy = sluicegate_http::proxy::start(args.config()).await?;
         if let Some(admin) = proxy.admin_addr() {

@@ -2,6 +2,7 @@
 //! fields dropped, `X-Forwarded-For` and `Forwarded` appended), sent on a pooled keep-alive
 //! connection, bodies streamed both ways; errors answered 502 / 504 with a text body.
 
+use std::cell::Cell;
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
@@ -56,10 +57,10 @@ impl Target {
     }
 }
 
-/// The client every route shares: one pool of keep-alive connections.
+/// A pool of keep-alive connections to the upstream.
 pub(crate) type UpstreamClient = Client<HttpConnector, Incoming>;
 
-pub(crate) fn client(connect_timeout: Duration) -> UpstreamClient {
+fn client(connect_timeout: Duration) -> UpstreamClient {
     let mut connector = HttpConnector::new();
     connector.set_nodelay(true);
     connector.set_connect_timeout(Some(connect_timeout));
@@ -69,9 +70,36 @@ pub(crate) fn client(connect_timeout: Duration) -> UpstreamClient {
         .build(connector)
 }
 
+thread_local! {
+    /// The worker the current thread is (0: none, a thread of the caller's runtime).
+    static WORKER: Cell<usize> = const { Cell::new(0) };
+}
+
+/// One pool per worker thread, so that a request and the upstream connection it is sent on
+/// are served by the same thread's runtime (no wake-ups across threads), and one for threads
+/// of no worker.
+pub(crate) struct Clients(Vec<UpstreamClient>);
+
+impl Clients {
+    pub(crate) fn new(workers: usize, connect_timeout: Duration) -> Clients {
+        Clients((0..=workers).map(|_| client(connect_timeout)).collect())
+    }
+
+    /// Marks the current thread as worker `index` (1-based).
+    pub(crate) fn enter_worker(index: usize) {
+        WORKER.with(|w| w.set(index));
+    }
+
+    /// The current thread's pool.
+    fn get(&self) -> &UpstreamClient {
+        let index = WORKER.with(Cell::get);
+        self.0.get(index).unwrap_or(&self.0[0])
+    }
+}
+
 /// The shared part of every route's upstream service.
 pub(crate) struct Forwarder {
-    pub(crate) client: UpstreamClient,
+    pub(crate) clients: Clients,
     pub(crate) target: Target,
     pub(crate) timeout: Duration,
     pub(crate) metrics: Arc<Metrics>,
@@ -216,7 +244,7 @@ impl Forwarder {
         };
         parts.version = Version::HTTP_11;
         let request = Request::from_parts(parts, body);
-        match tokio::time::timeout(self.timeout, self.client.request(request)).await {
+        match tokio::time::timeout(self.timeout, self.clients.get().request(request)).await {
             Ok(Ok(response)) => {
                 let (mut parts, body) = response.into_parts();
                 drop_hop_by_hop(&mut parts.headers);
