@@ -25,6 +25,7 @@ mod error;
 mod forward;
 mod key;
 mod metrics;
+mod pool;
 mod rules;
 mod server;
 mod table;

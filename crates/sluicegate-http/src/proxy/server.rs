@@ -21,8 +21,9 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::proxy::error::ProxyError;
-use crate::proxy::forward::{self, Forwarder, Target};
+use crate::proxy::forward::{Forwarder, Target};
 use crate::proxy::metrics::Metrics;
+use crate::proxy::pool::Pools;
 use crate::proxy::rules::Rules;
 use crate::proxy::table::{self, Table};
 
@@ -95,7 +96,7 @@ pub async fn start(config: ProxyConfig) -> Result<Proxy, ProxyError> {
     let rules = Rules::load(&config.rules)?;
     let metrics = Arc::new(Metrics::default());
     let forwarder = Arc::new(Forwarder {
-        clients: forward::Clients::new(config.workers, config.connect_timeout),
+        pools: Pools::new(&target.authority, config.workers, config.connect_timeout),
         target,
         timeout: config.upstream_timeout,
         metrics: Arc::clone(&metrics),
@@ -205,7 +206,7 @@ fn start_workers(
         std::thread::Builder::new()
             .name(format!("sluicegate-proxy-{index}"))
             .spawn(move || {
-                forward::Clients::enter_worker(index);
+                Pools::enter_worker(index);
                 runtime.block_on(async move {
                     match TcpListener::from_std(listener) {
                         Ok(listener) => serve(listener, state, stopped, grace).await,
