@@ -13,7 +13,7 @@
 #
 # Environment: BENCH_SETUPS="upstream proxy-bare" measures only those setups (default all six),
 # BENCH_RUNS=1 sets the number of runs (default 3), SLUICEGATE_PROXY_ARGS="--workers 2" adds
-# arguments to every `sluicegate proxy`.
+# arguments to every `sluicegate proxy`, SLUICEGATE_BIN=path measures that binary (no build).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 duration="${1:-10}"
@@ -22,8 +22,12 @@ threads=2
 
 command -v wrk >/dev/null || { echo "wrk is needed (apt-get install wrk)"; exit 1; }
 [ -x /usr/sbin/nginx ] || { echo "nginx is needed (apt-get install nginx)"; exit 1; }
-cargo build -q --release -p sluicegate-server --bin sluicegate
-sluicegate="${CARGO_TARGET_DIR:-target}/release/sluicegate"
+if [ -n "${SLUICEGATE_BIN:-}" ]; then
+  sluicegate="$SLUICEGATE_BIN"
+else
+  cargo build -q --release -p sluicegate-server --bin sluicegate
+  sluicegate="${CARGO_TARGET_DIR:-target}/release/sluicegate"
+fi
 
 work=$(mktemp -d)
 pids=()
