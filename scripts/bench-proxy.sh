@@ -10,6 +10,10 @@
 # Prints a Markdown table (min–max over the runs) and the ratios sluicegate / nginx.
 #
 #   scripts/bench-proxy.sh [seconds per run, default 10] [connections, default 64]
+#
+# Environment: BENCH_SETUPS="upstream proxy-bare" measures only those setups (default all six),
+# BENCH_RUNS=1 sets the number of runs (default 3), SLUICEGATE_PROXY_ARGS="--workers 2" adds
+# arguments to every `sluicegate proxy`, SLUICEGATE_BIN=path measures that binary (no build).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 duration="${1:-10}"
@@ -18,8 +22,12 @@ threads=2
 
 command -v wrk >/dev/null || { echo "wrk is needed (apt-get install wrk)"; exit 1; }
 [ -x /usr/sbin/nginx ] || { echo "nginx is needed (apt-get install nginx)"; exit 1; }
-cargo build -q --release -p sluicegate-server --bin sluicegate
-sluicegate="${CARGO_TARGET_DIR:-target}/release/sluicegate"
+if [ -n "${SLUICEGATE_BIN:-}" ]; then
+  sluicegate="$SLUICEGATE_BIN"
+else
+  cargo build -q --release -p sluicegate-server --bin sluicegate
+  sluicegate="${CARGO_TARGET_DIR:-target}/release/sluicegate"
+fi
 
 work=$(mktemp -d)
 pids=()
@@ -65,7 +73,8 @@ proxy_start() {
   local dir="$work/$1"; mkdir -p "$dir"
   printf '%s\n' "$3" > "$dir/rules.yaml"
   SLUICEGATE_LOG=warn "$sluicegate" proxy --upstream "http://127.0.0.1:$up" \
-    --config "$dir/rules.yaml" --listen "127.0.0.1:$2" --admin off 2>>"$dir/stderr.log" &
+    --config "$dir/rules.yaml" --listen "127.0.0.1:$2" --admin off ${SLUICEGATE_PROXY_ARGS:-} \
+    2>>"$dir/stderr.log" &
   pids+=($!)
   wait_port "$2"
 }
@@ -98,7 +107,8 @@ n_deny=$(free_port); nginx_start nginx-deny "$n_deny" "$(limit_nginx "$n_deny" 1
 s_deny=$(free_port); proxy_start sg-deny "$s_deny" "$(limit_rules 'leaky-queue:rate=1/s')"
 
 declare -A port=([upstream]=$up [proxy-bare]=$p_bare [nginx-allow]=$n_allow [sg-allow]=$s_allow [nginx-deny]=$n_deny [sg-deny]=$s_deny)
-setups=(upstream proxy-bare nginx-allow sg-allow nginx-deny sg-deny)
+read -r -a setups <<<"${BENCH_SETUPS:-upstream proxy-bare nginx-allow sg-allow nginx-deny sg-deny}"
+runs="${BENCH_RUNS:-3}"
 
 # One wrk run: "requests/s p99_ms non2xx".
 measure() {
@@ -112,7 +122,7 @@ measure() {
 }
 
 declare -A rps_all p99_all
-for run in 1 2 3; do
+for run in $(seq "$runs"); do
   for s in "${setups[@]}"; do
     # Warm the keep-alive pools and the limiters.
     wrk -t1 -c"$connections" -d1s "http://127.0.0.1:${port[$s]}/" >/dev/null 2>&1
@@ -126,7 +136,7 @@ minmax() { tr ' ' '\n' <<<"$1" | grep -v '^$' | sort -g | awk 'NR==1{min=$1} {ma
 median() { tr ' ' '\n' <<<"$1" | grep -v '^$' | sort -g | awk '{v[NR]=$1} END{print v[int((NR+1)/2)]}'; }
 
 echo
-echo "wrk -t$threads -c$connections -d${duration}s, three runs, min–max:"
+echo "wrk -t$threads -c$connections -d${duration}s, $runs runs, min–max:"
 echo
 echo "| setup | requests/s | p99 (ms) |"
 echo "|---|---|---|"
@@ -135,8 +145,12 @@ for s in "${setups[@]}"; do
 done
 echo
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN{printf "%.2f", a/b}'; }
-echo "medians: proxy-bare / upstream req/s $(ratio "$(median "${rps_all[proxy-bare]}")" "$(median "${rps_all[upstream]}")")"
+have() { [ -n "${rps_all[$1]:-}" ]; }
+if have proxy-bare && have upstream; then
+  echo "medians: proxy-bare / upstream req/s $(ratio "$(median "${rps_all[proxy-bare]}")" "$(median "${rps_all[upstream]}")")"
+fi
 for kind in allow deny; do
+  have "sg-$kind" && have "nginx-$kind" || continue
   r=$(ratio "$(median "${rps_all[sg-$kind]}")" "$(median "${rps_all[nginx-$kind]}")")
   p=$(ratio "$(median "${p99_all[sg-$kind]}")" "$(median "${p99_all[nginx-$kind]}")")
   echo "medians: sluicegate / nginx ($kind): req/s $r, p99 $p"

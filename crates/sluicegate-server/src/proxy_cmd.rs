@@ -39,6 +39,11 @@ pub(crate) struct ProxyArgs {
     /// Shared counters: several proxies with the same Redis keep one budget.
     #[command(flatten)]
     redis: RedisArgs,
+    /// How many threads serve clients, each with its own listening socket (`SO_REUSEPORT`)
+    /// and upstream connections, as nginx's worker processes; 0 for one work-stealing runtime
+    /// on every CPU. Default: the number of CPUs.
+    #[arg(long, env = "SLUICEGATE_PROXY_WORKERS")]
+    workers: Option<usize>,
     /// Log as JSON lines.
     #[arg(long)]
     pub(crate) log_json: bool,
@@ -65,6 +70,12 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
 }
 
 impl ProxyArgs {
+    fn workers(&self) -> usize {
+        self.workers.unwrap_or_else(|| {
+            std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
+        })
+    }
+
     fn config(&self) -> sluicegate_http::proxy::ProxyConfig {
         let mut config =
             sluicegate_http::proxy::ProxyConfig::new(&self.upstream, &self.config, self.listen);
@@ -78,6 +89,7 @@ impl ProxyArgs {
             store: self.redis.store_config(),
             failure_policy: self.redis.failure_policy.into(),
         });
+        config.workers = self.workers();
         config
     }
 }
@@ -85,9 +97,14 @@ impl ProxyArgs {
 /// Runs the proxy until SIGTERM or Ctrl-C, then stops accepting and lets requests in flight
 /// finish.
 pub(crate) fn run(args: &ProxyArgs, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
+    // With workers, this runtime only runs the admin listener, the rule file watcher and the
+    // signals: one thread is plenty.
+    let mut runtime = if args.workers() == 0 {
+        tokio::runtime::Builder::new_multi_thread()
+    } else {
+        tokio::runtime::Builder::new_current_thread()
+    };
+    let runtime = runtime.enable_all().build()?;
     runtime.block_on(async {
         let proxy = sluicegate_http::proxy::start(args.config()).await?;
         if let Some(admin) = proxy.admin_addr() {

@@ -16,22 +16,19 @@ use http::uri::{Authority, Scheme};
 use http::{HeaderMap, Request, Response, StatusCode, Uri, Version};
 use http_body_util::{Either, Full};
 use hyper::body::Incoming;
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
 use tower_service::Service;
 
 use crate::proxy::error::ProxyError;
 use crate::proxy::metrics::{Metrics, RouteCounters};
+use crate::proxy::pool::{PooledBody, Pools, SendError};
 
 /// A response body: the upstream's, streamed, or the proxy's own short text.
-pub type UpstreamBody = Either<Incoming, Full<Bytes>>;
+pub type UpstreamBody = Either<PooledBody, Full<Bytes>>;
 
 /// Where requests go.
 #[derive(Debug, Clone)]
 pub(crate) struct Target {
-    scheme: Scheme,
-    authority: Authority,
+    pub(crate) authority: Authority,
 }
 
 impl Target {
@@ -49,29 +46,13 @@ impl Target {
         if !matches!(uri.path(), "" | "/") || uri.query().is_some() {
             return Err(bad("a path or query in the upstream URL is not supported"));
         }
-        Ok(Target {
-            scheme: Scheme::HTTP,
-            authority,
-        })
+        Ok(Target { authority })
     }
-}
-
-/// The client every route shares: one pool of keep-alive connections.
-pub(crate) type UpstreamClient = Client<HttpConnector, Incoming>;
-
-pub(crate) fn client(connect_timeout: Duration) -> UpstreamClient {
-    let mut connector = HttpConnector::new();
-    connector.set_nodelay(true);
-    connector.set_connect_timeout(Some(connect_timeout));
-    Client::builder(TokioExecutor::new())
-        .pool_idle_timeout(Duration::from_secs(90))
-        .pool_max_idle_per_host(1024)
-        .build(connector)
 }
 
 /// The shared part of every route's upstream service.
 pub(crate) struct Forwarder {
-    pub(crate) client: UpstreamClient,
+    pub(crate) pools: Pools,
     pub(crate) target: Target,
     pub(crate) timeout: Duration,
     pub(crate) metrics: Arc<Metrics>,
@@ -195,46 +176,38 @@ impl Forwarder {
             forwarded.push_str(";proto=http");
             append_list(&mut parts.headers, header::FORWARDED, &forwarded);
         }
-        let path = parts
+        if !parts.headers.contains_key(header::HOST) {
+            // An HTTP/1.0 request may have none.
+            if let Ok(host) = HeaderValue::from_str(self.target.authority.as_str()) {
+                parts.headers.insert(header::HOST, host);
+            }
+        }
+        // Origin-form: the connection is to the upstream already.
+        parts.uri = parts
             .uri
             .path_and_query()
             .cloned()
-            .unwrap_or_else(|| http::uri::PathAndQuery::from_static("/"));
-        let uri = Uri::builder()
-            .scheme(self.target.scheme.clone())
-            .authority(self.target.authority.clone())
-            .path_and_query(path)
-            .build();
-        parts.uri = match uri {
-            Ok(uri) => uri,
-            Err(error) => {
-                return text(
-                    StatusCode::BAD_REQUEST,
-                    format!("bad request target: {error}\n"),
-                );
-            }
-        };
+            .map_or_else(|| Uri::from_static("/"), Uri::from);
         parts.version = Version::HTTP_11;
         let request = Request::from_parts(parts, body);
-        match tokio::time::timeout(self.timeout, self.client.request(request)).await {
+        match tokio::time::timeout(self.timeout, self.pools.send(request)).await {
             Ok(Ok(response)) => {
                 let (mut parts, body) = response.into_parts();
                 drop_hop_by_hop(&mut parts.headers);
                 Response::from_parts(parts, Either::Left(body))
             }
-            Ok(Err(error)) if error.is_connect() => {
+            Ok(Err(SendError::Connect(error))) => {
                 Metrics::count(&self.metrics.upstream_connect_errors);
-                tracing::warn!(error = %error_chain(&error), "proxy: cannot connect to the upstream");
+                tracing::warn!(%error, "proxy: cannot connect to the upstream");
                 text(
                     StatusCode::BAD_GATEWAY,
                     format!(
-                        "502 Bad Gateway: cannot connect to the upstream {}: {}\n",
+                        "502 Bad Gateway: cannot connect to the upstream {}: {error}\n",
                         self.target.authority,
-                        error_chain(&error)
                     ),
                 )
             }
-            Ok(Err(error)) => {
+            Ok(Err(SendError::Upstream(error))) => {
                 Metrics::count(&self.metrics.upstream_other_errors);
                 tracing::warn!(error = %error_chain(&error), "proxy: the upstream failed");
                 text(

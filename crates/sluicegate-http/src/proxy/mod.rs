@@ -27,6 +27,7 @@ mod forward;
 mod key;
 mod limiter;
 mod metrics;
+mod pool;
 mod rules;
 mod server;
 #[cfg(feature = "proxy-redis")]

@@ -22,8 +22,9 @@ use tokio::task::JoinHandle;
 
 use crate::proxy::backing::Backing;
 use crate::proxy::error::ProxyError;
-use crate::proxy::forward::{self, Forwarder, Target};
+use crate::proxy::forward::{Forwarder, Target};
 use crate::proxy::metrics::Metrics;
+use crate::proxy::pool::Pools;
 use crate::proxy::rules::Rules;
 use crate::proxy::table::{self, Table};
 
@@ -51,11 +52,17 @@ pub struct ProxyConfig {
     /// this proxy).
     #[cfg(feature = "proxy-redis")]
     pub redis: Option<crate::proxy::shared::RedisSettings>,
+    /// How many threads serve clients, each with its own single-threaded runtime, its own
+    /// listening socket on `listen` (`SO_REUSEPORT`: the kernel spreads connections over them)
+    /// and its own pool of upstream connections, as nginx's worker processes do. 0: clients
+    /// are served on the runtime [`start`] is called on.
+    pub workers: usize,
 }
 
 impl ProxyConfig {
     /// A configuration with the defaults: admin off, 60 s upstream timeout, 5 s connect
-    /// timeout, rule file checked every second, 30 s shutdown grace.
+    /// timeout, rule file checked every second, 30 s shutdown grace, clients served on the
+    /// caller's runtime.
     pub fn new(upstream: impl Into<String>, rules: impl Into<PathBuf>, listen: SocketAddr) -> Self {
         ProxyConfig {
             upstream: upstream.into(),
@@ -68,6 +75,7 @@ impl ProxyConfig {
             shutdown_grace: Duration::from_secs(30),
             #[cfg(feature = "proxy-redis")]
             redis: None,
+            workers: 0,
         }
     }
 }
@@ -103,7 +111,7 @@ pub async fn start(config: ProxyConfig) -> Result<Proxy, ProxyError> {
     backing.check(&rules, &config.rules)?;
     backing.connect().await?;
     let forwarder = Arc::new(Forwarder {
-        client: forward::client(config.connect_timeout),
+        pools: Pools::new(&target.authority, config.workers, config.connect_timeout),
         target,
         timeout: config.upstream_timeout,
         metrics: Arc::clone(&metrics),
@@ -120,12 +128,23 @@ pub async fn start(config: ProxyConfig) -> Result<Proxy, ProxyError> {
             .await
             .map_err(|source| ProxyError::Bind { address, source })
     };
-    let listener = bind(config.listen).await?;
-    let local_addr = listener.local_addr().map_err(|source| ProxyError::Bind {
-        address: config.listen,
-        source,
-    })?;
     let (stop, stopped) = watch::channel(false);
+    let (main, local_addr) = if config.workers == 0 {
+        let listener = bind(config.listen).await?;
+        let local_addr = listener.local_addr().map_err(|source| ProxyError::Bind {
+            address: config.listen,
+            source,
+        })?;
+        let main = tokio::spawn(serve(
+            listener,
+            Arc::clone(&state),
+            stopped.clone(),
+            config.shutdown_grace,
+        ));
+        (main, local_addr)
+    } else {
+        start_workers(&config, &state, &stopped)?
+    };
     let (admin, admin_addr) = match config.admin {
         Some(address) => {
             let listener = bind(address).await?;
@@ -143,8 +162,7 @@ pub async fn start(config: ProxyConfig) -> Result<Proxy, ProxyError> {
         config.reload_interval,
         stopped.clone(),
     ));
-    let main = tokio::spawn(serve(listener, state, stopped, config.shutdown_grace));
-    tracing::info!(%local_addr, upstream = %config.upstream, "proxy: listening");
+    tracing::info!(%local_addr, upstream = %config.upstream, workers = config.workers, "proxy: listening");
     Ok(Proxy {
         local_addr,
         admin_addr,
@@ -176,6 +194,76 @@ impl Proxy {
         }
         let _ = self.watcher.await;
     }
+}
+
+/// Binds one `SO_REUSEPORT` socket per worker (the first on `config.listen`, the others on the
+/// address it got, for port 0) and starts each worker's thread; the task returned ends when
+/// every worker has finished.
+fn start_workers(
+    config: &ProxyConfig,
+    state: &Arc<State>,
+    stopped: &watch::Receiver<bool>,
+) -> Result<(JoinHandle<()>, SocketAddr), ProxyError> {
+    let mut address = config.listen;
+    let mut done = Vec::with_capacity(config.workers);
+    for index in 1..=config.workers {
+        let fail = move |source| ProxyError::Bind { address, source };
+        let listener = reuseport_listener(address).map_err(fail)?;
+        let bound = listener.local_addr().map_err(fail)?;
+        // The runtime is built here so that a failure is the caller's error, not a log line.
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(fail)?;
+        let (finished, finished_rx) = tokio::sync::oneshot::channel::<()>();
+        let state = Arc::clone(state);
+        let stopped = stopped.clone();
+        let grace = config.shutdown_grace;
+        std::thread::Builder::new()
+            .name(format!("sluicegate-proxy-{index}"))
+            .spawn(move || {
+                Pools::enter_worker(index);
+                runtime.block_on(async move {
+                    match TcpListener::from_std(listener) {
+                        Ok(listener) => serve(listener, state, stopped, grace).await,
+                        Err(error) => {
+                            tracing::error!(%error, "proxy: worker {index} cannot listen")
+                        }
+                    }
+                });
+                // Upstream connections and pool tasks end with the runtime, before the proxy
+                // says it has stopped.
+                drop(runtime);
+                let _ = finished.send(());
+            })
+            .map_err(fail)?;
+        done.push(finished_rx);
+        address = bound;
+    }
+    let main = tokio::spawn(async move {
+        for finished in done {
+            // An error: the worker panicked (and said so); the others still finish.
+            let _ = finished.await;
+        }
+    });
+    Ok((main, address))
+}
+
+/// A non-blocking listening socket with `SO_REUSEADDR` and `SO_REUSEPORT`, not yet registered
+/// with any runtime.
+fn reuseport_listener(address: SocketAddr) -> std::io::Result<std::net::TcpListener> {
+    let socket = if address.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    #[cfg(unix)]
+    socket.set_reuseport(true)?;
+    socket.bind(address)?;
+    // `listen` registers the socket with the calling runtime; `into_std` takes it back for the
+    // worker's own.
+    socket.listen(1024)?.into_std()
 }
 
 async fn serve(
