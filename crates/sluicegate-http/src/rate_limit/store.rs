@@ -19,6 +19,10 @@ use crate::rate_limit::error::BackendError;
 pub type StoreFuture = Pin<Box<dyn Future<Output = Result<Verdict, BackendError>> + Send>>;
 
 /// A [`Backend`] deciding every request's limits together in a store of the backend seam.
+///
+/// A `concurrency` limit in Redis is a lease that expires: the seam has no call to give a
+/// lease back yet, so a permit taken there is held until its lease ends, not until the
+/// response ends. Keep concurrency limits in memory.
 pub struct StoreBackend<S: Store<String>> {
     store: Arc<S>,
     limits: Arc<[S::Limit]>,
