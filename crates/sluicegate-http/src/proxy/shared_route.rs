@@ -52,7 +52,7 @@ pub(crate) async fn decide_route(
             })
         })
         .collect();
-    let mut shared_decisions = Vec::new().into_iter();
+    let mut shared_decisions = None;
     if allowed && !shared_limits.is_empty() {
         let shared_keys = counted.iter().filter(|(_, l, _)| l.shared.is_some());
         let requests: SmallVec<[Request<'_, _, KeyBytes>; 4]> = shared_limits
@@ -75,11 +75,7 @@ pub(crate) async fn decide_route(
             give_back(&local, permits);
             allowed = false;
         }
-        shared_decisions = outcome
-            .decisions
-            .into_iter()
-            .collect::<Vec<_>>()
-            .into_iter();
+        shared_decisions = Some(outcome.decisions.into_iter());
     }
     // Decisions in route order; a shared limit not asked (the proxy's own denied first)
     // is left out, and the verdict then describes only the limits that answered.
@@ -87,7 +83,7 @@ pub(crate) async fn decide_route(
     for (i, limiter, _) in &counted {
         let decision = match limiter.shared {
             None => local_decisions.next(),
-            Some(_) => shared_decisions.next(),
+            Some(_) => shared_decisions.as_mut().and_then(Iterator::next),
         };
         if let Some(decision) = decision {
             decisions.push(decision);
