@@ -444,3 +444,29 @@ fn a_bad_rule_file_stops_the_start_with_file_line_column() -> TestResult {
     );
     Ok(())
 }
+
+#[tokio::test]
+async fn a_second_proxy_on_the_same_address_is_refused_not_sharing_it() -> TestResult {
+    let upstream = Upstream::start().await?;
+    // Two workers each: their listeners use SO_REUSEPORT, which alone would let the second
+    // proxy bind beside the first.
+    let first = ProxyProcess::start(
+        &upstream.url(),
+        "routes:\n  - { prefix: / }\n",
+        &["--workers", "2"],
+    )?;
+    let dir = tempfile::tempdir()?;
+    let address = first.address.to_string();
+    let stderr = start_refused(
+        dir.path(),
+        "routes:\n  - { prefix: / }\n",
+        &["--workers", "2", "--listen", &address],
+    )?;
+    assert!(
+        stderr.contains(&format!("cannot listen on {address}")),
+        "{stderr}"
+    );
+    assert!(stderr.contains("in use"), "{stderr}");
+    assert_eq!(reqwest::get(first.url("/")).await?.status(), 200);
+    Ok(())
+}

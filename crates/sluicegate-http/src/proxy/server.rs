@@ -196,20 +196,27 @@ impl Proxy {
     }
 }
 
-/// Binds one `SO_REUSEPORT` socket per worker (the first on `config.listen`, the others on the
-/// address it got, for port 0) and starts each worker's thread; the task returned ends when
-/// every worker has finished.
+/// Binds the listening socket and starts each worker's thread, each accepting on its own
+/// handle of that one socket; the task returned ends when every worker has finished.
+///
+/// One socket rather than one `SO_REUSEPORT` socket per worker: every worker is woken by a new
+/// connection and the first free one takes it, so a busy worker takes fewer (the kernel's
+/// `SO_REUSEPORT` hash spreads connections without regard to load), and a second proxy started
+/// on the same address fails with "address in use" instead of silently taking half of them.
 fn start_workers(
     config: &ProxyConfig,
     state: &Arc<State>,
     stopped: &watch::Receiver<bool>,
 ) -> Result<(JoinHandle<()>, SocketAddr), ProxyError> {
-    let mut address = config.listen;
+    let fail = |source| ProxyError::Bind {
+        address: config.listen,
+        source,
+    };
+    let listener = std_listener(config.listen).map_err(fail)?;
+    let address = listener.local_addr().map_err(fail)?;
     let mut done = Vec::with_capacity(config.workers);
     for index in 1..=config.workers {
-        let fail = move |source| ProxyError::Bind { address, source };
-        let listener = reuseport_listener(address).map_err(fail)?;
-        let bound = listener.local_addr().map_err(fail)?;
+        let listener = listener.try_clone().map_err(fail)?;
         // The runtime is built here so that a failure is the caller's error, not a log line.
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -238,7 +245,6 @@ fn start_workers(
             })
             .map_err(fail)?;
         done.push(finished_rx);
-        address = bound;
     }
     let main = tokio::spawn(async move {
         for finished in done {
@@ -249,20 +255,18 @@ fn start_workers(
     Ok((main, address))
 }
 
-/// A non-blocking listening socket with `SO_REUSEADDR` and `SO_REUSEPORT`, not yet registered
-/// with any runtime.
-fn reuseport_listener(address: SocketAddr) -> std::io::Result<std::net::TcpListener> {
+/// A non-blocking listening socket with `SO_REUSEADDR` (connections of a previous run in
+/// TIME_WAIT do not keep the address), not yet registered with any runtime.
+fn std_listener(address: SocketAddr) -> std::io::Result<std::net::TcpListener> {
     let socket = if address.is_ipv4() {
         tokio::net::TcpSocket::new_v4()?
     } else {
         tokio::net::TcpSocket::new_v6()?
     };
     socket.set_reuseaddr(true)?;
-    #[cfg(unix)]
-    socket.set_reuseport(true)?;
     socket.bind(address)?;
     // `listen` registers the socket with the calling runtime; `into_std` takes it back for the
-    // worker's own.
+    // workers' own.
     socket.listen(1024)?.into_std()
 }
 

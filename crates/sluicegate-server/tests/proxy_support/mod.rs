@@ -220,8 +220,8 @@ impl Drop for ProxyProcess {
     }
 }
 
-/// Runs `sluicegate proxy` with `rules` and `extra` arguments until it exits (it must not
-/// start), and returns its standard error.
+/// Runs `sluicegate proxy` with `rules` and `extra` arguments (listening on a free port unless
+/// they say `--listen`) until it exits (it must not start), and returns its standard error.
 pub fn start_refused(dir: &Path, rules: &str, extra: &[&str]) -> Result<String, BoxError> {
     let path = dir.join("rules.yaml");
     std::fs::write(&path, rules)?;
@@ -233,7 +233,11 @@ pub fn start_refused(dir: &Path, rules: &str, extra: &[&str]) -> Result<String, 
             "--admin",
             "off",
         ])
-        .args(["--listen", "127.0.0.1:0"])
+        .args(if extra.contains(&"--listen") {
+            &[][..]
+        } else {
+            &["--listen", "127.0.0.1:0"][..]
+        })
         .arg("--config")
         .arg(&path)
         .args(extra)
