@@ -17,9 +17,14 @@ use crate::limiter::current::{CurrentAlgorithm, Held};
 use crate::state_machine::{Algorithm, Op};
 
 const SHARDS: usize = 64;
-/// Shard by hash bits that hashbrown uses for neither the bucket position (low bits) nor the
-/// control byte (top seven), so each shard's table still sees well-spread hashes.
-const SHARD_BITS_AT: u32 = 48;
+/// A shard is the top bits of the hash times this odd constant (2^64 / golden ratio):
+/// every bit of the hash moves them. Bits taken from the hash itself spread badly: foldhash
+/// hashes a small integer (a user id, an IPv4 address) with one multiply, whose bits 48 and
+/// up vary with the key as a Weyl sequence, and for about one seed in a hundred consecutive
+/// keys fell into a few shards (all of 10 000 into one, at worst), serialising them on one
+/// lock and leaving the other tables unswept.
+const SHARD_MULTIPLIER: u64 = 0x9E37_79B9_7F4A_7C15;
+const SHARD_SHIFT: u32 = u64::BITS - SHARDS.trailing_zeros();
 
 /// Only one shard in this many refused insertions pays for a sweep, so a stream of new keys at
 /// the cap costs amortised constant time, not a scan per request.
@@ -283,7 +288,7 @@ impl<K: Hash + Eq + Clone, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
 
     #[inline]
     fn shard_index(hash: u64) -> usize {
-        (hash >> SHARD_BITS_AT) as usize % SHARDS
+        (hash.wrapping_mul(SHARD_MULTIPLIER) >> SHARD_SHIFT) as usize
     }
 
     #[inline]
@@ -459,5 +464,51 @@ impl<K, A: Algorithm + std::fmt::Debug, C: Clock> std::fmt::Debug for KeyedLimit
             .field("algorithm", &**self.algorithm.load())
             .field("max_keys", &self.max_keys)
             .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::hash::BuildHasher;
+
+    use foldhash::SharedSeed;
+    use foldhash::fast::SeedableRandomState;
+
+    use super::{KeyedLimiter, SHARDS};
+    use crate::{Gcra, SystemClock};
+
+    type Limiter = KeyedLimiter<u64, Gcra, SystemClock>;
+
+    /// The most of `keys` one shard gets, under foldhash with the given seeds.
+    fn fullest_shard(seed: u64, shared: &'static SharedSeed, keys: std::ops::Range<u64>) -> usize {
+        let hasher = SeedableRandomState::with_seed(seed, shared);
+        let mut counts = [0usize; SHARDS];
+        for key in keys {
+            counts[Limiter::shard_index(hasher.hash_one(key))] += 1;
+        }
+        counts.into_iter().max().unwrap_or(0)
+    }
+
+    #[test]
+    fn consecutive_integer_keys_spread_over_every_shard_whatever_the_seed() {
+        // 463: a seed under which the hash's own bits 48..54 put 1 429 of these keys in one
+        // shard.
+        static BAD: SharedSeed = SharedSeed::from_u64(463);
+        assert!(fullest_shard(463, &BAD, 0..10_000) <= 2 * 10_000 / SHARDS);
+        static SEEDS: [SharedSeed; 4] = [
+            SharedSeed::from_u64(0),
+            SharedSeed::from_u64(1),
+            SharedSeed::from_u64(82),
+            SharedSeed::from_u64(114),
+        ];
+        for shared in &SEEDS {
+            for seed in 0..50 {
+                let fullest = fullest_shard(seed, shared, 0..10_000);
+                assert!(
+                    fullest <= 2 * 10_000 / SHARDS,
+                    "seed {seed}: {fullest} keys in one shard"
+                );
+            }
+        }
     }
 }
