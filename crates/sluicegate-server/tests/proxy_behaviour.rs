@@ -448,8 +448,8 @@ fn a_bad_rule_file_stops_the_start_with_file_line_column() -> TestResult {
 #[tokio::test]
 async fn a_second_proxy_on_the_same_address_is_refused_not_sharing_it() -> TestResult {
     let upstream = Upstream::start().await?;
-    // Two workers each: their listeners use SO_REUSEPORT, which alone would let the second
-    // proxy bind beside the first.
+    // Two workers each: with a SO_REUSEPORT socket per worker, the second proxy would bind
+    // beside the first and take half of its connections.
     let first = ProxyProcess::start(
         &upstream.url(),
         "routes:\n  - { prefix: / }\n",
