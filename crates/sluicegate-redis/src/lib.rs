@@ -28,6 +28,7 @@ mod limit;
 mod limiter;
 mod redisson;
 mod reply;
+mod report;
 mod scripts;
 mod store;
 #[cfg(feature = "testing")]
@@ -44,4 +45,5 @@ pub use limit::{MAX_REDIS_TOLERANCE, RedisLimit};
 pub use limiter::RedisLimiter;
 pub use redisson::{RateConfig, RateLimiterObject, RateType};
 pub use reply::{LimitRequest, MultiDecision, Now};
+pub use report::{FAILURE_LABELS, LogThrottle};
 pub use store::{RedisStore, ScriptMode, StoreConfig};

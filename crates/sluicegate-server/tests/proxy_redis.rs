@@ -60,8 +60,14 @@ async fn two_proxies_on_one_redis_share_one_budget() -> TestResult {
     // The concurrency limit stays in each proxy: nothing of it in Redis.
     assert!(!keys.iter().any(|k| k.contains("in_flight")), "{keys:?}");
     assert_eq!(
-        one.metric("sluicegate_proxy_backend_errors_total").await?,
+        one.metric_sum("sluicegate_proxy_backend_errors_total")
+            .await?,
         0
+    );
+    assert!(
+        !one.log_text().contains("redis failed"),
+        "{}",
+        one.log_text()
     );
     Ok(())
 }
@@ -121,11 +127,23 @@ async fn redis_stopped_then_restarted_under_each_policy() -> TestResult {
         assert_eq!(status(&closed, "hank").await?, 429);
     }
     for proxy in [&open, &closed, &local] {
+        let errors = proxy
+            .metric_sum("sluicegate_proxy_backend_errors_total")
+            .await?;
+        assert!(errors > 0);
+        // Past the breaker, answers without asking Redis, counted apart.
         assert!(
             proxy
-                .metric("sluicegate_proxy_backend_errors_total")
+                .metric(r#"sluicegate_proxy_backend_errors_total{kind="down"}"#)
                 .await?
                 > 0
+        );
+        // Warnings are throttled: fewer lines than failures.
+        let warnings = proxy.log_text().matches("redis failed").count() as u64;
+        assert!(
+            (1..errors).contains(&warnings),
+            "{warnings} warnings for {errors} failures:\n{}",
+            proxy.log_text()
         );
     }
 

@@ -59,8 +59,10 @@ pub(crate) struct Metrics {
     pub(crate) upstream_other_errors: AtomicU64,
     pub(crate) reloads_ok: AtomicU64,
     pub(crate) reloads_failed: AtomicU64,
-    /// Calls Redis did not answer (the failure policy did).
-    pub(crate) backend_errors: AtomicU64,
+    /// Calls Redis did not answer (the failure policy did), by kind (as
+    /// `sluicegate_redis::FAILURE_LABELS`).
+    #[cfg(feature = "proxy-redis")]
+    backend_errors: [AtomicU64; sluicegate_redis::FAILURE_LABELS.len()],
     /// The adaptive limits of the rules in force, by route name.
     adaptive: Mutex<Vec<(String, AdaptiveLimitLayer)>>,
 }
@@ -75,6 +77,18 @@ impl Metrics {
     pub(crate) fn adaptive(&self, mut layers: Vec<(String, AdaptiveLimitLayer)>) {
         layers.sort_by(|a, b| a.0.cmp(&b.0));
         *self.adaptive.lock() = layers;
+    }
+
+    /// Counts a call Redis did not answer, of kind `kind` (one of
+    /// `sluicegate_redis::FAILURE_LABELS`).
+    #[cfg(feature = "proxy-redis")]
+    pub(crate) fn backend_error(&self, kind: &str) {
+        let labels = sluicegate_redis::FAILURE_LABELS;
+        let index = labels
+            .iter()
+            .position(|label| *label == kind)
+            .unwrap_or(labels.len() - 1);
+        Metrics::count(&self.backend_errors[index]);
     }
 
     pub(crate) fn count(counter: &AtomicU64) {
@@ -146,16 +160,25 @@ impl Metrics {
             "sluicegate_proxy_reloads_total{{result=\"failed\"}} {}",
             read(&self.reloads_failed)
         );
-        out.push_str(
-            "# HELP sluicegate_proxy_backend_errors_total Decisions Redis did not make (down, \
-             timeout, refused): the failure policy answered.\n\
-             # TYPE sluicegate_proxy_backend_errors_total counter\n",
-        );
-        let _ = writeln!(
-            out,
-            "sluicegate_proxy_backend_errors_total {}",
-            read(&self.backend_errors)
-        );
+        #[cfg(feature = "proxy-redis")]
+        {
+            out.push_str(
+                "# HELP sluicegate_proxy_backend_errors_total Decisions Redis did not make, by \
+                 kind (down: marked down by the breaker; timeout; connection; refused: the script \
+                 failed; other): the failure policy answered.\n\
+                 # TYPE sluicegate_proxy_backend_errors_total counter\n",
+            );
+            for (kind, counter) in sluicegate_redis::FAILURE_LABELS
+                .iter()
+                .zip(&self.backend_errors)
+            {
+                let _ = writeln!(
+                    out,
+                    "sluicegate_proxy_backend_errors_total{{kind=\"{kind}\"}} {}",
+                    read(counter)
+                );
+            }
+        }
         self.render_adaptive(&mut out);
         out
     }

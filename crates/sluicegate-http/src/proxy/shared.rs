@@ -10,14 +10,13 @@
 //! script call, and the permits are given back if Redis denies.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use sluicegate::store::{FailureKind, MemoryStore, Now, Outcome, Request, Store, StoreError};
 use sluicegate::{AnyAlgorithm, ConfigError, KeyedLimiter, Op};
 use sluicegate_redis::{
-    Both, Event, FailSafe, FailurePolicy, LazyStore, NamedLimit, RedisLimit, RedisTarget,
-    StoreConfig,
+    Both, Event, FailSafe, FailurePolicy, LazyStore, LogThrottle, NamedLimit, RedisLimit,
+    RedisTarget, StoreConfig,
 };
 
 use crate::proxy::key::KeyBytes;
@@ -76,23 +75,20 @@ impl Shared {
         ));
         let policy = settings.failure_policy;
         let metrics = Arc::clone(metrics);
-        let started = Instant::now();
-        // Milliseconds after `started` of the last warning, plus one (0: none yet).
-        let warned = AtomicU64::new(0);
+        let warnings = LogThrottle::new(WARN_EVERY);
         let observe = move |event: &Event<'_, _>| match event {
             Event::Failed(failure) => {
-                Metrics::count(&metrics.backend_errors);
-                let now = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
-                let last = warned.load(Ordering::Relaxed);
-                let due = last == 0 || now + 1 >= last + WARN_EVERY.as_millis() as u64;
-                if due
-                    && warned
-                        .compare_exchange(last, now + 1, Ordering::Relaxed, Ordering::Relaxed)
-                        .is_ok()
-                {
-                    tracing::warn!(error = %failure, ?policy,
-                        "proxy: redis failed; the failure policy answers");
-                }
+                let kind = failure.label();
+                metrics.backend_error(kind);
+                warnings.write(|left_out| {
+                    tracing::warn!(
+                        error = %failure,
+                        kind,
+                        ?policy,
+                        unreported_since_last_warning = left_out,
+                        "proxy: redis failed; the failure policy answers"
+                    );
+                });
             }
             Event::MarkedDown { failures_in_a_row } => tracing::warn!(
                 failures_in_a_row,

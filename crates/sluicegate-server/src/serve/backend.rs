@@ -9,13 +9,12 @@ use std::time::Duration;
 use sluicegate::{AnyAlgorithm, store::MemoryStore};
 pub use sluicegate_redis::RedisTarget;
 use sluicegate_redis::{
-    Both, Event, FailSafe, Failure, FailurePolicy, LazyStore, LazyStoreError, NamedLimit,
+    Both, Event, FailSafe, FailurePolicy, LazyStore, LazyStoreError, LogThrottle, NamedLimit,
     RedisLimitError, StoreConfig,
 };
 
 use crate::serve::clock::ServiceClock;
 use crate::serve::limiter_table::Limiter;
-use crate::serve::log_limit::RateLimitedLog;
 use crate::serve::metrics::{KindLabel, Metrics};
 
 /// Where the service keeps its counters.
@@ -54,22 +53,6 @@ pub(crate) type SafeRedis = FailSafe<LazyStore, MemoryStore<AnyAlgorithm, Servic
 /// A limit of [`SafeRedis`]: in Redis, and in memory for the `local` policy.
 pub(crate) type RedisLimits = Both<Arc<NamedLimit>, Arc<Limiter>>;
 
-/// The `kind` label of `sluicegate_backend_errors_total`.
-fn kind_label(failure: &Failure<'_, LazyStoreError>) -> &'static str {
-    match failure {
-        Failure::Down => "down",
-        Failure::Timeout(_) => "timeout",
-        Failure::Store(LazyStoreError::NotConnected) => "connection",
-        Failure::Store(LazyStoreError::Redis(error)) => match error {
-            RedisLimitError::Timeout(_) => "timeout",
-            RedisLimitError::Connection(_) | RedisLimitError::Stopped => "connection",
-            RedisLimitError::Script(_) => "refused",
-            _ => "other",
-        },
-        Failure::Store(_) => "other",
-    }
-}
-
 /// The Redis connection of a running service, behind its failure policy.
 pub(crate) struct RedisBackend {
     options: RedisOptions,
@@ -98,10 +81,10 @@ impl RedisBackend {
         let connection = Arc::new(LazyStore::new(options.target.clone(), config));
         let policy = options.failure_policy;
         let metrics = Arc::clone(metrics);
-        let warnings = RateLimitedLog::new(WARN_EVERY);
+        let warnings = LogThrottle::new(WARN_EVERY);
         let observe = move |event: &Event<'_, LazyStoreError>| match event {
             Event::Failed(failure) => {
-                let kind = kind_label(failure);
+                let kind = failure.label();
                 metrics
                     .backend_errors
                     .get_or_create(&KindLabel { kind })

@@ -14,9 +14,8 @@ use std::time::Duration;
 
 use prometheus_client::metrics::counter::Counter;
 use sluicegate::{KeyBudget, Micros};
-use sluicegate_redis::FailurePolicy;
+use sluicegate_redis::{FailurePolicy, LogThrottle};
 
-use crate::serve::log_limit::RateLimitedLog;
 use crate::serve::metrics::Metrics;
 
 /// The default `--max-keys`: about 150 MB of counters with typical descriptors (a user id or
@@ -34,7 +33,7 @@ pub(crate) struct KeyCap {
     /// The answer at the cap: `closed` denies, `open` and `local` allow uncharged.
     policy: FailurePolicy,
     refusals: Counter,
-    log: RateLimitedLog,
+    log: LogThrottle,
     /// Set by a refusal; the engine sweeps every limiter when it is due.
     sweep_wanted: AtomicBool,
     last_sweep: AtomicU64,
@@ -46,7 +45,7 @@ impl KeyCap {
             budget: Arc::new(KeyBudget::new(max_keys)),
             policy,
             refusals: metrics.key_cap_refusals.clone(),
-            log: RateLimitedLog::new(Duration::from_secs(5)),
+            log: LogThrottle::new(Duration::from_secs(5)),
             sweep_wanted: AtomicBool::new(false),
             last_sweep: AtomicU64::new(0),
         }

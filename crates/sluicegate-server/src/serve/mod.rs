@@ -17,7 +17,6 @@ mod key_cap;
 mod limiter_table;
 mod live;
 mod live_rules;
-mod log_limit;
 mod metrics;
 mod modes;
 mod overrides;

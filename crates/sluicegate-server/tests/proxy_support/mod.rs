@@ -201,6 +201,26 @@ impl ProxyProcess {
             .unwrap_or(0))
     }
 
+    /// The sum of every series of metric `name`, whatever its labels.
+    pub async fn metric_sum(&self, name: &str) -> Result<u64, BoxError> {
+        let text = reqwest::get(format!("http://{}/metrics", self.admin))
+            .await?
+            .text()
+            .await?;
+        let mut sum = 0;
+        for line in text.lines() {
+            let Some(rest) = line.strip_prefix(name) else {
+                continue;
+            };
+            if let Some((labels, value)) = rest.rsplit_once(' ') {
+                if labels.is_empty() || labels.starts_with('{') {
+                    sum += value.parse::<u64>()?;
+                }
+            }
+        }
+        Ok(sum)
+    }
+
     /// Sends SIGTERM.
     pub fn terminate(&self) -> Result<(), BoxError> {
         let status = Command::new("kill")
