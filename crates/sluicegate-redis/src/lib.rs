@@ -45,5 +45,5 @@ pub use limit::{MAX_REDIS_TOLERANCE, RedisLimit};
 pub use limiter::RedisLimiter;
 pub use redisson::{RateConfig, RateLimiterObject, RateType};
 pub use reply::{LimitRequest, MultiDecision, Now};
-pub use report::{FAILURE_LABELS, LogThrottle};
+pub use report::{FAILURE_LABELS, LogThrottle, log_failures};
 pub use store::{RedisStore, ScriptMode, StoreConfig};

@@ -1,14 +1,51 @@
 //! Reporting a [`FailSafe`](crate::FailSafe)'s failures, the same way wherever it runs: a
-//! label per kind for the metrics, and a throttle for the warnings, which a client can trigger
-//! (a Redis outage under load would otherwise write a line per request).
+//! label per kind for the metrics, and warnings through `tracing`, throttled, since a client
+//! can trigger them (a Redis outage under load would otherwise write a line per request).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use crate::error::RedisLimitError;
-use crate::failure::Failure;
+use crate::failure::{Event, Failure, FailurePolicy};
 use crate::lazy::LazyStoreError;
+
+/// At most one warning about failed calls this often; the rest are counted in the next.
+const WARN_EVERY: Duration = Duration::from_secs(5);
+
+/// An observer for [`FailSafe::with_observer`](crate::FailSafe::with_observer) over a
+/// [`LazyStore`](crate::LazyStore): each failed call is counted by `count(label)` and warned
+/// about (at most one line every 5 s, saying how many were left out); the breaker marking
+/// Redis down is a warning, Redis answering again an info line. `who` starts every line
+/// (`"proxy: "`, or `""`).
+pub fn log_failures(
+    who: &'static str,
+    policy: FailurePolicy,
+    count: impl Fn(&'static str) + Send + Sync + 'static,
+) -> impl Fn(&Event<'_, LazyStoreError>) + Send + Sync + 'static {
+    let warnings = LogThrottle::new(WARN_EVERY);
+    move |event| match event {
+        Event::Failed(failure) => {
+            let kind = failure.label();
+            count(kind);
+            warnings.write(|left_out| {
+                tracing::warn!(
+                    error = %failure,
+                    kind,
+                    ?policy,
+                    unreported_since_last_warning = left_out,
+                    "{who}redis failed; the failure policy answers"
+                );
+            });
+        }
+        Event::MarkedDown { failures_in_a_row } => tracing::warn!(
+            failures_in_a_row,
+            ?policy,
+            "{who}redis marked down: the failure policy answers at once while it is probed"
+        ),
+        Event::BackUp => tracing::info!("{who}redis answers again: decisions go back to it"),
+    }
+}
 
 /// Every label [`Failure::label`] returns, in the order metrics list them.
 pub const FAILURE_LABELS: [&str; 5] = ["down", "timeout", "connection", "refused", "other"];

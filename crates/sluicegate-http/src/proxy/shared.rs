@@ -15,8 +15,8 @@ use std::time::Duration;
 use sluicegate::store::{FailureKind, MemoryStore, Now, Outcome, Request, Store, StoreError};
 use sluicegate::{AnyAlgorithm, ConfigError, KeyedLimiter, Op};
 use sluicegate_redis::{
-    Both, Event, FailSafe, FailurePolicy, LazyStore, LogThrottle, NamedLimit, RedisLimit,
-    RedisTarget, StoreConfig,
+    Both, FailSafe, FailurePolicy, LazyStore, NamedLimit, RedisLimit, RedisTarget, StoreConfig,
+    log_failures,
 };
 
 use crate::proxy::key::KeyBytes;
@@ -41,9 +41,6 @@ const UNUSED_LEASE: Duration = Duration::from_secs(60);
 
 /// How often a proxy that started without Redis tries to connect again.
 const RECONNECT_EVERY: Duration = Duration::from_millis(250);
-
-/// At most one warning about Redis failures this often; the rest are counted.
-const WARN_EVERY: Duration = Duration::from_secs(5);
 
 type SharedStore = FailSafe<LazyStore, MemoryStore<AnyAlgorithm>, KeyBytes>;
 
@@ -75,28 +72,9 @@ impl Shared {
         ));
         let policy = settings.failure_policy;
         let metrics = Arc::clone(metrics);
-        let warnings = LogThrottle::new(WARN_EVERY);
-        let observe = move |event: &Event<'_, _>| match event {
-            Event::Failed(failure) => {
-                let kind = failure.label();
-                metrics.backend_error(kind);
-                warnings.write(|left_out| {
-                    tracing::warn!(
-                        error = %failure,
-                        kind,
-                        ?policy,
-                        unreported_since_last_warning = left_out,
-                        "proxy: redis failed; the failure policy answers"
-                    );
-                });
-            }
-            Event::MarkedDown { failures_in_a_row } => tracing::warn!(
-                failures_in_a_row,
-                ?policy,
-                "proxy: redis marked down: the failure policy answers at once while it is probed"
-            ),
-            Event::BackUp => tracing::info!("proxy: redis answers again"),
-        };
+        let observe = log_failures("proxy: ", policy, move |kind| {
+            metrics.backend_error(kind);
+        });
         let store = FailSafe::new(
             Arc::clone(&connection),
             MemoryStore::new(),

@@ -9,8 +9,8 @@ use std::time::Duration;
 use sluicegate::{AnyAlgorithm, store::MemoryStore};
 pub use sluicegate_redis::RedisTarget;
 use sluicegate_redis::{
-    Both, Event, FailSafe, FailurePolicy, LazyStore, LazyStoreError, LogThrottle, NamedLimit,
-    RedisLimitError, StoreConfig,
+    Both, FailSafe, FailurePolicy, LazyStore, NamedLimit, RedisLimitError, StoreConfig,
+    log_failures,
 };
 
 use crate::serve::clock::ServiceClock;
@@ -43,9 +43,6 @@ pub struct RedisOptions {
 /// How often a service that started without Redis tries to connect again.
 const RECONNECT_EVERY: Duration = Duration::from_millis(250);
 
-/// At most one warning per this interval about Redis failures; the rest are counted.
-const WARN_EVERY: Duration = Duration::from_secs(5);
-
 /// The service's Redis store: Redis (once connected) behind the failure policy, falling back
 /// to this process's limiters.
 pub(crate) type SafeRedis = FailSafe<LazyStore, MemoryStore<AnyAlgorithm, ServiceClock>, String>;
@@ -71,7 +68,7 @@ impl std::fmt::Debug for RedisBackend {
 
 impl RedisBackend {
     /// Not connected yet: see [`RedisBackend::connect`]. Failures are counted in `metrics`
-    /// and logged, at most one warning per `WARN_EVERY`.
+    /// and logged (`sluicegate_redis::log_failures`: at most one warning every 5 s).
     pub(crate) fn new(options: RedisOptions, metrics: &Arc<Metrics>) -> RedisBackend {
         let config = StoreConfig {
             prefix: options.prefix.clone(),
@@ -81,31 +78,12 @@ impl RedisBackend {
         let connection = Arc::new(LazyStore::new(options.target.clone(), config));
         let policy = options.failure_policy;
         let metrics = Arc::clone(metrics);
-        let warnings = LogThrottle::new(WARN_EVERY);
-        let observe = move |event: &Event<'_, LazyStoreError>| match event {
-            Event::Failed(failure) => {
-                let kind = failure.label();
-                metrics
-                    .backend_errors
-                    .get_or_create(&KindLabel { kind })
-                    .inc();
-                warnings.write(|left_out| {
-                    tracing::warn!(
-                        error = %failure,
-                        kind,
-                        ?policy,
-                        unreported_since_last_warning = left_out,
-                        "redis failed; the failure policy answers"
-                    );
-                });
-            }
-            Event::MarkedDown { failures_in_a_row } => tracing::warn!(
-                failures_in_a_row,
-                ?policy,
-                "redis marked down: the failure policy answers at once while it is probed"
-            ),
-            Event::BackUp => tracing::info!("redis answers again: decisions go back to it"),
-        };
+        let observe = log_failures("", policy, move |kind| {
+            metrics
+                .backend_errors
+                .get_or_create(&KindLabel { kind })
+                .inc();
+        });
         let store = FailSafe::new(
             Arc::clone(&connection),
             MemoryStore::new(),
