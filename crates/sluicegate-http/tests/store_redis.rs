@@ -79,3 +79,98 @@ async fn two_layers_share_one_budget_and_the_policy_answers_without_redis() -> R
     assert_eq!(status(&client, b).await?, 200);
     Ok(())
 }
+
+/// A server whose `GET /held` answers at once but ends its body only when `finish` is
+/// notified, behind a concurrency limit of one in `server`'s Redis (`local` when Redis
+/// fails), and `GET /` plain, behind the same limit.
+async fn serve_concurrency_over(
+    server: &RedisServer,
+    finish: Arc<tokio::sync::Notify>,
+) -> Result<SocketAddr, BoxError> {
+    let config = StoreConfig {
+        timeout: TIMEOUT,
+        ..StoreConfig::default()
+    };
+    let store = server.store(config).await?;
+    let safe = FailSafe::new(
+        Arc::new(store),
+        MemoryStore::new(),
+        FailurePolicy::Local,
+        TIMEOUT,
+    );
+    let limit = Both {
+        primary: Arc::new(NamedLimit {
+            // A lease far longer than the test: only a release can free the permit.
+            limit: RedisLimit::concurrency(1, Duration::from_secs(3600))?,
+            name: "in_flight".into(),
+        }),
+        local: Arc::new(KeyedLimiter::new(AnyAlgorithm::from(
+            sluicegate::Concurrency::new(1)?,
+        ))),
+    };
+    let info = LimitInfo::concurrency("in_flight", 1);
+    let backend = StoreBackend::new(Arc::new(safe), [(info, limit)]);
+    let layer = RateLimitLayer::builder(Global).build_with(backend)?;
+    let held = move || {
+        let finish = Arc::clone(&finish);
+        async move {
+            let (body, chunks) = tokio::sync::mpsc::channel(1);
+            tokio::spawn(async move {
+                finish.notified().await;
+                let done = axum::body::Bytes::from_static(b"done");
+                let _ = body.send(Ok::<_, std::convert::Infallible>(done)).await;
+            });
+            axum::body::Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(chunks))
+        }
+    };
+    let app = Router::new()
+        .route("/", get(|| async { "ok" }))
+        .route("/held", get(held))
+        .layer(layer);
+    let listener = TcpListener::bind("127.0.0.1:0").await?;
+    let address = listener.local_addr()?;
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    Ok(address)
+}
+
+/// Holds the one permit with a `/held` response from `a`, checks that `b` (another layer on
+/// the same store) refuses a request, ends the body, and waits (polling, up to 10 s) for `b`
+/// to let one through.
+async fn permit_comes_back_when_the_body_ends(
+    client: &reqwest::Client,
+    a: SocketAddr,
+    b: SocketAddr,
+    finish: &tokio::sync::Notify,
+) -> Result<(), BoxError> {
+    let held = client.get(format!("http://{a}/held")).send().await?;
+    assert_eq!(held.status(), 200);
+    assert_eq!(status(client, b).await?, 429, "the one permit is held");
+    finish.notify_one();
+    assert_eq!(held.text().await?, "done");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        if status(client, b).await? == 200 {
+            return Ok(());
+        }
+        if tokio::time::Instant::now() > deadline {
+            return Err("the permit never came back".into());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_concurrency_permit_in_redis_comes_back_when_the_body_ends() -> Result<(), BoxError> {
+    let mut server = RedisServer::start()?;
+    let finish = Arc::new(tokio::sync::Notify::new());
+    let a = serve_concurrency_over(&server, Arc::clone(&finish)).await?;
+    let b = serve_concurrency_over(&server, Arc::clone(&finish)).await?;
+    let client = reqwest::Client::builder().no_proxy().build()?;
+    // In Redis, shared by both layers: the lease (an hour) is given back, not left to run out.
+    permit_comes_back_when_the_body_ends(&client, a, b, &finish).await?;
+
+    // Redis gone, `local`: each layer takes and gives back its own permit in memory.
+    server.stop();
+    permit_comes_back_when_the_body_ends(&client, a, a, &finish).await?;
+    Ok(())
+}

@@ -13,10 +13,11 @@
 
 use std::sync::Arc;
 
-use sluicegate::store::{FailureKind, Outcome, Request, Store, StoreError};
+use sluicegate::store::{FailureKind, Held, Outcome, Request, Store, StoreError};
 use sluicegate::{Decision, Op};
 
 use crate::error::RedisLimitError;
+use crate::lease::Lease;
 use crate::limit::RedisLimit;
 use crate::reply::{LimitRequest, Now};
 use crate::store::RedisStore;
@@ -73,9 +74,19 @@ impl<K: AsRef<[u8]> + ?Sized + Sync + 'static> Store<K> for RedisStore {
                 key: only.key.as_ref(),
                 permits: only.permits,
             }];
-            let decision = self.decide_all(&asked, op, now).await?.decisions.pop();
-            return decision
-                .map(Outcome::one)
+            let mut multi = self.decide_all(&asked, op, now).await?;
+            let held = multi
+                .leases
+                .drain(..)
+                .map(|lease| Held {
+                    request: 0,
+                    id: lease.id,
+                })
+                .collect();
+            return multi
+                .decisions
+                .pop()
+                .map(|decision| Outcome::one(decision).holding(held))
                 .ok_or_else(|| RedisLimitError::UnexpectedReply("no decision".into()));
         }
         // Each request's slot among the limits asked (the same limit and key: one slot).
@@ -104,16 +115,62 @@ impl<K: AsRef<[u8]> + ?Sized + Sync + 'static> Store<K> for RedisStore {
             };
             slot_of.push(slot);
         }
-        let decisions = decide_requests(self, &asked, op, now).await?;
+        let (decisions, leased) = decide_requests(self, &asked, op, now).await?;
         let mut outcome = Vec::with_capacity(requests.len());
-        for slot in slot_of {
+        for &slot in &slot_of {
             let decision = decisions
                 .get(slot)
                 .copied()
                 .ok_or_else(|| RedisLimitError::UnexpectedReply("missing decision".into()))?;
             outcome.push(decision);
         }
-        Ok(Outcome::many(outcome))
+        // A slot's lease is held under the first request asking it (merged requests share it).
+        let held = leased
+            .into_iter()
+            .filter_map(|(slot, id)| {
+                let request = slot_of.iter().position(|&s| s == slot)?;
+                Some(Held { request, id })
+            })
+            .collect();
+        Ok(Outcome::many(outcome).holding(held))
+    }
+
+    async fn release<'a>(
+        &'a self,
+        requests: &'a [Request<'a, Arc<NamedLimit>, K>],
+        held: &'a [Held],
+    ) -> Result<(), RedisLimitError> {
+        for Held { request, id } in held {
+            let Some(asked) = requests.get(*request) else {
+                return Err(RedisLimitError::Unsupported(format!(
+                    "a held lease names request {request} of a call of {}",
+                    requests.len()
+                )));
+            };
+            let key = asked.key.as_ref();
+            let name = asked.limit.name.as_bytes();
+            // Requests for the same limit and key were asked as one, for their sum.
+            let permits = requests
+                .iter()
+                .filter(|r| r.limit.name == asked.limit.name && r.key.as_ref() == key)
+                .map(|r| r.permits.get())
+                .fold(0u64, u64::saturating_add);
+            let keys = asked.limit.limit.key_suffixes();
+            let lease = Lease {
+                keys: [
+                    self.keys
+                        .key(key, name, keys.first().copied().unwrap_or("")),
+                    self.keys.key(key, name, keys.get(1).copied().unwrap_or("")),
+                ],
+                id: id.clone(),
+                permits,
+                expires_at: 0,
+            };
+            // `false`: the lease had run out already, which is no error.
+            self.lease_op(&asked.limit.limit, &lease, "release", Now::Server)
+                .await?;
+        }
+        Ok(())
     }
 
     async fn ping(&self) -> Result<(), RedisLimitError> {
@@ -121,20 +178,27 @@ impl<K: AsRef<[u8]> + ?Sized + Sync + 'static> Store<K> for RedisStore {
     }
 }
 
+/// Each request's decision, and the leases taken (their request's index and id).
+type Decided = (Vec<Decision>, Vec<(usize, String)>);
+
 /// Decides `requests` together: one `decide_all` on a single server; under Cluster, one per
 /// key, peeked first when there are several (see the module docs), except charges, which
 /// every group takes whatever the others answer.
+///
+/// Also returns the leases taken (concurrency limits of an allowed call), by request index.
 async fn decide_requests(
     store: &RedisStore,
     requests: &[LimitRequest<'_>],
     op: Op,
     now: Now,
-) -> Result<Vec<Decision>, RedisLimitError> {
+) -> Result<Decided, RedisLimitError> {
     let Some(first) = requests.first() else {
-        return Ok(Vec::new());
+        return Ok((Vec::new(), Vec::new()));
     };
     if !store.is_cluster() || requests.iter().all(|r| r.key == first.key) {
-        return Ok(store.decide_all(requests, op, now).await?.decisions);
+        let multi = store.decide_all(requests, op, now).await?;
+        let leased = leased_by(requests, 0..requests.len(), multi.leases);
+        return Ok((multi.decisions, leased));
     }
     let mut groups: Vec<(&[u8], Vec<usize>)> = Vec::new();
     for (index, request) in requests.iter().enumerate() {
@@ -143,27 +207,45 @@ async fn decide_requests(
             None => groups.push((request.key, vec![index])),
         }
     }
-    let run = async |op| -> Result<Vec<Decision>, RedisLimitError> {
+    let run = async |op| -> Result<Decided, RedisLimitError> {
         let mut decisions: Vec<Option<Decision>> = vec![None; requests.len()];
+        let mut leased = Vec::new();
         for (_, members) in &groups {
             let group: Vec<LimitRequest<'_>> = members.iter().map(|&i| requests[i]).collect();
             let multi = store.decide_all(&group, op, now).await?;
+            leased.extend(leased_by(requests, members.iter().copied(), multi.leases));
             for (&i, decision) in members.iter().zip(multi.decisions) {
                 decisions[i] = Some(decision);
             }
         }
-        decisions
+        let decisions = decisions
             .into_iter()
             .map(|d| d.ok_or_else(|| RedisLimitError::UnexpectedReply("missing decision".into())))
-            .collect()
+            .collect::<Result<_, _>>()?;
+        Ok((decisions, leased))
     };
     if op == Op::Charge {
         // Charged whatever the answer: nothing to peek first.
         return run(op).await;
     }
-    let peeked = run(Op::Peek).await?;
+    let (peeked, _) = run(Op::Peek).await?;
     if !op.consumes() || !peeked.iter().all(Decision::allowed) {
-        return Ok(peeked);
+        return Ok((peeked, Vec::new()));
     }
     run(op).await
+}
+
+/// Which of `members` (indices into `requests`, in the order a `decide_all` call asked them)
+/// each of its `leases` belongs to: the leases come one per leased (concurrency) limit, in
+/// request order.
+fn leased_by(
+    requests: &[LimitRequest<'_>],
+    members: impl Iterator<Item = usize>,
+    leases: Vec<Lease>,
+) -> Vec<(usize, String)> {
+    members
+        .filter(|&i| requests[i].limit.lease_us().is_some())
+        .zip(leases)
+        .map(|(i, lease)| (i, lease.id))
+        .collect()
 }

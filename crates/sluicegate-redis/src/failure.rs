@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
-use sluicegate::store::{FailureKind, Now, Outcome, Request, Store, StoreError};
+use sluicegate::store::{FailureKind, Held, Now, Outcome, Request, Store, StoreError};
 use sluicegate::{Decision, Op, micros_ceil};
 use tokio::time::Instant;
 
@@ -306,6 +306,47 @@ where
         )));
     }
 
+    /// Gives back what an allowed call holds: in the store, if it holds leases there; in the
+    /// fallback, if the call was answered there (`local`, no leases); otherwise nothing (the
+    /// policy took nothing, or no limit of the call holds permits). A primary store that holds
+    /// permits must report them in [`Outcome::held`].
+    async fn release_held<'a>(
+        &'a self,
+        requests: &'a [Asked<'a, P, L, K>],
+        held: &'a [Held],
+    ) -> Result<(), FailSafeError<P::Error, L::Error>> {
+        if !held.is_empty() {
+            let asked: smallvec::SmallVec<[Request<'a, P::Limit, K>; 2]> = requests
+                .iter()
+                .map(|r| Request {
+                    limit: &r.limit.primary,
+                    key: r.key,
+                    permits: r.permits,
+                })
+                .collect();
+            return self
+                .primary
+                .release(&asked, held)
+                .await
+                .map_err(FailSafeError::Primary);
+        }
+        if self.policy != FailurePolicy::Local {
+            return Ok(());
+        }
+        let asked: smallvec::SmallVec<[Request<'a, L::Limit, K>; 2]> = requests
+            .iter()
+            .map(|r| Request {
+                limit: &r.limit.local,
+                key: r.key,
+                permits: r.permits,
+            })
+            .collect();
+        self.local
+            .release(&asked, held)
+            .await
+            .map_err(FailSafeError::Local)
+    }
+
     /// The policy's answer: the fallback's decision, or every limit allowed (`open`, nothing
     /// known of the budget) or denied (`closed`, retry after the timeout).
     async fn by_policy<'a>(
@@ -395,6 +436,14 @@ where
             .await
     }
 
+    async fn release<'a>(
+        &'a self,
+        requests: &'a [Request<'a, Self::Limit, K>],
+        held: &'a [Held],
+    ) -> Result<(), Self::Error> {
+        self.release_held(requests, held).await
+    }
+
     async fn ping(&self) -> Result<(), Self::Error> {
         self.primary.ping().await.map_err(FailSafeError::Primary)
     }
@@ -426,6 +475,14 @@ where
         now: Now,
     ) -> Result<Outcome, Self::Error> {
         self.store.decide_by(requests, op, now, self.deadline).await
+    }
+
+    async fn release<'a>(
+        &'a self,
+        requests: &'a [Request<'a, Self::Limit, K>],
+        held: &'a [Held],
+    ) -> Result<(), Self::Error> {
+        self.store.release_held(requests, held).await
     }
 
     async fn ping(&self) -> Result<(), Self::Error> {

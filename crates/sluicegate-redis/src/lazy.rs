@@ -6,7 +6,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use sluicegate::Op;
-use sluicegate::store::{FailureKind, Now, Outcome, Request, Store, StoreError};
+use sluicegate::store::{FailureKind, Held, Now, Outcome, Request, Store, StoreError};
 
 use crate::decide::NamedLimit;
 use crate::error::RedisLimitError;
@@ -125,6 +125,18 @@ impl<K: AsRef<[u8]> + ?Sized + Sync + 'static> Store<K> for LazyStore {
     ) -> Result<Outcome, LazyStoreError> {
         let store = self.connected()?;
         Ok(Store::<K>::decide(store, requests, op, now).await?)
+    }
+
+    async fn release<'a>(
+        &'a self,
+        requests: &'a [Request<'a, Arc<NamedLimit>, K>],
+        held: &'a [Held],
+    ) -> Result<(), LazyStoreError> {
+        if held.is_empty() {
+            return Ok(());
+        }
+        let store = self.connected()?;
+        Ok(Store::<K>::release(store, requests, held).await?)
     }
 
     async fn ping(&self) -> Result<(), LazyStoreError> {

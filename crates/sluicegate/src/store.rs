@@ -49,13 +49,17 @@ impl<L, K: ?Sized> Clone for Request<'_, L, K> {
 impl<L, K: ?Sized> Copy for Request<'_, L, K> {}
 
 /// A store's answer to a call: whether every limit allowed (and so, unless it was a peek,
-/// every limit was charged), and each limit's decision in request order.
+/// every limit was charged), each limit's decision in request order, and the concurrency
+/// permits the store holds for the call under an id of its own.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Outcome {
     /// Every limit allowed the call.
     pub allowed: bool,
     /// Each limit's decision, in request order.
     pub decisions: Decisions,
+    /// The permits the call holds under a store's id (Redis's leases), to hand to
+    /// [`Store::release`]; empty for a store that finds permits by key (memory).
+    pub held: Vec<Held>,
 }
 
 impl Outcome {
@@ -64,6 +68,7 @@ impl Outcome {
         Outcome {
             allowed: decision.allowed(),
             decisions: Decisions::One(decision),
+            held: Vec::new(),
         }
     }
 
@@ -72,8 +77,25 @@ impl Outcome {
         Outcome {
             allowed: decisions.iter().all(Decision::allowed),
             decisions: Decisions::Many(decisions),
+            held: Vec::new(),
         }
     }
+
+    /// The same outcome, holding `held`.
+    pub fn holding(mut self, held: Vec<Held>) -> Outcome {
+        self.held = held;
+        self
+    }
+}
+
+/// Concurrency permits a call holds in a store under the store's id for them (a Redis
+/// lease), until [`Store::release`] gives them back or they expire.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Held {
+    /// The request of the call that took them (its index).
+    pub request: usize,
+    /// The store's id for them.
+    pub id: String,
 }
 
 /// Decisions in request order; one is kept inline, so the usual call allocates nothing.
@@ -192,6 +214,17 @@ pub trait Store<K: ?Sized + 'static>: Send + Sync {
         now: Now,
     ) -> impl Future<Output = Result<Outcome, Self::Error>> + Send + 'a;
 
+    /// Gives back the concurrency permits an allowed call on `requests` took, `held` being
+    /// what its [`Outcome`] said it holds: a store that counts permits by key (memory) gives
+    /// back those of each request whose limit holds permits (`concurrency`), one that leases
+    /// them (Redis) each lease in `held`. A permit no longer held (its lease ran out) is no
+    /// error. Call it once per allowed call, with the same requests.
+    fn release<'a>(
+        &'a self,
+        requests: &'a [Request<'a, Self::Limit, K>],
+        held: &'a [Held],
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'a;
+
     /// Whether the store answers now (a failure policy's probe while the store is down). A
     /// store in this process always does.
     fn ping(&self) -> impl Future<Output = Result<(), Self::Error>> + Send + '_ {
@@ -251,6 +284,24 @@ where
     ) -> Ready<Result<Outcome, CheckError>> {
         ready(decide_in_memory(requests, op, now))
     }
+
+    #[allow(refining_impl_trait)]
+    fn release<'a>(
+        &'a self,
+        requests: &'a [Request<'a, Self::Limit, K>],
+        _held: &'a [Held],
+    ) -> Ready<Result<(), CheckError>> {
+        let released = requests
+            .iter()
+            .filter(|request| request.limit.algorithm().supports(Op::Release))
+            .try_for_each(|request| {
+                request
+                    .limit
+                    .decide(request.key, request.permits, Op::Release)
+                    .map(drop)
+            });
+        ready(released)
+    }
 }
 
 /// A request of the memory store.
@@ -291,6 +342,7 @@ where
             Ok(Outcome {
                 allowed: multi.allowed,
                 decisions: Decisions::Many(multi.decisions),
+                held: Vec::new(),
             })
         }
         [first, ..] => {
@@ -299,6 +351,7 @@ where
             Ok(Outcome {
                 allowed: multi.allowed,
                 decisions: Decisions::Many(multi.decisions),
+                held: Vec::new(),
             })
         }
     }
@@ -369,6 +422,47 @@ mod tests {
         }];
         let err = at_once(store.decide(&too_many, Op::Check, Now::Store)).ok_or("pending")?;
         assert!(matches!(err, Err(ref e) if e.kind() == FailureKind::Request));
+        Ok(())
+    }
+
+    #[test]
+    fn memory_releases_the_permits_of_its_concurrency_limits_by_key()
+    -> Result<(), Box<dyn std::error::Error>> {
+        let clock = ManualClock::new(0);
+        let window = limiter(5, &clock)?;
+        let in_flight: Limiter = Arc::new(KeyedLimiter::with_clock(
+            AnyAlgorithm::from(crate::Concurrency::new(1)?),
+            clock.clone(),
+        ));
+        let store = MemoryStore::<AnyAlgorithm, ManualClock>::new();
+        let key = "u".to_owned();
+        let one = NonZeroU64::MIN;
+        let requests = [
+            Request {
+                limit: &window,
+                key: &key,
+                permits: one,
+            },
+            Request {
+                limit: &in_flight,
+                key: &key,
+                permits: one,
+            },
+        ];
+        let first = at_once(store.decide(&requests, Op::Check, Now::Store)).ok_or("pending")??;
+        assert!(first.allowed);
+        assert!(first.held.is_empty(), "memory finds permits by key");
+        let second = at_once(store.decide(&requests, Op::Check, Now::Store)).ok_or("pending")??;
+        assert!(!second.allowed);
+        at_once(store.release(&requests, &first.held)).ok_or("pending")??;
+        let third = at_once(store.decide(&requests, Op::Check, Now::Store)).ok_or("pending")??;
+        assert!(third.allowed, "the permit came back");
+        // Only the concurrency limit gave back: the window counted all three calls' two passes.
+        assert_eq!(third.decisions[0].remaining(), 3);
+        // Nothing held: giving back again is an error, and no permit is made up.
+        at_once(store.release(&requests, &third.held)).ok_or("pending")??;
+        let err = at_once(store.release(&requests, &third.held)).ok_or("pending")?;
+        assert!(err.is_err());
         Ok(())
     }
 }

@@ -7,6 +7,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
+use sluicegate::store::Held;
 use sluicegate::{AnyAlgorithm, LimitTarget, Op, decide_together};
 use smallvec::SmallVec;
 
@@ -132,7 +133,7 @@ impl Backend<RouteKeys> for RouteBackend {
         }
     }
 
-    fn release(&self, keys: &RouteKeys, permits: NonZeroU64) {
+    fn release(&self, keys: &RouteKeys, permits: NonZeroU64, _held: Vec<Held>) {
         for (limiter, key) in self.limiters.iter().zip(&keys.0) {
             if let (true, Some(key)) = (limiter.info.is_concurrency(), key) {
                 // Cannot fail: these permits were taken by an allowed decision.

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use http::HeaderValue;
+use sluicegate::store::Held;
 use sluicegate::{Algorithm, AnyAlgorithm, Decision, Micros, Op, Rate};
 use smallvec::SmallVec;
 
@@ -32,9 +33,10 @@ pub trait Backend<K>: Send + Sync + 'static {
 
     /// Gives back the concurrency permits an allowed decision took for `key` (called once the
     /// response body has ended or been dropped, only for verdicts that
-    /// [hold permits](Verdict::holds_permits)). Called from a destructor: a backend that must
-    /// do I/O spawns it.
-    fn release(&self, key: &K, permits: NonZeroU64);
+    /// [hold permits](Verdict::holds_permits)); `held` is what the verdict
+    /// [held](Verdict::held) under a store's ids (Redis's leases). Called from a destructor: a
+    /// backend that must do I/O spawns it.
+    fn release(&self, key: &K, permits: NonZeroU64, held: Vec<Held>);
 
     /// The limits this backend decides, in the order of every verdict's decisions, as the
     /// response fields describe them. A backend that learns them with each answer (a remote
@@ -78,6 +80,8 @@ pub struct Verdict {
     /// verdict to a hook; otherwise the backend's (not copied on the fast path: even an `Arc`
     /// clone is two atomic operations per request).
     limits: Option<Arc<[LimitInfo]>>,
+    /// The permits held under a store's ids, for [`Backend::release`].
+    held: Vec<Held>,
 }
 
 impl Verdict {
@@ -88,6 +92,7 @@ impl Verdict {
             holds_permits: false,
             decisions: SmallVec::from_vec(decisions),
             limits: None,
+            held: Vec::new(),
         }
     }
 
@@ -99,6 +104,7 @@ impl Verdict {
             holds_permits: false,
             decisions: smallvec::smallvec![decision],
             limits: None,
+            held: Vec::new(),
         }
     }
 
@@ -108,6 +114,23 @@ impl Verdict {
     pub fn holding_permits(mut self, holds: bool) -> Verdict {
         self.holds_permits = holds && self.allowed;
         self
+    }
+
+    /// The same verdict holding `held`: permits a store keeps under its own ids (Redis's
+    /// leases), handed back to [`Backend::release`].
+    pub fn with_held(mut self, held: Vec<Held>) -> Verdict {
+        self.held = held;
+        self
+    }
+
+    /// The permits held under a store's ids.
+    pub fn held(&self) -> &[Held] {
+        &self.held
+    }
+
+    /// Takes the permits held under a store's ids, to release later.
+    pub(crate) fn take_held(&mut self) -> Vec<Held> {
+        std::mem::take(&mut self.held)
     }
 
     /// The same verdict describing its own limits rather than the backend's.

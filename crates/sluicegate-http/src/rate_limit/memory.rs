@@ -5,6 +5,7 @@ use std::hash::Hash;
 use std::num::NonZeroU64;
 use std::sync::Arc;
 
+use sluicegate::store::Held;
 use sluicegate::{
     AnyAlgorithm, Clock, KeyBudget, KeyedLimiter, LimitTarget, Op, SystemClock, decide_together,
 };
@@ -135,7 +136,7 @@ where
         }
     }
 
-    fn release(&self, key: &K, permits: NonZeroU64) {
+    fn release(&self, key: &K, permits: NonZeroU64, _held: Vec<Held>) {
         for &i in &self.concurrency {
             // Cannot fail: these permits were taken by an allowed decision and not yet given back.
             let _ = self.limiters[i].decide(key, permits, Op::Release);

@@ -82,11 +82,16 @@ struct Held<X: KeyExtractor, Bk: Backend<X::Key>> {
     shared: Arc<Shared<X, Bk>>,
     key: X::Key,
     permits: NonZeroU64,
+    /// What the store holds under its own ids (Redis's leases).
+    in_store: Vec<sluicegate::store::Held>,
 }
 
 impl<X: KeyExtractor, Bk: Backend<X::Key>> Drop for Held<X, Bk> {
     fn drop(&mut self) {
-        self.shared.backend.release(&self.key, self.permits);
+        let in_store = std::mem::take(&mut self.in_store);
+        self.shared
+            .backend
+            .release(&self.key, self.permits, in_store);
     }
 }
 
@@ -139,6 +144,7 @@ impl<X: KeyExtractor, Bk: Backend<X::Key>> Shared<X, Bk> {
                 shared: Arc::clone(self),
                 key,
                 permits: options.permits,
+                in_store: verdict.take_held(),
             })
         });
         // A dry run shapes nothing (nginx's DELAYED_DRY_RUN passes at once).

@@ -10,7 +10,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use sluicegate::Op;
-use sluicegate::store::{FailureKind, Now, Request, Store, StoreError as _};
+use sluicegate::store::{FailureKind, Held, Now, Request, Store, StoreError as _};
 
 use crate::rate_limit::backend::{Backend, LimitInfo, Verdict};
 use crate::rate_limit::error::BackendError;
@@ -20,9 +20,9 @@ pub type StoreFuture = Pin<Box<dyn Future<Output = Result<Verdict, BackendError>
 
 /// A [`Backend`] deciding every request's limits together in a store of the backend seam.
 ///
-/// A `concurrency` limit in Redis is a lease that expires: the seam has no call to give a
-/// lease back yet, so a permit taken there is held until its lease ends, not until the
-/// response ends. Keep concurrency limits in memory.
+/// A `concurrency` limit's permits are given back when the response ends ([`Store::release`]):
+/// in Redis, the request's leases (which also expire, so a process that dies holding one
+/// cannot leak it); behind a failure policy, in the store that answered.
 pub struct StoreBackend<S: Store<String>> {
     store: Arc<S>,
     limits: Arc<[S::Limit]>,
@@ -64,6 +64,22 @@ fn store_key<K: Debug>(key: &K) -> String {
     format!("{key:?}")
 }
 
+/// Every limit of `limits` asked for `key`.
+fn requests<'a, L>(
+    limits: &'a [L],
+    key: &'a String,
+    permits: NonZeroU64,
+) -> Vec<Request<'a, L, String>> {
+    limits
+        .iter()
+        .map(|limit| Request {
+            limit,
+            key,
+            permits,
+        })
+        .collect()
+}
+
 /// Applies `op` to `limits` for `key`, together.
 async fn decide_in<S: Store<String>>(
     store: &S,
@@ -72,19 +88,12 @@ async fn decide_in<S: Store<String>>(
     permits: NonZeroU64,
     op: Op,
 ) -> Result<Verdict, BackendError> {
-    let requests: Vec<Request<'_, S::Limit, String>> = limits
-        .iter()
-        .map(|limit| Request {
-            limit,
-            key,
-            permits,
-        })
-        .collect();
+    let requests = requests(limits, key, permits);
     match store.decide(&requests, op, Now::Store).await {
-        Ok(outcome) => Ok(Verdict::new(
-            outcome.allowed,
-            outcome.decisions.into_iter().collect(),
-        )),
+        Ok(outcome) => Ok(
+            Verdict::new(outcome.allowed, outcome.decisions.into_iter().collect())
+                .with_held(outcome.held),
+        ),
         Err(error) => Err(match error.kind() {
             FailureKind::KeyCapacity => BackendError::KeyCapacity { max_keys: 0 },
             _ => BackendError::Unavailable(error.to_string().into()),
@@ -111,25 +120,19 @@ where
         })
     }
 
-    fn release(&self, key: &K, permits: NonZeroU64) {
-        let concurrent: Vec<usize> = (0..self.infos.len())
-            .filter(|&i| self.infos[i].is_concurrency())
-            .collect();
+    fn release(&self, key: &K, permits: NonZeroU64, held: Vec<Held>) {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
         let store = Arc::clone(&self.store);
         let limits = Arc::clone(&self.limits);
         let key = store_key(key);
-        // Called from a destructor: the release is a call of its own, left to run.
+        // Called from a destructor: the release is a call of its own, left to run. A lease it
+        // fails to give back still runs out.
         drop(runtime.spawn(async move {
-            for i in concurrent {
-                if let Some(limit) = limits.get(i) {
-                    let one = std::slice::from_ref(limit);
-                    if let Err(error) = decide_in(&*store, one, &key, permits, Op::Release).await {
-                        tracing::debug!(%error, "a concurrency permit was not given back");
-                    }
-                }
+            let requests = requests(&limits, &key, permits);
+            if let Err(error) = store.release(&requests, &held).await {
+                tracing::debug!(%error, "a concurrency permit was not given back");
             }
         }));
     }

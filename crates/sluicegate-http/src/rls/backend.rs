@@ -12,6 +12,7 @@ use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descri
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use sluicegate::Op;
+use sluicegate::store::Held;
 use tonic::transport::Channel;
 
 use crate::rate_limit::{Backend, BackendError, LimitInfo, MemoryBackend, Verdict};
@@ -152,10 +153,10 @@ where
         })
     }
 
-    fn release(&self, key: &K, permits: NonZeroU64) {
+    fn release(&self, key: &K, permits: NonZeroU64, _held: Vec<Held>) {
         // Only the local fallback hands out permits held until a response ends.
         if let Some(local) = &self.remote.local {
-            local.release(key, permits);
+            local.release(key, permits, Vec::new());
         }
     }
 

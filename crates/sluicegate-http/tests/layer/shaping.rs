@@ -173,8 +173,8 @@ impl Backend<()> for Gated {
         })
     }
 
-    fn release(&self, key: &(), permits: NonZeroU64) {
-        self.memory.release(key, permits);
+    fn release(&self, key: &(), permits: NonZeroU64, held: Vec<sluicegate::store::Held>) {
+        self.memory.release(key, permits, held);
     }
 
     fn limits(&self) -> &Arc<[LimitInfo]> {

@@ -1,0 +1,124 @@
+//! Concurrency permits taken through the backend seam come back through it: the store names
+//! the leases it took in the outcome, and `release` gives back exactly those.
+
+use std::num::NonZeroU64;
+use std::sync::Arc;
+use std::time::Duration;
+
+use sluicegate::store::{Held, Now, Request, Store};
+use sluicegate::{Op, Rate};
+use sluicegate_redis::testing::{RedisCluster, RedisServer};
+use sluicegate_redis::{NamedLimit, RedisLimit, RedisStore, StoreConfig};
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+fn named(limit: RedisLimit, name: &str) -> Arc<NamedLimit> {
+    Arc::new(NamedLimit {
+        limit,
+        name: name.into(),
+    })
+}
+
+/// Decides `requests` with `Op::Check` and returns whether they passed and what is held.
+async fn check(
+    store: &RedisStore,
+    requests: &[Request<'_, Arc<NamedLimit>, str>],
+) -> Result<(bool, Vec<Held>), BoxError> {
+    let outcome = store.decide(requests, Op::Check, Now::Store).await?;
+    Ok((outcome.allowed, outcome.held))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_holds_the_leases_of_its_concurrency_limits_until_released() -> Result<(), BoxError>
+{
+    let server = RedisServer::start()?;
+    let store = server.store(StoreConfig::default()).await?;
+    let rate = named(RedisLimit::gcra(Rate::per_second(1000)?, 1000)?, "rate");
+    // A lease far longer than the test: only a release frees a permit.
+    let in_flight = named(
+        RedisLimit::concurrency(2, Duration::from_secs(3600))?,
+        "in_flight",
+    );
+    let one = NonZeroU64::MIN;
+    let call = [
+        Request {
+            limit: &rate,
+            key: "alice",
+            permits: one,
+        },
+        Request {
+            limit: &in_flight,
+            key: "alice",
+            permits: one,
+        },
+    ];
+    let (allowed, first) = check(&store, &call).await?;
+    assert!(allowed);
+    // The rate limit holds nothing; the concurrency limit, one lease, under request 1.
+    assert_eq!(first.len(), 1);
+    assert_eq!(first[0].request, 1);
+    let (allowed, second) = check(&store, &call).await?;
+    assert!(allowed);
+    assert_ne!(first[0].id, second[0].id);
+    assert!(
+        !check(&store, &call).await?.0,
+        "two in flight: the third waits"
+    );
+
+    store.release(&call, &first).await?;
+    let (allowed, third) = check(&store, &call).await?;
+    assert!(allowed, "the first lease was given back");
+    // Given back once only: releasing it again frees nothing more.
+    store.release(&call, &first).await?;
+    assert!(!check(&store, &call).await?.0);
+    store.release(&call, &second).await?;
+    store.release(&call, &third).await?;
+
+    // The same limit named twice for one key is asked once, for the sum, under one lease:
+    // releasing it gives back both permits.
+    let twice = [call[1], call[1]];
+    let (allowed, held) = check(&store, &twice).await?;
+    assert!(allowed);
+    assert_eq!(held.len(), 1);
+    assert!(!check(&store, &call[1..]).await?.0, "both permits taken");
+    store.release(&twice, &held).await?;
+    assert!(check(&store, &twice).await?.0, "both came back");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_cluster_each_keys_lease_is_held_and_released() -> Result<(), BoxError> {
+    let cluster = RedisCluster::start()?;
+    let store = cluster.store(StoreConfig::default()).await?;
+    let in_flight = named(
+        RedisLimit::concurrency(1, Duration::from_secs(3600))?,
+        "in_flight",
+    );
+    let one = NonZeroU64::MIN;
+    // Two keys: two slots, decided one group each (peeked first, then taken).
+    let call = [
+        Request {
+            limit: &in_flight,
+            key: "alice",
+            permits: one,
+        },
+        Request {
+            limit: &in_flight,
+            key: "bob",
+            permits: one,
+        },
+    ];
+    let (allowed, held) = check(&store, &call).await?;
+    assert!(allowed);
+    let mut requests: Vec<usize> = held.iter().map(|h| h.request).collect();
+    requests.sort_unstable();
+    assert_eq!(requests, [0, 1]);
+    assert!(
+        !check(&store, &call[1..]).await?.0,
+        "bob's one permit is held"
+    );
+    store.release(&call, &held).await?;
+    assert!(check(&store, &call[..1]).await?.0, "alice's came back");
+    assert!(check(&store, &call[1..]).await?.0, "bob's came back");
+    Ok(())
+}
