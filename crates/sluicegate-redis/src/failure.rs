@@ -126,6 +126,34 @@ pub enum Event<'a, E> {
 /// A request of a [`FailSafe`] store over `P` and `L`.
 type Asked<'a, P, L, K> = Request<'a, Both<<P as Store<K>>::Limit, <L as Store<K>>::Limit>, K>;
 
+/// The primary store's form of `requests`.
+fn primary_requests<'a, P: Store<K>, L: Store<K>, K: ?Sized>(
+    requests: &'a [Asked<'a, P, L, K>],
+) -> smallvec::SmallVec<[Request<'a, P::Limit, K>; 2]> {
+    requests
+        .iter()
+        .map(|r| Request {
+            limit: &r.limit.primary,
+            key: r.key,
+            permits: r.permits,
+        })
+        .collect()
+}
+
+/// The fallback store's form of `requests`.
+fn local_requests<'a, P: Store<K>, L: Store<K>, K: ?Sized>(
+    requests: &'a [Asked<'a, P, L, K>],
+) -> smallvec::SmallVec<[Request<'a, L::Limit, K>; 2]> {
+    requests
+        .iter()
+        .map(|r| Request {
+            limit: &r.limit.local,
+            key: r.key,
+            permits: r.permits,
+        })
+        .collect()
+}
+
 /// Told of every failure of the store and of the breaker's changes (to count and log them).
 type Observer<E> = Arc<dyn Fn(&Event<'_, E>) + Send + Sync>;
 
@@ -236,14 +264,7 @@ where
             self.failed(&Failure::Down);
             return self.by_policy(requests, op, now).await;
         }
-        let asked: smallvec::SmallVec<[Request<'a, P::Limit, K>; 2]> = requests
-            .iter()
-            .map(|r| Request {
-                limit: &r.limit.primary,
-                key: r.key,
-                permits: r.permits,
-            })
-            .collect();
+        let asked = primary_requests::<P, L, K>(requests);
         let answer = tokio::time::timeout_at(deadline, self.primary.decide(&asked, op, now)).await;
         match answer {
             Ok(Ok(outcome)) => {
@@ -316,14 +337,7 @@ where
         held: &'a [Held],
     ) -> Result<(), FailSafeError<P::Error, L::Error>> {
         if !held.is_empty() {
-            let asked: smallvec::SmallVec<[Request<'a, P::Limit, K>; 2]> = requests
-                .iter()
-                .map(|r| Request {
-                    limit: &r.limit.primary,
-                    key: r.key,
-                    permits: r.permits,
-                })
-                .collect();
+            let asked = primary_requests::<P, L, K>(requests);
             return self
                 .primary
                 .release(&asked, held)
@@ -333,14 +347,7 @@ where
         if self.policy != FailurePolicy::Local {
             return Ok(());
         }
-        let asked: smallvec::SmallVec<[Request<'a, L::Limit, K>; 2]> = requests
-            .iter()
-            .map(|r| Request {
-                limit: &r.limit.local,
-                key: r.key,
-                permits: r.permits,
-            })
-            .collect();
+        let asked = local_requests::<P, L, K>(requests);
         self.local
             .release(&asked, held)
             .await
@@ -356,14 +363,7 @@ where
         now: Now,
     ) -> Result<Outcome, FailSafeError<P::Error, L::Error>> {
         if self.policy == FailurePolicy::Local {
-            let asked: smallvec::SmallVec<[Request<'a, L::Limit, K>; 2]> = requests
-                .iter()
-                .map(|r| Request {
-                    limit: &r.limit.local,
-                    key: r.key,
-                    permits: r.permits,
-                })
-                .collect();
+            let asked = local_requests::<P, L, K>(requests);
             return self
                 .local
                 .decide(&asked, op, now)
