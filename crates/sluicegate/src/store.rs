@@ -5,6 +5,10 @@
 //! A [`Store`] prepares its own form of a limit once ([`Store::Limit`]: a [`KeyedLimiter`] in
 //! memory, a Redis limit and its name in Redis), so a call only borrows it. [`MemoryStore`]
 //! is this crate's: its answer is ready the first time its future is polled.
+//!
+//! Concurrency permits an allowed call takes are given back with [`Store::release`], with
+//! what its [`Outcome::held`] names (a store's ids for them, such as Redis's leases; nothing
+//! in memory, where the key finds them).
 
 use std::future::{Future, Ready, ready};
 use std::hash::Hash;
