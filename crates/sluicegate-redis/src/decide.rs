@@ -148,20 +148,23 @@ impl<K: AsRef<[u8]> + ?Sized + Sync + 'static> Store<K> for RedisStore {
                 )));
             };
             let key = asked.key.as_ref();
-            let name = asked.limit.name.as_bytes();
             // Requests for the same limit and key were asked as one, for their sum.
             let permits = requests
                 .iter()
                 .filter(|r| r.limit.name == asked.limit.name && r.key.as_ref() == key)
                 .map(|r| r.permits.get())
                 .fold(0u64, u64::saturating_add);
-            let keys = asked.limit.limit.key_suffixes();
+            let mut keys = self.limit_keys(key, &asked.limit.name, &asked.limit.limit);
+            let (Some(by_expiry), Some(permits_held), None) =
+                (keys.next(), keys.next(), keys.next())
+            else {
+                return Err(RedisLimitError::Unsupported(format!(
+                    "a lease is held under request {request}, whose limit `{}` leases nothing",
+                    asked.limit.name
+                )));
+            };
             let lease = Lease {
-                keys: [
-                    self.keys
-                        .key(key, name, keys.first().copied().unwrap_or("")),
-                    self.keys.key(key, name, keys.get(1).copied().unwrap_or("")),
-                ],
+                keys: [by_expiry, permits_held],
                 id: id.clone(),
                 permits,
                 expires_at: 0,

@@ -243,9 +243,7 @@ impl RedisStore {
                 }
                 None => String::new(),
             };
-            for suffix in request.limit.key_suffixes() {
-                keys.push(self.keys.key(request.key, request.name.as_bytes(), suffix));
-            }
+            keys.extend(self.limit_keys(request.key, request.name, request.limit));
             args.push(request.limit.name().into());
             args.push(permits.to_string().into());
             request
@@ -316,6 +314,20 @@ impl RedisStore {
             leases: Vec::new(),
             now,
         })
+    }
+
+    /// The keys `limit` keeps its state under for `key` (a concurrency limit: its lease ids by
+    /// expiry, then the permits each lease holds), in the order its script reads them.
+    pub(crate) fn limit_keys<'a>(
+        &'a self,
+        key: &'a [u8],
+        name: &'a str,
+        limit: &RedisLimit,
+    ) -> impl Iterator<Item = Vec<u8>> + 'a {
+        limit
+            .key_suffixes()
+            .iter()
+            .map(move |suffix| self.keys.key(key, name.as_bytes(), suffix))
     }
 
     /// Gives back (`release`) or extends (`renew`) a concurrency lease. `Ok(false)` if the
