@@ -52,10 +52,10 @@ pub struct ProxyConfig {
     /// this proxy).
     #[cfg(feature = "proxy-redis")]
     pub redis: Option<crate::proxy::shared::RedisSettings>,
-    /// How many threads serve clients, each with its own single-threaded runtime, its own
-    /// listening socket on `listen` (`SO_REUSEPORT`: the kernel spreads connections over them)
-    /// and its own pool of upstream connections, as nginx's worker processes do. 0: clients
-    /// are served on the runtime [`start`] is called on.
+    /// How many threads serve clients, each with its own single-threaded runtime accepting
+    /// on the one listening socket (the first free thread takes a new connection) and its own
+    /// pool of upstream connections, as nginx's worker processes do. 0: clients are served on
+    /// the runtime [`start`] is called on.
     pub workers: usize,
 }
 
