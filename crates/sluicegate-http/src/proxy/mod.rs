@@ -24,6 +24,7 @@ mod backend;
 mod backing;
 mod error;
 mod forward;
+mod forwarding;
 mod key;
 mod limiter;
 mod metrics;

@@ -23,6 +23,7 @@ use tokio::task::JoinHandle;
 use crate::proxy::backing::Backing;
 use crate::proxy::error::ProxyError;
 use crate::proxy::forward::{Forwarder, Target};
+use crate::proxy::forwarding::ForwardedClient;
 use crate::proxy::metrics::Metrics;
 use crate::proxy::pool::Pools;
 use crate::proxy::rules::Rules;
@@ -293,8 +294,11 @@ async fn serve(
         };
         let _ = stream.set_nodelay(true);
         let state = Arc::clone(&state);
+        let client = ForwardedClient::new(peer.ip().to_canonical());
         let service = service_fn(move |mut request: Request<Incoming>| {
-            request.extensions_mut().insert(peer);
+            let extensions = request.extensions_mut();
+            extensions.insert(peer);
+            extensions.insert(client.clone());
             let table = state.table.load_full();
             async move { Ok::<_, Infallible>(table::handle(table, request).await) }
         });

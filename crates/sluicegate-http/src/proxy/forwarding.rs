@@ -1,0 +1,225 @@
+//! The fields a reverse proxy rewrites: hop-by-hop fields dropped (RFC 9110 7.6.1), and the
+//! client appended to `X-Forwarded-For` and `Forwarded` (RFC 7239).
+//!
+//! This runs twice per request (the request's fields, the response's), so it avoids the costs
+//! that used to dominate it: the client's address is formatted once per connection, not per
+//! request, and names are compared as strings, never built.
+
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use http::HeaderMap;
+use http::header::{self, Entry, HeaderName, HeaderValue};
+use smallvec::SmallVec;
+
+/// Fields that describe one connection, not the message: never forwarded.
+const HOP_BY_HOP: [&str; 9] = [
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+];
+
+static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+
+fn is_hop_by_hop(name: &HeaderName) -> bool {
+    HOP_BY_HOP.contains(&name.as_str())
+}
+
+/// Whether a token of the `Connection` field needs no removal of its own: `close` is an
+/// option, not a field, and hop-by-hop fields are removed anyway.
+fn is_known_token(token: &[u8]) -> bool {
+    token.eq_ignore_ascii_case(b"close")
+        || HOP_BY_HOP
+            .iter()
+            .any(|name| token.eq_ignore_ascii_case(name.as_bytes()))
+}
+
+/// Removes the hop-by-hop fields, and those the `Connection` field names.
+pub(crate) fn drop_hop_by_hop(headers: &mut HeaderMap) {
+    // Only the names present are removed: removing by name hashes it, and most messages carry
+    // one of these (`Connection`) or none.
+    let mut present: SmallVec<[HeaderName; 4]> = headers
+        .keys()
+        .filter(|name| is_hop_by_hop(name))
+        .cloned()
+        .collect();
+    if present.is_empty() {
+        return;
+    }
+    for value in headers.get_all(header::CONNECTION) {
+        for token in value.as_bytes().split(|&b| b == b',') {
+            let token = token.trim_ascii();
+            if token.is_empty() || is_known_token(token) {
+                continue;
+            }
+            if let Ok(name) = HeaderName::from_bytes(token) {
+                present.push(name);
+            }
+        }
+    }
+    for name in &present {
+        headers.remove(name);
+    }
+}
+
+/// `value` appended to the list in every `name` field, as one field.
+fn append_list(headers: &mut HeaderMap, name: &HeaderName, value: HeaderValue) {
+    match headers.entry(name) {
+        Entry::Vacant(entry) => {
+            entry.insert(value);
+        }
+        Entry::Occupied(mut entry) => {
+            let mut joined = BytesMut::new();
+            for old in entry.iter() {
+                joined.put_slice(old.as_bytes());
+                joined.put_slice(b", ");
+            }
+            joined.put_slice(value.as_bytes());
+            // Valid field values joined by ", " are a valid field value.
+            if let Ok(joined) = HeaderValue::from_maybe_shared(joined.freeze()) {
+                // Replaces every old value with the one list.
+                entry.insert(joined);
+            }
+        }
+    }
+}
+
+/// A connection's client as the forwarding fields name it, formatted once when the
+/// connection is accepted: every request on it appends the same address.
+#[derive(Debug, Clone)]
+pub(crate) struct ForwardedClient(Arc<Formatted>);
+
+#[derive(Debug)]
+struct Formatted {
+    /// `X-Forwarded-For`'s element: the bare address.
+    address: HeaderValue,
+    /// The start of `Forwarded`'s element: `for=192.0.2.1`, or `for="[2001:db8::1]"`.
+    for_param: Bytes,
+}
+
+impl ForwardedClient {
+    /// The client at `ip`.
+    pub(crate) fn new(ip: IpAddr) -> ForwardedClient {
+        let text = ip.to_string();
+        let for_param = match ip {
+            IpAddr::V4(_) => format!("for={text}"),
+            IpAddr::V6(_) => format!("for=\"[{text}]\""),
+        };
+        // An address's text is a valid field value.
+        let address = HeaderValue::from_maybe_shared(Bytes::from(text))
+            .unwrap_or_else(|_| HeaderValue::from_static("unknown"));
+        ForwardedClient(Arc::new(Formatted {
+            address,
+            for_param: Bytes::from(for_param),
+        }))
+    }
+
+    /// Appends this client to the `X-Forwarded-For` and `Forwarded` lists of a request whose
+    /// fields are `headers` (after its `Host` is set).
+    pub(crate) fn append_to(&self, headers: &mut HeaderMap) {
+        let forwarded = self.forwarded_element(headers.get(header::HOST));
+        append_list(headers, &X_FORWARDED_FOR, self.0.address.clone());
+        if let Some(forwarded) = forwarded {
+            append_list(headers, &header::FORWARDED, forwarded);
+        }
+    }
+
+    /// The `Forwarded` element: `for`, `host` when it can be quoted as is, `proto`.
+    fn forwarded_element(&self, host: Option<&HeaderValue>) -> Option<HeaderValue> {
+        const PROTO: &[u8] = b";proto=http";
+        let host = host
+            .map(HeaderValue::as_bytes)
+            .filter(|h| h.iter().all(|&b| b.is_ascii_graphic() && b != b'"'));
+        let host_len = host.map_or(0, |h| h.len() + 8);
+        let mut element = BytesMut::with_capacity(self.0.for_param.len() + host_len + PROTO.len());
+        element.put_slice(&self.0.for_param);
+        if let Some(host) = host {
+            element.put_slice(b";host=\"");
+            element.put_slice(host);
+            element.put_u8(b'"');
+        }
+        element.put_slice(PROTO);
+        HeaderValue::from_maybe_shared(element.freeze()).ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(fields: &[(&str, &str)]) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        for (name, value) in fields {
+            map.append(
+                HeaderName::from_bytes(name.as_bytes()).expect("name"),
+                HeaderValue::from_str(value).expect("value"),
+            );
+        }
+        map
+    }
+
+    fn names(map: &HeaderMap) -> Vec<&str> {
+        let mut names: Vec<&str> = map.keys().map(HeaderName::as_str).collect();
+        names.sort_unstable();
+        names
+    }
+
+    #[test]
+    fn hop_by_hop_fields_and_those_connection_names_are_dropped() {
+        let mut map = headers(&[
+            ("host", "a"),
+            ("connection", "keep-alive, X-Private ,close"),
+            ("keep-alive", "timeout=5"),
+            ("x-private", "1"),
+            ("upgrade", "h2c"),
+            ("te", "trailers"),
+            ("accept", "*/*"),
+        ]);
+        drop_hop_by_hop(&mut map);
+        assert_eq!(names(&map), ["accept", "host"]);
+    }
+
+    #[test]
+    fn a_message_without_hop_by_hop_fields_is_left_alone() {
+        let mut map = headers(&[("host", "a"), ("x-private", "1")]);
+        drop_hop_by_hop(&mut map);
+        assert_eq!(names(&map), ["host", "x-private"]);
+    }
+
+    #[test]
+    fn the_client_is_appended_to_what_came_in() {
+        let mut map = headers(&[
+            ("host", "app.example:8080"),
+            ("x-forwarded-for", "10.0.0.1"),
+            ("x-forwarded-for", "10.0.0.2"),
+        ]);
+        ForwardedClient::new("127.0.0.1".parse().expect("ip")).append_to(&mut map);
+        assert_eq!(map["x-forwarded-for"], "10.0.0.1, 10.0.0.2, 127.0.0.1");
+        assert_eq!(map.get_all("x-forwarded-for").iter().count(), 1);
+        assert_eq!(
+            map[header::FORWARDED],
+            "for=127.0.0.1;host=\"app.example:8080\";proto=http"
+        );
+        ForwardedClient::new("10.9.9.9".parse().expect("ip")).append_to(&mut map);
+        assert_eq!(
+            map[header::FORWARDED],
+            "for=127.0.0.1;host=\"app.example:8080\";proto=http, \
+             for=10.9.9.9;host=\"app.example:8080\";proto=http"
+        );
+    }
+
+    #[test]
+    fn a_v6_client_is_quoted_and_a_host_that_cannot_be_is_left_out() {
+        let mut map = headers(&[("host", "a\"b")]);
+        ForwardedClient::new("::1".parse().expect("ip")).append_to(&mut map);
+        assert_eq!(map["x-forwarded-for"], "::1");
+        assert_eq!(map[header::FORWARDED], "for=\"[::1]\";proto=http");
+    }
+}
