@@ -12,8 +12,9 @@
 //! needs a body type built from its error).
 //!
 //! After criterion's groups, a paired loop (the cases interleaved, 15 rounds of about 20 ms
-//! each) prints each
-//! layer's added cost and the ratio ours / tower_governor's.
+//! each) prints each layer's added cost and the ratio ours / tower_governor's. With
+//! `LAYER_COUNT=CASE:N` it only runs `N` requests of one case, for counting instructions under
+//! callgrind (see `count_only`).
 
 use std::convert::Infallible;
 use std::future::{Future, Ready, ready};
@@ -193,7 +194,34 @@ fn paired() -> Vec<(&'static str, f64)> {
         .collect()
 }
 
+/// One request of `case`. Never inlined, so that instructions can be counted in it alone.
+#[inline(never)]
+fn one_call(case: &mut Case) -> StatusCode {
+    (case.run)()
+}
+
+/// `LAYER_COUNT=CASE:N`: runs `N` requests of the case named `CASE` and nothing else, for an
+/// instruction count that does not depend on the machine's load:
+/// `LAYER_COUNT=sluicegate_allowed:10000 valgrind --tool=callgrind --toggle-collect='*one_call*'
+/// target/release/deps/layer-HASH` (`cargo bench --bench layer --no-run` names the binary).
+fn count_only(spec: &str) {
+    let (name, n) = spec.split_once(':').unwrap_or((spec, "10000"));
+    let n: u32 = n.parse().expect("LAYER_COUNT=CASE:N, N a number");
+    let mut cases = cases();
+    let Some(case) = cases.iter_mut().find(|case| case.name == name) else {
+        let names: Vec<_> = cases.iter().map(|case| case.name).collect();
+        panic!("no case {name:?} in LAYER_COUNT; cases: {names:?}");
+    };
+    for _ in 0..n {
+        black_box(one_call(case));
+    }
+}
+
 fn main() {
+    if let Ok(spec) = std::env::var("LAYER_COUNT") {
+        count_only(&spec);
+        return;
+    }
     let mut criterion = Criterion::default().configure_from_args();
     criterion_groups(&mut criterion);
     criterion.final_summary();

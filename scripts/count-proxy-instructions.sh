@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# User-space instructions per proxied request: `sluicegate proxy` against nginx `limit_req`, each
+# in front of the same upstream (an nginx answering `return 200`), each run under callgrind with
+# one worker, each sent the same exact number of HTTP/1.1 requests by h2load. Counted
+# instructions do not depend on the machine's load, so this separates a change's effect from the
+# noise that wrk's requests per second carry on a shared machine (scripts/bench-proxy.sh).
+# Both proxies append the client to X-Forwarded-For (nginx: proxy_add_x_forwarded_for).
+#
+#   scripts/count-proxy-instructions.sh [requests, default 5000]
+#
+# Environment: SLUICEGATE_BIN=path counts that binary (no build). Needs valgrind, nginx and
+# h2load (apt-get install valgrind nginx nghttp2-client).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+requests="${1:-5000}"
+
+for tool in valgrind callgrind_control h2load; do
+  command -v "$tool" >/dev/null || { echo "$tool is needed (apt-get install valgrind nghttp2-client)"; exit 1; }
+done
+[ -x /usr/sbin/nginx ] || { echo "nginx is needed (apt-get install nginx)"; exit 1; }
+if [ -n "${SLUICEGATE_BIN:-}" ]; then
+  sluicegate="$SLUICEGATE_BIN"
+else
+  cargo build -q --release -p sluicegate-server --bin sluicegate
+  sluicegate="${CARGO_TARGET_DIR:-target}/release/sluicegate"
+fi
+
+work=$(mktemp -d)
+pids=()
+cleanup() {
+  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+wait_port() {
+  for _ in $(seq 600); do
+    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
+    sleep 0.1
+  done
+  echo "nothing listens on $1"; exit 1
+}
+
+# nginx_conf NAME HTTP-BODY: one worker, no master, in the foreground, under $work/NAME.
+nginx_conf() {
+  local dir="$work/$1"; mkdir -p "$dir"
+  cat > "$dir/nginx.conf" <<CONF
+daemon off; master_process off; worker_processes 1;
+pid $dir/nginx.pid;
+error_log $dir/error.log error;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  client_body_temp_path $dir/body; proxy_temp_path $dir/proxy; fastcgi_temp_path $dir/fcgi;
+  uwsgi_temp_path $dir/uwsgi; scgi_temp_path $dir/scgi;
+  $2
+}
+CONF
+  echo "$dir/nginx.conf"
+}
+
+up=$(free_port)
+/usr/sbin/nginx -p "$work" -c "$(nginx_conf upstream "server { listen 127.0.0.1:$up; location / { return 200 'ok\n'; } }")" -e stderr &
+pids+=($!)
+wait_port "$up"
+
+# count NAME PORT COMMAND...: instructions per request of COMMAND (a server on PORT), counted
+# from after a warm-up of 2000 requests to after `requests` more.
+count() {
+  local name="$1" port="$2"; shift 2
+  valgrind --tool=callgrind --callgrind-out-file="$work/$name.%p" "$@" 2>"$work/$name.valgrind.log" &
+  local pid=$!
+  pids+=("$pid")
+  wait_port "$port"
+  h2load --h1 -n 2000 -c 4 "http://127.0.0.1:$port/" >/dev/null
+  callgrind_control -z "$pid" >/dev/null 2>&1
+  local out
+  out=$(h2load --h1 -n "$requests" -c 4 "http://127.0.0.1:$port/")
+  grep -q "$requests succeeded" <<<"$out" || { echo "$name: not every request succeeded:"; echo "$out"; exit 1; }
+  callgrind_control -d "$pid" >/dev/null 2>&1
+  kill "$pid"; wait "$pid" 2>/dev/null || true
+  local total
+  # Part 1: the dump after the measured requests (the zeroing dumps nothing).
+  total=$(awk '/^summary:/ {print $2}' "$work/$name.$pid.1")
+  awk -v t="$total" -v n="$requests" 'BEGIN{printf "%d", t/n}'
+}
+
+p_nginx=$(free_port)
+nginx_per=$(count nginx "$p_nginx" /usr/sbin/nginx -p "$work" -e stderr -c "$(nginx_conf nginx "
+limit_req_zone \$binary_remote_addr zone=z:10m rate=1000000r/s;
+upstream app { server 127.0.0.1:$up; keepalive 256; }
+server {
+  listen 127.0.0.1:$p_nginx;
+  location / {
+    limit_req zone=z burst=1000000 nodelay;
+    proxy_http_version 1.1; proxy_set_header Connection \"\";
+    proxy_set_header X-Forwarded-For \$proxy_add_x_forwarded_for;
+    proxy_pass http://app;
+  }
+}")")
+
+p_sg=$(free_port)
+mkdir -p "$work/sg"
+printf 'limits:\n  z: { key: peer_ip, spec: "leaky-queue:rate=1000000/s,burst=1000000,nodelay" }\nroutes:\n  - { prefix: /, limits: [z], status: 503 }\n' > "$work/sg/rules.yaml"
+sg_per=$(SLUICEGATE_LOG=warn count sluicegate "$p_sg" "$sluicegate" proxy --workers 1 \
+  --upstream "http://127.0.0.1:$up" --config "$work/sg/rules.yaml" --listen "127.0.0.1:$p_sg" --admin off)
+
+echo "user-space instructions per request (callgrind, $requests requests, h2load --h1 -c 4):"
+echo "| proxy | instructions per request |"
+echo "|---|---|"
+echo "| nginx limit_req (1 worker) | $nginx_per |"
+echo "| sluicegate proxy (--workers 1) | $sg_per |"
+awk -v a="$sg_per" -v b="$nginx_per" 'BEGIN{printf "ratio sluicegate / nginx: %.2f\n", a/b}'
