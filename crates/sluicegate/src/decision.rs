@@ -161,6 +161,55 @@ impl fmt::Debug for Decision {
     }
 }
 
+/// The answer of [`Algorithm::admit`](crate::Algorithm::admit): a request that passes at
+/// once, told without the numbers a [`Decision`] carries, or the whole decision.
+///
+/// A middleware's allowed path reads nothing but "it passes": the bucket algorithms skip
+/// computing `remaining` and `reset_after` for it (two divisions).
+///
+/// ```
+/// use std::num::NonZeroU64;
+/// use sluicegate::{Admission, Algorithm, Gcra, Op, Rate};
+///
+/// let gcra = Gcra::new(Rate::per_second(10)?, 1)?;
+/// let mut state = gcra.initial_state(0);
+/// let one = NonZeroU64::MIN;
+/// assert_eq!(gcra.admit(&mut state, 0, one, Op::Check)?, Admission::Passed);
+/// let Admission::Decided(denied) = gcra.admit(&mut state, 0, one, Op::Check)? else {
+///     panic!("the bucket is empty");
+/// };
+/// assert_eq!(denied.retry_after_micros(), Some(100_000));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[must_use = "an admission says whether the request may pass: check `passed()`"]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Admission {
+    /// Allowed with no wait, the permits taken.
+    Passed,
+    /// Any other answer, in full; also an allowed one the algorithm did not shorten.
+    Decided(Decision),
+}
+
+impl Admission {
+    /// Whether the request passes at once: allowed, with no shaping wait.
+    #[inline]
+    pub fn passed(&self) -> bool {
+        match self {
+            Admission::Passed => true,
+            Admission::Decided(decision) => decision.allowed() && decision.wait_micros() == 0,
+        }
+    }
+
+    /// Whether the permits were granted (at once, or after a wait).
+    #[inline]
+    pub fn allowed(&self) -> bool {
+        match self {
+            Admission::Passed => true,
+            Admission::Decided(decision) => decision.allowed(),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

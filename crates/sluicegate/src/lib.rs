@@ -50,7 +50,7 @@ pub mod state {
     pub use crate::spec::AnyState;
 }
 pub use clock::{Clock, ManualClock, Micros, SystemClock, micros_ceil};
-pub use decision::Decision;
+pub use decision::{Admission, Decision};
 pub use error::{CheckError, ConfigError};
 pub use limiter::{
     ConcurrencyPermit, CurrentAlgorithm, DirectLimiter, KeyBudget, KeyedConcurrencyPermit,

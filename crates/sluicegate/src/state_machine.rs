@@ -4,7 +4,7 @@ use std::num::NonZeroU64;
 
 use crate::cell::StateCell;
 use crate::clock::Micros;
-use crate::decision::Decision;
+use crate::decision::{Admission, Decision};
 use crate::error::CheckError;
 
 /// What a request asks of a limiter.
@@ -110,6 +110,21 @@ pub trait Algorithm: Send + Sync + 'static {
         op: Op,
     ) -> Result<Decision, CheckError>;
 
+    /// [`Algorithm::decide`] for a caller that only needs to know whether a request passes at
+    /// once (a middleware's allowed path): the same state change, but a request allowed with
+    /// no wait may be answered [`Admission::Passed`], its decision's numbers not computed.
+    /// The default asks `decide`.
+    #[inline]
+    fn admit(
+        &self,
+        state: &mut Self::State,
+        now: Micros,
+        permits: NonZeroU64,
+        op: Op,
+    ) -> Result<Admission, CheckError> {
+        self.decide(state, now, permits, op).map(Admission::Decided)
+    }
+
     /// Whether `state` is back to fresh at `now`: indistinguishable, from now on, from the
     /// initial state of a limiter created long ago. Keyed limiters drop such keys.
     fn is_fresh(&self, state: &Self::State, now: Micros) -> bool;
@@ -129,6 +144,58 @@ pub trait Algorithm: Send + Sync + 'static {
             self.decide(&mut state, 0, NonZeroU64::MIN, op),
             Err(CheckError::Unsupported { .. })
         )
+    }
+}
+
+/// What a store hands back from an algorithm: a whole [`Decision`] ([`Algorithm::decide`]) or
+/// an [`Admission`] ([`Algorithm::admit`]); generic code runs either.
+pub(crate) trait Answer: Sized {
+    /// Whether the permits were granted (and so, unless peeked, taken).
+    fn allowed(&self) -> bool;
+
+    /// `algorithm`'s answer of this kind.
+    fn from_algorithm<A: Algorithm + ?Sized>(
+        algorithm: &A,
+        state: &mut A::State,
+        now: Micros,
+        permits: NonZeroU64,
+        op: Op,
+    ) -> Result<Self, CheckError>;
+}
+
+impl Answer for Decision {
+    #[inline]
+    fn allowed(&self) -> bool {
+        Decision::allowed(self)
+    }
+
+    #[inline(always)]
+    fn from_algorithm<A: Algorithm + ?Sized>(
+        algorithm: &A,
+        state: &mut A::State,
+        now: Micros,
+        permits: NonZeroU64,
+        op: Op,
+    ) -> Result<Decision, CheckError> {
+        algorithm.decide(state, now, permits, op)
+    }
+}
+
+impl Answer for Admission {
+    #[inline]
+    fn allowed(&self) -> bool {
+        Admission::allowed(self)
+    }
+
+    #[inline(always)]
+    fn from_algorithm<A: Algorithm + ?Sized>(
+        algorithm: &A,
+        state: &mut A::State,
+        now: Micros,
+        permits: NonZeroU64,
+        op: Op,
+    ) -> Result<Admission, CheckError> {
+        algorithm.admit(state, now, permits, op)
     }
 }
 

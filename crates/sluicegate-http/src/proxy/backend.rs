@@ -121,11 +121,7 @@ impl Backend<RouteKeys> for RouteBackend {
         if let ([only], [Some(key)]) = (&*self.limiters, keys.0.as_slice())
             && !self.concurrency
         {
-            return match only.limiter.decide(key, permits, Op::Check) {
-                Ok(decision) if decision.allowed() && decision.wait_micros() == 0 => AtOnce::Pass,
-                Ok(decision) => AtOnce::Decided(Ok(Verdict::single(decision))),
-                Err(error) => AtOnce::Decided(Err(error.into())),
-            };
+            return AtOnce::admitted(only.limiter.admit(key, permits, Op::Check));
         }
         match self.decide_now(keys, permits) {
             Ok(verdict) if verdict.passes_plainly() => AtOnce::Pass,

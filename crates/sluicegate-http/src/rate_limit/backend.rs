@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use http::HeaderValue;
 use sluicegate::store::Held;
-use sluicegate::{Algorithm, AnyAlgorithm, Decision, Micros, Op, Rate};
+use sluicegate::{Admission, Algorithm, AnyAlgorithm, CheckError, Decision, Micros, Op, Rate};
 use smallvec::SmallVec;
 
 use crate::rate_limit::error::BackendError;
@@ -66,6 +66,23 @@ pub enum AtOnce {
     Decided(Result<Verdict, BackendError>),
     /// This backend cannot answer without waiting: ask [`Backend::decide`].
     Later,
+}
+
+impl AtOnce {
+    /// One limit's answer: [`AtOnce::Pass`] if it passes at once, else its decision.
+    #[inline]
+    pub fn admitted(admission: Result<Admission, CheckError>) -> AtOnce {
+        match admission {
+            Ok(Admission::Passed) => AtOnce::Pass,
+            Ok(Admission::Decided(decision))
+                if decision.allowed() && decision.wait_micros() == 0 =>
+            {
+                AtOnce::Pass
+            }
+            Ok(Admission::Decided(decision)) => AtOnce::Decided(Ok(Verdict::single(decision))),
+            Err(error) => AtOnce::Decided(Err(error.into())),
+        }
+    }
 }
 
 /// The answer to one request: whether it passes, and each limit's decision.

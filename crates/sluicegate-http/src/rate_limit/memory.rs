@@ -124,11 +124,7 @@ where
     #[inline]
     fn decide_at_once(&self, key: &K, permits: NonZeroU64, op: Op) -> AtOnce {
         if let ([only], []) = (&*self.limiters, &*self.concurrency) {
-            return match only.decide(key, permits, op) {
-                Ok(decision) if decision.allowed() && decision.wait_micros() == 0 => AtOnce::Pass,
-                Ok(decision) => AtOnce::Decided(Ok(Verdict::single(decision))),
-                Err(error) => AtOnce::Decided(Err(error.into())),
-            };
+            return AtOnce::admitted(only.admit(key, permits, op));
         }
         match self.decide_now(key, permits, op) {
             Ok(verdict) if verdict.passes_plainly() => AtOnce::Pass,

@@ -4,7 +4,7 @@
 use std::num::NonZeroU64;
 
 use crate::clock::Micros;
-use crate::decision::Decision;
+use crate::decision::{Admission, Decision};
 use crate::error::ConfigError;
 use crate::rate::{Pace, Rate};
 
@@ -155,6 +155,13 @@ impl BucketShape {
         )
     }
 
+    /// A grant with no wait leaving the bucket `debt_after` short of full, as the answer `R`
+    /// says it: a whole decision, or an admission that skips the numbers.
+    #[inline(always)]
+    pub(crate) fn pass<R: BucketAnswer>(&self, debt_after: u64) -> R {
+        R::pass(self, debt_after)
+    }
+
     /// An allowed [`Op::Peek`](crate::Op::Peek): nothing is taken, so `remaining` is what
     /// the bucket holds at `debt`; `reset_after` is what the grant would report, at
     /// `debt_after`.
@@ -266,6 +273,41 @@ impl Divisor {
         }
         let high = (u128::from(numerator) * u128::from(self.multiplier)) >> 64;
         (high as u64) >> self.high_shift
+    }
+}
+
+/// The answer a bucket algorithm builds: a whole [`Decision`], or an [`Admission`] that says a
+/// request passing at once without computing its numbers. The algorithm's code is written once,
+/// generic over this.
+pub(crate) trait BucketAnswer {
+    /// Granted with no wait, the bucket left `debt_after` short of full.
+    fn pass(shape: &BucketShape, debt_after: u64) -> Self;
+
+    /// Any other answer.
+    fn decided(decision: Decision) -> Self;
+}
+
+impl BucketAnswer for Decision {
+    #[inline(always)]
+    fn pass(shape: &BucketShape, debt_after: u64) -> Decision {
+        shape.allow(debt_after)
+    }
+
+    #[inline(always)]
+    fn decided(decision: Decision) -> Decision {
+        decision
+    }
+}
+
+impl BucketAnswer for Admission {
+    #[inline(always)]
+    fn pass(_shape: &BucketShape, _debt_after: u64) -> Admission {
+        Admission::Passed
+    }
+
+    #[inline(always)]
+    fn decided(decision: Decision) -> Admission {
+        Admission::Decided(decision)
     }
 }
 

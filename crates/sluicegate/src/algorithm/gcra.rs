@@ -3,10 +3,10 @@
 
 use std::num::NonZeroU64;
 
-use crate::algorithm::bucket::BucketShape;
+use crate::algorithm::bucket::{BucketAnswer, BucketShape};
 use crate::cell::WordCell;
 use crate::clock::Micros;
-use crate::decision::Decision;
+use crate::decision::{Admission, Decision};
 use crate::error::{CheckError, ConfigError};
 use crate::rate::Rate;
 use crate::state_machine::{Algorithm, AlgorithmState, Op, ensure_capacity, unsupported};
@@ -76,6 +76,60 @@ impl Gcra {
     }
 }
 
+impl Gcra {
+    /// [`Algorithm::decide`] and [`Algorithm::admit`], written once.
+    #[inline(always)]
+    fn answer<R: BucketAnswer>(
+        &self,
+        tat: &mut Tat,
+        now: Micros,
+        permits: NonZeroU64,
+        op: Op,
+    ) -> Result<R, CheckError> {
+        let s = &self.shape;
+        let n = ensure_capacity(permits, s.burst())?;
+        if op == Op::Release {
+            return Err(unsupported(self.name(), op));
+        }
+        let now_t = s.ticks(now);
+        // Ticks by which the bucket is short of full, before and after this request.
+        let debt = tat.saturating_sub(now_t);
+        let debt_after = debt.saturating_add(n * s.pace.interval);
+        // No overflow below: `now_t` is at most the horizon, `u64::MAX - MAX_DEBT`, and an
+        // admitted debt at most the tolerance or (reserved) `MAX_DEBT`.
+        if debt_after <= s.tolerance {
+            // A peek takes nothing: it reports what the bucket holds now.
+            if op == Op::Peek {
+                return Ok(R::decided(s.peek(debt, debt_after)));
+            }
+            *tat = now_t + debt_after;
+            return Ok(s.pass(debt_after));
+        }
+        let wait = s.micros_ceil(debt_after - s.tolerance);
+        let retry = match op {
+            Op::Reserve { max_wait } => {
+                let delay = s.reservation_delay(debt_after, wait, max_wait);
+                if delay == 0 {
+                    *tat = now_t + debt_after;
+                    return Ok(R::decided(s.allow(debt_after).with_wait(wait)));
+                }
+                delay
+            }
+            Op::Charge => {
+                let (charged, denial) = s.charge_denied(debt_after, n);
+                // No overflow: `now_t` is at most the horizon, `charged` at most `MAX_DEBT`.
+                *tat = now_t + charged;
+                return Ok(R::decided(denial));
+            }
+            _ => wait,
+        };
+        if n == 1 {
+            return Ok(R::decided(s.deny_one(debt, retry)));
+        }
+        Ok(R::decided(s.deny(debt, retry)))
+    }
+}
+
 impl Algorithm for Gcra {
     type State = Tat;
 
@@ -104,47 +158,18 @@ impl Algorithm for Gcra {
         permits: NonZeroU64,
         op: Op,
     ) -> Result<Decision, CheckError> {
-        let s = &self.shape;
-        let n = ensure_capacity(permits, s.burst())?;
-        if op == Op::Release {
-            return Err(unsupported(self.name(), op));
-        }
-        let now_t = s.ticks(now);
-        // Ticks by which the bucket is short of full, before and after this request.
-        let debt = tat.saturating_sub(now_t);
-        let debt_after = debt.saturating_add(n * s.pace.interval);
-        // No overflow below: `now_t` is at most the horizon, `u64::MAX - MAX_DEBT`, and an
-        // admitted debt at most the tolerance or (reserved) `MAX_DEBT`.
-        if debt_after <= s.tolerance {
-            // A peek takes nothing: it reports what the bucket holds now.
-            if op == Op::Peek {
-                return Ok(s.peek(debt, debt_after));
-            }
-            *tat = now_t + debt_after;
-            return Ok(s.allow(debt_after));
-        }
-        let wait = s.micros_ceil(debt_after - s.tolerance);
-        let retry = match op {
-            Op::Reserve { max_wait } => {
-                let delay = s.reservation_delay(debt_after, wait, max_wait);
-                if delay == 0 {
-                    *tat = now_t + debt_after;
-                    return Ok(s.allow(debt_after).with_wait(wait));
-                }
-                delay
-            }
-            Op::Charge => {
-                let (charged, denial) = s.charge_denied(debt_after, n);
-                // No overflow: `now_t` is at most the horizon, `charged` at most `MAX_DEBT`.
-                *tat = now_t + charged;
-                return Ok(denial);
-            }
-            _ => wait,
-        };
-        if n == 1 {
-            return Ok(s.deny_one(debt, retry));
-        }
-        Ok(s.deny(debt, retry))
+        self.answer(tat, now, permits, op)
+    }
+
+    #[inline(always)]
+    fn admit(
+        &self,
+        tat: &mut Tat,
+        now: Micros,
+        permits: NonZeroU64,
+        op: Op,
+    ) -> Result<Admission, CheckError> {
+        self.answer(tat, now, permits, op)
     }
 
     fn is_fresh(&self, tat: &Tat, now: Micros) -> bool {

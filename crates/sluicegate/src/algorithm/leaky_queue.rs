@@ -3,10 +3,10 @@
 
 use std::num::NonZeroU64;
 
-use crate::algorithm::bucket::BucketShape;
+use crate::algorithm::bucket::{BucketAnswer, BucketShape};
 use crate::algorithm::gcra::Tat;
 use crate::clock::Micros;
-use crate::decision::Decision;
+use crate::decision::{Admission, Decision};
 use crate::error::{CheckError, ConfigError};
 use crate::rate::Rate;
 use crate::state_machine::{Algorithm, Op, ensure_capacity, unsupported};
@@ -123,6 +123,52 @@ impl LeakyQueue {
     }
 }
 
+impl LeakyQueue {
+    /// [`Algorithm::decide`] and [`Algorithm::admit`], written once.
+    #[inline(always)]
+    fn answer<R: BucketAnswer>(
+        &self,
+        tat: &mut Tat,
+        now: Micros,
+        permits: NonZeroU64,
+        op: Op,
+    ) -> Result<R, CheckError> {
+        let s = &self.shape;
+        let n = ensure_capacity(permits, s.burst())?;
+        let max_wait = match op {
+            Op::Check | Op::Peek => None,
+            Op::Reserve { max_wait } => max_wait,
+            // A refused request never enters the queue: there is nothing to count it in.
+            Op::Release | Op::Charge => return Err(unsupported(self.name(), op)),
+        };
+        let now_t = s.ticks(now);
+        // The queue ahead of this request, and with it, in ticks (nginx's excess + 1).
+        let queue = tat.saturating_sub(now_t);
+        let queue_after = queue.saturating_add(n * s.pace.interval);
+        let wait = s
+            .pace
+            .to_micros_ceil(queue_after.saturating_sub(self.no_wait));
+        // Both only shrink as time passes, one microsecond per microsecond.
+        let overflow = s
+            .pace
+            .to_micros_ceil(queue_after.saturating_sub(s.tolerance));
+        let too_long = max_wait.map_or(0, |limit| wait.saturating_sub(limit));
+        if overflow > 0 || too_long > 0 {
+            return Ok(R::decided(s.deny(queue, overflow.max(too_long))));
+        }
+        // A peek joins no queue: it reports the room left with the queue as it is.
+        if op == Op::Peek {
+            return Ok(R::decided(s.peek(queue, queue_after).with_wait(wait)));
+        }
+        // No overflow: `now_t` is at most the horizon and `queue_after` within the bucket.
+        *tat = now_t + queue_after;
+        if wait == 0 {
+            return Ok(s.pass(queue_after));
+        }
+        Ok(R::decided(s.allow(queue_after).with_wait(wait)))
+    }
+}
+
 impl Algorithm for LeakyQueue {
     type State = Tat;
 
@@ -150,36 +196,18 @@ impl Algorithm for LeakyQueue {
         permits: NonZeroU64,
         op: Op,
     ) -> Result<Decision, CheckError> {
-        let s = &self.shape;
-        let n = ensure_capacity(permits, s.burst())?;
-        let max_wait = match op {
-            Op::Check | Op::Peek => None,
-            Op::Reserve { max_wait } => max_wait,
-            // A refused request never enters the queue: there is nothing to count it in.
-            Op::Release | Op::Charge => return Err(unsupported(self.name(), op)),
-        };
-        let now_t = s.ticks(now);
-        // The queue ahead of this request, and with it, in ticks (nginx's excess + 1).
-        let queue = tat.saturating_sub(now_t);
-        let queue_after = queue.saturating_add(n * s.pace.interval);
-        let wait = s
-            .pace
-            .to_micros_ceil(queue_after.saturating_sub(self.no_wait));
-        // Both only shrink as time passes, one microsecond per microsecond.
-        let overflow = s
-            .pace
-            .to_micros_ceil(queue_after.saturating_sub(s.tolerance));
-        let too_long = max_wait.map_or(0, |limit| wait.saturating_sub(limit));
-        if overflow > 0 || too_long > 0 {
-            return Ok(s.deny(queue, overflow.max(too_long)));
-        }
-        // A peek joins no queue: it reports the room left with the queue as it is.
-        if op == Op::Peek {
-            return Ok(s.peek(queue, queue_after).with_wait(wait));
-        }
-        // No overflow: `now_t` is at most the horizon and `queue_after` within the bucket.
-        *tat = now_t + queue_after;
-        Ok(s.allow(queue_after).with_wait(wait))
+        self.answer(tat, now, permits, op)
+    }
+
+    #[inline]
+    fn admit(
+        &self,
+        tat: &mut Tat,
+        now: Micros,
+        permits: NonZeroU64,
+        op: Op,
+    ) -> Result<Admission, CheckError> {
+        self.answer(tat, now, permits, op)
     }
 
     fn is_fresh(&self, tat: &Tat, now: Micros) -> bool {

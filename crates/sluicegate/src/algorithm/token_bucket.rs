@@ -4,7 +4,7 @@ use std::num::NonZeroU64;
 
 use crate::algorithm::gcra::{Gcra, Tat};
 use crate::clock::Micros;
-use crate::decision::Decision;
+use crate::decision::{Admission, Decision};
 use crate::error::{CheckError, ConfigError};
 use crate::rate::Rate;
 use crate::state_machine::{Algorithm, Op};
@@ -77,6 +77,19 @@ impl TokenBucket {
     }
 }
 
+impl TokenBucket {
+    /// GCRA's error, naming this algorithm.
+    fn named(&self, error: CheckError) -> CheckError {
+        match error {
+            CheckError::Unsupported { operation, .. } => CheckError::Unsupported {
+                algorithm: self.name(),
+                operation,
+            },
+            other => other,
+        }
+    }
+}
+
 impl Algorithm for TokenBucket {
     type State = TokenBucketState;
 
@@ -106,13 +119,20 @@ impl Algorithm for TokenBucket {
     ) -> Result<Decision, CheckError> {
         self.gcra
             .decide(state, now, permits, op)
-            .map_err(|error| match error {
-                CheckError::Unsupported { operation, .. } => CheckError::Unsupported {
-                    algorithm: self.name(),
-                    operation,
-                },
-                other => other,
-            })
+            .map_err(|error| self.named(error))
+    }
+
+    #[inline(always)]
+    fn admit(
+        &self,
+        state: &mut TokenBucketState,
+        now: Micros,
+        permits: NonZeroU64,
+        op: Op,
+    ) -> Result<Admission, CheckError> {
+        self.gcra
+            .admit(state, now, permits, op)
+            .map_err(|error| self.named(error))
     }
 
     fn is_fresh(&self, state: &TokenBucketState, now: Micros) -> bool {

@@ -10,11 +10,11 @@ use hashbrown::HashTable;
 use parking_lot::Mutex;
 
 use crate::clock::{Clock, Micros, SystemClock};
-use crate::decision::Decision;
+use crate::decision::{Admission, Decision};
 use crate::error::CheckError;
 use crate::limiter::budget::KeyBudget;
 use crate::limiter::current::{CurrentAlgorithm, Held};
-use crate::state_machine::{Algorithm, Op};
+use crate::state_machine::{Algorithm, Answer, Op};
 
 const SHARDS: usize = 64;
 /// A shard is the top bits of the hash times this odd constant (2^64 / golden ratio):
@@ -189,6 +189,25 @@ impl<K: Hash + Eq + Clone, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
         permits: NonZeroU64,
         op: Op,
     ) -> Result<Decision, CheckError> {
+        self.answer_at(key, now, permits, op)
+    }
+
+    /// [`decide`](Self::decide) for a caller that only needs to know whether the request
+    /// passes at once: the same state change, answered as [`Algorithm::admit`] does (a request
+    /// passing at once may be told so without the decision's numbers).
+    #[inline(always)]
+    pub fn admit(&self, key: &K, permits: NonZeroU64, op: Op) -> Result<Admission, CheckError> {
+        self.answer_at(key, self.clock.now(), permits, op)
+    }
+
+    #[inline(always)]
+    fn answer_at<R: Answer>(
+        &self,
+        key: &K,
+        now: Micros,
+        permits: NonZeroU64,
+        op: Op,
+    ) -> Result<R, CheckError> {
         match self.decide_in_shard(key, now, permits, op) {
             Err(CheckError::KeyCapacityReached { .. }) if self.sweep_for_budget(now) => {
                 self.decide_in_shard(key, now, permits, op)
@@ -198,20 +217,20 @@ impl<K: Hash + Eq + Clone, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
     }
 
     #[inline(always)]
-    fn decide_in_shard(
+    fn decide_in_shard<R: Answer>(
         &self,
         key: &K,
         now: Micros,
         permits: NonZeroU64,
         op: Op,
-    ) -> Result<Decision, CheckError> {
+    ) -> Result<R, CheckError> {
         let hash = self.hasher.hash_one(key);
         let shard = self.shard(hash);
         let mut guard = shard.table.lock();
         let table = &mut *guard;
         let algorithm = &*table.algorithm;
         if let Ok(mut entry) = table.keys.find_entry(hash, |(k, _)| k == key) {
-            let decision = algorithm.decide(&mut entry.get_mut().1, now, permits, op)?;
+            let decision = R::from_algorithm(algorithm, &mut entry.get_mut().1, now, permits, op)?;
             if op == Op::Release && algorithm.is_fresh(&entry.get().1, now) {
                 entry.remove();
                 self.gave_back(1);
@@ -219,7 +238,7 @@ impl<K: Hash + Eq + Clone, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
             return Ok(decision);
         }
         let mut state = algorithm.initial_state(self.created_at);
-        let decision = algorithm.decide(&mut state, now, permits, op)?;
+        let decision = R::from_algorithm(algorithm, &mut state, now, permits, op)?;
         if op.changes_state(decision.allowed()) {
             self.make_room(shard, table, now, 1)?;
             table

@@ -10,7 +10,7 @@ use crate::algorithm::{
 };
 use crate::cell::LockedCell;
 use crate::clock::Micros;
-use crate::decision::Decision;
+use crate::decision::{Admission, Decision};
 use crate::error::CheckError;
 use crate::state_machine::{Algorithm, AlgorithmState, Op};
 
@@ -84,6 +84,22 @@ macro_rules! any_algorithm {
                 match (self, &mut *state) {
                     $((AnyAlgorithm::$variant(a), AnyState::$variant(s)) => a.decide(s, now, permits, op),
                     (AnyAlgorithm::$variant(_), _) => self.decide_from_fresh(state, now, permits, op),)*
+                }
+            }
+
+            #[inline]
+            fn admit(
+                &self,
+                state: &mut AnyState,
+                now: Micros,
+                permits: NonZeroU64,
+                op: Op,
+            ) -> Result<Admission, CheckError> {
+                match (self, &mut *state) {
+                    $((AnyAlgorithm::$variant(a), AnyState::$variant(s)) => a.admit(s, now, permits, op),
+                    (AnyAlgorithm::$variant(_), _) => {
+                        self.decide_from_fresh(state, now, permits, op).map(Admission::Decided)
+                    })*
                 }
             }
 

@@ -23,7 +23,7 @@ impl KeyExtractor for PeerIp {
 
     #[inline]
     fn extract(&self, request: &RequestHead<'_>) -> Result<IpAddr, KeyError> {
-        peer_ip(request).ok_or(KeyError::NoPeerAddress)
+        peer_ip(request).ok_or_else(|| KeyError::NoPeerAddress)
     }
 }
 
