@@ -11,8 +11,9 @@
 //! configured as its docs show, with an error handler answering an empty 429 (its default
 //! needs a body type built from its error).
 //!
-//! After criterion's groups, a paired loop (the cases interleaved, 15 rounds of about 20 ms
-//! each) prints each layer's added cost and the ratio ours / tower_governor's. With
+//! After criterion's groups, a paired loop (the cases interleaved, 31 rounds of about 20 ms
+//! each) prints each layer's added cost and the ratio ours / tower_governor's: the median of
+//! the rounds' ratios, each against its own round's baseline. With
 //! `LAYER_COUNT=CASE:N` it only runs `N` requests of one case, for counting instructions under
 //! callgrind (see `count_only`).
 
@@ -157,11 +158,9 @@ fn criterion_groups(c: &mut Criterion) {
     group.finish();
 }
 
-/// Interleaved timing of every case: per case the median over rounds of ns per request. Each
-/// sample lasts about 20 ms, whatever a request costs.
-fn paired() -> Vec<(&'static str, f64)> {
-    const ROUNDS: usize = 15;
-    const SAMPLE: Duration = Duration::from_millis(20);
+/// Interleaved timing of every case: per case, ns per request in each round, rounds in order.
+/// Each sample lasts about 20 ms, whatever a request costs.
+fn paired() -> Vec<(&'static str, Vec<f64>)> {
     let mut cases = cases();
     let iterations: Vec<u32> = cases
         .iter_mut()
@@ -184,14 +183,18 @@ fn paired() -> Vec<(&'static str, f64)> {
             samples.push(started.elapsed().as_nanos() as f64 / f64::from(n));
         }
     }
-    cases
-        .iter()
-        .zip(samples)
-        .map(|(case, mut samples)| {
-            samples.sort_by(f64::total_cmp);
-            (case.name, samples[samples.len() / 2])
-        })
-        .collect()
+    cases.iter().map(|case| case.name).zip(samples).collect()
+}
+
+/// Rounds of the paired loop, and how long each case runs in one.
+const ROUNDS: usize = 31;
+const SAMPLE: Duration = Duration::from_millis(20);
+
+/// The median of `values` and the middle half's range.
+fn median_and_middle(mut values: Vec<f64>) -> (f64, f64, f64) {
+    values.sort_by(f64::total_cmp);
+    let at = |q: f64| values[((values.len() - 1) as f64 * q).round() as usize];
+    (at(0.5), at(0.25), at(0.75))
 }
 
 /// One request of `case`. Never inlined, so that instructions can be counted in it alone.
@@ -230,25 +233,42 @@ fn main() {
     if std::env::args().any(|a| ["--test", "--list", "--profile-time"].contains(&a.as_str())) {
         return;
     }
-    let medians = paired();
-    let time = |name: &str| {
-        medians
+    let rounds = paired();
+    let samples = |name: &str| {
+        rounds
             .iter()
             .find(|(n, _)| *n == name)
-            .map_or(f64::NAN, |(_, t)| *t)
+            .map(|(_, samples)| samples.clone())
+            .unwrap_or_default()
     };
-    let baseline = time("baseline");
-    println!("\npaired loop, median ns per request (15 rounds of ~20 ms per case):");
-    for (name, t) in &medians {
-        println!("  {name:<24} {t:8.1} ns  (added {:6.1} ns)", t - baseline);
+    let baseline = samples("baseline");
+    let median = |name: &str| median_and_middle(samples(name)).0;
+    println!(
+        "\npaired loop, median ns per request ({ROUNDS} rounds of ~{} ms per case):",
+        SAMPLE.as_millis()
+    );
+    for (name, _) in &rounds {
+        let t = median(name);
+        println!(
+            "  {name:<24} {t:8.1} ns  (added {:6.1} ns)",
+            t - median("baseline")
+        );
     }
     for case in ["allowed", "denied"] {
-        let ours = time(&format!("sluicegate_{case}")) - baseline;
-        let theirs = time(&format!("tower_governor_{case}")) - baseline;
+        let ours = samples(&format!("sluicegate_{case}"));
+        let theirs = samples(&format!("tower_governor_{case}"));
+        // Each round's ratio, against that round's baseline: the cases of one round ran within
+        // a tenth of a second of each other, so a slow spell of the machine cancels out.
+        let ratios: Vec<f64> = (0..ROUNDS)
+            .map(|r| (ours[r] - baseline[r]) / (theirs[r] - baseline[r]))
+            .collect();
+        let (ratio, low, high) = median_and_middle(ratios);
+        let base = median("baseline");
         println!(
-            "  {case}: added cost sluicegate {ours:.1} ns, tower_governor {theirs:.1} ns, \
-             ratio {:.2}",
-            ours / theirs
+            "  {case}: added cost sluicegate {:.1} ns, tower_governor {:.1} ns; ratio per \
+             round: median {ratio:.2}, middle half {low:.2}–{high:.2}",
+            median(&format!("sluicegate_{case}")) - base,
+            median(&format!("tower_governor_{case}")) - base,
         );
     }
 }
