@@ -22,30 +22,7 @@ threads=2
 
 command -v wrk >/dev/null || { echo "wrk is needed (apt-get install wrk)"; exit 1; }
 [ -x /usr/sbin/nginx ] || { echo "nginx is needed (apt-get install nginx)"; exit 1; }
-if [ -n "${SLUICEGATE_BIN:-}" ]; then
-  sluicegate="$SLUICEGATE_BIN"
-else
-  cargo build -q --release -p sluicegate-server --bin sluicegate
-  sluicegate="${CARGO_TARGET_DIR:-target}/release/sluicegate"
-fi
-
-work=$(mktemp -d)
-pids=()
-cleanup() {
-  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
-
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-wait_port() {
-  for _ in $(seq 200); do
-    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
-    sleep 0.05
-  done
-  echo "nothing listens on $1"; exit 1
-}
+source scripts/lib/bench-setup.sh
 
 # nginx NAME PORT HTTP-BODY: an nginx as this user under $work/NAME.
 nginx_start() {

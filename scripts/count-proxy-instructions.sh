@@ -18,30 +18,7 @@ for tool in valgrind callgrind_control h2load; do
   command -v "$tool" >/dev/null || { echo "$tool is needed (apt-get install valgrind nghttp2-client)"; exit 1; }
 done
 [ -x /usr/sbin/nginx ] || { echo "nginx is needed (apt-get install nginx)"; exit 1; }
-if [ -n "${SLUICEGATE_BIN:-}" ]; then
-  sluicegate="$SLUICEGATE_BIN"
-else
-  cargo build -q --release -p sluicegate-server --bin sluicegate
-  sluicegate="${CARGO_TARGET_DIR:-target}/release/sluicegate"
-fi
-
-work=$(mktemp -d)
-pids=()
-cleanup() {
-  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
-
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-wait_port() {
-  for _ in $(seq 600); do
-    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
-    sleep 0.1
-  done
-  echo "nothing listens on $1"; exit 1
-}
+source scripts/lib/bench-setup.sh
 
 # nginx_conf NAME HTTP-BODY: one worker, no master, in the foreground, under $work/NAME.
 nginx_conf() {
@@ -73,7 +50,7 @@ count() {
   valgrind --tool=callgrind --callgrind-out-file="$work/$name.%p" "$@" 2>"$work/$name.valgrind.log" &
   local pid=$!
   pids+=("$pid")
-  wait_port "$port"
+  wait_port "$port" 60
   h2load --h1 -n 2000 -c 4 "http://127.0.0.1:$port/" >/dev/null
   callgrind_control -z "$pid" >/dev/null 2>&1
   local out
