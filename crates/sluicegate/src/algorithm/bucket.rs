@@ -276,9 +276,9 @@ impl Divisor {
     }
 }
 
-/// The answer a bucket algorithm builds: a whole [`Decision`], or an [`Admission`] that says a
-/// request passing at once without computing its numbers. The algorithm's code is written once,
-/// generic over this.
+/// The answer a bucket algorithm builds: a whole [`Decision`], or an [`Admission`], which
+/// tells of a request passing at once without computing its numbers. Each algorithm's code is
+/// written once, generic over this.
 pub(crate) trait BucketAnswer {
     /// Granted with no wait, the bucket left `debt_after` short of full.
     fn pass(shape: &BucketShape, debt_after: u64) -> Self;

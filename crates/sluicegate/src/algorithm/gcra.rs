@@ -74,9 +74,7 @@ impl Gcra {
     pub fn initial(&self) -> u64 {
         self.shape.initial
     }
-}
 
-impl Gcra {
     /// [`Algorithm::decide`] and [`Algorithm::admit`], written once.
     #[inline(always)]
     fn answer<R: BucketAnswer>(

@@ -121,9 +121,7 @@ impl LeakyQueue {
     pub fn delay(&self) -> QueueDelay {
         self.delay
     }
-}
 
-impl LeakyQueue {
     /// [`Algorithm::decide`] and [`Algorithm::admit`], written once.
     #[inline(always)]
     fn answer<R: BucketAnswer>(

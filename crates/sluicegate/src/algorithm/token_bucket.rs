@@ -75,9 +75,7 @@ impl TokenBucket {
     pub fn initial(&self) -> u64 {
         self.gcra.initial()
     }
-}
 
-impl TokenBucket {
     /// GCRA's error, naming this algorithm.
     fn named(&self, error: CheckError) -> CheckError {
         match error {
