@@ -49,7 +49,8 @@ count() {
   local name="$1" port="$2"; shift 2
   valgrind --tool=callgrind --callgrind-out-file="$work/$name.%p" "$@" 2>"$work/$name.valgrind.log" &
   local pid=$!
-  pids+=("$pid")
+  # This runs in a command substitution, whose exit the script's cleanup does not see.
+  trap "kill $pid 2>/dev/null || true" EXIT
   wait_port "$port" 60
   h2load --h1 -n 2000 -c 4 "http://127.0.0.1:$port/" >/dev/null
   callgrind_control -z "$pid" >/dev/null 2>&1

@@ -4,7 +4,6 @@
 
 use std::convert::Infallible;
 use std::future::Future;
-use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -105,15 +104,9 @@ impl Forwarder {
                 }
             }
         }
-        // The server formats a connection's client once (see `ForwardedClient`); a request
-        // from elsewhere that names only its peer is formatted here.
-        match parts.extensions.get::<ForwardedClient>() {
-            Some(client) => client.append_to(&mut parts.headers),
-            None => {
-                if let Some(peer) = parts.extensions.get::<SocketAddr>() {
-                    ForwardedClient::new(peer.ip().to_canonical()).append_to(&mut parts.headers);
-                }
-            }
+        // The server puts the connection's client in every request, formatted once.
+        if let Some(client) = parts.extensions.get::<ForwardedClient>() {
+            client.append_to(&mut parts.headers);
         }
         if !parts.headers.contains_key(header::HOST) {
             // An HTTP/1.0 request may have none.

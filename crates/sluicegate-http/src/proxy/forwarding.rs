@@ -136,7 +136,11 @@ impl ForwardedClient {
         const PROTO: &[u8] = b";proto=http";
         let host = host
             .map(HeaderValue::as_bytes)
-            .filter(|h| h.iter().all(|&b| b.is_ascii_graphic() && b != b'"'));
+            // A quote or a backslash would end or escape the quoted string early.
+            .filter(|h| {
+                h.iter()
+                    .all(|&b| b.is_ascii_graphic() && b != b'"' && b != b'\\')
+            });
         let host_len = host.map_or(0, |h| h.len() + 8);
         let mut element = BytesMut::with_capacity(self.0.for_param.len() + host_len + PROTO.len());
         element.put_slice(&self.0.for_param);
@@ -221,5 +225,8 @@ mod tests {
         ForwardedClient::new("::1".parse().expect("ip")).append_to(&mut map);
         assert_eq!(map["x-forwarded-for"], "::1");
         assert_eq!(map[header::FORWARDED], "for=\"[::1]\";proto=http");
+        let mut map = headers(&[("host", "a\\")]);
+        ForwardedClient::new("10.1.2.3".parse().expect("ip")).append_to(&mut map);
+        assert_eq!(map[header::FORWARDED], "for=10.1.2.3;proto=http");
     }
 }
