@@ -39,9 +39,9 @@ pub(crate) struct ProxyArgs {
     /// Shared counters: several proxies with the same Redis keep one budget.
     #[command(flatten)]
     redis: RedisArgs,
-    /// How many threads serve clients, each accepting on the one listening socket with its own
-    /// runtime and upstream connections, as nginx's worker processes; 0 for one work-stealing
-    /// runtime on every CPU. Default: the number of CPUs.
+    /// How many threads serve clients, each with its own runtime and upstream connections, as
+    /// nginx's worker processes, new connections spread evenly over them; 0 for one
+    /// work-stealing runtime on every CPU. Default: the number of CPUs.
     #[arg(long, env = "SLUICEGATE_PROXY_WORKERS")]
     workers: Option<usize>,
     /// Log as JSON lines.

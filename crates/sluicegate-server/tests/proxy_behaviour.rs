@@ -470,3 +470,40 @@ async fn a_second_proxy_on_the_same_address_is_refused_not_sharing_it() -> TestR
     assert_eq!(reqwest::get(first.url("/")).await?.status(), 200);
     Ok(())
 }
+
+#[tokio::test]
+async fn new_connections_are_spread_evenly_over_the_workers() -> TestResult {
+    let upstream = Upstream::start().await?;
+    let proxy = ProxyProcess::start(
+        &upstream.url(),
+        "routes:\n  - { prefix: / }\n",
+        &["--workers", "3"],
+    )?;
+    // Twelve clients, each keeping its one connection open: connections opened one after the
+    // other are all accepted by whichever worker is awake, and must still end up 4 / 4 / 4
+    // (give or take one where two workers accept at once).
+    let mut clients = Vec::new();
+    for _ in 0..12 {
+        let client = client();
+        assert_eq!(status(client.get(proxy.url("/"))).await?, 200);
+        clients.push(client);
+    }
+    let open = [
+        proxy
+            .metric("sluicegate_proxy_connections{worker=\"1\"}")
+            .await?,
+        proxy
+            .metric("sluicegate_proxy_connections{worker=\"2\"}")
+            .await?,
+        proxy
+            .metric("sluicegate_proxy_connections{worker=\"3\"}")
+            .await?,
+    ];
+    assert_eq!(open.iter().sum::<u64>(), 12, "{open:?}");
+    assert!(open.iter().all(|n| (3..=5).contains(n)), "{open:?}");
+    drop(clients);
+    eventually("every connection counted out when it closes", || async {
+        Ok(proxy.metric_sum("sluicegate_proxy_connections").await? == 0)
+    })
+    .await
+}

@@ -2,12 +2,13 @@
 
 use std::collections::HashMap;
 use std::fmt::Write;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 
 use parking_lot::Mutex;
 
 use crate::adaptive::AdaptiveLimitLayer;
+use crate::proxy::workers::Loads;
 use crate::rate_limit::Stats;
 
 /// One route's counts, kept across reloads (by route name).
@@ -65,12 +66,19 @@ pub(crate) struct Metrics {
     backend_errors: [AtomicU64; sluicegate_redis::FAILURE_LABELS.len()],
     /// The adaptive limits of the rules in force, by route name.
     adaptive: Mutex<Vec<(String, AdaptiveLimitLayer)>>,
+    /// Client connections open by worker (set once the listener is up).
+    connections: OnceLock<Arc<Loads>>,
 }
 
 impl Metrics {
     /// The counters of route `name`, made on first use.
     pub(crate) fn route(&self, name: &str) -> Arc<RouteCounters> {
         Arc::clone(self.routes.lock().entry(name.to_owned()).or_default())
+    }
+
+    /// Reports the client connections `loads` counts.
+    pub(crate) fn connections(&self, loads: Arc<Loads>) {
+        let _ = self.connections.set(loads);
     }
 
     /// The adaptive limits to report from now on (those of the rules just built).
@@ -176,6 +184,19 @@ impl Metrics {
                     out,
                     "sluicegate_proxy_backend_errors_total{{kind=\"{kind}\"}} {}",
                     read(counter)
+                );
+            }
+        }
+        if let Some(loads) = self.connections.get() {
+            out.push_str(
+                "# HELP sluicegate_proxy_connections Client connections open, by worker (0: no \
+                 workers, the caller's runtime).\n\
+                 # TYPE sluicegate_proxy_connections gauge\n",
+            );
+            for (worker, open) in loads.by_worker() {
+                let _ = writeln!(
+                    out,
+                    "sluicegate_proxy_connections{{worker=\"{worker}\"}} {open}"
                 );
             }
         }

@@ -18,7 +18,8 @@
 //!
 //! Metrics (`/metrics` on the admin address): `sluicegate_proxy_requests_total{route,outcome}`
 //! (outcome `allowed`, `delayed`, `limited`, `dry_run`),
-//! `sluicegate_proxy_upstream_errors_total{kind}`, `sluicegate_proxy_reloads_total{result}`.
+//! `sluicegate_proxy_upstream_errors_total{kind}`, `sluicegate_proxy_reloads_total{result}`,
+//! `sluicegate_proxy_connections{worker}` (client connections open).
 
 mod backend;
 mod backing;
@@ -36,6 +37,7 @@ mod shared;
 #[cfg(feature = "proxy-redis")]
 mod shared_route;
 mod table;
+mod workers;
 
 pub use error::{ProxyError, RuleFileError, RuleProblem};
 pub use forward::UpstreamBody;

@@ -16,7 +16,7 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
@@ -28,6 +28,7 @@ use crate::proxy::metrics::Metrics;
 use crate::proxy::pool::Pools;
 use crate::proxy::rules::Rules;
 use crate::proxy::table::{self, Table};
+use crate::proxy::workers::{Counted, Loads, start_workers};
 
 /// How to run the proxy.
 #[derive(Debug, Clone)]
@@ -53,10 +54,10 @@ pub struct ProxyConfig {
     /// this proxy).
     #[cfg(feature = "proxy-redis")]
     pub redis: Option<crate::proxy::shared::RedisSettings>,
-    /// How many threads serve clients, each with its own single-threaded runtime accepting
-    /// on the one listening socket (the first free thread takes a new connection) and its own
-    /// pool of upstream connections, as nginx's worker processes do. 0: clients are served on
-    /// the runtime [`start`] is called on.
+    /// How many threads serve clients, each with its own single-threaded runtime and its own
+    /// pool of upstream connections, as nginx's worker processes do. Each accepts on the one
+    /// listening socket and hands a new connection to the worker serving fewest when that is
+    /// not itself. 0: clients are served on the runtime [`start`] is called on.
     pub workers: usize,
 }
 
@@ -92,7 +93,7 @@ pub struct Proxy {
     watcher: JoinHandle<()>,
 }
 
-struct State {
+pub(crate) struct State {
     table: ArcSwap<Table>,
     /// Where the counters are (fixed at start).
     backing: Backing,
@@ -130,6 +131,8 @@ pub async fn start(config: ProxyConfig) -> Result<Proxy, ProxyError> {
             .map_err(|source| ProxyError::Bind { address, source })
     };
     let (stop, stopped) = watch::channel(false);
+    let loads = Loads::new(config.workers);
+    state.metrics.connections(Arc::clone(&loads));
     let (main, local_addr) = if config.workers == 0 {
         let listener = bind(config.listen).await?;
         let local_addr = listener.local_addr().map_err(|source| ProxyError::Bind {
@@ -139,12 +142,13 @@ pub async fn start(config: ProxyConfig) -> Result<Proxy, ProxyError> {
         let main = tokio::spawn(serve(
             listener,
             Arc::clone(&state),
+            loads,
             stopped.clone(),
             config.shutdown_grace,
         ));
         (main, local_addr)
     } else {
-        start_workers(&config, &state, &stopped)?
+        start_workers(&config, &state, &loads, &stopped)?
     };
     let (admin, admin_addr) = match config.admin {
         Some(address) => {
@@ -197,88 +201,15 @@ impl Proxy {
     }
 }
 
-/// Binds the listening socket and starts each worker's thread, each accepting on its own
-/// handle of that one socket; the task returned ends when every worker has finished.
-///
-/// One socket rather than one `SO_REUSEPORT` socket per worker: every worker is woken by a new
-/// connection and the first free one takes it, so a busy worker takes fewer (the kernel's
-/// `SO_REUSEPORT` hash spreads connections without regard to load), and a second proxy started
-/// on the same address fails with "address in use" instead of silently taking half of them.
-fn start_workers(
-    config: &ProxyConfig,
-    state: &Arc<State>,
-    stopped: &watch::Receiver<bool>,
-) -> Result<(JoinHandle<()>, SocketAddr), ProxyError> {
-    let fail = |source| ProxyError::Bind {
-        address: config.listen,
-        source,
-    };
-    let listener = std_listener(config.listen).map_err(fail)?;
-    let address = listener.local_addr().map_err(fail)?;
-    let mut done = Vec::with_capacity(config.workers);
-    for index in 1..=config.workers {
-        let listener = listener.try_clone().map_err(fail)?;
-        // The runtime is built here so that a failure is the caller's error, not a log line.
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(fail)?;
-        let (finished, finished_rx) = tokio::sync::oneshot::channel::<()>();
-        let state = Arc::clone(state);
-        let stopped = stopped.clone();
-        let grace = config.shutdown_grace;
-        std::thread::Builder::new()
-            .name(format!("sluicegate-proxy-{index}"))
-            .spawn(move || {
-                Pools::enter_worker(index);
-                runtime.block_on(async move {
-                    match TcpListener::from_std(listener) {
-                        Ok(listener) => serve(listener, state, stopped, grace).await,
-                        Err(error) => {
-                            tracing::error!(%error, "proxy: worker {index} cannot listen")
-                        }
-                    }
-                });
-                // Upstream connections and pool tasks end with the runtime, before the proxy
-                // says it has stopped.
-                drop(runtime);
-                let _ = finished.send(());
-            })
-            .map_err(fail)?;
-        done.push(finished_rx);
-    }
-    let main = tokio::spawn(async move {
-        for finished in done {
-            // An error: the worker panicked (and said so); the others still finish.
-            let _ = finished.await;
-        }
-    });
-    Ok((main, address))
-}
-
-/// A non-blocking listening socket with `SO_REUSEADDR` (connections of a previous run in
-/// TIME_WAIT do not keep the address), not yet registered with any runtime.
-fn std_listener(address: SocketAddr) -> std::io::Result<std::net::TcpListener> {
-    let socket = if address.is_ipv4() {
-        tokio::net::TcpSocket::new_v4()?
-    } else {
-        tokio::net::TcpSocket::new_v6()?
-    };
-    socket.set_reuseaddr(true)?;
-    socket.bind(address)?;
-    // `listen` registers the socket with the calling runtime; `into_std` takes it back for the
-    // workers' own.
-    socket.listen(1024)?.into_std()
-}
-
+/// Accepts on `listener` (the caller's runtime, no workers).
 async fn serve(
     listener: TcpListener,
     state: Arc<State>,
+    loads: Arc<Loads>,
     mut stopped: watch::Receiver<bool>,
     grace: Duration,
 ) {
-    let graceful = GracefulShutdown::new();
-    let builder = auto::Builder::new(TokioExecutor::new());
+    let server = ConnectionServer::new(state);
     loop {
         let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
@@ -293,7 +224,32 @@ async fn serve(
             _ = stopped.changed() => break,
         };
         let _ = stream.set_nodelay(true);
-        let state = Arc::clone(&state);
+        server.serve(stream, peer, loads.count(0));
+    }
+    drop(listener);
+    server.finish(grace).await;
+}
+
+/// Serves client connections, each on a task of the current runtime, and lets them finish on
+/// shutdown.
+pub(crate) struct ConnectionServer {
+    state: Arc<State>,
+    builder: auto::Builder<TokioExecutor>,
+    graceful: GracefulShutdown,
+}
+
+impl ConnectionServer {
+    pub(crate) fn new(state: Arc<State>) -> ConnectionServer {
+        ConnectionServer {
+            state,
+            builder: auto::Builder::new(TokioExecutor::new()),
+            graceful: GracefulShutdown::new(),
+        }
+    }
+
+    /// Serves `stream` from `peer` until it closes; `counted` is dropped with it.
+    pub(crate) fn serve(&self, stream: TcpStream, peer: SocketAddr, counted: Counted) {
+        let state = Arc::clone(&self.state);
         let client = ForwardedClient::new(peer.ip().to_canonical());
         let service = service_fn(move |mut request: Request<Incoming>| {
             let extensions = request.extensions_mut();
@@ -302,23 +258,27 @@ async fn serve(
             let table = state.table.load_full();
             async move { Ok::<_, Infallible>(table::handle(table, request).await) }
         });
-        let connection = builder.serve_connection(TokioIo::new(stream), service);
-        let connection = graceful.watch(connection.into_owned());
+        let connection = self.builder.serve_connection(TokioIo::new(stream), service);
+        let connection = self.graceful.watch(connection.into_owned());
         tokio::spawn(async move {
             // A client that goes away mid-request is no error of the proxy's.
             let _ = connection.await;
+            drop(counted);
         });
     }
-    drop(listener);
-    tracing::info!("proxy: stopped accepting; finishing requests in flight");
-    if tokio::time::timeout(grace, graceful.shutdown())
-        .await
-        .is_err()
-    {
-        tracing::warn!(
-            ?grace,
-            "proxy: requests still in flight after the grace period"
-        );
+
+    /// Waits for the connections being served to finish, up to `grace`.
+    pub(crate) async fn finish(self, grace: Duration) {
+        tracing::info!("proxy: stopped accepting; finishing requests in flight");
+        if tokio::time::timeout(grace, self.graceful.shutdown())
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                ?grace,
+                "proxy: requests still in flight after the grace period"
+            );
+        }
     }
 }
 
