@@ -1,22 +1,28 @@
 #!/usr/bin/env bash
 # `sluicegate proxy` against nginx `limit_req`, both in front of the same upstream, with wrk on
-# loopback (issue 11). Five setups, three runs each, requests/s and p99 latency:
+# loopback (issue 11). Six setups, measured in pairs:
 #   upstream      wrk -> upstream (an nginx answering `return 200`)
 #   proxy-bare    wrk -> sluicegate proxy, no rules -> upstream     (the proxy's own overhead)
 #   nginx-allow   wrk -> nginx limit_req (rate far above the load) -> upstream
 #   sg-allow      wrk -> sluicegate proxy, the same rule            -> upstream
 #   nginx-deny    wrk -> nginx limit_req rate=1r/s (nearly all 503) -> upstream
 #   sg-deny       wrk -> sluicegate proxy, the same rule
-# Prints a Markdown table (min–max over the runs) and the ratios sluicegate / nginx.
+# Each pair (upstream / proxy-bare, nginx-allow / sg-allow, nginx-deny / sg-deny) is measured
+# in rounds, the two sides one right after the other (which goes first alternates), and each
+# round gives its own ratio: a slow spell of this shared machine then slows both sides of the
+# rounds it falls in instead of one side of the comparison. A run prints, per pair, the median
+# of the rounds' ratios (requests/s and p99) with their min–max, and each side's median
+# requests/s and p99.
 #
-#   scripts/bench-proxy.sh [seconds per run, default 10] [connections, default 64]
+#   scripts/bench-proxy.sh [seconds per side and round, default 3] [connections, default 64]
 #
-# Environment: BENCH_SETUPS="upstream proxy-bare" measures only those setups (default all six),
-# BENCH_RUNS=1 sets the number of runs (default 3), SLUICEGATE_PROXY_ARGS="--workers 2" adds
-# arguments to every `sluicegate proxy`, SLUICEGATE_BIN=path measures that binary (no build).
+# Environment: BENCH_PAIRS="allow deny bare" measures only those pairs (default all three),
+# BENCH_ROUNDS=9 rounds per pair and run (default 9), BENCH_RUNS=3 runs (default 3),
+# SLUICEGATE_PROXY_ARGS="--workers 2" adds arguments to every `sluicegate proxy`,
+# SLUICEGATE_BIN=path measures that binary (no build).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-duration="${1:-10}"
+duration="${1:-3}"
 connections="${2:-64}"
 threads=2
 
@@ -84,7 +90,9 @@ n_deny=$(free_port); nginx_start nginx-deny "$n_deny" "$(limit_nginx "$n_deny" 1
 s_deny=$(free_port); proxy_start sg-deny "$s_deny" "$(limit_rules 'leaky-queue:rate=1/s')"
 
 declare -A port=([upstream]=$up [proxy-bare]=$p_bare [nginx-allow]=$n_allow [sg-allow]=$s_allow [nginx-deny]=$n_deny [sg-deny]=$s_deny)
-read -r -a setups <<<"${BENCH_SETUPS:-upstream proxy-bare nginx-allow sg-allow nginx-deny sg-deny}"
+declare -A pair=([bare]="upstream proxy-bare" [allow]="nginx-allow sg-allow" [deny]="nginx-deny sg-deny")
+read -r -a pairs <<<"${BENCH_PAIRS:-allow deny bare}"
+rounds="${BENCH_ROUNDS:-9}"
 runs="${BENCH_RUNS:-3}"
 
 # One wrk run: "requests/s p99_ms non2xx".
@@ -98,37 +106,39 @@ measure() {
   echo "$rps $p99 ${non2xx:-0}"
 }
 
-declare -A rps_all p99_all
-for run in $(seq "$runs"); do
-  for s in "${setups[@]}"; do
-    # Warm the keep-alive pools and the limiters.
-    wrk -t1 -c"$connections" -d1s "http://127.0.0.1:${port[$s]}/" >/dev/null 2>&1
-    read -r rps p99 non2xx < <(measure "${port[$s]}")
-    rps_all[$s]+="$rps "; p99_all[$s]+="$p99 "
-    echo "run $run  $s: $rps req/s, p99 $p99 ms, non-2xx $non2xx" >&2
-  done
-done
-
-minmax() { tr ' ' '\n' <<<"$1" | grep -v '^$' | sort -g | awk 'NR==1{min=$1} {max=$1} END{printf "%s–%s", min, max}'; }
+minmax() { tr ' ' '\n' <<<"$1" | grep -v '^$' | sort -g | awk 'NR==1{min=$1} {max=$1} END{printf "%.2f–%.2f", min, max}'; }
 median() { tr ' ' '\n' <<<"$1" | grep -v '^$' | sort -g | awk '{v[NR]=$1} END{print v[int((NR+1)/2)]}'; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN{printf "%.3f", a/b}'; }
 
+echo "wrk -t$threads -c$connections -d${duration}s per side, $rounds rounds per pair, $runs runs;"
+echo "ratio = sluicegate side / peer side, per round; median (min–max over the rounds)."
 echo
-echo "wrk -t$threads -c$connections -d${duration}s, $runs runs, min–max:"
-echo
-echo "| setup | requests/s | p99 (ms) |"
-echo "|---|---|---|"
-for s in "${setups[@]}"; do
-  echo "| $s | $(minmax "${rps_all[$s]}") | $(minmax "${p99_all[$s]}") |"
-done
-echo
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN{printf "%.2f", a/b}'; }
-have() { [ -n "${rps_all[$1]:-}" ]; }
-if have proxy-bare && have upstream; then
-  echo "medians: proxy-bare / upstream req/s $(ratio "$(median "${rps_all[proxy-bare]}")" "$(median "${rps_all[upstream]}")")"
-fi
-for kind in allow deny; do
-  have "sg-$kind" && have "nginx-$kind" || continue
-  r=$(ratio "$(median "${rps_all[sg-$kind]}")" "$(median "${rps_all[nginx-$kind]}")")
-  p=$(ratio "$(median "${p99_all[sg-$kind]}")" "$(median "${p99_all[nginx-$kind]}")")
-  echo "medians: sluicegate / nginx ($kind): req/s $r, p99 $p"
+echo "| run | pair | req/s ratio | p99 ratio | peer req/s, p99 ms | sluicegate req/s, p99 ms |"
+echo "|---|---|---|---|---|---|"
+for run in $(seq "$runs"); do
+  for name in "${pairs[@]}"; do
+    read -r peer ours <<<"${pair[$name]}"
+    # Warm the keep-alive pools and the limiters.
+    for s in "$peer" "$ours"; do
+      wrk -t1 -c"$connections" -d1s "http://127.0.0.1:${port[$s]}/" >/dev/null 2>&1
+    done
+    rps_ratios=""; p99_ratios=""; peer_rps=""; peer_p99=""; our_rps=""; our_p99=""
+    for round in $(seq "$rounds"); do
+      if (( round % 2 )); then order="$peer $ours"; else order="$ours $peer"; fi
+      declare -A got=()
+      for s in $order; do
+        read -r rps p99 non2xx < <(measure "${port[$s]}")
+        got[$s]="$rps $p99"
+        echo "run $run round $round  $s: $rps req/s, p99 $p99 ms, non-2xx $non2xx" >&2
+      done
+      read -r prps pp99 <<<"${got[$peer]}"
+      read -r orps op99 <<<"${got[$ours]}"
+      rps_ratios+="$(ratio "$orps" "$prps") "; p99_ratios+="$(ratio "$op99" "$pp99") "
+      peer_rps+="$prps "; peer_p99+="$pp99 "; our_rps+="$orps "; our_p99+="$op99 "
+    done
+    printf '| %s | %s | **%.2f** (%s) | %.2f (%s) | %.0f, %.2f | %.0f, %.2f |\n' "$run" "$name" \
+      "$(median "$rps_ratios")" "$(minmax "$rps_ratios")" \
+      "$(median "$p99_ratios")" "$(minmax "$p99_ratios")" \
+      "$(median "$peer_rps")" "$(median "$peer_p99")" "$(median "$our_rps")" "$(median "$our_p99")"
+  done
 done
