@@ -7,7 +7,11 @@
 #   sg-allow      wrk -> sluicegate proxy, the same rule            -> upstream
 #   nginx-deny    wrk -> nginx limit_req rate=1r/s (nearly all 503) -> upstream
 #   sg-deny       wrk -> sluicegate proxy, the same rule
-# Each pair (upstream / proxy-bare, nginx-allow / sg-allow, nginx-deny / sg-deny) is measured
+#   nginx-plain   wrk -> nginx as a plain proxy (no limit)          -> upstream
+#   hyper-floor   wrk -> the least proxy on hyper (crates/sluicegate-http/examples/
+#                        hyper_floor_proxy.rs: hyper's server and client, nothing else) -> upstream
+# Each pair (upstream / proxy-bare, nginx-allow / sg-allow, nginx-deny / sg-deny,
+# nginx-plain / hyper-floor: how near hyper alone comes to nginx here) is measured
 # in rounds, the two sides one right after the other (which goes first alternates), and each
 # round gives its own ratio: a slow spell of this shared machine then slows both sides of the
 # rounds it falls in instead of one side of the comparison. A run prints, per pair, the median
@@ -16,10 +20,11 @@
 #
 #   scripts/bench-proxy.sh [seconds per side and round, default 3] [connections, default 64]
 #
-# Environment: BENCH_PAIRS="allow deny bare" measures only those pairs (default all three),
+# Environment: BENCH_PAIRS="allow deny" measures only those pairs (default all four: allow deny
+# bare floor),
 # BENCH_ROUNDS=9 rounds per pair and run (default 9), BENCH_RUNS=3 runs (default 3),
 # SLUICEGATE_PROXY_ARGS="--workers 2" adds arguments to every `sluicegate proxy`,
-# SLUICEGATE_BIN=path measures that binary (no build).
+# SLUICEGATE_BIN=path measures that binary (no build), HYPER_FLOOR_BIN=path that floor proxy.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 duration="${1:-3}"
@@ -29,6 +34,12 @@ threads=2
 command -v wrk >/dev/null || { echo "wrk is needed (apt-get install wrk)"; exit 1; }
 [ -x /usr/sbin/nginx ] || { echo "nginx is needed (apt-get install nginx)"; exit 1; }
 source scripts/lib/bench-setup.sh
+if [ -n "${HYPER_FLOOR_BIN:-}" ]; then
+  floor_bin="$HYPER_FLOOR_BIN"
+else
+  cargo build -q --release -p sluicegate-http --example hyper_floor_proxy
+  floor_bin="${CARGO_TARGET_DIR:-target}/release/examples/hyper_floor_proxy"
+fi
 
 # nginx NAME PORT HTTP-BODY: an nginx as this user under $work/NAME.
 nginx_start() {
@@ -89,9 +100,19 @@ s_allow=$(free_port); proxy_start sg-allow "$s_allow" "$(limit_rules 'leaky-queu
 n_deny=$(free_port); nginx_start nginx-deny "$n_deny" "$(limit_nginx "$n_deny" 1r/s "")"
 s_deny=$(free_port); proxy_start sg-deny "$s_deny" "$(limit_rules 'leaky-queue:rate=1/s')"
 
-declare -A port=([upstream]=$up [proxy-bare]=$p_bare [nginx-allow]=$n_allow [sg-allow]=$s_allow [nginx-deny]=$n_deny [sg-deny]=$s_deny)
-declare -A pair=([bare]="upstream proxy-bare" [allow]="nginx-allow sg-allow" [deny]="nginx-deny sg-deny")
-read -r -a pairs <<<"${BENCH_PAIRS:-allow deny bare}"
+n_plain=$(free_port); nginx_start nginx-plain "$n_plain" "upstream app { server 127.0.0.1:$up; keepalive 256; }
+server {
+  listen 127.0.0.1:$n_plain;
+  location / { proxy_http_version 1.1; proxy_set_header Connection \"\"; proxy_pass http://app; }
+}"
+h_floor=$(free_port)
+"$floor_bin" "127.0.0.1:$h_floor" "127.0.0.1:$up" "$(nproc)" 2>>"$work/floor.log" &
+pids+=($!)
+wait_port "$h_floor"
+
+declare -A port=([upstream]=$up [proxy-bare]=$p_bare [nginx-allow]=$n_allow [sg-allow]=$s_allow [nginx-deny]=$n_deny [sg-deny]=$s_deny [nginx-plain]=$n_plain [hyper-floor]=$h_floor)
+declare -A pair=([bare]="upstream proxy-bare" [allow]="nginx-allow sg-allow" [deny]="nginx-deny sg-deny" [floor]="nginx-plain hyper-floor")
+read -r -a pairs <<<"${BENCH_PAIRS:-allow deny bare floor}"
 rounds="${BENCH_ROUNDS:-9}"
 runs="${BENCH_RUNS:-3}"
 
@@ -111,9 +132,9 @@ median() { tr ' ' '\n' <<<"$1" | grep -v '^$' | sort -g | awk '{v[NR]=$1} END{pr
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN{printf "%.3f", a/b}'; }
 
 echo "wrk -t$threads -c$connections -d${duration}s per side, $rounds rounds per pair, $runs runs;"
-echo "ratio = sluicegate side / peer side, per round; median (min–max over the rounds)."
+echo "ratio = measured side / peer side, per round; median (min–max over the rounds)."
 echo
-echo "| run | pair | req/s ratio | p99 ratio | peer req/s, p99 ms | sluicegate req/s, p99 ms |"
+echo "| run | pair: peer / measured | req/s ratio | p99 ratio | peer req/s, p99 ms | measured req/s, p99 ms |"
 echo "|---|---|---|---|---|---|"
 for run in $(seq "$runs"); do
   for name in "${pairs[@]}"; do
@@ -136,7 +157,8 @@ for run in $(seq "$runs"); do
       rps_ratios+="$(ratio "$orps" "$prps") "; p99_ratios+="$(ratio "$op99" "$pp99") "
       peer_rps+="$prps "; peer_p99+="$pp99 "; our_rps+="$orps "; our_p99+="$op99 "
     done
-    printf '| %s | %s | **%.2f** (%s) | %.2f (%s) | %.0f, %.2f | %.0f, %.2f |\n' "$run" "$name" \
+    printf '| %s | %s: %s / %s | **%.2f** (%s) | %.2f (%s) | %.0f, %.2f | %.0f, %.2f |\n' \
+      "$run" "$name" "$peer" "$ours" \
       "$(median "$rps_ratios")" "$(minmax "$rps_ratios")" \
       "$(median "$p99_ratios")" "$(minmax "$p99_ratios")" \
       "$(median "$peer_rps")" "$(median "$peer_p99")" "$(median "$our_rps")" "$(median "$our_p99")"
