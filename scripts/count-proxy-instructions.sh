@@ -5,10 +5,14 @@
 # instructions do not depend on the machine's load, so this separates a change's effect from the
 # noise that wrk's requests per second carry on a shared machine (scripts/bench-proxy.sh).
 # Both proxies append the client to X-Forwarded-For (nginx: proxy_add_x_forwarded_for).
+# Counted beside them, without any limit: nginx as a plain proxy, `sluicegate proxy` with no
+# rules, and the least proxy on hyper (crates/sluicegate-http/examples/hyper_floor_proxy.rs,
+# hyper's server and client and nothing else), which tell hyper's share from Sluicegate's.
 #
 #   scripts/count-proxy-instructions.sh [requests, default 5000]
 #
-# Environment: SLUICEGATE_BIN=path counts that binary (no build). Needs valgrind, nginx and
+# Environment: SLUICEGATE_BIN=path counts that binary, HYPER_FLOOR_BIN=path that floor (no
+# build). Needs valgrind, nginx and
 # h2load (apt-get install valgrind nginx nghttp2-client).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,6 +23,12 @@ for tool in valgrind callgrind_control h2load; do
 done
 [ -x /usr/sbin/nginx ] || { echo "nginx is needed (apt-get install nginx)"; exit 1; }
 source scripts/lib/bench-setup.sh
+if [ -n "${HYPER_FLOOR_BIN:-}" ]; then
+  floor_bin="$HYPER_FLOOR_BIN"
+else
+  cargo build -q --release -p sluicegate-http --example hyper_floor_proxy
+  floor_bin="${CARGO_TARGET_DIR:-target}/release/examples/hyper_floor_proxy"
+fi
 
 # nginx_conf NAME HTTP-BODY: one worker, no master, in the foreground, under $work/NAME.
 nginx_conf() {
@@ -79,15 +89,43 @@ server {
   }
 }")")
 
-p_sg=$(free_port)
-mkdir -p "$work/sg"
-printf 'limits:\n  z: { key: peer_ip, spec: "leaky-queue:rate=1000000/s,burst=1000000,nodelay" }\nroutes:\n  - { prefix: /, limits: [z], status: 503 }\n' > "$work/sg/rules.yaml"
-sg_per=$(SLUICEGATE_LOG=warn count sluicegate "$p_sg" "$sluicegate" proxy --workers 1 \
-  --upstream "http://127.0.0.1:$up" --config "$work/sg/rules.yaml" --listen "127.0.0.1:$p_sg" --admin off)
+p_plain=$(free_port)
+plain_per=$(count nginx-plain "$p_plain" /usr/sbin/nginx -p "$work" -e stderr -c "$(nginx_conf nginx-plain "
+upstream app { server 127.0.0.1:$up; keepalive 256; }
+server {
+  listen 127.0.0.1:$p_plain;
+  location / {
+    proxy_http_version 1.1; proxy_set_header Connection \"\";
+    proxy_set_header X-Forwarded-For \$proxy_add_x_forwarded_for;
+    proxy_pass http://app;
+  }
+}")")
+
+p_floor=$(free_port)
+floor_per=$(count hyper-floor "$p_floor" "$floor_bin" "127.0.0.1:$p_floor" "127.0.0.1:$up" 1)
+
+# sg NAME RULES: `sluicegate proxy --workers 1` with those rules, counted.
+sg() {
+  local port; port=$(free_port)
+  mkdir -p "$work/$1"
+  printf '%s\n' "$2" > "$work/$1/rules.yaml"
+  SLUICEGATE_LOG=warn count "$1" "$port" "$sluicegate" proxy --workers 1 \
+    --upstream "http://127.0.0.1:$up" --config "$work/$1/rules.yaml" --listen "127.0.0.1:$port" --admin off
+}
+bare_per=$(sg sluicegate-bare 'routes:
+  - { prefix: / }')
+sg_per=$(sg sluicegate 'limits:
+  z: { key: peer_ip, spec: "leaky-queue:rate=1000000/s,burst=1000000,nodelay" }
+routes:
+  - { prefix: /, limits: [z], status: 503 }')
 
 echo "user-space instructions per request (callgrind, $requests requests, h2load --h1 -c 4):"
 echo "| proxy | instructions per request |"
 echo "|---|---|"
 echo "| nginx limit_req (1 worker) | $nginx_per |"
 echo "| sluicegate proxy (--workers 1) | $sg_per |"
+echo "| nginx, plain proxy (no limit) | $plain_per |"
+echo "| sluicegate proxy, no rules | $bare_per |"
+echo "| hyper floor (server and client alone) | $floor_per |"
 awk -v a="$sg_per" -v b="$nginx_per" 'BEGIN{printf "ratio sluicegate / nginx: %.2f\n", a/b}'
+awk -v a="$floor_per" -v b="$plain_per" 'BEGIN{printf "ratio hyper floor / nginx plain: %.2f\n", a/b}'
