@@ -8,7 +8,7 @@ use std::sync::{Arc, OnceLock};
 use parking_lot::Mutex;
 
 use crate::adaptive::AdaptiveLimitLayer;
-use crate::proxy::workers::Loads;
+use crate::proxy::loads::Loads;
 use crate::rate_limit::Stats;
 
 /// One route's counts, kept across reloads (by route name).

@@ -28,10 +28,12 @@ mod forward;
 mod forwarding;
 mod key;
 mod limiter;
+mod loads;
 mod metrics;
 mod pool;
 mod rules;
 mod server;
+mod serving;
 #[cfg(feature = "proxy-redis")]
 mod shared;
 #[cfg(feature = "proxy-redis")]

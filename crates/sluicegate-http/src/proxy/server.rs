@@ -15,20 +15,20 @@ use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::GracefulShutdown;
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::proxy::backing::Backing;
 use crate::proxy::error::ProxyError;
 use crate::proxy::forward::{Forwarder, Target};
-use crate::proxy::forwarding::ForwardedClient;
+use crate::proxy::loads::Loads;
 use crate::proxy::metrics::Metrics;
 use crate::proxy::pool::Pools;
 use crate::proxy::rules::Rules;
-use crate::proxy::table::{self, Table};
-use crate::proxy::workers::{Counted, Loads, start_workers};
+use crate::proxy::serving::{ConnectionServer, State};
+use crate::proxy::table::Table;
+use crate::proxy::workers::start_workers;
 
 /// How to run the proxy.
 #[derive(Debug, Clone)]
@@ -93,14 +93,6 @@ pub struct Proxy {
     watcher: JoinHandle<()>,
 }
 
-pub(crate) struct State {
-    table: ArcSwap<Table>,
-    /// Where the counters are (fixed at start).
-    backing: Backing,
-    forwarder: Arc<Forwarder>,
-    metrics: Arc<Metrics>,
-}
-
 /// Loads the rules, binds the listeners and starts serving (on the current tokio runtime).
 pub async fn start(config: ProxyConfig) -> Result<Proxy, ProxyError> {
     let target = Target::parse(&config.upstream)?;
@@ -148,7 +140,14 @@ pub async fn start(config: ProxyConfig) -> Result<Proxy, ProxyError> {
         ));
         (main, local_addr)
     } else {
-        start_workers(&config, &state, &loads, &stopped)?
+        start_workers(
+            config.listen,
+            config.workers,
+            config.shutdown_grace,
+            &state,
+            &loads,
+            &stopped,
+        )?
     };
     let (admin, admin_addr) = match config.admin {
         Some(address) => {
@@ -228,58 +227,6 @@ async fn serve(
     }
     drop(listener);
     server.finish(grace).await;
-}
-
-/// Serves client connections, each on a task of the current runtime, and lets them finish on
-/// shutdown.
-pub(crate) struct ConnectionServer {
-    state: Arc<State>,
-    builder: auto::Builder<TokioExecutor>,
-    graceful: GracefulShutdown,
-}
-
-impl ConnectionServer {
-    pub(crate) fn new(state: Arc<State>) -> ConnectionServer {
-        ConnectionServer {
-            state,
-            builder: auto::Builder::new(TokioExecutor::new()),
-            graceful: GracefulShutdown::new(),
-        }
-    }
-
-    /// Serves `stream` from `peer` until it closes; `counted` is dropped with it.
-    pub(crate) fn serve(&self, stream: TcpStream, peer: SocketAddr, counted: Counted) {
-        let state = Arc::clone(&self.state);
-        let client = ForwardedClient::new(peer.ip().to_canonical());
-        let service = service_fn(move |mut request: Request<Incoming>| {
-            let extensions = request.extensions_mut();
-            extensions.insert(peer);
-            extensions.insert(client.clone());
-            let table = state.table.load_full();
-            async move { Ok::<_, Infallible>(table::handle(table, request).await) }
-        });
-        let connection = self.builder.serve_connection(TokioIo::new(stream), service);
-        let connection = self.graceful.watch(connection.into_owned());
-        tokio::spawn(async move {
-            // A client that goes away mid-request is no error of the proxy's.
-            let _ = connection.await;
-            drop(counted);
-        });
-    }
-
-    /// Waits for the connections being served to finish, up to `grace`.
-    pub(crate) async fn finish(self, grace: Duration) {
-        tracing::info!("proxy: stopped accepting; finishing requests in flight");
-        if tokio::time::timeout(grace, self.graceful.shutdown())
-            .await
-            .is_err()
-        {
-            tracing::warn!(
-                ?grace,
-                "proxy: requests still in flight after the grace period"
-            );
-        }
-    }
 }
 
 async fn serve_admin(listener: TcpListener, state: Arc<State>, mut stopped: watch::Receiver<bool>) {
