@@ -338,10 +338,28 @@ async fn upstream_down_is_502_and_slow_is_504() -> TestResult {
     );
 
     let upstream = Upstream::start().await?;
-    let slow = ProxyProcess::start(&upstream.url(), rules, &["--upstream-timeout", "300ms"])?;
-    let response = client().get(slow.url("/x?hold_ms=3000")).send().await?;
+    // One worker: every request below goes through its one pool, so the slow request and
+    // those around it share the upstream connection and the timer that lives with it.
+    let slow = ProxyProcess::start(
+        &upstream.url(),
+        rules,
+        &["--upstream-timeout", "300ms", "--workers", "1"],
+    )?;
+    let client = client();
+    assert_eq!(status(client.get(slow.url("/x"))).await?, 200);
+    // The connection idles past its last request's deadline: its timer fires unwatched, and
+    // the next request on it must still get its own full wait.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(status(client.get(slow.url("/x"))).await?, 200);
+    let response = client.get(slow.url("/x?hold_ms=3000")).send().await?;
     assert_eq!(response.status(), 504);
     assert!(response.text().await?.contains("did not answer within"));
+    assert_eq!(status(client.get(slow.url("/x"))).await?, 200);
+    assert_eq!(
+        slow.metric("sluicegate_proxy_upstream_errors_total{kind=\"timeout\"}")
+            .await?,
+        1
+    );
     Ok(())
 }
 

@@ -122,13 +122,13 @@ impl Forwarder {
             .map_or_else(|| Uri::from_static("/"), Uri::from);
         parts.version = Version::HTTP_11;
         let request = Request::from_parts(parts, body);
-        match tokio::time::timeout(self.timeout, self.pools.send(request)).await {
-            Ok(Ok(response)) => {
+        match self.pools.send(request, self.timeout).await {
+            Ok(response) => {
                 let (mut parts, body) = response.into_parts();
                 drop_hop_by_hop(&mut parts.headers);
                 Response::from_parts(parts, Either::Left(body))
             }
-            Ok(Err(SendError::Connect(error))) => {
+            Err(SendError::Connect(error)) => {
                 Metrics::count(&self.metrics.upstream_connect_errors);
                 tracing::warn!(%error, "proxy: cannot connect to the upstream");
                 text(
@@ -139,7 +139,7 @@ impl Forwarder {
                     ),
                 )
             }
-            Ok(Err(SendError::Upstream(error))) => {
+            Err(SendError::Upstream(error)) => {
                 Metrics::count(&self.metrics.upstream_other_errors);
                 tracing::warn!(error = %error_chain(&error), "proxy: the upstream failed");
                 text(
@@ -150,7 +150,7 @@ impl Forwarder {
                     ),
                 )
             }
-            Err(_) => {
+            Err(SendError::Timeout) => {
                 Metrics::count(&self.metrics.upstream_timeouts);
                 text(
                     StatusCode::GATEWAY_TIMEOUT,

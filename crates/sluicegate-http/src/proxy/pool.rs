@@ -12,7 +12,7 @@ use std::cell::Cell;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::task::{Context, Poll};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::uri::Authority;
@@ -22,6 +22,7 @@ use hyper::body::Incoming;
 use hyper::client::conn::http1::{self, SendRequest};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
+use tokio::time::{Instant, Sleep};
 
 /// How long a connection may stay idle in a pool.
 const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
@@ -42,6 +43,18 @@ pub(crate) enum SendError {
     Connect(String),
     /// The connection failed while the request was sent or its response head read.
     Upstream(hyper::Error),
+    /// No response head came before the deadline.
+    Timeout,
+}
+
+/// A keep-alive connection to the upstream, and the timer its requests wait on.
+///
+/// The timer lives as long as the connection and is moved to each request's deadline: moving a
+/// registered timer later only updates it, where a timer per request is inserted into tokio's
+/// timer wheel and removed from it again (about 2% of the proxy's instructions per request).
+struct Conn {
+    sender: SendRequest<Incoming>,
+    timer: Pin<Box<Sleep>>,
 }
 
 /// The pools of one upstream: one per worker thread, and one for threads of no worker.
@@ -77,24 +90,34 @@ impl Pools {
     }
 
     /// Sends `request` (origin-form URI, `Host` set) on an idle connection of the current
-    /// thread's pool, or a new one. A request an idle connection turned out to be closed for
-    /// (the upstream closed it as the request was handed over) is sent on another.
+    /// thread's pool, or a new one, and waits up to `timeout` for the response head. A request
+    /// an idle connection turned out to be closed for (the upstream closed it as the request
+    /// was handed over) is sent on another.
     pub(crate) async fn send(
         &self,
         mut request: Request<Incoming>,
+        timeout: Duration,
     ) -> Result<Response<PooledBody>, SendError> {
+        let deadline = Instant::now() + timeout;
         let pool = self.pool();
         loop {
-            let (mut sender, reused) = match pool.checkout().await {
-                Some(sender) => (sender, true),
-                None => (self.connect(pool).await?, false),
+            let (mut conn, reused) = match pool.checkout().await {
+                Some(conn) => (conn, true),
+                None => (self.connect(pool, deadline).await?, false),
             };
-            match sender.try_send_request(request).await {
+            conn.timer.as_mut().reset(deadline);
+            let sent = tokio::select! {
+                biased;
+                sent = conn.sender.try_send_request(request) => sent,
+                // The connection is dropped with the request on it: the upstream sees it close.
+                () = conn.timer.as_mut() => return Err(SendError::Timeout),
+            };
+            match sent {
                 Ok(response) => {
                     let (parts, body) = response.into_parts();
                     let body = PooledBody {
                         inner: body,
-                        conn: Some((sender, Arc::clone(pool))),
+                        conn: Some((conn, Arc::clone(pool))),
                     };
                     return Ok(Response::from_parts(parts, body));
                 }
@@ -106,13 +129,17 @@ impl Pools {
         }
     }
 
-    async fn connect(&self, pool: &Arc<Pool>) -> Result<SendRequest<Incoming>, SendError> {
+    /// A new connection, made before `deadline` (else [`SendError::Timeout`]) and within the
+    /// connect timeout.
+    async fn connect(&self, pool: &Arc<Pool>, deadline: Instant) -> Result<Conn, SendError> {
         let connect = TcpStream::connect(self.address.as_str());
-        let stream = match tokio::time::timeout(self.connect_timeout, connect).await {
+        let connect_by = Instant::now() + self.connect_timeout;
+        let stream = match tokio::time::timeout_at(connect_by.min(deadline), connect).await {
             Ok(Ok(stream)) => stream,
             Ok(Err(error)) => {
                 return Err(SendError::Connect(format!("tcp connect error: {error}")));
             }
+            Err(_) if deadline <= connect_by => return Err(SendError::Timeout),
             Err(_) => {
                 return Err(SendError::Connect(format!(
                     "no connection within {:?}",
@@ -129,7 +156,10 @@ impl Pools {
             let _ = connection.await;
         });
         pool.start_sweeping();
-        Ok(sender)
+        Ok(Conn {
+            sender,
+            timer: Box::pin(tokio::time::sleep_until(deadline)),
+        })
     }
 }
 
@@ -141,7 +171,7 @@ struct Pool {
 
 #[derive(Default)]
 struct Idle {
-    connections: Vec<(SendRequest<Incoming>, Instant)>,
+    connections: Vec<(Conn, Instant)>,
     sweeping: bool,
 }
 
@@ -151,9 +181,10 @@ impl Pool {
     }
 
     /// The connection idle the shortest time that is still open and ready for a request.
-    async fn checkout(&self) -> Option<SendRequest<Incoming>> {
+    async fn checkout(&self) -> Option<Conn> {
         loop {
-            let (mut sender, since) = self.lock().connections.pop()?;
+            let (mut conn, since) = self.lock().connections.pop()?;
+            let sender = &mut conn.sender;
             if sender.is_closed() || since.elapsed() > IDLE_TIMEOUT {
                 continue;
             }
@@ -162,18 +193,18 @@ impl Pool {
             // closes once that request is sent, rather than this one waiting for it.
             let ready = std::future::poll_fn(|cx| Poll::Ready(sender.poll_ready(cx))).await;
             if let Poll::Ready(Ok(())) = ready {
-                return Some(sender);
+                return Some(conn);
             }
         }
     }
 
-    fn put(&self, sender: SendRequest<Incoming>) {
-        if sender.is_closed() {
+    fn put(&self, conn: Conn) {
+        if conn.sender.is_closed() {
             return;
         }
         let mut idle = self.lock();
         if idle.connections.len() < MAX_IDLE {
-            idle.connections.push((sender, Instant::now()));
+            idle.connections.push((conn, Instant::now()));
         }
     }
 
@@ -195,8 +226,8 @@ impl Pool {
                     return;
                 };
                 let mut idle = pool.lock();
-                idle.connections.retain(|(sender, since)| {
-                    !sender.is_closed() && since.elapsed() <= IDLE_TIMEOUT
+                idle.connections.retain(|(conn, since)| {
+                    !conn.sender.is_closed() && since.elapsed() <= IDLE_TIMEOUT
                 });
             }
         });
@@ -207,7 +238,7 @@ impl Pool {
 /// has been read to its end (a body dropped before its end closes the connection).
 pub struct PooledBody {
     inner: Incoming,
-    conn: Option<(SendRequest<Incoming>, Arc<Pool>)>,
+    conn: Option<(Conn, Arc<Pool>)>,
 }
 
 impl std::fmt::Debug for PooledBody {
@@ -220,8 +251,8 @@ impl std::fmt::Debug for PooledBody {
 
 impl PooledBody {
     fn release(&mut self) {
-        if let Some((sender, pool)) = self.conn.take() {
-            pool.put(sender);
+        if let Some((conn, pool)) = self.conn.take() {
+            pool.put(conn);
         }
     }
 }
