@@ -11,6 +11,7 @@ use std::sync::Arc;
 use bytes::{BufMut, Bytes, BytesMut};
 use http::HeaderMap;
 use http::header::{self, Entry, HeaderName, HeaderValue};
+use parking_lot::Mutex;
 use smallvec::SmallVec;
 
 /// Fields that describe one connection, not the message: never forwarded.
@@ -102,6 +103,10 @@ struct Formatted {
     address: HeaderValue,
     /// The start of `Forwarded`'s element: `for=192.0.2.1`, or `for="[2001:db8::1]"`.
     for_param: Bytes,
+    /// The last `Host` seen on the connection (copied: a value hyper parsed shares its read
+    /// buffer, which would then not be reused) and the `Forwarded` element made with it: the
+    /// requests of a connection mostly name one host.
+    last: Mutex<Option<(Box<[u8]>, HeaderValue)>>,
 }
 
 impl ForwardedClient {
@@ -118,17 +123,34 @@ impl ForwardedClient {
         ForwardedClient(Arc::new(Formatted {
             address,
             for_param: Bytes::from(for_param),
+            last: Mutex::new(None),
         }))
     }
 
     /// Appends this client to the `X-Forwarded-For` and `Forwarded` lists of a request whose
     /// fields are `headers` (after its `Host` is set).
     pub(crate) fn append_to(&self, headers: &mut HeaderMap) {
-        let forwarded = self.forwarded_element(headers.get(header::HOST));
+        let forwarded = self.forwarded_for_host(headers.get(header::HOST));
         append_list(headers, &X_FORWARDED_FOR, self.0.address.clone());
         if let Some(forwarded) = forwarded {
             append_list(headers, &header::FORWARDED, forwarded);
         }
+    }
+
+    /// The `Forwarded` element for `host`: the last one made if it named the same host.
+    fn forwarded_for_host(&self, host: Option<&HeaderValue>) -> Option<HeaderValue> {
+        let Some(host) = host else {
+            return self.forwarded_element(None);
+        };
+        let mut last = self.0.last.lock();
+        if let Some((seen, element)) = last.as_ref() {
+            if **seen == *host.as_bytes() {
+                return Some(element.clone());
+            }
+        }
+        let element = self.forwarded_element(Some(host))?;
+        *last = Some((host.as_bytes().into(), element.clone()));
+        Some(element)
     }
 
     /// The `Forwarded` element: `for`, `host` when it can be quoted as is, `proto`.
@@ -228,5 +250,21 @@ mod tests {
         let mut map = headers(&[("host", "a\\")]);
         ForwardedClient::new("10.1.2.3".parse().expect("ip")).append_to(&mut map);
         assert_eq!(map[header::FORWARDED], "for=10.1.2.3;proto=http");
+    }
+
+    #[test]
+    fn each_request_of_a_connection_names_its_own_host() {
+        let client = ForwardedClient::new("192.0.2.7".parse().expect("ip"));
+        for host in ["a.example", "a.example", "b.example", "a.example"] {
+            let mut map = headers(&[("host", host)]);
+            client.append_to(&mut map);
+            assert_eq!(
+                map[header::FORWARDED],
+                format!("for=192.0.2.7;host=\"{host}\";proto=http").as_str()
+            );
+        }
+        let mut map = headers(&[]);
+        client.append_to(&mut map);
+        assert_eq!(map[header::FORWARDED], "for=192.0.2.7;proto=http");
     }
 }
