@@ -29,8 +29,21 @@ const HOP_BY_HOP: [&str; 9] = [
 
 static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 
+/// Bit `n` set: some name of [`HOP_BY_HOP`] is `n` bytes long.
+const HOP_BY_HOP_LENGTHS: u32 = {
+    let mut lengths = 0;
+    let mut i = 0;
+    while i < HOP_BY_HOP.len() {
+        lengths |= 1 << HOP_BY_HOP[i].len();
+        i += 1;
+    }
+    lengths
+};
+
 fn is_hop_by_hop(name: &HeaderName) -> bool {
-    HOP_BY_HOP.contains(&name.as_str())
+    let name = name.as_str();
+    // Most fields have a length no hop-by-hop name has, and are passed over on that alone.
+    name.len() < 32 && HOP_BY_HOP_LENGTHS & (1 << name.len()) != 0 && HOP_BY_HOP.contains(&name)
 }
 
 /// Whether a token of the `Connection` field needs no removal of its own: `close` is an
