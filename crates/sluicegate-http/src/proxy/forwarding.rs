@@ -57,24 +57,30 @@ fn is_known_token(token: &[u8]) -> bool {
 
 /// Removes the hop-by-hop fields, and those the `Connection` field names.
 pub(crate) fn drop_hop_by_hop(headers: &mut HeaderMap) {
-    // Only the names present are removed: removing by name hashes it, and most messages carry
-    // one of these (`Connection`) or none.
-    let mut present: SmallVec<[HeaderName; 4]> = headers
-        .keys()
-        .filter(|name| is_hop_by_hop(name))
-        .cloned()
-        .collect();
-    if present.is_empty() {
-        return;
+    // One look over the names, and a removal by name (which hashes it) only for those present:
+    // most messages carry `Connection` alone of these, or none.
+    let mut has_connection = false;
+    let mut present: SmallVec<[HeaderName; 2]> = SmallVec::new();
+    for name in headers.keys().filter(|name| is_hop_by_hop(name)) {
+        if name == header::CONNECTION {
+            has_connection = true;
+        } else {
+            present.push(name.clone());
+        }
     }
-    for value in headers.get_all(header::CONNECTION) {
-        for token in value.as_bytes().split(|&b| b == b',') {
-            let token = token.trim_ascii();
-            if token.is_empty() || is_known_token(token) {
-                continue;
-            }
-            if let Ok(name) = HeaderName::from_bytes(token) {
-                present.push(name);
+    if has_connection {
+        if let Entry::Occupied(connection) = headers.entry(header::CONNECTION) {
+            let (_, values) = connection.remove_entry_mult();
+            for value in values {
+                for token in value.as_bytes().split(|&b| b == b',') {
+                    let token = token.trim_ascii();
+                    if token.is_empty() || is_known_token(token) {
+                        continue;
+                    }
+                    if let Ok(name) = HeaderName::from_bytes(token) {
+                        present.push(name);
+                    }
+                }
             }
         }
     }
@@ -223,6 +229,18 @@ mod tests {
         ]);
         drop_hop_by_hop(&mut map);
         assert_eq!(names(&map), ["accept", "host"]);
+    }
+
+    #[test]
+    fn every_connection_field_is_read_and_dropped() {
+        let mut map = headers(&[
+            ("connection", "keep-alive"),
+            ("connection", "x-a"),
+            ("x-a", "1"),
+            ("x-b", "2"),
+        ]);
+        drop_hop_by_hop(&mut map);
+        assert_eq!(names(&map), ["x-b"]);
     }
 
     #[test]
