@@ -12,7 +12,8 @@
 //! single-threaded runtime with its own `SO_REUSEPORT` listening socket and its own stack of
 //! keep-alive upstream connections. A request is passed on as it came (origin-form URI), its
 //! response streamed back. Not a proxy to deploy: no hop-by-hop handling, no timeouts, no
-//! error bodies.
+//! error bodies. It uses the `sluicegate` binary's allocator (mimalloc), so that the two differ
+//! only in what the proxy does.
 
 use std::cell::RefCell;
 use std::convert::Infallible;
@@ -26,6 +27,9 @@ use hyper::client::conn::http1::SendRequest;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use tokio::net::{TcpSocket, TcpStream};
+
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 type Error = Box<dyn std::error::Error + Send + Sync>;
 type Body = Either<Incoming, Empty<Bytes>>;
