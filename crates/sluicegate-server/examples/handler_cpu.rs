@@ -27,6 +27,10 @@ use sluicegate_rules::{LoadOptions, RuleSet};
 use sluicegate_server::serve::{Engine, EngineOptions, GrpcService, Metrics};
 use tonic::Request;
 
+/// The `sluicegate` binary's allocator, so that a call costs here what it costs in `serve`.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[path = "shared/always_ok.rs"]
 mod always_ok;
 use always_ok::AlwaysOk;
