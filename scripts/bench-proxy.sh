@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `sluicegate proxy` against nginx `limit_req`, both in front of the same upstream, with wrk on
-# loopback (issue 11). Six setups, measured in pairs:
+# loopback (issue 11). Nine setups, measured in pairs:
 #   upstream      wrk -> upstream (an nginx answering `return 200`)
 #   proxy-bare    wrk -> sluicegate proxy, no rules -> upstream     (the proxy's own overhead)
 #   nginx-allow   wrk -> nginx limit_req (rate far above the load) -> upstream
@@ -10,8 +10,11 @@
 #   nginx-plain   wrk -> nginx as a plain proxy (no limit)          -> upstream
 #   hyper-floor   wrk -> the least proxy on hyper (crates/sluicegate-http/examples/
 #                        hyper_floor_proxy.rs: hyper's server and client, nothing else) -> upstream
+#   httparse-floor wrk -> the least HTTP/1.1 proxy loop without hyper (crates/sluicegate-http/
+#                        examples/httparse_floor_proxy.rs: httparse, Content-Length only) -> upstream
 # Each pair (upstream / proxy-bare, nginx-allow / sg-allow, nginx-deny / sg-deny,
-# nginx-plain / hyper-floor: how near hyper alone comes to nginx here) is measured
+# nginx-plain / hyper-floor: how near hyper alone comes to nginx here, nginx-plain /
+# httparse-floor: how near a proxy that parses HTTP/1.1 itself comes) is measured
 # in rounds, the two sides one right after the other (which goes first alternates), and each
 # round gives its own ratio: a slow spell of this shared machine then slows both sides of the
 # rounds it falls in instead of one side of the comparison. A run prints, per pair, the median
@@ -20,11 +23,12 @@
 #
 #   scripts/bench-proxy.sh [seconds per side and round, default 3] [connections, default 64]
 #
-# Environment: BENCH_PAIRS="allow deny" measures only those pairs (default all four: allow deny
-# bare floor),
+# Environment: BENCH_PAIRS="allow deny" measures only those pairs (default all five: allow deny
+# bare floor lean),
 # BENCH_ROUNDS=9 rounds per pair and run (default 9), BENCH_RUNS=3 runs (default 3),
 # SLUICEGATE_PROXY_ARGS="--workers 2" adds arguments to every `sluicegate proxy`,
-# SLUICEGATE_BIN=path measures that binary (no build), HYPER_FLOOR_BIN=path that floor proxy.
+# SLUICEGATE_BIN=path measures that binary (no build), HYPER_FLOOR_BIN=path and
+# LEAN_FLOOR_BIN=path those floor proxies.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 duration="${1:-3}"
@@ -39,6 +43,12 @@ if [ -n "${HYPER_FLOOR_BIN:-}" ]; then
 else
   cargo build -q --release -p sluicegate-http --example hyper_floor_proxy
   floor_bin="${CARGO_TARGET_DIR:-target}/release/examples/hyper_floor_proxy"
+fi
+if [ -n "${LEAN_FLOOR_BIN:-}" ]; then
+  lean_bin="$LEAN_FLOOR_BIN"
+else
+  cargo build -q --release -p sluicegate-http --example httparse_floor_proxy
+  lean_bin="${CARGO_TARGET_DIR:-target}/release/examples/httparse_floor_proxy"
 fi
 
 # nginx NAME PORT HTTP-BODY: an nginx as this user under $work/NAME.
@@ -109,10 +119,14 @@ h_floor=$(free_port)
 "$floor_bin" "127.0.0.1:$h_floor" "127.0.0.1:$up" "$(nproc)" 2>>"$work/floor.log" &
 pids+=($!)
 wait_port "$h_floor"
+l_floor=$(free_port)
+"$lean_bin" "127.0.0.1:$l_floor" "127.0.0.1:$up" "$(nproc)" 2>>"$work/lean.log" &
+pids+=($!)
+wait_port "$l_floor"
 
-declare -A port=([upstream]=$up [proxy-bare]=$p_bare [nginx-allow]=$n_allow [sg-allow]=$s_allow [nginx-deny]=$n_deny [sg-deny]=$s_deny [nginx-plain]=$n_plain [hyper-floor]=$h_floor)
-declare -A pair=([bare]="upstream proxy-bare" [allow]="nginx-allow sg-allow" [deny]="nginx-deny sg-deny" [floor]="nginx-plain hyper-floor")
-read -r -a pairs <<<"${BENCH_PAIRS:-allow deny bare floor}"
+declare -A port=([upstream]=$up [proxy-bare]=$p_bare [nginx-allow]=$n_allow [sg-allow]=$s_allow [nginx-deny]=$n_deny [sg-deny]=$s_deny [nginx-plain]=$n_plain [hyper-floor]=$h_floor [httparse-floor]=$l_floor)
+declare -A pair=([bare]="upstream proxy-bare" [allow]="nginx-allow sg-allow" [deny]="nginx-deny sg-deny" [floor]="nginx-plain hyper-floor" [lean]="nginx-plain httparse-floor")
+read -r -a pairs <<<"${BENCH_PAIRS:-allow deny bare floor lean}"
 rounds="${BENCH_ROUNDS:-9}"
 runs="${BENCH_RUNS:-3}"
 

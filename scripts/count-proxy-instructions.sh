@@ -7,12 +7,13 @@
 # Both proxies append the client to X-Forwarded-For (nginx: proxy_add_x_forwarded_for).
 # Counted beside them, without any limit: nginx as a plain proxy, `sluicegate proxy` with no
 # rules, and the least proxy on hyper (crates/sluicegate-http/examples/hyper_floor_proxy.rs,
-# hyper's server and client and nothing else), which tell hyper's share from Sluicegate's.
+# hyper's server and client and nothing else), which tell hyper's share from Sluicegate's, and
+# the least HTTP/1.1 proxy loop without hyper (examples/httparse_floor_proxy.rs).
 #
 #   scripts/count-proxy-instructions.sh [requests, default 5000]
 #
-# Environment: SLUICEGATE_BIN=path counts that binary, HYPER_FLOOR_BIN=path that floor (no
-# build). Needs valgrind, nginx and
+# Environment: SLUICEGATE_BIN=path counts that binary, HYPER_FLOOR_BIN=path and
+# LEAN_FLOOR_BIN=path those floors (no build). Needs valgrind, nginx and
 # h2load (apt-get install valgrind nginx nghttp2-client).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,6 +29,12 @@ if [ -n "${HYPER_FLOOR_BIN:-}" ]; then
 else
   cargo build -q --release -p sluicegate-http --example hyper_floor_proxy
   floor_bin="${CARGO_TARGET_DIR:-target}/release/examples/hyper_floor_proxy"
+fi
+if [ -n "${LEAN_FLOOR_BIN:-}" ]; then
+  lean_bin="$LEAN_FLOOR_BIN"
+else
+  cargo build -q --release -p sluicegate-http --example httparse_floor_proxy
+  lean_bin="${CARGO_TARGET_DIR:-target}/release/examples/httparse_floor_proxy"
 fi
 
 # nginx_conf NAME HTTP-BODY: one worker, no master, in the foreground, under $work/NAME.
@@ -103,6 +110,8 @@ server {
 
 p_floor=$(free_port)
 floor_per=$(count hyper-floor "$p_floor" "$floor_bin" "127.0.0.1:$p_floor" "127.0.0.1:$up" 1)
+p_lean=$(free_port)
+lean_per=$(count httparse-floor "$p_lean" "$lean_bin" "127.0.0.1:$p_lean" "127.0.0.1:$up" 1)
 
 # sg NAME RULES: `sluicegate proxy --workers 1` with those rules, counted.
 sg() {
@@ -127,5 +136,7 @@ echo "| sluicegate proxy (--workers 1) | $sg_per |"
 echo "| nginx, plain proxy (no limit) | $plain_per |"
 echo "| sluicegate proxy, no rules | $bare_per |"
 echo "| hyper floor (server and client alone) | $floor_per |"
+echo "| httparse floor (a proxy loop without hyper) | $lean_per |"
 awk -v a="$sg_per" -v b="$nginx_per" 'BEGIN{printf "ratio sluicegate / nginx: %.2f\n", a/b}'
 awk -v a="$floor_per" -v b="$plain_per" 'BEGIN{printf "ratio hyper floor / nginx plain: %.2f\n", a/b}'
+awk -v a="$lean_per" -v b="$plain_per" 'BEGIN{printf "ratio httparse floor / nginx plain: %.2f\n", a/b}'

@@ -26,12 +26,15 @@ use hyper::body::{Bytes, Incoming};
 use hyper::client::conn::http1::SendRequest;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
-use tokio::net::{TcpSocket, TcpStream};
+use tokio::net::TcpStream;
+
+#[path = "shared/floor_workers.rs"]
+mod floor_workers;
+use floor_workers::{Arguments, Error, run_workers};
 
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-type Error = Box<dyn std::error::Error + Send + Sync>;
 type Body = Either<Incoming, Empty<Bytes>>;
 
 thread_local! {
@@ -40,53 +43,20 @@ thread_local! {
 }
 
 fn main() -> Result<(), Error> {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let (Some(listen), Some(upstream)) = (args.first(), args.get(1)) else {
-        return Err("usage: hyper_floor_proxy LISTEN UPSTREAM [WORKERS]".into());
-    };
-    let listen: SocketAddr = listen.parse()?;
-    let upstream: SocketAddr = upstream.parse()?;
-    let workers: usize = args.get(2).map_or(Ok(2), |w| w.parse())?;
-    let threads: Vec<_> = (0..workers)
-        .map(|_| {
-            std::thread::spawn(move || -> Result<(), String> {
-                let runtime = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                    .map_err(|e| e.to_string())?;
-                runtime
-                    .block_on(worker(listen, upstream))
-                    .map_err(|e| e.to_string())
-            })
-        })
-        .collect();
-    for thread in threads {
-        thread.join().map_err(|_| "a worker panicked")??;
-    }
-    Ok(())
-}
-
-async fn worker(listen: SocketAddr, upstream: SocketAddr) -> Result<(), Error> {
-    let socket = if listen.is_ipv4() {
-        TcpSocket::new_v4()?
-    } else {
-        TcpSocket::new_v6()?
-    };
-    socket.set_reuseport(true)?;
-    socket.bind(listen)?;
-    let listener = socket.listen(1024)?;
-    loop {
-        let (stream, _) = listener.accept().await?;
-        let _ = stream.set_nodelay(true);
-        let service = service_fn(move |request| async move {
-            Ok::<_, Infallible>(forward(request, upstream).await)
-        });
-        tokio::spawn(async move {
+    let arguments = Arguments::parse("hyper_floor_proxy")?;
+    let upstream = arguments.upstream;
+    run_workers(
+        arguments.listen,
+        arguments.workers,
+        move |stream, _peer| async move {
+            let service = service_fn(move |request| async move {
+                Ok::<_, Infallible>(forward(request, upstream).await)
+            });
             let _ = hyper::server::conn::http1::Builder::new()
                 .serve_connection(TokioIo::new(stream), service)
                 .await;
-        });
-    }
+        },
+    )
 }
 
 async fn forward(mut request: Request<Incoming>, upstream: SocketAddr) -> Response<Body> {
