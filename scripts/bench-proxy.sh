@@ -38,18 +38,6 @@ threads=2
 command -v wrk >/dev/null || { echo "wrk is needed (apt-get install wrk)"; exit 1; }
 [ -x /usr/sbin/nginx ] || { echo "nginx is needed (apt-get install nginx)"; exit 1; }
 source scripts/lib/bench-setup.sh
-if [ -n "${HYPER_FLOOR_BIN:-}" ]; then
-  floor_bin="$HYPER_FLOOR_BIN"
-else
-  cargo build -q --release -p sluicegate-http --example hyper_floor_proxy
-  floor_bin="${CARGO_TARGET_DIR:-target}/release/examples/hyper_floor_proxy"
-fi
-if [ -n "${LEAN_FLOOR_BIN:-}" ]; then
-  lean_bin="$LEAN_FLOOR_BIN"
-else
-  cargo build -q --release -p sluicegate-http --example httparse_floor_proxy
-  lean_bin="${CARGO_TARGET_DIR:-target}/release/examples/httparse_floor_proxy"
-fi
 
 # nginx NAME PORT HTTP-BODY: an nginx as this user under $work/NAME.
 nginx_start() {

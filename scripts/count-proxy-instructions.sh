@@ -24,18 +24,6 @@ for tool in valgrind callgrind_control h2load; do
 done
 [ -x /usr/sbin/nginx ] || { echo "nginx is needed (apt-get install nginx)"; exit 1; }
 source scripts/lib/bench-setup.sh
-if [ -n "${HYPER_FLOOR_BIN:-}" ]; then
-  floor_bin="$HYPER_FLOOR_BIN"
-else
-  cargo build -q --release -p sluicegate-http --example hyper_floor_proxy
-  floor_bin="${CARGO_TARGET_DIR:-target}/release/examples/hyper_floor_proxy"
-fi
-if [ -n "${LEAN_FLOOR_BIN:-}" ]; then
-  lean_bin="$LEAN_FLOOR_BIN"
-else
-  cargo build -q --release -p sluicegate-http --example httparse_floor_proxy
-  lean_bin="${CARGO_TARGET_DIR:-target}/release/examples/httparse_floor_proxy"
-fi
 
 # nginx_conf NAME HTTP-BODY: one worker, no master, in the foreground, under $work/NAME.
 nginx_conf() {

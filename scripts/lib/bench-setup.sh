@@ -1,6 +1,7 @@
 # Sourced from the repository's root by scripts/bench-proxy.sh and
-# scripts/count-proxy-instructions.sh: the sluicegate binary to measure, a work directory and
-# the processes to stop on exit, free ports, and waiting for a listener.
+# scripts/count-proxy-instructions.sh: the sluicegate binary and the two floor proxies to
+# measure, a work directory and the processes to stop on exit, free ports, and waiting for a
+# listener.
 
 # $SLUICEGATE_BIN, or a release build of this tree.
 if [ -n "${SLUICEGATE_BIN:-}" ]; then
@@ -9,6 +10,18 @@ else
   cargo build -q --release -p sluicegate-server --bin sluicegate
   sluicegate="${CARGO_TARGET_DIR:-target}/release/sluicegate"
 fi
+
+# The floors: $HYPER_FLOOR_BIN and $LEAN_FLOOR_BIN, or release builds of this tree's examples.
+floor_example() { # ENV-VALUE EXAMPLE: prints the binary's path
+  if [ -n "$1" ]; then
+    echo "$1"
+  else
+    cargo build -q --release -p sluicegate-http --example "$2" || return 1
+    echo "${CARGO_TARGET_DIR:-target}/release/examples/$2"
+  fi
+}
+floor_bin=$(floor_example "${HYPER_FLOOR_BIN:-}" hyper_floor_proxy)
+lean_bin=$(floor_example "${LEAN_FLOOR_BIN:-}" httparse_floor_proxy)
 
 work=$(mktemp -d)
 pids=()
