@@ -20,7 +20,7 @@ use tower_service::Service;
 use crate::proxy::error::ProxyError;
 use crate::proxy::forwarding::{ForwardedClient, drop_hop_by_hop};
 use crate::proxy::metrics::{Metrics, RouteCounters};
-use crate::proxy::pool::{PooledBody, Pools, SendError};
+use crate::proxy::upstream::{PooledBody, Pools, SendError};
 
 /// A response body: the upstream's, streamed, or the proxy's own short text.
 pub type UpstreamBody = Either<PooledBody, Full<Bytes>>;

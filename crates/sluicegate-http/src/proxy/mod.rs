@@ -30,7 +30,6 @@ mod key;
 mod limiter;
 mod loads;
 mod metrics;
-mod pool;
 mod rules;
 mod server;
 mod serving;
@@ -39,6 +38,7 @@ mod shared;
 #[cfg(feature = "proxy-redis")]
 mod shared_route;
 mod table;
+mod upstream;
 mod workers;
 
 pub use error::{ProxyError, RuleFileError, RuleProblem};
@@ -52,3 +52,4 @@ pub use server::{Proxy, ProxyConfig, start};
 #[cfg(feature = "proxy-redis")]
 pub use shared::RedisSettings;
 pub use table::{ProxyBody, RouteBody};
+pub use upstream::{PooledBody, UpstreamError};

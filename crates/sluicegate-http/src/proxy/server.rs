@@ -24,10 +24,10 @@ use crate::proxy::error::ProxyError;
 use crate::proxy::forward::{Forwarder, Target};
 use crate::proxy::loads::Loads;
 use crate::proxy::metrics::Metrics;
-use crate::proxy::pool::Pools;
 use crate::proxy::rules::Rules;
 use crate::proxy::serving::{ConnectionServer, State};
 use crate::proxy::table::Table;
+use crate::proxy::upstream::Pools;
 use crate::proxy::workers::start_workers;
 
 /// How to run the proxy.

@@ -12,8 +12,8 @@ use tokio::task::JoinHandle;
 
 use crate::proxy::error::ProxyError;
 use crate::proxy::loads::{Counted, Loads};
-use crate::proxy::pool::Pools;
 use crate::proxy::serving::{ConnectionServer, State};
+use crate::proxy::upstream::Pools;
 
 /// A connection on its way to the worker that serves it: the socket is out of the accepting
 /// worker's runtime until the receiving one registers it.

@@ -1,0 +1,14 @@
+//! The proxy's HTTP/1.1 client to its upstream, on httparse and tokio: pooled keep-alive
+//! connections, each request written and its response read by the client request's own task.
+
+mod body;
+mod chunked;
+mod conn;
+mod error;
+mod pool;
+mod request;
+mod response;
+
+pub use body::PooledBody;
+pub use error::UpstreamError;
+pub(crate) use pool::{Pools, SendError};

@@ -1,0 +1,220 @@
+//! Keep-alive HTTP/1.1 connections to the upstream, one pool per worker thread.
+//!
+//! A request is sent on an idle connection of the pool of the thread serving it (or on a new
+//! one), and the connection goes back to that pool the moment the response body has been read
+//! to its end. The request's own task writes it and reads its response, so a request never
+//! wakes a task of another thread, or another task at all; and the pool is a plain stack
+//! behind a lock no other thread takes (hyper-util's pooled client keyed every checkout by
+//! scheme and authority in a shared map, and spawned a task per request to put the connection
+//! back).
+
+use std::cell::Cell;
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::time::Duration;
+
+use http::uri::Authority;
+use http::{Method, Request, Response};
+use hyper::body::Incoming;
+use tokio::net::TcpStream;
+use tokio::time::Instant;
+
+use crate::proxy::upstream::body::PooledBody;
+use crate::proxy::upstream::conn::{Conn, Failed};
+use crate::proxy::upstream::error::UpstreamError;
+use crate::proxy::upstream::request;
+
+/// How long a connection may stay idle in a pool.
+const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
+/// How many idle connections a pool keeps at most.
+const MAX_IDLE: usize = 1024;
+/// How often idle connections past [`IDLE_TIMEOUT`] are closed.
+const SWEEP_EVERY: Duration = Duration::from_secs(10);
+
+thread_local! {
+    /// The worker the current thread is (0: none, a thread of the caller's runtime).
+    static WORKER: Cell<usize> = const { Cell::new(0) };
+}
+
+/// Why a request got no response from the upstream.
+#[derive(Debug)]
+pub(crate) enum SendError {
+    /// No connection could be made (the text says why).
+    Connect(String),
+    /// The connection failed while the request was sent or its response head read.
+    Upstream(UpstreamError),
+    /// No response head came before the deadline.
+    Timeout,
+}
+
+/// The pools of one upstream: one per worker thread, and one for threads of no worker.
+pub(crate) struct Pools {
+    pools: Vec<Arc<Pool>>,
+    /// `host:port`.
+    address: String,
+    connect_timeout: Duration,
+}
+
+impl Pools {
+    pub(crate) fn new(authority: &Authority, workers: usize, connect_timeout: Duration) -> Pools {
+        Pools {
+            pools: (0..=workers).map(|_| Arc::new(Pool::default())).collect(),
+            address: format!(
+                "{}:{}",
+                authority.host(),
+                authority.port_u16().unwrap_or(80)
+            ),
+            connect_timeout,
+        }
+    }
+
+    /// Marks the current thread as worker `index` (1-based).
+    pub(crate) fn enter_worker(index: usize) {
+        WORKER.with(|w| w.set(index));
+    }
+
+    /// The current thread's pool.
+    fn pool(&self) -> &Arc<Pool> {
+        let index = WORKER.with(Cell::get);
+        self.pools.get(index).unwrap_or(&self.pools[0])
+    }
+
+    /// Sends `request` (origin-form URI, `Host` set, hop-by-hop fields dropped) on an idle
+    /// connection of the current thread's pool, or a new one, and waits up to `timeout` for
+    /// the response head.
+    ///
+    /// A request an idle connection turned out to be closed for (the upstream closed it as the
+    /// request was written) is sent again on another when that cannot do what it did not: its
+    /// method is idempotent (RFC 9110 section 9.2.2), no byte of a response came, and none of
+    /// its body was read.
+    pub(crate) async fn send(
+        &self,
+        request: Request<Incoming>,
+        timeout: Duration,
+    ) -> Result<Response<PooledBody>, SendError> {
+        let deadline = Instant::now() + timeout;
+        let pool = self.pool();
+        let (parts, body) = request.into_parts();
+        let mut head = Vec::with_capacity(256 + 64 * parts.headers.len());
+        let mut outgoing = request::write_head(&mut head, &parts, body);
+        let to_head = parts.method == Method::HEAD;
+        loop {
+            let (mut conn, reused) = match pool.checkout() {
+                Some(conn) => (conn, true),
+                None => (self.connect(pool, deadline).await?, false),
+            };
+            conn.timer.as_mut().reset(deadline);
+            let exchanged = tokio::select! {
+                biased;
+                exchanged = conn.io.exchange(&head, &mut outgoing, to_head) => exchanged,
+                // The connection is dropped with the request on it: the upstream sees it close.
+                () = conn.timer.as_mut() => return Err(SendError::Timeout),
+            };
+            match exchanged {
+                Ok(head) => {
+                    let (response_parts, ()) = head.response.into_parts();
+                    let body = PooledBody::new(
+                        head.framing,
+                        conn,
+                        Arc::clone(pool),
+                        outgoing,
+                        head.keep_alive,
+                    );
+                    return Ok(Response::from_parts(response_parts, body));
+                }
+                Err(Failed { error, answered }) => {
+                    let again = reused
+                        && !answered
+                        && parts.method.is_idempotent()
+                        && outgoing.as_ref().is_none_or(|body| !body.started())
+                        && error.is_closed_before_response();
+                    if !again {
+                        return Err(SendError::Upstream(error));
+                    }
+                }
+            }
+        }
+    }
+
+    /// A new connection, made before `deadline` (else [`SendError::Timeout`]) and within the
+    /// connect timeout.
+    async fn connect(&self, pool: &Arc<Pool>, deadline: Instant) -> Result<Conn, SendError> {
+        let connect = TcpStream::connect(self.address.as_str());
+        let connect_by = Instant::now() + self.connect_timeout;
+        let stream = match tokio::time::timeout_at(connect_by.min(deadline), connect).await {
+            Ok(Ok(stream)) => stream,
+            Ok(Err(error)) => {
+                return Err(SendError::Connect(format!("tcp connect error: {error}")));
+            }
+            Err(_) if deadline <= connect_by => return Err(SendError::Timeout),
+            Err(_) => {
+                return Err(SendError::Connect(format!(
+                    "no connection within {:?}",
+                    self.connect_timeout
+                )));
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        pool.start_sweeping();
+        Ok(Conn::new(stream, deadline))
+    }
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct Pool {
+    /// Idle connections, the one idle longest first.
+    idle: Mutex<Idle>,
+}
+
+#[derive(Debug, Default)]
+struct Idle {
+    connections: Vec<(Conn, Instant)>,
+    sweeping: bool,
+}
+
+impl Pool {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Idle> {
+        self.idle.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The connection idle the shortest time that is still open.
+    fn checkout(&self) -> Option<Conn> {
+        loop {
+            let (mut conn, since) = self.lock().connections.pop()?;
+            if since.elapsed() <= IDLE_TIMEOUT && !conn.io.is_stale() {
+                return Some(conn);
+            }
+        }
+    }
+
+    pub(crate) fn put(&self, conn: Conn) {
+        let mut idle = self.lock();
+        if idle.connections.len() < MAX_IDLE {
+            idle.connections.push((conn, Instant::now()));
+        }
+    }
+
+    /// Starts the task that closes connections idle too long (once per pool, on the runtime of
+    /// the thread the pool serves).
+    fn start_sweeping(self: &Arc<Self>) {
+        {
+            let mut idle = self.lock();
+            if idle.sweeping {
+                return;
+            }
+            idle.sweeping = true;
+        }
+        let pool: Weak<Pool> = Arc::downgrade(self);
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(SWEEP_EVERY).await;
+                let Some(pool) = pool.upgrade() else {
+                    return;
+                };
+                let mut idle = pool.lock();
+                idle.connections.retain_mut(|(conn, since)| {
+                    since.elapsed() <= IDLE_TIMEOUT && !conn.io.is_stale()
+                });
+            }
+        });
+    }
+}

@@ -1,0 +1,330 @@
+//! A response head read off the connection (httparse), and how its body is framed
+//! (RFC 9112 section 6.3).
+
+use std::mem::MaybeUninit;
+
+use bytes::{Bytes, BytesMut};
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::{Response, StatusCode, Version};
+use smallvec::SmallVec;
+
+use crate::proxy::upstream::error::UpstreamError;
+
+/// The longest response head read, in bytes.
+pub(crate) const MAX_HEAD: usize = 64 * 1024;
+/// The most fields a response head may have.
+const MAX_FIELDS: usize = 128;
+
+/// How a response's body ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Framing {
+    /// It has none (a response to `HEAD`, a 204, a 304).
+    Empty,
+    /// After this many bytes.
+    Length(u64),
+    /// With the chunked coding's last chunk.
+    Chunked,
+    /// When the upstream closes the connection.
+    UntilClose,
+}
+
+/// A final response's head.
+#[derive(Debug)]
+pub(crate) struct Head {
+    pub(crate) response: Response<()>,
+    pub(crate) framing: Framing,
+    /// Whether the connection may carry another request once this response has ended.
+    pub(crate) keep_alive: bool,
+}
+
+/// What the front of the read buffer held.
+#[derive(Debug)]
+pub(crate) enum Parsed {
+    /// A final response's head, consumed from the buffer.
+    Final(Head),
+    /// An interim (1xx) response, consumed and dropped: the final one follows.
+    Interim,
+    /// Not a whole head yet.
+    Partial,
+}
+
+fn invalid(what: &'static str) -> UpstreamError {
+    UpstreamError::InvalidResponse(what)
+}
+
+/// Parses the response head at the front of `buf`, consuming it if whole. `to_head`: the
+/// request was `HEAD`, so the response has no body whatever its fields say.
+pub(crate) fn parse(buf: &mut BytesMut, to_head: bool) -> Result<Parsed, UpstreamError> {
+    let mut fields = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_FIELDS];
+    let mut response = httparse::Response::new(&mut []);
+    let parsed = httparse::ParserConfig::default().parse_response_with_uninit_headers(
+        &mut response,
+        buf,
+        &mut fields,
+    );
+    let length = match parsed {
+        Ok(httparse::Status::Complete(length)) => length,
+        Ok(httparse::Status::Partial) if buf.len() >= MAX_HEAD => {
+            return Err(UpstreamError::HeadTooLarge(MAX_HEAD));
+        }
+        Ok(httparse::Status::Partial) => return Ok(Parsed::Partial),
+        Err(httparse::Error::TooManyHeaders) => return Err(invalid("more than 128 fields")),
+        Err(_) => return Err(invalid("the head is not HTTP/1.x")),
+    };
+    let code = response.code.unwrap_or_default();
+    let status = StatusCode::from_u16(code).map_err(|_| invalid("the status code"))?;
+    if status == StatusCode::SWITCHING_PROTOCOLS {
+        return Err(UpstreamError::SwitchingProtocols);
+    }
+    if status.is_informational() {
+        let _ = buf.split_to(length);
+        return Ok(Parsed::Interim);
+    }
+    let version = match response.version {
+        Some(0) => Version::HTTP_10,
+        _ => Version::HTTP_11,
+    };
+    // The fields' names and values are offsets into the head, which is frozen once parsed so
+    // that each value shares its bytes instead of copying them.
+    let base = buf.as_ptr() as usize;
+    let spans: SmallVec<[(HeaderName, usize, usize); 24]> = response
+        .headers
+        .iter()
+        .map(|field| {
+            let name = HeaderName::from_bytes(field.name.as_bytes())
+                .map_err(|_| invalid("a field name"))?;
+            let start = field.value.as_ptr() as usize - base;
+            Ok((name, start, start + field.value.len()))
+        })
+        .collect::<Result<_, UpstreamError>>()?;
+    let head: Bytes = buf.split_to(length).freeze();
+    let mut headers = HeaderMap::with_capacity(spans.len());
+    for (name, start, end) in spans {
+        let value = HeaderValue::from_maybe_shared(head.slice(start..end))
+            .map_err(|_| invalid("a field value"))?;
+        headers.append(name, value);
+    }
+    let (framing, mut keep_alive) = framing(&headers, status, to_head)?;
+    keep_alive &= connection_kept(&headers, version);
+    let mut response = Response::new(());
+    *response.status_mut() = status;
+    *response.version_mut() = version;
+    *response.headers_mut() = headers;
+    Ok(Parsed::Final(Head {
+        response,
+        framing,
+        keep_alive,
+    }))
+}
+
+/// How the body ends, and whether that leaves the connection usable.
+fn framing(
+    headers: &HeaderMap,
+    status: StatusCode,
+    to_head: bool,
+) -> Result<(Framing, bool), UpstreamError> {
+    if to_head || status == StatusCode::NO_CONTENT || status == StatusCode::NOT_MODIFIED {
+        return Ok((Framing::Empty, true));
+    }
+    if let Some(last) = headers
+        .get_all(header::TRANSFER_ENCODING)
+        .iter()
+        .next_back()
+    {
+        let chunked = last
+            .as_bytes()
+            .rsplit(|&b| b == b',')
+            .next()
+            .is_some_and(|coding| coding.trim_ascii().eq_ignore_ascii_case(b"chunked"));
+        // With a Content-Length beside it, the two could be read apart: the connection ends
+        // with this response (RFC 9112 section 6.3, item 3).
+        let alone = !headers.contains_key(header::CONTENT_LENGTH);
+        return Ok(if chunked {
+            (Framing::Chunked, alone)
+        } else {
+            (Framing::UntilClose, false)
+        });
+    }
+    let mut length = None;
+    for value in headers.get_all(header::CONTENT_LENGTH) {
+        for item in value.as_bytes().split(|&b| b == b',') {
+            let item = item.trim_ascii();
+            if item.is_empty() || !item.iter().all(u8::is_ascii_digit) {
+                return Err(invalid("a Content-Length is not a number"));
+            }
+            let parsed = std::str::from_utf8(item)
+                .ok()
+                .and_then(|digits| digits.parse::<u64>().ok())
+                .ok_or(invalid("a Content-Length does not fit in 64 bits"))?;
+            if length.is_some_and(|length| length != parsed) {
+                return Err(invalid("Content-Length fields disagree"));
+            }
+            length = Some(parsed);
+        }
+    }
+    Ok(match length {
+        Some(length) => (Framing::Length(length), true),
+        None => (Framing::UntilClose, false),
+    })
+}
+
+/// Whether the `Connection` field and the version leave the connection open.
+fn connection_kept(headers: &HeaderMap, version: Version) -> bool {
+    let has = |option: &[u8]| {
+        headers.get_all(header::CONNECTION).iter().any(|value| {
+            value
+                .as_bytes()
+                .split(|&b| b == b',')
+                .any(|token| token.trim_ascii().eq_ignore_ascii_case(option))
+        })
+    };
+    if version == Version::HTTP_10 {
+        has(b"keep-alive")
+    } else {
+        !has(b"close")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn final_head(wire: &[u8], to_head: bool) -> Result<(Head, BytesMut), UpstreamError> {
+        let mut buf = BytesMut::from(wire);
+        loop {
+            match parse(&mut buf, to_head)? {
+                Parsed::Final(head) => return Ok((head, buf)),
+                Parsed::Interim => {}
+                Parsed::Partial => return Err(UpstreamError::Closed),
+            }
+        }
+    }
+
+    #[test]
+    fn a_head_is_consumed_and_its_fields_kept() -> Result<(), UpstreamError> {
+        let (head, rest) = final_head(
+            b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 201 Created\r\nContent-Length: 5\r\nX-A: 1\r\nx-a: 2\r\n\r\nhello",
+            false,
+        )?;
+        assert_eq!(head.response.status(), StatusCode::CREATED);
+        let values: Vec<_> = head.response.headers().get_all("x-a").iter().collect();
+        assert_eq!(values, ["1", "2"]);
+        assert_eq!((head.framing, head.keep_alive), (Framing::Length(5), true));
+        assert_eq!(&rest[..], b"hello");
+        Ok(())
+    }
+
+    #[test]
+    fn framing_follows_rfc_9112() -> Result<(), UpstreamError> {
+        let cases: [(&[u8], bool, Framing, bool); 8] = [
+            (
+                b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\n",
+                true,
+                Framing::Empty,
+                true,
+            ),
+            (
+                b"HTTP/1.1 204 No Content\r\n\r\n",
+                false,
+                Framing::Empty,
+                true,
+            ),
+            (
+                b"HTTP/1.1 304 Not Modified\r\nContent-Length: 9\r\n\r\n",
+                false,
+                Framing::Empty,
+                true,
+            ),
+            (
+                b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n",
+                false,
+                Framing::Chunked,
+                true,
+            ),
+            (
+                b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n",
+                false,
+                Framing::Chunked,
+                false,
+            ),
+            (
+                b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n",
+                false,
+                Framing::UntilClose,
+                false,
+            ),
+            (
+                b"HTTP/1.1 200 OK\r\n\r\n",
+                false,
+                Framing::UntilClose,
+                false,
+            ),
+            (
+                b"HTTP/1.1 200 OK\r\nContent-Length: 4, 4\r\nConnection: close\r\n\r\n",
+                false,
+                Framing::Length(4),
+                false,
+            ),
+        ];
+        for (wire, to_head, framing, keep_alive) in cases {
+            let (head, _) = final_head(wire, to_head)?;
+            let text = String::from_utf8_lossy(wire);
+            assert_eq!(
+                (head.framing, head.keep_alive),
+                (framing, keep_alive),
+                "{text}"
+            );
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn http_1_0_keeps_the_connection_only_when_asked() -> Result<(), UpstreamError> {
+        let (head, _) = final_head(b"HTTP/1.0 200 OK\r\nContent-Length: 0\r\n\r\n", false)?;
+        assert!(!head.keep_alive);
+        let (head, _) = final_head(
+            b"HTTP/1.0 200 OK\r\nContent-Length: 0\r\nConnection: Keep-Alive\r\n\r\n",
+            false,
+        )?;
+        assert!(head.keep_alive);
+        Ok(())
+    }
+
+    #[test]
+    fn bad_heads_are_errors_that_say_what() {
+        let cases: [(&[u8], &str); 5] = [
+            (
+                b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\nContent-Length: 5\r\n\r\n",
+                "disagree",
+            ),
+            (
+                b"HTTP/1.1 200 OK\r\nContent-Length: -4\r\n\r\n",
+                "not a number",
+            ),
+            (
+                b"HTTP/1.1 101 Switching Protocols\r\n\r\n",
+                "switched protocols",
+            ),
+            (b"SSH-2.0-OpenSSH\r\n\r\n", "not HTTP"),
+            (
+                b"HTTP/1.1 200 OK\r\nContent-Length: 99999999999999999999\r\n\r\n",
+                "64 bits",
+            ),
+        ];
+        for (wire, says) in cases {
+            let error = final_head(wire, false).map(|_| ()).err();
+            let text = error.map(|error| error.to_string()).unwrap_or_default();
+            assert!(
+                text.contains(says),
+                "{}: {text}",
+                String::from_utf8_lossy(wire)
+            );
+        }
+        let mut endless = BytesMut::from(&b"HTTP/1.1 200 OK\r\n"[..]);
+        endless.resize(MAX_HEAD, b'a');
+        assert!(matches!(
+            parse(&mut endless, false),
+            Err(UpstreamError::HeadTooLarge(_))
+        ));
+    }
+}

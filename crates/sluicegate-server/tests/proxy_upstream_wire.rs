@@ -1,0 +1,269 @@
+//! `sluicegate proxy`'s client to its upstream, against an upstream that writes its responses
+//! byte for byte: every framing of RFC 9112 section 6.3, interim responses, keep-alive reuse,
+//! an upstream that closes idle connections or answers before reading the body, and responses
+//! that must be refused.
+
+mod proxy_support;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use proxy_support::{BoxError, ProxyProcess, Upstream};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+type TestResult = Result<(), BoxError>;
+
+const RULES: &str = "routes:\n  - { prefix: / }\n";
+
+/// An upstream whose every answer is written out by hand: the request's path names it.
+struct WireUpstream {
+    address: std::net::SocketAddr,
+    connections: Arc<AtomicUsize>,
+    /// Each request's head, as it arrived.
+    heads: Arc<Mutex<Vec<String>>>,
+}
+
+impl WireUpstream {
+    async fn start() -> Result<WireUpstream, BoxError> {
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let upstream = WireUpstream {
+            address: listener.local_addr()?,
+            connections: Arc::default(),
+            heads: Arc::default(),
+        };
+        let (connections, heads) = (upstream.connections.clone(), upstream.heads.clone());
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                connections.fetch_add(1, Ordering::SeqCst);
+                tokio::spawn(serve(stream, heads.clone()));
+            }
+        });
+        Ok(upstream)
+    }
+
+    fn url(&self) -> String {
+        format!("http://{}", self.address)
+    }
+
+    fn connections(&self) -> usize {
+        self.connections.load(Ordering::SeqCst)
+    }
+
+    fn last_head(&self) -> String {
+        let heads = self
+            .heads
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        heads.last().cloned().unwrap_or_default()
+    }
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
+}
+
+/// Reads until `buf` holds `needle`; the index just past it, or `None` at the end of input.
+async fn read_past(stream: &mut TcpStream, buf: &mut Vec<u8>, needle: &[u8]) -> Option<usize> {
+    loop {
+        if let Some(at) = find(buf, needle) {
+            return Some(at + needle.len());
+        }
+        match stream.read_buf(buf).await {
+            Ok(0) | Err(_) => return None,
+            Ok(_) => {}
+        }
+    }
+}
+
+async fn serve(mut stream: TcpStream, heads: Arc<Mutex<Vec<String>>>) {
+    let mut buf = Vec::new();
+    loop {
+        let Some(end) = read_past(&mut stream, &mut buf, b"\r\n\r\n").await else {
+            return;
+        };
+        let head = String::from_utf8_lossy(&buf[..end]).into_owned();
+        buf.drain(..end);
+        heads
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(head.clone());
+        let path = head.split(' ').nth(1).unwrap_or("/").to_owned();
+        if path == "/early" {
+            let _ = stream
+                .write_all(b"HTTP/1.1 413 Payload Too Large\r\ncontent-length: 8\r\nconnection: close\r\n\r\ntoo big\n")
+                .await;
+            // Read what the proxy still sends, so that closing does not reset the connection.
+            while matches!(stream.read_buf(&mut buf).await, Ok(n) if n > 0) {
+                buf.clear();
+            }
+            return;
+        }
+        let lower = head.to_ascii_lowercase();
+        if lower.contains("transfer-encoding: chunked") {
+            let Some(end) = read_past(&mut stream, &mut buf, b"0\r\n\r\n").await else {
+                return;
+            };
+            buf.drain(..end);
+        } else if let Some(length) = lower
+            .lines()
+            .find_map(|line| line.strip_prefix("content-length: "))
+            .and_then(|length| length.trim().parse::<usize>().ok())
+        {
+            while buf.len() < length {
+                if !matches!(stream.read_buf(&mut buf).await, Ok(n) if n > 0) {
+                    return;
+                }
+            }
+            buf.drain(..length);
+        }
+        let response: &[u8] = match path.as_str() {
+            "/chunked" => b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5;ext=1\r\nhello\r\n6\r\n world\r\n0\r\nx-trailer: 1\r\n\r\n",
+            "/until-close" => b"HTTP/1.1 200 OK\r\n\r\nall of it, until the end",
+            "/head-length" => b"HTTP/1.1 200 OK\r\ncontent-length: 1234\r\n\r\n",
+            "/no-content" => b"HTTP/1.1 204 No Content\r\n\r\n",
+            "/continue" => b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nlink: </a>\r\n\r\nHTTP/1.1 200 OK\r\ncontent-length: 9\r\n\r\ncontinued",
+            "/close-after" => b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok",
+            "/conflict" => b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\ncontent-length: 3\r\n\r\nok",
+            "/cut" => b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\nonly this",
+            _ => b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok",
+        };
+        if stream.write_all(response).await.is_err() {
+            return;
+        }
+        if matches!(path.as_str(), "/until-close" | "/close-after" | "/cut") {
+            return;
+        }
+    }
+}
+
+fn client() -> reqwest::Client {
+    reqwest::Client::new()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_framing_passes_and_the_connection_is_kept_when_it_can_be() -> TestResult {
+    let upstream = WireUpstream::start().await?;
+    let proxy = ProxyProcess::start(&upstream.url(), RULES, &["--workers", "1"])?;
+    let c = client();
+
+    let chunked = c.get(proxy.url("/chunked")).send().await?.text().await?;
+    assert_eq!(chunked, "hello world");
+    let head = c.head(proxy.url("/head-length")).send().await?;
+    assert_eq!(head.status(), 200);
+    assert_eq!(head.headers()["content-length"], "1234");
+    assert_eq!(head.bytes().await?.len(), 0);
+    assert_eq!(c.get(proxy.url("/no-content")).send().await?.status(), 204);
+    let interim = c.get(proxy.url("/continue")).send().await?;
+    assert_eq!(interim.status(), 200);
+    assert_eq!(interim.text().await?, "continued");
+    assert_eq!(c.get(proxy.url("/")).send().await?.text().await?, "ok");
+    // All of it on one upstream connection.
+    assert_eq!(upstream.connections(), 1);
+
+    // A body that ends when the connection does: whole, and the next request on a new one.
+    let until_close = c
+        .get(proxy.url("/until-close"))
+        .send()
+        .await?
+        .text()
+        .await?;
+    assert_eq!(until_close, "all of it, until the end");
+    assert_eq!(c.get(proxy.url("/")).send().await?.text().await?, "ok");
+    assert_eq!(upstream.connections(), 2);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_connection_the_upstream_closed_is_not_used_for_the_next_request() -> TestResult {
+    let upstream = WireUpstream::start().await?;
+    let proxy = ProxyProcess::start(&upstream.url(), RULES, &["--workers", "1"])?;
+    let c = client();
+    for _ in 0..5 {
+        // The upstream closes each connection after its response, saying nothing.
+        let response = c.get(proxy.url("/close-after")).send().await?;
+        assert_eq!(response.status(), 200);
+        assert_eq!(response.text().await?, "ok");
+    }
+    for method in [reqwest::Method::GET, reqwest::Method::POST] {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let response = c.request(method, proxy.url("/close-after")).send().await?;
+        assert_eq!(response.status(), 200);
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broken_response_is_a_502_that_says_what_is_wrong() -> TestResult {
+    let upstream = WireUpstream::start().await?;
+    let proxy = ProxyProcess::start(&upstream.url(), RULES, &["--workers", "1"])?;
+    let c = client();
+    let conflict = c.get(proxy.url("/conflict")).send().await?;
+    assert_eq!(conflict.status(), 502);
+    let text = conflict.text().await?;
+    assert!(
+        text.contains("invalid response: Content-Length fields disagree"),
+        "{text}"
+    );
+
+    // Cut short after the head: the client's response fails (the proxy may not have sent its
+    // head yet), it never looks whole.
+    match c.get(proxy.url("/cut")).send().await {
+        Ok(cut) => assert!(cut.bytes().await.is_err()),
+        Err(error) => assert!(!error.is_status(), "{error}"),
+    }
+
+    assert_eq!(c.get(proxy.url("/")).send().await?.text().await?, "ok");
+    assert_eq!(
+        proxy
+            .metric("sluicegate_proxy_upstream_errors_total{kind=\"other\"}")
+            .await?,
+        1
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn request_bodies_are_framed_for_the_upstream() -> TestResult {
+    let upstream = WireUpstream::start().await?;
+    let proxy = ProxyProcess::start(&upstream.url(), RULES, &["--workers", "1"])?;
+    let c = client();
+
+    c.post(proxy.url("/")).body("twelve bytes").send().await?;
+    let head = upstream.last_head().to_ascii_lowercase();
+    assert!(head.contains("content-length: 12\r\n"), "{head}");
+    assert!(!head.contains("transfer-encoding"), "{head}");
+
+    // A body of unknown length (chunked from the client) goes on chunked.
+    let parts: Vec<Result<&'static str, std::io::Error>> = vec![Ok("one, "), Ok("two")];
+    let streamed = reqwest::Body::wrap_stream(futures_stream(parts));
+    let response = c.post(proxy.url("/")).body(streamed).send().await?;
+    assert_eq!(response.status(), 200);
+    let head = upstream.last_head().to_ascii_lowercase();
+    assert!(head.contains("transfer-encoding: chunked\r\n"), "{head}");
+    assert!(!head.contains("content-length"), "{head}");
+
+    // An upstream that answers before it has read the body: the answer reaches the client.
+    let big = vec![b'x'; 16 << 20];
+    let early = c.post(proxy.url("/early")).body(big).send().await?;
+    assert_eq!(early.status(), 413);
+    assert_eq!(early.text().await?, "too big\n");
+
+    // The same bodies, decoded, at an upstream that counts them.
+    let counting = Upstream::start().await?;
+    let proxy = ProxyProcess::start(&counting.url(), RULES, &[])?;
+    let chunks: Vec<Result<Vec<u8>, std::io::Error>> =
+        (0..64).map(|_| Ok(vec![b'y'; 100_000])).collect();
+    let streamed = reqwest::Body::wrap_stream(futures_stream(chunks));
+    let counted = c.post(proxy.url("/count")).body(streamed).send().await?;
+    assert_eq!(counted.text().await?, "6400000");
+    Ok(())
+}
+
+/// A stream of the given items (for a request body of unknown length).
+fn futures_stream<T: Send + 'static>(
+    items: Vec<T>,
+) -> impl tokio_stream::Stream<Item = T> + Send + 'static {
+    tokio_stream::iter(items)
+}
