@@ -10,9 +10,9 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::header::{self, HeaderValue};
+use http::header::{self, Entry, HeaderValue};
 use http::uri::{Authority, Scheme};
-use http::{Request, Response, StatusCode, Uri, Version};
+use http::{Method, Request, Response, StatusCode, Uri};
 use http_body_util::{Either, Full};
 use hyper::body::Incoming;
 use tower_service::Service;
@@ -94,33 +94,41 @@ pub(crate) fn text(status: StatusCode, body: String) -> Response<UpstreamBody> {
 
 impl Forwarder {
     async fn forward(&self, request: Request<Incoming>) -> Response<UpstreamBody> {
+        if request.method() == Method::CONNECT {
+            // Its 2xx answer would turn the upstream connection into a tunnel.
+            return text(
+                StatusCode::NOT_IMPLEMENTED,
+                "501 Not Implemented: the proxy does not tunnel (CONNECT)\n".to_owned(),
+            );
+        }
         let (mut parts, body) = request.into_parts();
         drop_hop_by_hop(&mut parts.headers);
         // An h2 request names its host in the URI only; HTTP/1.1 to the upstream needs `Host`.
-        if !parts.headers.contains_key(header::HOST) {
-            if let Some(authority) = parts.uri.authority() {
-                if let Ok(host) = HeaderValue::from_str(authority.as_str()) {
-                    parts.headers.insert(header::HOST, host);
+        let mut hostless = false;
+        if let Entry::Vacant(host) = parts.headers.entry(header::HOST) {
+            match parts
+                .uri
+                .authority()
+                .map(|a| HeaderValue::from_str(a.as_str()))
+            {
+                Some(Ok(authority)) => {
+                    host.insert(authority);
                 }
+                _ => hostless = true,
             }
         }
         // The server puts the connection's client in every request, formatted once.
         if let Some(client) = parts.extensions.get::<ForwardedClient>() {
             client.append_to(&mut parts.headers);
         }
-        if !parts.headers.contains_key(header::HOST) {
-            // An HTTP/1.0 request may have none.
+        if hostless {
+            // An HTTP/1.0 request may have none (and its `Forwarded` names none).
             if let Ok(host) = HeaderValue::from_str(self.target.authority.as_str()) {
                 parts.headers.insert(header::HOST, host);
             }
         }
-        // Origin-form: the connection is to the upstream already.
-        parts.uri = parts
-            .uri
-            .path_and_query()
-            .cloned()
-            .map_or_else(|| Uri::from_static("/"), Uri::from);
-        parts.version = Version::HTTP_11;
+        // The request line names the path and query alone (origin-form) whatever the URI
+        // holds: the connection is to the upstream already.
         let request = Request::from_parts(parts, body);
         match self.pools.send(request, self.timeout).await {
             Ok(response) => {

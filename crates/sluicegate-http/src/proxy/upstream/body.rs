@@ -35,6 +35,7 @@ pub struct PooledBody {
     conn: Option<(Conn, Arc<Pool>)>,
     /// What is left of the request's body when the upstream answered before reading it all.
     outgoing: Option<Outgoing>,
+    /// Whether the connection may carry another request once the body has ended.
     keep_alive: bool,
 }
 
@@ -74,7 +75,7 @@ impl PooledBody {
     /// The connection back to its pool if it can carry another request, else closed.
     fn release(&mut self) {
         if let Some((conn, pool)) = self.conn.take() {
-            if self.keep_alive && self.outgoing.is_none() && conn.io.read.is_empty() {
+            if self.keep_alive && conn.io.read.is_empty() {
                 pool.put(conn);
             }
         }
@@ -89,7 +90,8 @@ impl PooledBody {
                     self.state = State::Ended;
                     return Poll::Ready(Some(Ok(whole)));
                 }
-                (_, None) => return Poll::Ready(None),
+                // Not reached: the connection goes only with the end of the body, or an error.
+                (_, None) => return Poll::Ready(Some(Err(UpstreamError::Closed))),
                 (_, Some((conn, _))) => &mut conn.io,
             };
             match &mut self.state {
@@ -139,14 +141,13 @@ impl Body for PooledBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, UpstreamError>>> {
         let this = self.get_mut();
+        // The rest of a request body the upstream answered early, which it may still be
+        // reading (as an echo does). Only a reader of the response moves it on, as hyper's own
+        // client did not: a client that reads nothing before its upload ends, of an upstream
+        // that answers while it reads, waits on itself.
         if let (Some(outgoing), Some((conn, _))) = (&mut this.outgoing, &mut this.conn) {
-            match outgoing.poll_send(conn.io.stream(), cx) {
-                Poll::Ready(Ok(())) => this.outgoing = None,
-                Poll::Ready(Err(_)) => {
-                    this.outgoing = None;
-                    this.keep_alive = false;
-                }
-                Poll::Pending => {}
+            if outgoing.poll_send(conn.io.stream(), cx).is_ready() {
+                this.outgoing = None;
             }
         }
         let polled = this.poll_data(cx);

@@ -21,6 +21,8 @@ pub(crate) enum ChunkedDecoder {
     Size {
         size: u64,
         digits: u8,
+        /// Whitespace came after the digits: only more of it, `;` or CR may follow.
+        space: bool,
         extension: usize,
         cr: bool,
     },
@@ -60,6 +62,7 @@ impl ChunkedDecoder {
         ChunkedDecoder::Size {
             size: 0,
             digits: 0,
+            space: false,
             extension: 0,
             cr: false,
         }
@@ -98,6 +101,7 @@ impl ChunkedDecoder {
             ChunkedDecoder::Size {
                 size,
                 digits,
+                space,
                 extension,
                 cr,
             } => {
@@ -125,7 +129,9 @@ impl ChunkedDecoder {
                             return Err(invalid("a chunk extension is too long"));
                         }
                     }
-                    b';' | b' ' | b'\t' if *digits > 0 => *extension = 1,
+                    b';' if *digits > 0 => *extension = 1,
+                    b' ' | b'\t' if *digits > 0 => *space = true,
+                    _ if *space => return Err(invalid("a chunk size has whitespace inside")),
                     _ => {
                         let digit = match byte {
                             b'0'..=b'9' => byte - b'0',
@@ -203,7 +209,7 @@ mod tests {
     fn encode(chunks: &[Vec<u8>]) -> Vec<u8> {
         let mut wire = Vec::new();
         for chunk in chunks.iter().filter(|chunk| !chunk.is_empty()) {
-            wire.extend_from_slice(format!("{:X};name=value\r\n", chunk.len()).as_bytes());
+            wire.extend_from_slice(format!("{:X} ;name=value\r\n", chunk.len()).as_bytes());
             wire.extend_from_slice(chunk);
             wire.extend_from_slice(b"\r\n");
         }
@@ -241,6 +247,7 @@ mod tests {
             b"-5\r\nhello\r\n",
             b"10000000000000000\r\n",
             b"0\r\ntrailer\n\r\n",
+            b"5 6\r\nhello\r\n",
         ] {
             let text = String::from_utf8_lossy(wire);
             assert!(decode_in_pieces(wire, wire.len()).is_err(), "{text:?}");

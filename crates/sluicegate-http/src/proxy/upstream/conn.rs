@@ -9,7 +9,7 @@
 use std::future::poll_fn;
 use std::io;
 use std::pin::Pin;
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Poll};
 
 use bytes::BytesMut;
 use tokio::io::AsyncWriteExt;
@@ -20,6 +20,8 @@ use crate::proxy::upstream::error::UpstreamError;
 use crate::proxy::upstream::request::Outgoing;
 use crate::proxy::upstream::response::{self, Head, Parsed};
 
+/// How many interim (1xx) responses may come before the final one.
+const MAX_INTERIM: usize = 8;
 /// How much room a read into the buffer asks for at least.
 const READ_ROOM: usize = 8 * 1024;
 
@@ -73,12 +75,17 @@ impl Io {
     }
 
     /// Whether an idle connection can no longer carry a request: the upstream closed it, or
-    /// sent what no request asked for.
+    /// sent what no request asked for. Reads only if the socket was reported readable (no
+    /// system call otherwise), outside the task's cooperative budget.
     pub(crate) fn is_stale(&mut self) -> bool {
-        !self.read.is_empty()
-            || self
-                .poll_fill(&mut Context::from_waker(Waker::noop()))
-                .is_ready()
+        if !self.read.is_empty() {
+            return true;
+        }
+        let mut probe = [0; 1];
+        !matches!(
+            self.stream.try_read(&mut probe),
+            Err(error) if error.kind() == io::ErrorKind::WouldBlock
+        )
     }
 
     pub(crate) fn stream(&mut self) -> &mut TcpStream {
@@ -87,7 +94,8 @@ impl Io {
 
     /// Writes the request's `head`, then its body (if any) while the response head is awaited:
     /// an upstream may answer before it has read the whole body, and then what is left of the
-    /// body goes on with the response's. `to_head`: the request is `HEAD`.
+    /// body goes on with the response's (and the connection is not used again). `to_head`: the
+    /// request is `HEAD`.
     pub(crate) async fn exchange(
         &mut self,
         head: &[u8],
@@ -103,39 +111,36 @@ impl Io {
             .await
             .map_err(|error| unanswered(error.into()))?;
         let mut answered = false;
-        let mut body_cut = false;
-        let head = poll_fn(|cx| {
-            if let Some(body) = outgoing {
+        let mut interim = 0;
+        poll_fn(|cx| {
+            if let Some(body) = outgoing.as_mut().filter(|body| !body.is_done()) {
                 match body.poll_send(&mut self.stream, cx) {
-                    Poll::Ready(Ok(())) => *outgoing = None,
                     Poll::Ready(Err(error @ UpstreamError::RequestBody(_))) => {
                         return Poll::Ready(Err(error));
                     }
-                    // The upstream stopped reading: it may have answered already.
-                    Poll::Ready(Err(_)) => {
-                        *outgoing = None;
-                        body_cut = true;
-                    }
-                    Poll::Pending => {}
+                    // Otherwise the upstream stopped reading: it may have answered already.
+                    Poll::Ready(_) | Poll::Pending => {}
                 }
             }
             loop {
                 match response::parse(&mut self.read, to_head)? {
                     Parsed::Final(head) => return Poll::Ready(Ok(head)),
-                    Parsed::Interim => continue,
-                    Parsed::Partial => {}
-                }
-                match std::task::ready!(self.poll_fill(cx)) {
-                    Ok(0) => return Poll::Ready(Err(UpstreamError::Closed)),
-                    Ok(_) => answered = true,
-                    Err(error) => return Poll::Ready(Err(error.into())),
+                    // A bound, so that an upstream cannot keep a request busy with them.
+                    Parsed::Interim if interim == MAX_INTERIM => {
+                        return Poll::Ready(Err(UpstreamError::InvalidResponse(
+                            "more than 8 interim (1xx) responses",
+                        )));
+                    }
+                    Parsed::Interim => interim += 1,
+                    Parsed::Partial => match std::task::ready!(self.poll_fill(cx)) {
+                        Ok(0) => return Poll::Ready(Err(UpstreamError::Closed)),
+                        Ok(_) => answered = true,
+                        Err(error) => return Poll::Ready(Err(error.into())),
+                    },
                 }
             }
         })
-        .await;
-        let mut head = head.map_err(|error| Failed { error, answered })?;
-        // The upstream read a request cut short; what it makes of the connection is unknown.
-        head.keep_alive &= !body_cut;
-        Ok(head)
+        .await
+        .map_err(|error| Failed { error, answered })
     }
 }

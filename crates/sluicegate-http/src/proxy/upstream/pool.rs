@@ -21,7 +21,7 @@ use tokio::time::Instant;
 use crate::proxy::upstream::body::PooledBody;
 use crate::proxy::upstream::conn::{Conn, Failed};
 use crate::proxy::upstream::error::UpstreamError;
-use crate::proxy::upstream::request;
+use crate::proxy::upstream::request::{self, Outgoing};
 
 /// How long a connection may stay idle in a pool.
 const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
@@ -83,9 +83,9 @@ impl Pools {
     /// the response head.
     ///
     /// A request an idle connection turned out to be closed for (the upstream closed it as the
-    /// request was written) is sent again on another when that cannot do what it did not: its
-    /// method is idempotent (RFC 9110 section 9.2.2), no byte of a response came, and none of
-    /// its body was read.
+    /// request was written) is sent again, once, on another when that cannot do what it did
+    /// not: its method is idempotent (RFC 9110 section 9.2.2), no byte of a response came, and
+    /// none of its body was read.
     pub(crate) async fn send(
         &self,
         request: Request<Incoming>,
@@ -97,6 +97,9 @@ impl Pools {
         let mut head = Vec::with_capacity(256 + 64 * parts.headers.len());
         let mut outgoing = request::write_head(&mut head, &parts, body);
         let to_head = parts.method == Method::HEAD;
+        // One more connection at most: an upstream that fails every request on arrival gets it
+        // twice, not once per pooled connection.
+        let mut retried = false;
         loop {
             let (mut conn, reused) = match pool.checkout() {
                 Some(conn) => (conn, true),
@@ -111,18 +114,23 @@ impl Pools {
             };
             match exchanged {
                 Ok(head) => {
+                    // An upstream that answered before the whole body was written may not read
+                    // the rest as this request's: the connection ends with this response.
+                    let sent = outgoing.as_ref().is_none_or(Outgoing::is_sent);
+                    let outgoing = outgoing.filter(|body| !body.is_done());
                     let (response_parts, ()) = head.response.into_parts();
                     let body = PooledBody::new(
                         head.framing,
                         conn,
                         Arc::clone(pool),
                         outgoing,
-                        head.keep_alive,
+                        head.keep_alive && sent,
                     );
                     return Ok(Response::from_parts(response_parts, body));
                 }
                 Err(Failed { error, answered }) => {
                     let again = reused
+                        && !retried
                         && !answered
                         && parts.method.is_idempotent()
                         && outgoing.as_ref().is_none_or(|body| !body.started())
@@ -130,6 +138,7 @@ impl Pools {
                     if !again {
                         return Err(SendError::Upstream(error));
                     }
+                    retried = true;
                 }
             }
         }

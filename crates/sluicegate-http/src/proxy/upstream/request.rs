@@ -27,7 +27,9 @@ pub(crate) fn write_head(out: &mut Vec<u8>, parts: &Parts, body: Incoming) -> Op
     out.push(b' ');
     out.extend_from_slice(target.as_bytes());
     out.extend_from_slice(b" HTTP/1.1\r\n");
+    let mut has_length = false;
     for (name, value) in &parts.headers {
+        has_length |= name == header::CONTENT_LENGTH;
         out.extend_from_slice(name.as_str().as_bytes());
         out.extend_from_slice(b": ");
         out.extend_from_slice(value.as_bytes());
@@ -35,11 +37,12 @@ pub(crate) fn write_head(out: &mut Vec<u8>, parts: &Parts, body: Incoming) -> Op
     }
     // The server has checked a client's Content-Length against the body it frames (h1 and h2
     // alike), so a Content-Length that came with the request is passed on as it is.
-    let chunked = if parts.headers.contains_key(header::CONTENT_LENGTH) {
-        false
-    } else if body.is_end_stream() {
+    let chunked = if body.is_end_stream() {
+        // `Content-Length: 0`, or no body at all.
         out.extend_from_slice(b"\r\n");
         return None;
+    } else if has_length {
+        false
     } else if let Some(length) = body.size_hint().exact() {
         let _ = write!(out, "content-length: {length}\r\n");
         false
@@ -54,6 +57,7 @@ pub(crate) fn write_head(out: &mut Vec<u8>, parts: &Parts, body: Incoming) -> Op
         pending: Bytes::new(),
         started: false,
         ended: false,
+        failed: false,
     })
 }
 
@@ -66,6 +70,8 @@ pub(crate) struct Outgoing {
     pending: Bytes,
     started: bool,
     ended: bool,
+    /// Writing failed: the connection cannot take the rest.
+    failed: bool,
 }
 
 impl Outgoing {
@@ -75,9 +81,34 @@ impl Outgoing {
         self.started
     }
 
+    /// Whether all of the body has been written.
+    pub(crate) fn is_sent(&self) -> bool {
+        self.ended && self.pending.is_empty() && !self.failed
+    }
+
+    /// Whether nothing more will be written: all of it was, or writing failed.
+    pub(crate) fn is_done(&self) -> bool {
+        self.failed || self.is_sent()
+    }
+
     /// Writes as much of the body as the client has sent and the connection takes; ready once
-    /// all of it is written.
+    /// all of it is written. After an error, nothing more is written.
     pub(crate) fn poll_send(
+        &mut self,
+        stream: &mut TcpStream,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<(), UpstreamError>> {
+        if self.failed {
+            return Poll::Ready(Err(UpstreamError::Closed));
+        }
+        let sent = self.poll_send_more(stream, cx);
+        if let Poll::Ready(Err(_)) = sent {
+            self.failed = true;
+        }
+        sent
+    }
+
+    fn poll_send_more(
         &mut self,
         stream: &mut TcpStream,
         cx: &mut Context<'_>,
