@@ -12,6 +12,9 @@
 #                        hyper_floor_proxy.rs: hyper's server and client, nothing else) -> upstream
 #   httparse-floor wrk -> the least HTTP/1.1 proxy loop without hyper (crates/sluicegate-http/
 #                        examples/httparse_floor_proxy.rs: httparse, Content-Length only) -> upstream
+# Every nginx that proxies appends the client to X-Forwarded-For, as a reverse proxy's
+# configuration does and scripts/count-proxy-instructions.sh's nginx did already (the proxy
+# appends it, and `Forwarded` too).
 # Each pair (upstream / proxy-bare, nginx-allow / sg-allow, nginx-deny / sg-deny,
 # nginx-plain / hyper-floor: how near hyper alone comes to nginx here, nginx-plain /
 # httparse-floor: how near a proxy that parses HTTP/1.1 itself comes) is measured
@@ -82,6 +85,7 @@ server {
   location / {
     limit_req zone=z $3;
     proxy_http_version 1.1; proxy_set_header Connection "";
+    proxy_set_header X-Forwarded-For \$proxy_add_x_forwarded_for;
     proxy_pass http://app;
   }
 }
@@ -101,7 +105,10 @@ s_deny=$(free_port); proxy_start sg-deny "$s_deny" "$(limit_rules 'leaky-queue:r
 n_plain=$(free_port); nginx_start nginx-plain "$n_plain" "upstream app { server 127.0.0.1:$up; keepalive 256; }
 server {
   listen 127.0.0.1:$n_plain;
-  location / { proxy_http_version 1.1; proxy_set_header Connection \"\"; proxy_pass http://app; }
+  location / {
+    proxy_http_version 1.1; proxy_set_header Connection \"\";
+    proxy_set_header X-Forwarded-For \$proxy_add_x_forwarded_for; proxy_pass http://app;
+  }
 }"
 h_floor=$(free_port)
 "$floor_bin" "127.0.0.1:$h_floor" "127.0.0.1:$up" "$(nproc)" 2>>"$work/floor.log" &

@@ -99,6 +99,10 @@ async fn serve(mut stream: TcpStream, heads: Arc<Mutex<Vec<String>>>) {
             return;
         }
         drop_next = path == "/drop-next";
+        if path == "/duplex" {
+            duplex(stream, std::mem::take(&mut buf)).await;
+            return;
+        }
         if path == "/early-chunked" {
             // Answers at once, then reads the whole body, then ends the answer.
             let ok = stream
@@ -156,6 +160,42 @@ async fn serve(mut stream: TcpStream, heads: Arc<Mutex<Vec<String>>>) {
             return;
         }
     }
+}
+
+/// Answers at once with 64 MiB while it reads a chunked request body on its own (a full-duplex
+/// upstream, as a streaming transform is), then ends the answer with `read` once the body has
+/// all come.
+async fn duplex(stream: TcpStream, mut buf: Vec<u8>) {
+    let (mut reader, mut writer) = stream.into_split();
+    let reading = tokio::spawn(async move {
+        while find(&buf, b"0\r\n\r\n").is_none() {
+            // Only the end matters: keep a tail long enough to hold the last chunk's line.
+            let keep = buf.len().saturating_sub(8);
+            buf.drain(..keep);
+            if !matches!(reader.read_buf(&mut buf).await, Ok(n) if n > 0) {
+                return false;
+            }
+        }
+        true
+    });
+    let block = vec![b'z'; 1 << 20];
+    let mut framed = format!("{:x}\r\n", block.len()).into_bytes();
+    framed.extend_from_slice(&block);
+    framed.extend_from_slice(b"\r\n");
+    let head = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n";
+    if writer.write_all(head).await.is_err() {
+        return;
+    }
+    for _ in 0..64 {
+        if writer.write_all(&framed).await.is_err() {
+            return;
+        }
+    }
+    let last: &[u8] = match reading.await {
+        Ok(true) => b"4\r\nread\r\n0\r\n\r\n",
+        _ => b"0\r\n\r\n",
+    };
+    let _ = writer.write_all(last).await;
 }
 
 fn content_length(head: &str) -> Option<usize> {
@@ -269,6 +309,37 @@ async fn a_connection_answered_before_its_request_body_was_sent_is_not_used_agai
     // What that upstream made of the body is its own: the next request goes on a new connection.
     assert_eq!(c.get(proxy.url("/")).send().await?.text().await?, "ok");
     assert_eq!(upstream.connections(), 2);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upload_an_early_answer_came_for_goes_on_while_the_client_reads_nothing() -> TestResult {
+    let upstream = WireUpstream::start().await?;
+    let proxy = ProxyProcess::start(&upstream.url(), RULES, &["--workers", "1"])?;
+    // 32 MiB up while 64 MiB come down: more than the sockets on the way can hold, so the
+    // upload ends only if the proxy writes it whether or not the answer is being read.
+    let taken = Arc::new(tokio::sync::Notify::new());
+    let last_taken = taken.clone();
+    let chunks = (0..32).map(move |i| {
+        if i == 31 {
+            last_taken.notify_one();
+        }
+        Ok::<_, std::io::Error>(vec![b'y'; 1 << 20])
+    });
+    let body = reqwest::Body::wrap_stream(tokio_stream::iter(chunks));
+    let response = client()
+        .post(proxy.url("/duplex"))
+        .body(body)
+        .send()
+        .await?;
+    assert_eq!(response.status(), 200);
+    // A bound on a hang, not a timing: the upload either ends or never does.
+    tokio::time::timeout(Duration::from_secs(120), taken.notified())
+        .await
+        .map_err(|_| "the upload stalled while the answer was not being read")?;
+    let answer = response.bytes().await?;
+    assert_eq!(answer.len(), (64 << 20) + 4);
+    assert!(answer.ends_with(b"read"));
     Ok(())
 }
 

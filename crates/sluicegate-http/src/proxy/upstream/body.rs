@@ -1,16 +1,20 @@
 //! The upstream's response body, streamed to the client as it is read.
 
+use std::future::poll_fn;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use http_body::{Body, Frame, SizeHint};
+use tokio::io::AsyncRead;
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::sync::oneshot;
 
 use crate::proxy::upstream::chunked::{ChunkedDecoder, Decoded};
-use crate::proxy::upstream::conn::Conn;
+use crate::proxy::upstream::conn::{Conn, Io};
 use crate::proxy::upstream::error::UpstreamError;
-use crate::proxy::upstream::pool::Pool;
+use crate::proxy::upstream::idle::Pool;
 use crate::proxy::upstream::request::Outgoing;
 use crate::proxy::upstream::response::Framing;
 
@@ -27,43 +31,62 @@ enum State {
     Ended,
 }
 
+/// Where the body is read from.
+#[derive(Debug)]
+enum Source {
+    /// A pooled connection, back to its pool when the body ends if it can be.
+    Pooled(Conn, Arc<Pool>),
+    /// The reading half of a connection whose request body a task of its own is still
+    /// writing (the upstream answered before it had all of it); dropping the sender stops it.
+    Uploading {
+        io: Io<OwnedReadHalf>,
+        /// Held only to be dropped.
+        _stop: oneshot::Sender<()>,
+    },
+    /// The connection is gone: the body ended, or failed.
+    Gone,
+}
+
 /// The upstream's response body, streamed. Its connection goes back to the pool the moment
 /// the body has been read to its end (a body dropped before its end closes the connection).
 #[derive(Debug)]
 pub struct PooledBody {
     state: State,
-    conn: Option<(Conn, Arc<Pool>)>,
-    /// What is left of the request's body when the upstream answered before reading it all.
-    outgoing: Option<Outgoing>,
+    source: Source,
     /// Whether the connection may carry another request once the body has ended.
     keep_alive: bool,
 }
 
 impl PooledBody {
     /// The body framed as `framing`, read from `conn` (whose buffer holds what came after the
-    /// head).
-    pub(crate) fn new(
+    /// head), which goes back to `pool` after it if `keep_alive`.
+    pub(crate) fn pooled(
         framing: Framing,
         mut conn: Conn,
         pool: Arc<Pool>,
-        outgoing: Option<Outgoing>,
         keep_alive: bool,
     ) -> PooledBody {
-        let state = match framing {
-            Framing::Empty | Framing::Length(0) => State::Ended,
-            Framing::Length(length) => match usize::try_from(length) {
-                Ok(length) if length <= conn.io.read.len() => {
-                    State::Whole(conn.io.read.split_to(length).freeze())
-                }
-                _ => State::Length(length),
-            },
-            Framing::Chunked => State::Chunked(ChunkedDecoder::default()),
-            Framing::UntilClose => State::UntilClose,
-        };
+        let state = State::new(framing, &mut conn.io.read);
+        PooledBody::new(state, Source::Pooled(conn, pool), keep_alive)
+    }
+
+    /// The body of an answer that came before the request body had all been written: the rest
+    /// of that body is written by a task of its own, so that the upstream, which may read it
+    /// while it answers (as an echo does), gets it whether or not the client reads the answer
+    /// meanwhile. The connection is not used again: what the upstream makes of the rest is
+    /// unknown.
+    pub(crate) fn uploading(framing: Framing, conn: Conn, rest: Outgoing) -> PooledBody {
+        let (mut io, writer) = conn.io.split();
+        let (stop, stopped) = oneshot::channel();
+        tokio::spawn(finish_upload(rest, writer, stopped));
+        let state = State::new(framing, &mut io.read);
+        PooledBody::new(state, Source::Uploading { io, _stop: stop }, false)
+    }
+
+    fn new(state: State, source: Source, keep_alive: bool) -> PooledBody {
         let mut body = PooledBody {
-            conn: Some((conn, pool)),
             state,
-            outgoing,
+            source,
             keep_alive,
         };
         if matches!(body.state, State::Ended | State::Whole(_)) {
@@ -72,9 +95,10 @@ impl PooledBody {
         body
     }
 
-    /// The connection back to its pool if it can carry another request, else closed.
+    /// The connection back to its pool if it can carry another request, else closed (an
+    /// upload still going on with it stops).
     fn release(&mut self) {
-        if let Some((conn, pool)) = self.conn.take() {
+        if let Source::Pooled(conn, pool) = std::mem::replace(&mut self.source, Source::Gone) {
             if self.keep_alive && conn.io.read.is_empty() {
                 pool.put(conn);
             }
@@ -82,53 +106,98 @@ impl PooledBody {
     }
 
     fn poll_data(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Bytes, UpstreamError>>> {
-        loop {
-            let io = match (&mut self.state, &mut self.conn) {
-                (State::Ended, _) => return Poll::Ready(None),
-                (State::Whole(whole), _) => {
-                    let whole = std::mem::take(whole);
-                    self.state = State::Ended;
-                    return Poll::Ready(Some(Ok(whole)));
-                }
-                // Not reached: the connection goes only with the end of the body, or an error.
-                (_, None) => return Poll::Ready(Some(Err(UpstreamError::Closed))),
-                (_, Some((conn, _))) => &mut conn.io,
-            };
-            match &mut self.state {
-                State::Length(left) if !io.read.is_empty() => {
-                    let take =
-                        usize::try_from(*left).map_or(io.read.len(), |l| l.min(io.read.len()));
-                    *left -= take as u64;
-                    let data = io.read.split_to(take).freeze();
-                    if *left == 0 {
-                        self.state = State::Ended;
-                        self.release();
-                    }
-                    return Poll::Ready(Some(Ok(data)));
-                }
-                State::Chunked(decoder) => match decoder.decode(&mut io.read)? {
-                    Decoded::Data(data) => return Poll::Ready(Some(Ok(data))),
-                    Decoded::Done => {
-                        self.state = State::Ended;
-                        self.release();
-                        return Poll::Ready(None);
-                    }
-                    Decoded::NeedMore => {}
-                },
-                State::UntilClose if !io.read.is_empty() => {
-                    return Poll::Ready(Some(Ok(io.read.split().freeze())));
-                }
-                _ => {}
+        match &mut self.state {
+            State::Ended => return Poll::Ready(None),
+            State::Whole(whole) => {
+                let whole = std::mem::take(whole);
+                self.state = State::Ended;
+                return Poll::Ready(Some(Ok(whole)));
             }
-            if ready!(io.poll_fill(cx))? == 0 {
-                if matches!(self.state, State::UntilClose) {
-                    self.state = State::Ended;
-                    self.conn = None;
+            _ => {}
+        }
+        let read = match &mut self.source {
+            Source::Pooled(conn, _) => read_body(&mut self.state, &mut conn.io, cx),
+            Source::Uploading { io, .. } => read_body(&mut self.state, io, cx),
+            // Not reached: the connection goes only with the end of the body, or an error.
+            Source::Gone => Poll::Ready(Some(Err(UpstreamError::Closed))),
+        };
+        if matches!(self.state, State::Ended) {
+            self.release();
+        }
+        read
+    }
+}
+
+impl State {
+    /// The state of a body framed as `framing`, the start of which `read` holds.
+    fn new(framing: Framing, read: &mut BytesMut) -> State {
+        match framing {
+            Framing::Empty | Framing::Length(0) => State::Ended,
+            Framing::Length(length) => match usize::try_from(length) {
+                Ok(length) if length <= read.len() => State::Whole(read.split_to(length).freeze()),
+                _ => State::Length(length),
+            },
+            Framing::Chunked => State::Chunked(ChunkedDecoder::default()),
+            Framing::UntilClose => State::UntilClose,
+        }
+    }
+}
+
+/// The next piece of a body being read from `io` (`state` is `Length`, `Chunked` or
+/// `UntilClose`, and `Ended` once the body has ended).
+fn read_body<S: AsyncRead + Unpin>(
+    state: &mut State,
+    io: &mut Io<S>,
+    cx: &mut Context<'_>,
+) -> Poll<Option<Result<Bytes, UpstreamError>>> {
+    loop {
+        match state {
+            State::Length(left) if !io.read.is_empty() => {
+                let take = usize::try_from(*left).map_or(io.read.len(), |l| l.min(io.read.len()));
+                *left -= take as u64;
+                if *left == 0 {
+                    *state = State::Ended;
+                }
+                return Poll::Ready(Some(Ok(io.read.split_to(take).freeze())));
+            }
+            State::Chunked(decoder) => match decoder.decode(&mut io.read)? {
+                Decoded::Data(data) => return Poll::Ready(Some(Ok(data))),
+                Decoded::Done => {
+                    *state = State::Ended;
                     return Poll::Ready(None);
                 }
-                return Poll::Ready(Some(Err(UpstreamError::Closed)));
+                Decoded::NeedMore => {}
+            },
+            State::UntilClose if !io.read.is_empty() => {
+                return Poll::Ready(Some(Ok(io.read.split().freeze())));
             }
+            State::Ended | State::Whole(_) => return Poll::Ready(None),
+            State::Length(_) | State::UntilClose => {}
         }
+        if ready!(io.poll_fill(cx))? == 0 {
+            if matches!(state, State::UntilClose) {
+                *state = State::Ended;
+                return Poll::Ready(None);
+            }
+            return Poll::Ready(Some(Err(UpstreamError::Closed)));
+        }
+    }
+}
+
+/// Writes the rest of a request body, until it has all been written or `stopped` (the answer
+/// ended or was dropped, and the connection with it).
+async fn finish_upload(
+    mut rest: Outgoing,
+    mut writer: OwnedWriteHalf,
+    stopped: oneshot::Receiver<()>,
+) {
+    tokio::select! {
+        _ = poll_fn(|cx| rest.poll_send(&mut writer, cx)) => {
+            // Not shut down: the upstream may take a half-closed connection for a client gone
+            // while it still answers. The reading half closes the connection when it goes.
+            writer.forget();
+        }
+        _ = stopped => {}
     }
 }
 
@@ -141,18 +210,9 @@ impl Body for PooledBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, UpstreamError>>> {
         let this = self.get_mut();
-        // The rest of a request body the upstream answered early, which it may still be
-        // reading (as an echo does). Only a reader of the response moves it on, as hyper's own
-        // client did not: a client that reads nothing before its upload ends, of an upstream
-        // that answers while it reads, waits on itself.
-        if let (Some(outgoing), Some((conn, _))) = (&mut this.outgoing, &mut this.conn) {
-            if outgoing.poll_send(conn.io.stream(), cx).is_ready() {
-                this.outgoing = None;
-            }
-        }
         let polled = this.poll_data(cx);
         if let Poll::Ready(Some(Err(_))) = polled {
-            this.conn = None;
+            this.source = Source::Gone;
             this.state = State::Ended;
         }
         polled.map(|data| data.map(|data| data.map(Frame::data)))

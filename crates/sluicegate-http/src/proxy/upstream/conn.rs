@@ -12,8 +12,9 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use bytes::BytesMut;
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncRead, AsyncWriteExt};
 use tokio::net::TcpStream;
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::time::{Instant, Sleep};
 
 use crate::proxy::upstream::error::UpstreamError;
@@ -25,10 +26,11 @@ const MAX_INTERIM: usize = 8;
 /// How much room a read into the buffer asks for at least.
 const READ_ROOM: usize = 8 * 1024;
 
-/// A connection to the upstream and what has been read from it and not yet consumed.
+/// A connection to the upstream (or its reading half) and what has been read from it and not
+/// yet consumed.
 #[derive(Debug)]
-pub(crate) struct Io {
-    stream: TcpStream,
+pub(crate) struct Io<S = TcpStream> {
+    stream: S,
     pub(crate) read: BytesMut,
 }
 
@@ -63,7 +65,7 @@ pub(crate) struct Failed {
     pub(crate) answered: bool,
 }
 
-impl Io {
+impl<S: AsyncRead + Unpin> Io<S> {
     /// Reads more from the connection into the buffer; `Ok(0)` once the upstream has closed.
     pub(crate) fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
         if self.read.capacity() - self.read.len() < READ_ROOM / 2 {
@@ -72,6 +74,18 @@ impl Io {
         // A read shorter than the room given clears the socket's readiness (tokio), so an idle
         // connection's next check costs no system call.
         tokio_util::io::poll_read_buf(Pin::new(&mut self.stream), cx, &mut self.read)
+    }
+}
+
+impl Io {
+    /// The reading half, with what has been read, and the writing half.
+    pub(crate) fn split(self) -> (Io<OwnedReadHalf>, OwnedWriteHalf) {
+        let (reader, writer) = self.stream.into_split();
+        let io = Io {
+            stream: reader,
+            read: self.read,
+        };
+        (io, writer)
     }
 
     /// Whether an idle connection can no longer carry a request: the upstream closed it, or
@@ -88,14 +102,10 @@ impl Io {
         )
     }
 
-    pub(crate) fn stream(&mut self) -> &mut TcpStream {
-        &mut self.stream
-    }
-
     /// Writes the request's `head`, then its body (if any) while the response head is awaited:
     /// an upstream may answer before it has read the whole body, and then what is left of the
-    /// body goes on with the response's (and the connection is not used again). `to_head`: the
-    /// request is `HEAD`.
+    /// body goes on while the response is read (and the connection is not used again).
+    /// `to_head`: the request is `HEAD`.
     pub(crate) async fn exchange(
         &mut self,
         head: &[u8],

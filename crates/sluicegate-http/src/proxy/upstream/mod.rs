@@ -5,6 +5,7 @@ mod body;
 mod chunked;
 mod conn;
 mod error;
+mod idle;
 mod pool;
 mod request;
 mod response;

@@ -9,7 +9,7 @@
 //! back).
 
 use std::cell::Cell;
-use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::sync::Arc;
 use std::time::Duration;
 
 use http::uri::Authority;
@@ -21,14 +21,8 @@ use tokio::time::Instant;
 use crate::proxy::upstream::body::PooledBody;
 use crate::proxy::upstream::conn::{Conn, Failed};
 use crate::proxy::upstream::error::UpstreamError;
+use crate::proxy::upstream::idle::Pool;
 use crate::proxy::upstream::request::{self, Outgoing};
-
-/// How long a connection may stay idle in a pool.
-const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
-/// How many idle connections a pool keeps at most.
-const MAX_IDLE: usize = 1024;
-/// How often idle connections past [`IDLE_TIMEOUT`] are closed.
-const SWEEP_EVERY: Duration = Duration::from_secs(10);
 
 thread_local! {
     /// The worker the current thread is (0: none, a thread of the caller's runtime).
@@ -114,18 +108,17 @@ impl Pools {
             };
             match exchanged {
                 Ok(head) => {
+                    let (response_parts, ()) = head.response.into_parts();
                     // An upstream that answered before the whole body was written may not read
                     // the rest as this request's: the connection ends with this response.
                     let sent = outgoing.as_ref().is_none_or(Outgoing::is_sent);
-                    let outgoing = outgoing.filter(|body| !body.is_done());
-                    let (response_parts, ()) = head.response.into_parts();
-                    let body = PooledBody::new(
-                        head.framing,
-                        conn,
-                        Arc::clone(pool),
-                        outgoing,
-                        head.keep_alive && sent,
-                    );
+                    let body = match outgoing.filter(|body| !body.is_done()) {
+                        None => {
+                            let keep_alive = head.keep_alive && sent;
+                            PooledBody::pooled(head.framing, conn, Arc::clone(pool), keep_alive)
+                        }
+                        Some(rest) => PooledBody::uploading(head.framing, conn, rest),
+                    };
                     return Ok(Response::from_parts(response_parts, body));
                 }
                 Err(Failed { error, answered }) => {
@@ -165,65 +158,5 @@ impl Pools {
         let _ = stream.set_nodelay(true);
         pool.start_sweeping();
         Ok(Conn::new(stream, deadline))
-    }
-}
-
-#[derive(Debug, Default)]
-pub(crate) struct Pool {
-    /// Idle connections, the one idle longest first.
-    idle: Mutex<Idle>,
-}
-
-#[derive(Debug, Default)]
-struct Idle {
-    connections: Vec<(Conn, Instant)>,
-    sweeping: bool,
-}
-
-impl Pool {
-    fn lock(&self) -> std::sync::MutexGuard<'_, Idle> {
-        self.idle.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// The connection idle the shortest time that is still open.
-    fn checkout(&self) -> Option<Conn> {
-        loop {
-            let (mut conn, since) = self.lock().connections.pop()?;
-            if since.elapsed() <= IDLE_TIMEOUT && !conn.io.is_stale() {
-                return Some(conn);
-            }
-        }
-    }
-
-    pub(crate) fn put(&self, conn: Conn) {
-        let mut idle = self.lock();
-        if idle.connections.len() < MAX_IDLE {
-            idle.connections.push((conn, Instant::now()));
-        }
-    }
-
-    /// Starts the task that closes connections idle too long (once per pool, on the runtime of
-    /// the thread the pool serves).
-    fn start_sweeping(self: &Arc<Self>) {
-        {
-            let mut idle = self.lock();
-            if idle.sweeping {
-                return;
-            }
-            idle.sweeping = true;
-        }
-        let pool: Weak<Pool> = Arc::downgrade(self);
-        tokio::spawn(async move {
-            loop {
-                tokio::time::sleep(SWEEP_EVERY).await;
-                let Some(pool) = pool.upgrade() else {
-                    return;
-                };
-                let mut idle = pool.lock();
-                idle.connections.retain_mut(|(conn, since)| {
-                    since.elapsed() <= IDLE_TIMEOUT && !conn.io.is_stale()
-                });
-            }
-        });
     }
 }

@@ -11,7 +11,6 @@ use http::request::Parts;
 use http_body::Body;
 use hyper::body::Incoming;
 use tokio::io::AsyncWrite;
-use tokio::net::TcpStream;
 
 use crate::proxy::upstream::error::UpstreamError;
 
@@ -93,9 +92,9 @@ impl Outgoing {
 
     /// Writes as much of the body as the client has sent and the connection takes; ready once
     /// all of it is written. After an error, nothing more is written.
-    pub(crate) fn poll_send(
+    pub(crate) fn poll_send<W: AsyncWrite + Unpin>(
         &mut self,
-        stream: &mut TcpStream,
+        stream: &mut W,
         cx: &mut Context<'_>,
     ) -> Poll<Result<(), UpstreamError>> {
         if self.failed {
@@ -108,9 +107,9 @@ impl Outgoing {
         sent
     }
 
-    fn poll_send_more(
+    fn poll_send_more<W: AsyncWrite + Unpin>(
         &mut self,
-        stream: &mut TcpStream,
+        stream: &mut W,
         cx: &mut Context<'_>,
     ) -> Poll<Result<(), UpstreamError>> {
         loop {
