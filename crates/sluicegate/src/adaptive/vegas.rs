@@ -193,8 +193,10 @@ impl Vegas {
             }
         };
         let next = self.bounds.clamp_f64(next);
-        // A blend of two values within bounds stays within them.
-        self.estimate = (1.0 - self.smoothing) * estimate + self.smoothing * next;
+        // Clamped again: in floating point, a blend of two values within bounds can fall just
+        // below the lower one (15 and 15 blend to 14.999...), which `whole` truncates to 14.
+        let blended = (1.0 - self.smoothing) * estimate + self.smoothing * next;
+        self.estimate = self.bounds.clamp_f64(blended);
         whole(self.estimate)
     }
 }
@@ -271,6 +273,21 @@ mod tests {
         // A loss lowers by log even when app-limited.
         assert_eq!(vegas.on_sample(0, Sample::dropped(0, 50, 0)), 24);
         assert_eq!(vegas.on_sample(0, Sample::timeout(0, 50, 0)), 23);
+        Ok(())
+    }
+
+    #[test]
+    fn a_blend_at_the_lower_bound_stays_on_it() -> Result<(), ConfigError> {
+        // Found by tests/adaptive_properties.rs: these blend 15 and 15 to 14.999....
+        let mut vegas = no_probe()
+            .min_limit(15)
+            .initial_limit(15)
+            .max_limit(23)
+            .smoothing(0.2753312099727238)
+            .build()?;
+        for _ in 0..3 {
+            assert_eq!(vegas.on_sample(0, Sample::dropped(0, 1_000, 15)), 15);
+        }
         Ok(())
     }
 
