@@ -99,7 +99,7 @@ pub(crate) fn parse(buf: &mut BytesMut, to_head: bool) -> Result<Parsed, Upstrea
     }
     let head: Bytes = buf.split_to(length).freeze();
     let mut headers = HeaderMap::with_capacity(spans.len());
-    for (name, start, end) in spans {
+    for (name, start, end) in spans.drain(..) {
         let value = HeaderValue::from_maybe_shared(head.slice(start..end))
             .map_err(|_| invalid("a field value"))?;
         headers.append(name, value);
