@@ -156,6 +156,14 @@ impl LimitBounds {
 
 /// The whole part of a limit kept as a float (already within bounds, so it fits).
 pub(crate) fn whole(limit: f64) -> u32 {
+    // A limit a rounding error short of a whole number is that number: blends of a bound with
+    // itself land one ulp under it (23 and 23 to 22.999...), which would truncate to 22.
+    let nearest = limit.round();
+    let limit = if (limit - nearest).abs() <= 1e-9 {
+        nearest
+    } else {
+        limit
+    };
     // `as` saturates and maps NaN to 0; the estimates are clamped before they get here.
     limit as u32
 }
@@ -244,6 +252,16 @@ pub(crate) use limit_setters;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_limit_a_rounding_error_short_of_a_whole_number_is_that_number() {
+        let blended = (1.0 - 0.2753312099727238) * 23.0 + 0.2753312099727238 * 23.0;
+        assert_eq!(whole(blended), 23);
+        assert_eq!(whole(22.999_999_999_999_996), 23);
+        assert_eq!(whole(22.5), 22);
+        assert_eq!(whole(22.999), 22);
+        assert_eq!(whole(f64::NAN), 0);
+    }
 
     #[test]
     fn bounds_are_checked() {

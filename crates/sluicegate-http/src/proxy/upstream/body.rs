@@ -77,9 +77,13 @@ impl PooledBody {
     /// unknown.
     pub(crate) fn uploading(framing: Framing, conn: Conn, rest: Outgoing) -> PooledBody {
         let (mut io, writer) = conn.io.split();
+        let state = State::new(framing, &mut io.read);
+        if matches!(state, State::Ended | State::Whole(_)) {
+            // The answer is whole already, and the connection ends with it.
+            return PooledBody::new(state, Source::Gone, false);
+        }
         let (stop, stopped) = oneshot::channel();
         tokio::spawn(finish_upload(rest, writer, stopped));
-        let state = State::new(framing, &mut io.read);
         PooledBody::new(state, Source::Uploading { io, _stop: stop }, false)
     }
 
@@ -192,12 +196,16 @@ async fn finish_upload(
     stopped: oneshot::Receiver<()>,
 ) {
     tokio::select! {
-        _ = poll_fn(|cx| rest.poll_send(&mut writer, cx)) => {
-            // Not shut down: the upstream may take a half-closed connection for a client gone
-            // while it still answers. The reading half closes the connection when it goes.
-            writer.forget();
-        }
+        biased;
         _ = stopped => {}
+        sent = poll_fn(|cx| rest.poll_send(&mut writer, cx)) => {
+            if sent.is_ok() {
+                // Not shut down: the upstream may take a half-closed connection for a client
+                // gone while it still answers. The reading half closes it when it goes.
+                writer.forget();
+            }
+            // Else dropped, which shuts it down: the upstream sees the body cut short.
+        }
     }
 }
 

@@ -4,9 +4,9 @@
 //! one), and the connection goes back to that pool the moment the response body has been read
 //! to its end. The request's own task writes it and reads its response, so a request never
 //! wakes a task of another thread, nor (but for the rest of a body an early answer leaves)
-//! another task at all; and the pool is a plain stack behind a lock no other thread takes (hyper-util's pooled client keyed every checkout by
-//! scheme and authority in a shared map, and spawned a task per request to put the connection
-//! back).
+//! another task at all; and the pool is a plain stack behind a lock no other thread takes
+//! (hyper-util's pooled client keyed every checkout by scheme and authority in a shared map,
+//! and spawned a task per request to put the connection back).
 
 use std::cell::Cell;
 use std::sync::Arc;
