@@ -263,6 +263,20 @@ mod tests {
 
     proptest! {
         #[test]
+        fn any_bytes_decode_to_no_more_data_than_they_hold(
+            wire in proptest::collection::vec(
+                prop_oneof![Just(b'\r'), Just(b'\n'), Just(b'0'), Just(b';'), any::<u8>()],
+                0..400,
+            ),
+            piece in 1usize..64,
+        ) {
+            // An error is an answer too: only a panic or invented data would be wrong.
+            if let Ok((data, _)) = decode_in_pieces(&wire, piece) {
+                prop_assert!(data.len() <= wire.len());
+            }
+        }
+
+        #[test]
         fn any_chunks_in_any_pieces_decode_to_their_data(
             chunks in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..300), 0..8),
             piece in 1usize..64,

@@ -193,6 +193,37 @@ impl FramingFields {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    /// A valid head with one byte changed, or cut short: the shapes a parser meets from a
+    /// broken or hostile upstream, near enough to valid to reach every branch.
+    fn mangled_head() -> impl Strategy<Value = Vec<u8>> {
+        let wire = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 12, 12\r\nConnection: keep-alive, close\r\n\r\n".to_vec();
+        let len = wire.len();
+        (0..len, any::<u8>(), 0..=len).prop_map(move |(at, byte, cut)| {
+            let mut mangled = wire.clone();
+            mangled[at] = byte;
+            mangled.truncate(cut.max(1));
+            mangled
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn any_bytes_parse_to_an_answer_not_a_panic(
+            wire in prop_oneof![proptest::collection::vec(any::<u8>(), 0..300), mangled_head()],
+            to_head in any::<bool>(),
+        ) {
+            let mut buf = BytesMut::from(&wire[..]);
+            let before = buf.len();
+            // After an error the connection is dropped, whatever the buffer holds.
+            match parse(&mut buf, to_head) {
+                Ok(Parsed::Partial) => prop_assert_eq!(buf.len(), before),
+                Ok(Parsed::Final(_) | Parsed::Interim) => prop_assert!(buf.len() < before),
+                Err(_) => {}
+            }
+        }
+    }
 
     fn final_head(wire: &[u8], to_head: bool) -> Result<(Head, BytesMut), UpstreamError> {
         let mut buf = BytesMut::from(wire);
