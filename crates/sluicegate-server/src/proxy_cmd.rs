@@ -23,8 +23,8 @@ pub(crate) struct ProxyArgs {
     /// Where `/metrics` (Prometheus) is served; `off` for nowhere.
     #[arg(long, env = "SLUICEGATE_ADMIN", default_value = "127.0.0.1:9091", value_parser = parse_admin)]
     admin: Admin,
-    /// How long the upstream may take to answer a request's head before a 504 (`60s`,
-    /// `500ms`).
+    /// How long the upstream may take to answer a request's head before a 504, and to send
+    /// the next bytes of a response body before it is cut off (`60s`, `500ms`).
     #[arg(long, default_value = "60s", value_parser = parse_duration)]
     upstream_timeout: Duration,
     /// How long connecting to the upstream may take before a 502.

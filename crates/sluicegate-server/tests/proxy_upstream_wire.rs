@@ -151,9 +151,15 @@ async fn serve(mut stream: TcpStream, heads: Arc<Mutex<Vec<String>>>) {
             "/close-after" => b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok",
             "/conflict" => b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\ncontent-length: 3\r\n\r\nok",
             "/cut" => b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\nonly this",
+            "/stall" => b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\nthen nothing",
             _ => b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok",
         };
         if stream.write_all(response).await.is_err() {
+            return;
+        }
+        if path == "/stall" {
+            // Holds the connection open, sending nothing more, until the proxy closes it.
+            let _ = stream.read_buf(&mut buf).await;
             return;
         }
         if matches!(path.as_str(), "/until-close" | "/close-after" | "/cut") {
@@ -340,6 +346,32 @@ async fn an_upload_an_early_answer_came_for_goes_on_while_the_client_reads_nothi
     let answer = response.bytes().await?;
     assert_eq!(answer.len(), (64 << 20) + 4);
     assert!(answer.ends_with(b"read"));
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_the_upstream_stops_sending_is_cut_off_after_the_upstream_timeout() -> TestResult {
+    let upstream = WireUpstream::start().await?;
+    let proxy = ProxyProcess::start(
+        &upstream.url(),
+        RULES,
+        &["--workers", "1", "--upstream-timeout", "300ms"],
+    )?;
+    // A bound on a hang, not a timing: without the proxy's wait between reads, the body never
+    // ends.
+    let outcome = tokio::time::timeout(Duration::from_secs(60), async {
+        let response = client().get(proxy.url("/stall")).send().await?;
+        response.bytes().await
+    })
+    .await
+    .map_err(|_| "the body of a stalled upstream never ended")?;
+    assert!(outcome.is_err(), "{outcome:?}");
+    // The next request is served, on a new connection.
+    assert_eq!(
+        client().get(proxy.url("/")).send().await?.text().await?,
+        "ok"
+    );
+    assert_eq!(upstream.connections(), 2);
     Ok(())
 }
 

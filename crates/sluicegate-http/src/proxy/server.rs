@@ -42,7 +42,8 @@ pub struct ProxyConfig {
     pub listen: SocketAddr,
     /// Where `/metrics` is served (none: not served).
     pub admin: Option<SocketAddr>,
-    /// How long the upstream may take to answer a request's head (then 504).
+    /// How long the upstream may take to answer a request's head (then 504), and to send the
+    /// next bytes of a response body (then the body is cut off).
     pub upstream_timeout: Duration,
     /// How long connecting to the upstream may take (then 502).
     pub connect_timeout: Duration,

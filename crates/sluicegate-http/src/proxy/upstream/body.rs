@@ -1,15 +1,18 @@
 //! The upstream's response body, streamed to the client as it is read.
 
+use std::future::Future;
 use std::future::poll_fn;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, ready};
+use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use http_body::{Body, Frame, SizeHint};
 use tokio::io::AsyncRead;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::sync::oneshot;
+use tokio::time::{Instant, Sleep};
 
 use crate::proxy::upstream::chunked::{ChunkedDecoder, Decoded};
 use crate::proxy::upstream::conn::{Conn, Io};
@@ -40,6 +43,8 @@ enum Source {
     /// writing (the upstream answered before it had all of it); dropping the sender stops it.
     Uploading {
         io: Io<OwnedReadHalf>,
+        /// The connection's timer, for the wait between two reads.
+        timer: Pin<Box<Sleep>>,
         /// Held only to be dropped.
         _stop: oneshot::Sender<()>,
     },
@@ -55,6 +60,17 @@ pub struct PooledBody {
     source: Source,
     /// Whether the connection may carry another request once the body has ended.
     keep_alive: bool,
+    wait: ReadWait,
+}
+
+/// How long a body may wait for its next bytes: the upstream timeout, as nginx's
+/// `proxy_read_timeout` bounds the wait between two reads, not the whole body.
+#[derive(Debug, Clone, Copy)]
+struct ReadWait {
+    timeout: Duration,
+    /// When bytes of the body last came (the head's arrival to begin with; none for a body
+    /// that came whole with its head, so that it costs no clock read).
+    last_read: Option<Instant>,
 }
 
 impl PooledBody {
@@ -65,9 +81,10 @@ impl PooledBody {
         mut conn: Conn,
         pool: Arc<Pool>,
         keep_alive: bool,
+        timeout: Duration,
     ) -> PooledBody {
         let state = State::new(framing, &mut conn.io.read);
-        PooledBody::new(state, Source::Pooled(conn, pool), keep_alive)
+        PooledBody::new(state, Source::Pooled(conn, pool), keep_alive, timeout)
     }
 
     /// The body of an answer that came before the request body had all been written: the rest
@@ -75,24 +92,42 @@ impl PooledBody {
     /// while it answers (as an echo does), gets it whether or not the client reads the answer
     /// meanwhile. The connection is not used again: what the upstream makes of the rest is
     /// unknown.
-    pub(crate) fn uploading(framing: Framing, conn: Conn, rest: Outgoing) -> PooledBody {
-        let (mut io, writer) = conn.io.split();
+    pub(crate) fn uploading(
+        framing: Framing,
+        conn: Conn,
+        rest: Outgoing,
+        timeout: Duration,
+    ) -> PooledBody {
+        let Conn { io, timer } = conn;
+        let (mut io, writer) = io.split();
         let state = State::new(framing, &mut io.read);
         if matches!(state, State::Ended | State::Whole(_)) {
             // The answer is whole already, and the connection ends with it.
-            return PooledBody::new(state, Source::Gone, false);
+            return PooledBody::new(state, Source::Gone, false, timeout);
         }
         let (stop, stopped) = oneshot::channel();
         tokio::spawn(finish_upload(rest, writer, stopped));
-        PooledBody::new(state, Source::Uploading { io, _stop: stop }, false)
+        let source = Source::Uploading {
+            io,
+            timer,
+            _stop: stop,
+        };
+        PooledBody::new(state, source, false, timeout)
     }
 
-    fn new(state: State, source: Source, keep_alive: bool) -> PooledBody {
+    fn new(state: State, source: Source, keep_alive: bool, timeout: Duration) -> PooledBody {
         let mut body = PooledBody {
             state,
             source,
             keep_alive,
+            wait: ReadWait {
+                timeout,
+                last_read: None,
+            },
         };
+        if !matches!(body.state, State::Ended | State::Whole(_)) {
+            body.wait.last_read = Some(Instant::now());
+        }
         if matches!(body.state, State::Ended | State::Whole(_)) {
             body.release();
         }
@@ -119,9 +154,12 @@ impl PooledBody {
             }
             _ => {}
         }
+        let wait = &mut self.wait;
         let read = match &mut self.source {
-            Source::Pooled(conn, _) => read_body(&mut self.state, &mut conn.io, cx),
-            Source::Uploading { io, .. } => read_body(&mut self.state, io, cx),
+            Source::Pooled(conn, _) => {
+                read_body(&mut self.state, &mut conn.io, &mut conn.timer, wait, cx)
+            }
+            Source::Uploading { io, timer, .. } => read_body(&mut self.state, io, timer, wait, cx),
             // Not reached: the connection goes only with the end of the body, or an error.
             Source::Gone => Poll::Ready(Some(Err(UpstreamError::Closed))),
         };
@@ -148,10 +186,13 @@ impl State {
 }
 
 /// The next piece of a body being read from `io` (`state` is `Length`, `Chunked` or
-/// `UntilClose`, and `Ended` once the body has ended).
+/// `UntilClose`, and `Ended` once the body has ended), waiting on `timer` at most `wait`'s
+/// timeout for bytes.
 fn read_body<S: AsyncRead + Unpin>(
     state: &mut State,
     io: &mut Io<S>,
+    timer: &mut Pin<Box<Sleep>>,
+    wait: &mut ReadWait,
     cx: &mut Context<'_>,
 ) -> Poll<Option<Result<Bytes, UpstreamError>>> {
     loop {
@@ -178,13 +219,24 @@ fn read_body<S: AsyncRead + Unpin>(
             State::Ended | State::Whole(_) => return Poll::Ready(None),
             State::Length(_) | State::UntilClose => {}
         }
-        if ready!(io.poll_fill(cx))? == 0 {
+        let Poll::Ready(filled) = io.poll_fill(cx) else {
+            // Moved only when the wait begins, not at every read: a body read without waiting
+            // costs no timer update.
+            let due = *wait.last_read.get_or_insert_with(Instant::now) + wait.timeout;
+            if timer.deadline() != due {
+                timer.as_mut().reset(due);
+            }
+            ready!(timer.as_mut().poll(cx));
+            return Poll::Ready(Some(Err(UpstreamError::BodyTimeout(wait.timeout))));
+        };
+        if filled? == 0 {
             if matches!(state, State::UntilClose) {
                 *state = State::Ended;
                 return Poll::Ready(None);
             }
             return Poll::Ready(Some(Err(UpstreamError::Closed)));
         }
+        wait.last_read = Some(Instant::now());
     }
 }
 

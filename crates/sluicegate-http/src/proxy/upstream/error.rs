@@ -12,6 +12,9 @@ pub enum UpstreamError {
     /// The upstream closed the connection before the response was complete.
     #[error("the upstream closed the connection before the response was complete")]
     Closed,
+    /// No byte of the response body came for this long.
+    #[error("the upstream sent nothing of the response body for {0:?}")]
+    BodyTimeout(std::time::Duration),
     /// The response's head is longer than the proxy reads.
     #[error("the response head is longer than {0} bytes")]
     HeadTooLarge(usize),

@@ -115,9 +115,10 @@ impl Pools {
                     let body = match outgoing.filter(|body| !body.is_done()) {
                         None => {
                             let keep_alive = head.keep_alive && sent;
-                            PooledBody::pooled(head.framing, conn, Arc::clone(pool), keep_alive)
+                            let pool = Arc::clone(pool);
+                            PooledBody::pooled(head.framing, conn, pool, keep_alive, timeout)
                         }
-                        Some(rest) => PooledBody::uploading(head.framing, conn, rest),
+                        Some(rest) => PooledBody::uploading(head.framing, conn, rest, timeout),
                     };
                     return Ok(Response::from_parts(response_parts, body));
                 }
