@@ -30,6 +30,10 @@ pub(crate) struct ProxyArgs {
     /// How long connecting to the upstream may take before a 502.
     #[arg(long, default_value = "5s", value_parser = parse_duration)]
     connect_timeout: Duration,
+    /// How long an upstream connection may stay idle before it is closed (nginx's upstream
+    /// `keepalive_timeout`); keep it below the upstream's own keep-alive timeout.
+    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    upstream_keepalive_timeout: Duration,
     /// How often the rule file is checked for changes.
     #[arg(long, default_value = "1s", value_parser = parse_duration)]
     reload_interval: Duration,
@@ -82,6 +86,7 @@ impl ProxyArgs {
         config.admin = self.admin.0;
         config.upstream_timeout = self.upstream_timeout;
         config.connect_timeout = self.connect_timeout;
+        config.upstream_keepalive_timeout = self.upstream_keepalive_timeout;
         config.reload_interval = self.reload_interval;
         config.shutdown_grace = self.shutdown_grace;
         config.redis = self.redis.target().map(|target| RedisSettings {

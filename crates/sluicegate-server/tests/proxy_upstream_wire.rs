@@ -376,6 +376,22 @@ async fn a_body_the_upstream_stops_sending_is_cut_off_after_the_upstream_timeout
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_idle_past_the_keepalive_timeout_is_not_used_again() -> TestResult {
+    let upstream = WireUpstream::start().await?;
+    let args = ["--workers", "1", "--upstream-keepalive-timeout", "500ms"];
+    let proxy = ProxyProcess::start(&upstream.url(), RULES, &args)?;
+    let c = client();
+    assert_eq!(c.get(proxy.url("/")).send().await?.text().await?, "ok");
+    assert_eq!(c.get(proxy.url("/")).send().await?.text().await?, "ok");
+    assert_eq!(upstream.connections(), 1);
+    // Idle six times the timeout (at least: a sleep is never shorter).
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(c.get(proxy.url("/")).send().await?.text().await?, "ok");
+    assert_eq!(upstream.connections(), 2);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_broken_response_is_a_502_that_says_what_is_wrong() -> TestResult {
     let upstream = WireUpstream::start().await?;
     let proxy = ProxyProcess::start(&upstream.url(), RULES, &["--workers", "1"])?;

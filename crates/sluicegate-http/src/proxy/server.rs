@@ -47,6 +47,11 @@ pub struct ProxyConfig {
     pub upstream_timeout: Duration,
     /// How long connecting to the upstream may take (then 502).
     pub connect_timeout: Duration,
+    /// How long an upstream connection may stay idle in its pool before it is closed (nginx's
+    /// `keepalive_timeout` in an `upstream` block). Below the upstream's own keep-alive
+    /// timeout, the proxy closes idle connections before the upstream can close one just as
+    /// a request is sent on it.
+    pub upstream_keepalive_timeout: Duration,
     /// How often the rule file is checked for changes.
     pub reload_interval: Duration,
     /// How long a shutdown waits for requests in flight.
@@ -64,7 +69,7 @@ pub struct ProxyConfig {
 
 impl ProxyConfig {
     /// A configuration with the defaults: admin off, 60 s upstream timeout, 5 s connect
-    /// timeout, rule file checked every second, 30 s shutdown grace, clients served on the
+    /// timeout, upstream connections kept 60 s idle, rule file checked every second, 30 s shutdown grace, clients served on the
     /// caller's runtime.
     pub fn new(upstream: impl Into<String>, rules: impl Into<PathBuf>, listen: SocketAddr) -> Self {
         ProxyConfig {
@@ -74,6 +79,7 @@ impl ProxyConfig {
             admin: None,
             upstream_timeout: Duration::from_secs(60),
             connect_timeout: Duration::from_secs(5),
+            upstream_keepalive_timeout: Duration::from_secs(60),
             reload_interval: Duration::from_secs(1),
             shutdown_grace: Duration::from_secs(30),
             #[cfg(feature = "proxy-redis")]
@@ -106,7 +112,12 @@ pub async fn start(config: ProxyConfig) -> Result<Proxy, ProxyError> {
     backing.check(&rules, &config.rules)?;
     backing.connect().await?;
     let forwarder = Arc::new(Forwarder {
-        pools: Pools::new(&target.authority, config.workers, config.connect_timeout),
+        pools: Pools::new(
+            &target.authority,
+            config.workers,
+            config.connect_timeout,
+            config.upstream_keepalive_timeout,
+        ),
         target,
         timeout: config.upstream_timeout,
         metrics: Arc::clone(&metrics),

@@ -9,18 +9,18 @@ use tokio::time::Instant;
 
 use crate::proxy::upstream::conn::Conn;
 
-/// How long a connection may stay idle in a pool.
-const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
 /// How many idle connections a pool keeps at most.
 const MAX_IDLE: usize = 1024;
-/// How often idle connections past [`IDLE_TIMEOUT`] are closed.
+/// How often, at least, idle connections past the pool's idle timeout are closed.
 const SWEEP_EVERY: Duration = Duration::from_secs(10);
 
 /// One worker's idle connections.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Pool {
     /// Idle connections, the one idle longest first.
     idle: Mutex<Idle>,
+    /// How long a connection may stay idle before it is closed, not used.
+    idle_timeout: Duration,
 }
 
 #[derive(Debug, Default)]
@@ -30,6 +30,13 @@ struct Idle {
 }
 
 impl Pool {
+    pub(crate) fn new(idle_timeout: Duration) -> Pool {
+        Pool {
+            idle: Mutex::default(),
+            idle_timeout,
+        }
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, Idle> {
         self.idle.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -38,7 +45,7 @@ impl Pool {
     pub(crate) fn checkout(&self) -> Option<Conn> {
         loop {
             let (mut conn, since) = self.lock().connections.pop()?;
-            if since.elapsed() <= IDLE_TIMEOUT && !conn.io.is_stale() {
+            if since.elapsed() <= self.idle_timeout && !conn.io.is_stale() {
                 return Some(conn);
             }
         }
@@ -62,15 +69,20 @@ impl Pool {
             idle.sweeping = true;
         }
         let pool: Weak<Pool> = Arc::downgrade(self);
+        // Never a busy loop, whatever the timeout (a zero one keeps no connection).
+        let every = SWEEP_EVERY
+            .min(self.idle_timeout)
+            .max(Duration::from_millis(10));
         tokio::spawn(async move {
             loop {
-                tokio::time::sleep(SWEEP_EVERY).await;
+                tokio::time::sleep(every).await;
                 let Some(pool) = pool.upgrade() else {
                     return;
                 };
+                let idle_timeout = pool.idle_timeout;
                 let mut idle = pool.lock();
                 idle.connections.retain_mut(|(conn, since)| {
-                    since.elapsed() <= IDLE_TIMEOUT && !conn.io.is_stale()
+                    since.elapsed() <= idle_timeout && !conn.io.is_stale()
                 });
             }
         });

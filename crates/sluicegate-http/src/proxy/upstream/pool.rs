@@ -49,9 +49,16 @@ pub(crate) struct Pools {
 }
 
 impl Pools {
-    pub(crate) fn new(authority: &Authority, workers: usize, connect_timeout: Duration) -> Pools {
+    pub(crate) fn new(
+        authority: &Authority,
+        workers: usize,
+        connect_timeout: Duration,
+        idle_timeout: Duration,
+    ) -> Pools {
         Pools {
-            pools: (0..=workers).map(|_| Arc::new(Pool::default())).collect(),
+            pools: (0..=workers)
+                .map(|_| Arc::new(Pool::new(idle_timeout)))
+                .collect(),
             address: format!(
                 "{}:{}",
                 authority.host(),
