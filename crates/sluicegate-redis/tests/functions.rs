@@ -14,13 +14,16 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// One limiter of each entry point: one-limit GCRA, token bucket and fixed window, and a
 /// sliding log (the multi-limit entry point).
 fn limiters(store: &RedisStore) -> Result<Vec<RedisLimiter>, BoxError> {
-    let rate = Rate::per_second(2)?;
-    let second = Duration::from_secs(1);
+    // Per hour: three checks in a row can never straddle a window's end or see a permit come
+    // back, however slow the machine (per second, a fixed window's third check was allowed
+    // when the second's end fell between it and the first two).
+    let rate = Rate::per_hour(2)?;
+    let hour = Duration::from_secs(3600);
     Ok(vec![
         RedisLimiter::new(store.clone(), RedisLimit::gcra(rate, 2)?, "g"),
         RedisLimiter::new(store.clone(), RedisLimit::token_bucket(rate, 2)?, "t"),
-        RedisLimiter::new(store.clone(), RedisLimit::fixed_window(2, second)?, "f"),
-        RedisLimiter::new(store.clone(), RedisLimit::sliding_log(2, second)?, "s"),
+        RedisLimiter::new(store.clone(), RedisLimit::fixed_window(2, hour)?, "f"),
+        RedisLimiter::new(store.clone(), RedisLimit::sliding_log(2, hour)?, "s"),
     ])
 }
 
