@@ -210,14 +210,23 @@ fn content_length(head: &str) -> Option<usize> {
         .find_map(|line| line.strip_prefix("content-length: ")?.trim().parse().ok())
 }
 
+/// A byte-for-byte upstream and a proxy of one worker in front of it (one pool, so that its
+/// connections to the upstream can be counted), started with `extra` arguments.
+async fn wire_proxy(extra: &[&str]) -> Result<(WireUpstream, ProxyProcess), BoxError> {
+    let upstream = WireUpstream::start().await?;
+    let mut args = vec!["--workers", "1"];
+    args.extend_from_slice(extra);
+    let proxy = ProxyProcess::start(&upstream.url(), RULES, &args)?;
+    Ok((upstream, proxy))
+}
+
 fn client() -> reqwest::Client {
     reqwest::Client::new()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_framing_passes_and_the_connection_is_kept_when_it_can_be() -> TestResult {
-    let upstream = WireUpstream::start().await?;
-    let proxy = ProxyProcess::start(&upstream.url(), RULES, &["--workers", "1"])?;
+    let (upstream, proxy) = wire_proxy(&[]).await?;
     let c = client();
 
     let chunked = c.get(proxy.url("/chunked")).send().await?.text().await?;
@@ -249,8 +258,7 @@ async fn every_framing_passes_and_the_connection_is_kept_when_it_can_be() -> Tes
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_connection_the_upstream_closed_is_not_used_for_the_next_request() -> TestResult {
-    let upstream = WireUpstream::start().await?;
-    let proxy = ProxyProcess::start(&upstream.url(), RULES, &["--workers", "1"])?;
+    let (_upstream, proxy) = wire_proxy(&[]).await?;
     let c = client();
     for _ in 0..5 {
         // The upstream closes each connection after its response, saying nothing.
@@ -268,8 +276,7 @@ async fn an_idle_connection_the_upstream_closed_is_not_used_for_the_next_request
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn only_an_idempotent_request_nothing_answered_is_sent_again() -> TestResult {
-    let upstream = WireUpstream::start().await?;
-    let proxy = ProxyProcess::start(&upstream.url(), RULES, &["--workers", "1"])?;
+    let (upstream, proxy) = wire_proxy(&[]).await?;
     let c = client();
     let requests_to = |path: &str| {
         let heads = upstream
@@ -303,8 +310,7 @@ async fn only_an_idempotent_request_nothing_answered_is_sent_again() -> TestResu
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_connection_answered_before_its_request_body_was_sent_is_not_used_again() -> TestResult {
-    let upstream = WireUpstream::start().await?;
-    let proxy = ProxyProcess::start(&upstream.url(), RULES, &["--workers", "1"])?;
+    let (upstream, proxy) = wire_proxy(&[]).await?;
     let c = client();
     // The upstream reads the rest of the body while its answer is open (as an echo does): the
     // rest goes on, and the answer ends.
@@ -320,8 +326,7 @@ async fn a_connection_answered_before_its_request_body_was_sent_is_not_used_agai
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_upload_an_early_answer_came_for_goes_on_while_the_client_reads_nothing() -> TestResult {
-    let upstream = WireUpstream::start().await?;
-    let proxy = ProxyProcess::start(&upstream.url(), RULES, &["--workers", "1"])?;
+    let (_upstream, proxy) = wire_proxy(&[]).await?;
     // 32 MiB up while 64 MiB come down: more than the sockets on the way can hold, so the
     // upload ends only if the proxy writes it whether or not the answer is being read.
     let taken = Arc::new(tokio::sync::Notify::new());
@@ -351,12 +356,7 @@ async fn an_upload_an_early_answer_came_for_goes_on_while_the_client_reads_nothi
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_body_the_upstream_stops_sending_is_cut_off_after_the_upstream_timeout() -> TestResult {
-    let upstream = WireUpstream::start().await?;
-    let proxy = ProxyProcess::start(
-        &upstream.url(),
-        RULES,
-        &["--workers", "1", "--upstream-timeout", "300ms"],
-    )?;
+    let (upstream, proxy) = wire_proxy(&["--upstream-timeout", "300ms"]).await?;
     // A bound on a hang, not a timing: without the proxy's wait between reads, the body never
     // ends.
     let outcome = tokio::time::timeout(Duration::from_secs(60), async {
@@ -377,9 +377,7 @@ async fn a_body_the_upstream_stops_sending_is_cut_off_after_the_upstream_timeout
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_connection_idle_past_the_keepalive_timeout_is_not_used_again() -> TestResult {
-    let upstream = WireUpstream::start().await?;
-    let args = ["--workers", "1", "--upstream-keepalive-timeout", "500ms"];
-    let proxy = ProxyProcess::start(&upstream.url(), RULES, &args)?;
+    let (upstream, proxy) = wire_proxy(&["--upstream-keepalive-timeout", "500ms"]).await?;
     let c = client();
     assert_eq!(c.get(proxy.url("/")).send().await?.text().await?, "ok");
     assert_eq!(c.get(proxy.url("/")).send().await?.text().await?, "ok");
@@ -393,8 +391,7 @@ async fn a_connection_idle_past_the_keepalive_timeout_is_not_used_again() -> Tes
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_broken_response_is_a_502_that_says_what_is_wrong() -> TestResult {
-    let upstream = WireUpstream::start().await?;
-    let proxy = ProxyProcess::start(&upstream.url(), RULES, &["--workers", "1"])?;
+    let (_upstream, proxy) = wire_proxy(&[]).await?;
     let c = client();
     let conflict = c.get(proxy.url("/conflict")).send().await?;
     assert_eq!(conflict.status(), 502);
@@ -423,8 +420,7 @@ async fn a_broken_response_is_a_502_that_says_what_is_wrong() -> TestResult {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn request_bodies_are_framed_for_the_upstream() -> TestResult {
-    let upstream = WireUpstream::start().await?;
-    let proxy = ProxyProcess::start(&upstream.url(), RULES, &["--workers", "1"])?;
+    let (upstream, proxy) = wire_proxy(&[]).await?;
     let c = client();
 
     c.post(proxy.url("/")).body("twelve bytes").send().await?;
