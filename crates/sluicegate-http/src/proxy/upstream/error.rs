@@ -2,6 +2,8 @@
 
 use std::io;
 
+use crate::proxy::wire::Malformed;
+
 /// Why a request to the upstream, or the reading of its response, failed.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -26,7 +28,13 @@ pub enum UpstreamError {
     SwitchingProtocols,
     /// The client's request body failed while it was being passed on.
     #[error("the client's request body failed: {0}")]
-    RequestBody(#[source] hyper::Error),
+    RequestBody(#[source] crate::proxy::client_body::ClientBodyError),
+}
+
+impl From<Malformed> for UpstreamError {
+    fn from(Malformed(what): Malformed) -> UpstreamError {
+        UpstreamError::InvalidResponse(what)
+    }
 }
 
 impl UpstreamError {
