@@ -9,12 +9,12 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use crate::proxy::client_body::ClientBody;
 use bytes::Bytes;
 use http::header::{self, Entry, HeaderValue};
 use http::uri::{Authority, Scheme};
 use http::{Method, Request, Response, StatusCode, Uri};
 use http_body_util::{Either, Full};
+use hyper::body::Incoming;
 use tower_service::Service;
 
 use crate::proxy::error::ProxyError;
@@ -65,7 +65,7 @@ pub(crate) struct Upstream {
     pub(crate) counters: Arc<RouteCounters>,
 }
 
-impl Service<Request<ClientBody>> for Upstream {
+impl Service<Request<Incoming>> for Upstream {
     type Response = Response<UpstreamBody>;
     type Error = Infallible;
     type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Infallible>> + Send>>;
@@ -74,7 +74,7 @@ impl Service<Request<ClientBody>> for Upstream {
         Poll::Ready(Ok(()))
     }
 
-    fn call(&mut self, request: Request<ClientBody>) -> Self::Future {
+    fn call(&mut self, request: Request<Incoming>) -> Self::Future {
         Metrics::count(&self.counters.passed);
         let forwarder = Arc::clone(&self.forwarder);
         Box::pin(async move { Ok(forwarder.forward(request).await) })
@@ -93,7 +93,7 @@ pub(crate) fn text(status: StatusCode, body: String) -> Response<UpstreamBody> {
 }
 
 impl Forwarder {
-    async fn forward(&self, request: Request<ClientBody>) -> Response<UpstreamBody> {
+    async fn forward(&self, request: Request<Incoming>) -> Response<UpstreamBody> {
         if request.method() == Method::CONNECT {
             // Its 2xx answer would turn the upstream connection into a tunnel.
             return text(

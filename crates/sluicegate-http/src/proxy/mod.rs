@@ -23,12 +23,9 @@
 
 mod backend;
 mod backing;
-mod client_body;
 mod error;
 mod forward;
 mod forwarding;
-mod h1;
-mod h2;
 mod key;
 mod limiter;
 mod loads;
@@ -42,13 +39,10 @@ mod shared;
 mod shared_route;
 mod table;
 mod upstream;
-mod wire;
 mod workers;
 
-pub use client_body::{ClientBody, ClientBodyError};
 pub use error::{ProxyError, RuleFileError, RuleProblem};
 pub use forward::UpstreamBody;
-pub use h1::H1Body;
 pub use key::{KeyBytes, KeyPart, RouteKeys};
 pub use rules::{
     AdaptiveDef, BackendChoice, ControllerKind, DEFAULT_LIMIT_KEYS, LimitDef, PathMatch, RouteDef,

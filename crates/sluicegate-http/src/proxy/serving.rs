@@ -1,25 +1,26 @@
-//! Serving client connections: HTTP/1.1 (the proxy's own server) or h2c (hyper's) on each, every request through the rules in
+//! Serving client connections: HTTP/1.1 and h2c on each, every request through the rules in
 //! force, and the connections' graceful end.
 
+use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use bytes::BytesMut;
 use http::Request;
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpStream;
-use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 
 use crate::proxy::backing::Backing;
-use crate::proxy::client_body::ClientBody;
 use crate::proxy::forward::Forwarder;
 use crate::proxy::forwarding::ForwardedClient;
 use crate::proxy::loads::Counted;
 use crate::proxy::metrics::Metrics;
 use crate::proxy::table::{self, Table};
-use crate::proxy::{h1, h2};
 
 /// What every connection and the rule file watcher share.
 pub(crate) struct State {
@@ -31,55 +32,39 @@ pub(crate) struct State {
     pub(crate) metrics: Arc<Metrics>,
 }
 
-/// How long a client connection may wait for its next request head, or take to send one: as
-/// nginx's `keepalive_timeout` (75 s) and `client_header_timeout` (60 s) together.
-const CLIENT_IDLE_TIMEOUT: Duration = Duration::from_secs(75);
-
 /// Serves client connections, each on a task of the current runtime, and lets them finish on
 /// shutdown.
 pub(crate) struct ConnectionServer {
     state: Arc<State>,
-    closing: CancellationToken,
-    connections: TaskTracker,
+    builder: auto::Builder<TokioExecutor>,
+    graceful: GracefulShutdown,
 }
 
 impl ConnectionServer {
     pub(crate) fn new(state: Arc<State>) -> ConnectionServer {
         ConnectionServer {
             state,
-            closing: CancellationToken::new(),
-            connections: TaskTracker::new(),
+            builder: auto::Builder::new(TokioExecutor::new()),
+            graceful: GracefulShutdown::new(),
         }
     }
 
     /// Serves `stream` from `peer` until it closes; `counted` is dropped with it.
-    pub(crate) fn serve(&self, mut stream: TcpStream, peer: SocketAddr, counted: Counted) {
+    pub(crate) fn serve(&self, stream: TcpStream, peer: SocketAddr, counted: Counted) {
         let state = Arc::clone(&self.state);
         let client = ForwardedClient::new(peer.ip().to_canonical());
-        let handle = move |mut request: Request<ClientBody>| {
+        let service = service_fn(move |mut request: Request<Incoming>| {
             let extensions = request.extensions_mut();
             extensions.insert(peer);
             extensions.insert(client.clone());
-            table::handle(state.table.load_full(), request)
-        };
-        let closing = self.closing.clone();
-        self.connections.spawn(async move {
-            let mut read = BytesMut::new();
-            let opened = tokio::select! {
-                opened = tokio::time::timeout(
-                    CLIENT_IDLE_TIMEOUT,
-                    h2::opens_with_preface(&mut stream, &mut read),
-                ) => opened,
-                () = closing.cancelled() => return,
-            };
-            match opened {
-                Ok(Ok(true)) => h2::serve(stream, read, handle, closing).await,
-                Ok(Ok(false)) => {
-                    h1::serve(stream, read, handle, closing, CLIENT_IDLE_TIMEOUT).await;
-                }
-                // Closed, failed or silent before its first request: no error of the proxy's.
-                Ok(Err(_)) | Err(_) => {}
-            }
+            let table = state.table.load_full();
+            async move { Ok::<_, Infallible>(table::handle(table, request).await) }
+        });
+        let connection = self.builder.serve_connection(TokioIo::new(stream), service);
+        let connection = self.graceful.watch(connection.into_owned());
+        tokio::spawn(async move {
+            // A client that goes away mid-request is no error of the proxy's.
+            let _ = connection.await;
             drop(counted);
         });
     }
@@ -87,9 +72,7 @@ impl ConnectionServer {
     /// Waits for the connections being served to finish, up to `grace`.
     pub(crate) async fn finish(self, grace: Duration) {
         tracing::info!("proxy: stopped accepting; finishing requests in flight");
-        self.closing.cancel();
-        self.connections.close();
-        if tokio::time::timeout(grace, self.connections.wait())
+        if tokio::time::timeout(grace, self.graceful.shutdown())
             .await
             .is_err()
         {

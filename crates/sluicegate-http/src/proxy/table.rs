@@ -8,8 +8,8 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use crate::proxy::client_body::ClientBody;
 use http::{Request, Response};
+use hyper::body::Incoming;
 use tower_layer::Layer;
 use tower_service::Service;
 
@@ -225,7 +225,7 @@ pub type RouteBody = http_body_util::Either<RateLimitBody<UpstreamBody>, Upstrea
 pub type ProxyBody = http_body_util::Either<AdaptiveBody<RouteBody>, RouteBody>;
 
 /// Answers `request` as `table` says.
-pub(crate) async fn handle(table: Arc<Table>, request: Request<ClientBody>) -> Response<ProxyBody> {
+pub(crate) async fn handle(table: Arc<Table>, request: Request<Incoming>) -> Response<ProxyBody> {
     let index = table.find(request.uri().path());
     let adaptive = index.and_then(|i| table.routes[i].adaptive.clone());
     let route = ByRoute { table, index };
@@ -252,7 +252,7 @@ struct ByRoute {
 }
 
 impl ByRoute {
-    async fn answer(self, request: Request<ClientBody>) -> Response<RouteBody> {
+    async fn answer(self, request: Request<Incoming>) -> Response<RouteBody> {
         let handler = match self.index.map(|i| &self.table.routes[i].handler) {
             Some(Handler::Limited(service)) => Ok(service.clone()),
             Some(Handler::Plain(upstream)) => Err(upstream.clone()),
@@ -271,7 +271,7 @@ impl ByRoute {
     }
 }
 
-impl Service<Request<ClientBody>> for ByRoute {
+impl Service<Request<Incoming>> for ByRoute {
     type Response = Response<RouteBody>;
     type Error = Infallible;
     type Future = Pin<Box<dyn Future<Output = Result<Response<RouteBody>, Infallible>> + Send>>;
@@ -280,7 +280,7 @@ impl Service<Request<ClientBody>> for ByRoute {
         Poll::Ready(Ok(()))
     }
 
-    fn call(&mut self, request: Request<ClientBody>) -> Self::Future {
+    fn call(&mut self, request: Request<Incoming>) -> Self::Future {
         let route = self.clone();
         Box::pin(async move { Ok(route.answer(request).await) })
     }

@@ -14,12 +14,12 @@ use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::sync::oneshot;
 use tokio::time::{Instant, Sleep};
 
+use crate::proxy::upstream::chunked::{ChunkedDecoder, Decoded};
 use crate::proxy::upstream::conn::{Conn, Io};
 use crate::proxy::upstream::error::UpstreamError;
 use crate::proxy::upstream::idle::Pool;
 use crate::proxy::upstream::request::Outgoing;
 use crate::proxy::upstream::response::Framing;
-use crate::proxy::wire::{ChunkedDecoder, Decoded};
 
 /// Where the body is.
 #[derive(Debug)]

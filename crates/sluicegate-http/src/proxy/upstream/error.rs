@@ -2,8 +2,6 @@
 
 use std::io;
 
-use crate::proxy::wire::Malformed;
-
 /// Why a request to the upstream, or the reading of its response, failed.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -28,13 +26,7 @@ pub enum UpstreamError {
     SwitchingProtocols,
     /// The client's request body failed while it was being passed on.
     #[error("the client's request body failed: {0}")]
-    RequestBody(#[source] crate::proxy::client_body::ClientBodyError),
-}
-
-impl From<Malformed> for UpstreamError {
-    fn from(Malformed(what): Malformed) -> UpstreamError {
-        UpstreamError::InvalidResponse(what)
-    }
+    RequestBody(#[source] hyper::Error),
 }
 
 impl UpstreamError {

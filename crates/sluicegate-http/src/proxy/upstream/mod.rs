@@ -2,6 +2,7 @@
 //! connections, each request written and its response read by the client request's own task.
 
 mod body;
+mod chunked;
 mod conn;
 mod error;
 mod idle;

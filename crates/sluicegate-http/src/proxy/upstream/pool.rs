@@ -12,9 +12,9 @@ use std::cell::Cell;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::proxy::client_body::ClientBody;
 use http::uri::Authority;
 use http::{Method, Request, Response};
+use hyper::body::Incoming;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
@@ -89,7 +89,7 @@ impl Pools {
     /// none of its body was read.
     pub(crate) async fn send(
         &self,
-        request: Request<ClientBody>,
+        request: Request<Incoming>,
         timeout: Duration,
     ) -> Result<Response<PooledBody>, SendError> {
         let deadline = Instant::now() + timeout;

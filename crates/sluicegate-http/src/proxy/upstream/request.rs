@@ -5,11 +5,11 @@ use std::io::Write as _;
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 
-use crate::proxy::client_body::ClientBody;
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use http::header;
 use http::request::Parts;
 use http_body::Body;
+use hyper::body::Incoming;
 use tokio::io::AsyncWrite;
 
 use crate::proxy::upstream::error::UpstreamError;
@@ -17,7 +17,7 @@ use crate::proxy::upstream::error::UpstreamError;
 /// Writes the request line and fields (`parts` already rewritten for the upstream: origin-form
 /// URI, hop-by-hop fields dropped) and the framing of `body`, and returns the body to stream
 /// after it, if it has one.
-pub(crate) fn write_head(out: &mut Vec<u8>, parts: &Parts, body: ClientBody) -> Option<Outgoing> {
+pub(crate) fn write_head(out: &mut Vec<u8>, parts: &Parts, body: Incoming) -> Option<Outgoing> {
     let target = parts
         .uri
         .path_and_query()
@@ -63,7 +63,7 @@ pub(crate) fn write_head(out: &mut Vec<u8>, parts: &Parts, body: ClientBody) -> 
 /// A request body on its way to the upstream.
 #[derive(Debug)]
 pub(crate) struct Outgoing {
-    body: ClientBody,
+    body: Incoming,
     chunked: bool,
     /// Bytes taken from the body, framed, and not yet written.
     pending: Bytes,

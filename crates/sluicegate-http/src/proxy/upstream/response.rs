@@ -3,11 +3,12 @@
 
 use std::mem::MaybeUninit;
 
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Response, StatusCode, Version};
+use smallvec::SmallVec;
 
 use crate::proxy::upstream::error::UpstreamError;
-use crate::proxy::wire::{FramingFields, read_fields};
 
 /// The longest response head read, in bytes.
 pub(crate) const MAX_HEAD: usize = 64 * 1024;
@@ -83,10 +84,27 @@ pub(crate) fn parse(buf: &mut BytesMut, to_head: bool) -> Result<Parsed, Upstrea
         Some(0) => Version::HTTP_10,
         _ => Version::HTTP_11,
     };
-    // The fields that frame the body are read on the way, so that none is looked up again.
-    let (spans, fields) = read_fields(buf, response.headers)?;
-    let headers = spans.into_map(&buf.split_to(length).freeze())?;
-    let (framing, keep_alive) = framing(&fields, status, version, to_head)?;
+    // The fields' names and values are offsets into the head, which is frozen once parsed so
+    // that each value shares its bytes instead of copying them. The fields that frame the body
+    // are read on the way, so that none is looked up again.
+    let base = buf.as_ptr() as usize;
+    let mut spans: SmallVec<[(HeaderName, usize, usize); 24]> = SmallVec::new();
+    let mut framing_fields = FramingFields::default();
+    for field in response.headers.iter() {
+        let name =
+            HeaderName::from_bytes(field.name.as_bytes()).map_err(|_| invalid("a field name"))?;
+        framing_fields.read(&name, field.value)?;
+        let start = field.value.as_ptr() as usize - base;
+        spans.push((name, start, start + field.value.len()));
+    }
+    let head: Bytes = buf.split_to(length).freeze();
+    let mut headers = HeaderMap::with_capacity(spans.len());
+    for (name, start, end) in spans.drain(..) {
+        let value = HeaderValue::from_maybe_shared(head.slice(start..end))
+            .map_err(|_| invalid("a field value"))?;
+        headers.append(name, value);
+    }
+    let (framing, keep_alive) = framing_fields.framing(status, version, to_head)?;
     let mut response = Response::new(());
     *response.status_mut() = status;
     *response.version_mut() = version;
@@ -98,35 +116,77 @@ pub(crate) fn parse(buf: &mut BytesMut, to_head: bool) -> Result<Parsed, Upstrea
     }))
 }
 
-/// How the body ends, and whether the connection may carry another request after it.
-///
-/// Stricter than RFC 9112 section 6.3 where it lets a proxy guess, as nginx is: a body
-/// framed by both fields (a request-smuggling shape), a coding other than chunked (which
-/// the client would get without the field that names it) and a Transfer-Encoding in an
-/// HTTP/1.0 response are refused.
-fn framing(
-    fields: &FramingFields,
-    status: StatusCode,
-    version: Version,
-    to_head: bool,
-) -> Result<(Framing, bool), UpstreamError> {
-    let kept = if version == Version::HTTP_10 {
-        fields.keep_alive
-    } else {
-        !fields.close
-    };
-    if to_head || status == StatusCode::NO_CONTENT || status == StatusCode::NOT_MODIFIED {
-        return Ok((Framing::Empty, kept));
-    }
-    match (fields.transfer_encoding, fields.content_length) {
-        (None, Some(length)) => Ok((Framing::Length(length), kept)),
-        (None, None) => Ok((Framing::UntilClose, false)),
-        (Some(_), Some(_)) => Err(invalid("both Transfer-Encoding and Content-Length")),
-        (Some(_), None) if version == Version::HTTP_10 => {
-            Err(invalid("a Transfer-Encoding in an HTTP/1.0 response"))
+/// What the fields that frame a body say.
+#[derive(Debug, Default)]
+struct FramingFields {
+    /// Whether a Transfer-Encoding came, and whether it is one field saying `chunked` alone.
+    transfer_encoding: Option<bool>,
+    content_length: Option<u64>,
+    close: bool,
+    keep_alive: bool,
+}
+
+impl FramingFields {
+    fn read(&mut self, name: &HeaderName, value: &[u8]) -> Result<(), UpstreamError> {
+        if name == header::TRANSFER_ENCODING {
+            let alone = self.transfer_encoding.is_none();
+            self.transfer_encoding =
+                Some(alone && value.trim_ascii().eq_ignore_ascii_case(b"chunked"));
+        } else if name == header::CONTENT_LENGTH {
+            for item in value.split(|&b| b == b',') {
+                let item = item.trim_ascii();
+                if item.is_empty() || !item.iter().all(u8::is_ascii_digit) {
+                    return Err(invalid("a Content-Length is not a number"));
+                }
+                let length = std::str::from_utf8(item)
+                    .ok()
+                    .and_then(|digits| digits.parse::<u64>().ok())
+                    .ok_or(invalid("a Content-Length does not fit in 64 bits"))?;
+                if self.content_length.is_some_and(|other| other != length) {
+                    return Err(invalid("Content-Length fields disagree"));
+                }
+                self.content_length = Some(length);
+            }
+        } else if name == header::CONNECTION {
+            for token in value.split(|&b| b == b',') {
+                let token = token.trim_ascii();
+                self.close |= token.eq_ignore_ascii_case(b"close");
+                self.keep_alive |= token.eq_ignore_ascii_case(b"keep-alive");
+            }
         }
-        (Some(true), None) => Ok((Framing::Chunked, kept)),
-        (Some(false), None) => Err(invalid("a Transfer-Encoding other than chunked")),
+        Ok(())
+    }
+
+    /// How the body ends, and whether the connection may carry another request after it.
+    ///
+    /// Stricter than RFC 9112 section 6.3 where it lets a proxy guess, as nginx is: a body
+    /// framed by both fields (a request-smuggling shape), a coding other than chunked (which
+    /// the client would get without the field that names it) and a Transfer-Encoding in an
+    /// HTTP/1.0 response are refused.
+    fn framing(
+        &self,
+        status: StatusCode,
+        version: Version,
+        to_head: bool,
+    ) -> Result<(Framing, bool), UpstreamError> {
+        let kept = if version == Version::HTTP_10 {
+            self.keep_alive
+        } else {
+            !self.close
+        };
+        if to_head || status == StatusCode::NO_CONTENT || status == StatusCode::NOT_MODIFIED {
+            return Ok((Framing::Empty, kept));
+        }
+        match (self.transfer_encoding, self.content_length) {
+            (None, Some(length)) => Ok((Framing::Length(length), kept)),
+            (None, None) => Ok((Framing::UntilClose, false)),
+            (Some(_), Some(_)) => Err(invalid("both Transfer-Encoding and Content-Length")),
+            (Some(_), None) if version == Version::HTTP_10 => {
+                Err(invalid("a Transfer-Encoding in an HTTP/1.0 response"))
+            }
+            (Some(true), None) => Ok((Framing::Chunked, kept)),
+            (Some(false), None) => Err(invalid("a Transfer-Encoding other than chunked")),
+        }
     }
 }
 

@@ -1,6 +1,5 @@
-//! The chunked transfer coding (RFC 9112 section 7.1) of a response body from the upstream or a
-//! request body from a client, decoded from the connection's read buffer as it fills: chunk
-//! data is split off the buffer, not copied.
+//! The chunked transfer coding of a response body (RFC 9112 section 7.1), decoded from the
+//! connection's read buffer as it fills: chunk data is split off the buffer, not copied.
 //!
 //! Strict where leniency lets two parsers disagree on where a message ends: lines end in CRLF
 //! (a bare LF is an error), a chunk size is hexadecimal digits only and fits in 64 bits. Chunk
@@ -8,7 +7,7 @@
 
 use bytes::{Buf, Bytes, BytesMut};
 
-use crate::proxy::wire::Malformed;
+use crate::proxy::upstream::error::UpstreamError;
 
 /// The longest chunk extension read past, in bytes.
 const MAX_EXTENSION: usize = 4096;
@@ -54,8 +53,8 @@ impl Default for ChunkedDecoder {
     }
 }
 
-fn invalid(what: &'static str) -> Malformed {
-    Malformed(what)
+fn invalid(what: &'static str) -> UpstreamError {
+    UpstreamError::InvalidResponse(what)
 }
 
 impl ChunkedDecoder {
@@ -70,7 +69,7 @@ impl ChunkedDecoder {
     }
 
     /// Decodes from the front of `buf`, consuming what it has read.
-    pub(crate) fn decode(&mut self, buf: &mut BytesMut) -> Result<Decoded, Malformed> {
+    pub(crate) fn decode(&mut self, buf: &mut BytesMut) -> Result<Decoded, UpstreamError> {
         loop {
             match self {
                 ChunkedDecoder::Done => return Ok(Decoded::Done),
@@ -97,7 +96,7 @@ impl ChunkedDecoder {
     }
 
     /// One byte of a size line, a chunk's CRLF or the trailers.
-    fn step(&mut self, byte: u8) -> Result<(), Malformed> {
+    fn step(&mut self, byte: u8) -> Result<(), UpstreamError> {
         match self {
             ChunkedDecoder::Size {
                 size,
@@ -190,7 +189,7 @@ mod tests {
     use proptest::prelude::*;
 
     /// Decodes `wire` fed in pieces of `piece` bytes: the data, and whether the body ended.
-    fn decode_in_pieces(wire: &[u8], piece: usize) -> Result<(Vec<u8>, bool), Malformed> {
+    fn decode_in_pieces(wire: &[u8], piece: usize) -> Result<(Vec<u8>, bool), UpstreamError> {
         let mut decoder = ChunkedDecoder::default();
         let mut buf = BytesMut::new();
         let mut data = Vec::new();
@@ -219,7 +218,7 @@ mod tests {
     }
 
     #[test]
-    fn a_body_decodes_whole_and_stops_at_its_end() -> Result<(), Malformed> {
+    fn a_body_decodes_whole_and_stops_at_its_end() -> Result<(), UpstreamError> {
         let wire = b"5\r\nhello\r\n7\r\n, world\r\n0\r\n\r\nNEXT";
         let mut buf = BytesMut::from(&wire[..]);
         let mut decoder = ChunkedDecoder::default();
@@ -256,7 +255,7 @@ mod tests {
     }
 
     #[test]
-    fn a_body_cut_short_has_not_ended() -> Result<(), Malformed> {
+    fn a_body_cut_short_has_not_ended() -> Result<(), UpstreamError> {
         let (data, ended) = decode_in_pieces(b"5\r\nhel", 64)?;
         assert_eq!((data.as_slice(), ended), (&b"hel"[..], false));
         Ok(())
