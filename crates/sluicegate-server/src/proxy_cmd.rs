@@ -34,6 +34,11 @@ pub(crate) struct ProxyArgs {
     /// `keepalive_timeout`); keep it below the upstream's own keep-alive timeout.
     #[arg(long, default_value = "60s", value_parser = parse_duration)]
     upstream_keepalive_timeout: Duration,
+    /// How long a client may take to send a request head, the wait for the next request on
+    /// an idle keep-alive connection included (nginx's `client_header_timeout`); the
+    /// connection is closed when it runs out.
+    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    client_header_timeout: Duration,
     /// How often the rule file is checked for changes.
     #[arg(long, default_value = "1s", value_parser = parse_duration)]
     reload_interval: Duration,
@@ -87,6 +92,7 @@ impl ProxyArgs {
         config.upstream_timeout = self.upstream_timeout;
         config.connect_timeout = self.connect_timeout;
         config.upstream_keepalive_timeout = self.upstream_keepalive_timeout;
+        config.client_header_timeout = self.client_header_timeout;
         config.reload_interval = self.reload_interval;
         config.shutdown_grace = self.shutdown_grace;
         config.redis = self.redis.target().map(|target| RedisSettings {

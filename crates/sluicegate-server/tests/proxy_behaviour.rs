@@ -525,3 +525,42 @@ async fn new_connections_are_spread_evenly_over_the_workers() -> TestResult {
     })
     .await
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_does_not_send_its_request_head_in_time_is_closed() -> TestResult {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let upstream = Upstream::start().await?;
+    let proxy = ProxyProcess::start(
+        &upstream.url(),
+        "routes:\n  - { prefix: / }\n",
+        &["--client-header-timeout", "1s"],
+    )?;
+    // Whether the proxy closes the connection (rather than the test giving up first).
+    async fn closed_by_proxy(stream: &mut tokio::net::TcpStream) -> bool {
+        let mut rest = Vec::new();
+        matches!(
+            tokio::time::timeout(Duration::from_secs(30), stream.read_to_end(&mut rest)).await,
+            Ok(Ok(_))
+        )
+    }
+    // Silent from the start.
+    let mut silent = tokio::net::TcpStream::connect(proxy.address).await?;
+    assert!(closed_by_proxy(&mut silent).await);
+    // A head begun and never finished.
+    let mut partial = tokio::net::TcpStream::connect(proxy.address).await?;
+    partial.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n").await?;
+    assert!(closed_by_proxy(&mut partial).await);
+    // Idle after a request answered: the wait for the next head counts.
+    let mut idle = tokio::net::TcpStream::connect(proxy.address).await?;
+    idle.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").await?;
+    let mut answer = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(30), idle.read_to_end(&mut answer)).await;
+    assert!(matches!(read, Ok(Ok(_))), "the idle connection stayed open");
+    assert!(
+        String::from_utf8_lossy(&answer).starts_with("HTTP/1.1 200"),
+        "{answer:?}"
+    );
+    // Requests in time are served as ever.
+    assert_eq!(status(client().get(proxy.url("/"))).await?, 200);
+    Ok(())
+}

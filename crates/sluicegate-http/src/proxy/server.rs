@@ -52,6 +52,12 @@ pub struct ProxyConfig {
     /// timeout, the proxy closes idle connections before the upstream can close one just as
     /// a request is sent on it.
     pub upstream_keepalive_timeout: Duration,
+    /// How long a client connection may take to send a request head, counted from when the
+    /// proxy starts waiting for it: the wait for the next request on an idle keep-alive
+    /// connection is part of it (nginx's `client_header_timeout`, and `keepalive_timeout`
+    /// for the wait between requests). The connection is closed when it runs out; zero: no
+    /// bound.
+    pub client_header_timeout: Duration,
     /// How often the rule file is checked for changes.
     pub reload_interval: Duration,
     /// How long a shutdown waits for requests in flight.
@@ -69,8 +75,8 @@ pub struct ProxyConfig {
 
 impl ProxyConfig {
     /// A configuration with the defaults: admin off, 60 s upstream timeout, 5 s connect
-    /// timeout, upstream connections kept 60 s idle, rule file checked every second, 30 s shutdown grace, clients served on the
-    /// caller's runtime.
+    /// timeout, upstream connections kept 60 s idle, 60 s for a client's request head, rule file
+    /// checked every second, 30 s shutdown grace, clients served on the caller's runtime.
     pub fn new(upstream: impl Into<String>, rules: impl Into<PathBuf>, listen: SocketAddr) -> Self {
         ProxyConfig {
             upstream: upstream.into(),
@@ -80,6 +86,7 @@ impl ProxyConfig {
             upstream_timeout: Duration::from_secs(60),
             connect_timeout: Duration::from_secs(5),
             upstream_keepalive_timeout: Duration::from_secs(60),
+            client_header_timeout: Duration::from_secs(60),
             reload_interval: Duration::from_secs(1),
             shutdown_grace: Duration::from_secs(30),
             #[cfg(feature = "proxy-redis")]
@@ -128,6 +135,7 @@ pub async fn start(config: ProxyConfig) -> Result<Proxy, ProxyError> {
         backing,
         forwarder,
         metrics,
+        client_header_timeout: config.client_header_timeout,
     });
     let bind = |address: SocketAddr| async move {
         TcpListener::bind(address)

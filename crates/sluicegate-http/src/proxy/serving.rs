@@ -10,7 +10,7 @@ use arc_swap::ArcSwap;
 use http::Request;
 use hyper::body::Incoming;
 use hyper::service::service_fn;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpStream;
@@ -30,6 +30,28 @@ pub(crate) struct State {
     pub(crate) backing: Backing,
     pub(crate) forwarder: Arc<Forwarder>,
     pub(crate) metrics: Arc<Metrics>,
+    /// How long a client may take to send a request head, idle wait included.
+    pub(crate) client_header_timeout: Duration,
+}
+
+/// What every h2 connection opens with (RFC 9113 section 3.4).
+const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/// Waits until the first bytes tell HTTP/1.1 from h2 (they are left unread for hyper);
+/// `false`: the client closed first.
+async fn protocol_told(stream: &TcpStream) -> std::io::Result<bool> {
+    let mut first = [0u8; H2_PREFACE.len()];
+    loop {
+        let seen = stream.peek(&mut first).await?;
+        if seen == 0 {
+            return Ok(false);
+        }
+        if seen == first.len() || first[..seen] != H2_PREFACE[..seen] {
+            return Ok(true);
+        }
+        // Part of h2's preface: a peek would return at once until more comes.
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 }
 
 /// Serves client connections, each on a task of the current runtime, and lets them finish on
@@ -42,9 +64,18 @@ pub(crate) struct ConnectionServer {
 
 impl ConnectionServer {
     pub(crate) fn new(state: Arc<State>) -> ConnectionServer {
+        let mut builder = auto::Builder::new(TokioExecutor::new());
+        // Without a timer hyper reads a head for as long as the client takes: a client that
+        // sends nothing, or a byte a minute, would hold its connection forever.
+        builder
+            .http1()
+            .timer(TokioTimer::new())
+            .header_read_timeout(
+                Some(state.client_header_timeout).filter(|timeout| !timeout.is_zero()),
+            );
         ConnectionServer {
             state,
-            builder: auto::Builder::new(TokioExecutor::new()),
+            builder,
             graceful: GracefulShutdown::new(),
         }
     }
@@ -60,11 +91,22 @@ impl ConnectionServer {
             let table = state.table.load_full();
             async move { Ok::<_, Infallible>(table::handle(table, request).await) }
         });
-        let connection = self.builder.serve_connection(TokioIo::new(stream), service);
-        let connection = self.graceful.watch(connection.into_owned());
+        let builder = self.builder.clone();
+        let watcher = self.graceful.watcher();
+        let timeout = self.state.client_header_timeout;
         tokio::spawn(async move {
-            // A client that goes away mid-request is no error of the proxy's.
-            let _ = connection.await;
+            // Hyper's timer starts once the protocol is told, and telling it waits for the
+            // first bytes: those are bounded here.
+            let opened = timeout.is_zero()
+                || matches!(
+                    tokio::time::timeout(timeout, protocol_told(&stream)).await,
+                    Ok(Ok(true))
+                );
+            if opened {
+                let connection = builder.serve_connection(TokioIo::new(stream), service);
+                // A client that goes away mid-request is no error of the proxy's.
+                let _ = watcher.watch(connection.into_owned()).await;
+            }
             drop(counted);
         });
     }
