@@ -36,9 +36,15 @@ pub(crate) struct ProxyArgs {
     upstream_keepalive_timeout: Duration,
     /// How long a client may take to send a request head, the wait for the next request on
     /// an idle keep-alive connection included (nginx's `client_header_timeout`); the
-    /// connection is closed when it runs out.
+    /// connection is closed when it runs out. An h2 connection with no request open for this
+    /// long is told to go away and closed (nginx's `keepalive_timeout`).
     #[arg(long, default_value = "60s", value_parser = parse_duration)]
     client_header_timeout: Duration,
+    /// How long a write to a client may wait for the client to read (nginx's
+    /// `send_timeout`); a client that reads nothing of its response for this long has its
+    /// connection closed.
+    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    client_send_timeout: Duration,
     /// How often the rule file is checked for changes.
     #[arg(long, default_value = "1s", value_parser = parse_duration)]
     reload_interval: Duration,
@@ -93,6 +99,7 @@ impl ProxyArgs {
         config.connect_timeout = self.connect_timeout;
         config.upstream_keepalive_timeout = self.upstream_keepalive_timeout;
         config.client_header_timeout = self.client_header_timeout;
+        config.client_send_timeout = self.client_send_timeout;
         config.reload_interval = self.reload_interval;
         config.shutdown_grace = self.shutdown_grace;
         config.redis = self.redis.target().map(|target| RedisSettings {

@@ -564,3 +564,101 @@ async fn a_client_that_does_not_send_its_request_head_in_time_is_closed() -> Tes
     assert_eq!(status(client().get(proxy.url("/"))).await?, 200);
     Ok(())
 }
+
+#[tokio::test]
+async fn an_h2_connection_with_no_request_open_is_closed_and_one_with_a_request_open_is_not()
+-> TestResult {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let upstream = Upstream::start().await?;
+    let proxy = ProxyProcess::start(
+        &upstream.url(),
+        "routes:\n  - { prefix: / }\n",
+        &["--client-header-timeout", "1s"],
+    )?;
+    let open_connections = || proxy.metric_sum("sluicegate_proxy_connections");
+    // A request held open for three timeouts keeps its connection.
+    let h2 = reqwest::Client::builder().http2_prior_knowledge().build()?;
+    let mut response = h2.get(proxy.url("/stream")).send().await?;
+    assert_eq!(
+        response.chunk().await?.as_deref(),
+        Some(&b"first chunk\n"[..])
+    );
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(open_connections().await?, 1);
+    upstream.release();
+    let mut rest = Vec::new();
+    while let Some(chunk) = response.chunk().await? {
+        rest.extend_from_slice(&chunk);
+    }
+    assert_eq!(rest, b"last chunk\n");
+    // Then, with none open, the proxy closes it while the client still holds it.
+    eventually("the idle h2 connection closed", || async {
+        Ok(open_connections().await? == 0)
+    })
+    .await?;
+    assert_eq!(status(h2.get(proxy.url("/"))).await?, 200);
+    drop(h2);
+    // A client that opens h2 and says nothing more, nor answers the closing ping.
+    let mut mute = tokio::net::TcpStream::connect(proxy.address).await?;
+    // The preface and an empty SETTINGS frame (RFC 9113 sections 3.4 and 6.5).
+    mute.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\x04\0\0\0\0\0")
+        .await?;
+    let mut heard = Vec::new();
+    let closed = tokio::time::timeout(Duration::from_secs(30), mute.read_to_end(&mut heard)).await;
+    assert!(
+        matches!(closed, Ok(Ok(_))),
+        "the mute h2 connection stayed open"
+    );
+    // It was told: a GOAWAY frame (type 7, no flags, stream 0) came before the close.
+    assert!(
+        heard.windows(6).any(|w| w == [7, 0, 0, 0, 0, 0]),
+        "{heard:?}"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_client_that_reads_nothing_of_its_response_is_closed() -> TestResult {
+    use proxy_support::{BIG_CHUNK, BIG_CHUNKS};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let upstream = Upstream::start().await?;
+    let proxy = ProxyProcess::start(
+        &upstream.url(),
+        "routes:\n  - { prefix: / }\n",
+        &["--client-send-timeout", "1s"],
+    )?;
+    let whole = BIG_CHUNK.len() * BIG_CHUNKS;
+    // A client that reads gets all of it.
+    let body = client()
+        .get(proxy.url("/big"))
+        .send()
+        .await?
+        .bytes()
+        .await?;
+    assert_eq!(body.len(), whole);
+    // One that asks and never reads: a small receive window, so that the proxy's writes wait
+    // long before the 64 MiB could be buffered between the two.
+    let socket = tokio::net::TcpSocket::new_v4()?;
+    socket.set_recv_buffer_size(4096)?;
+    let mut stalled = socket.connect(proxy.address).await?;
+    stalled
+        .write_all(b"GET /big HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await?;
+    let open_connections = || proxy.metric_sum("sluicegate_proxy_connections");
+    // Seen open first (it stays so for the timeout at least): the close below is its own.
+    eventually("the client's connection open", || async {
+        Ok(open_connections().await? == 1)
+    })
+    .await?;
+    eventually("the client that does not read closed", || async {
+        Ok(open_connections().await? == 0)
+    })
+    .await?;
+    // What had reached its buffers is there, then the end: far from the whole response.
+    let mut got = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(30), stalled.read_to_end(&mut got)).await;
+    assert!(got.len() < whole / 2, "{} bytes", got.len());
+    // Clients that read are served as ever.
+    assert_eq!(status(client().get(proxy.url("/"))).await?, 200);
+    Ok(())
+}

@@ -26,11 +26,13 @@ mod backing;
 mod error;
 mod forward;
 mod forwarding;
+mod h2_idle;
 mod key;
 mod limiter;
 mod loads;
 mod metrics;
 mod rules;
+mod send_deadline;
 mod server;
 mod serving;
 #[cfg(feature = "proxy-redis")]

@@ -55,9 +55,14 @@ pub struct ProxyConfig {
     /// How long a client connection may take to send a request head, counted from when the
     /// proxy starts waiting for it: the wait for the next request on an idle keep-alive
     /// connection is part of it (nginx's `client_header_timeout`, and `keepalive_timeout`
-    /// for the wait between requests). The connection is closed when it runs out; zero: no
-    /// bound.
+    /// for the wait between requests). The connection is closed when it runs out; an h2
+    /// connection that has had no request open for this long is told to go away (`GOAWAY`)
+    /// and closed. Zero: no bound.
     pub client_header_timeout: Duration,
+    /// How long a write to a client may wait for the client to read (nginx's
+    /// `send_timeout`): a client that reads nothing of its response for this long has its
+    /// connection closed. Zero: no bound.
+    pub client_send_timeout: Duration,
     /// How often the rule file is checked for changes.
     pub reload_interval: Duration,
     /// How long a shutdown waits for requests in flight.
@@ -75,8 +80,9 @@ pub struct ProxyConfig {
 
 impl ProxyConfig {
     /// A configuration with the defaults: admin off, 60 s upstream timeout, 5 s connect
-    /// timeout, upstream connections kept 60 s idle, 60 s for a client's request head, rule file
-    /// checked every second, 30 s shutdown grace, clients served on the caller's runtime.
+    /// timeout, upstream connections kept 60 s idle, 60 s for a client's request head and
+    /// for a client to read, rule file checked every second, 30 s shutdown grace, clients
+    /// served on the caller's runtime.
     pub fn new(upstream: impl Into<String>, rules: impl Into<PathBuf>, listen: SocketAddr) -> Self {
         ProxyConfig {
             upstream: upstream.into(),
@@ -87,6 +93,7 @@ impl ProxyConfig {
             connect_timeout: Duration::from_secs(5),
             upstream_keepalive_timeout: Duration::from_secs(60),
             client_header_timeout: Duration::from_secs(60),
+            client_send_timeout: Duration::from_secs(60),
             reload_interval: Duration::from_secs(1),
             shutdown_grace: Duration::from_secs(30),
             #[cfg(feature = "proxy-redis")]
@@ -136,6 +143,7 @@ pub async fn start(config: ProxyConfig) -> Result<Proxy, ProxyError> {
         forwarder,
         metrics,
         client_header_timeout: config.client_header_timeout,
+        client_send_timeout: config.client_send_timeout,
     });
     let bind = |address: SocketAddr| async move {
         TcpListener::bind(address)
@@ -331,14 +339,15 @@ async fn watch_rules(
                 .map_err(|e| e.to_string())
             });
         match loaded {
+            // Logged before counted: whoever sees the count (a test, an alert) finds the line.
             Ok(table) => {
                 state.table.store(Arc::new(table));
-                Metrics::count(&state.metrics.reloads_ok);
                 tracing::info!(path = %path.display(), "proxy: rules reloaded");
+                Metrics::count(&state.metrics.reloads_ok);
             }
             Err(error) => {
-                Metrics::count(&state.metrics.reloads_failed);
                 tracing::error!("proxy: the rule file was not reloaded, old rules kept:\n{error}");
+                Metrics::count(&state.metrics.reloads_failed);
             }
         }
     }

@@ -12,14 +12,17 @@ use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::server::graceful::GracefulConnection;
 use tokio::net::TcpStream;
+use tokio::sync::watch;
 
 use crate::proxy::backing::Backing;
 use crate::proxy::forward::Forwarder;
 use crate::proxy::forwarding::ForwardedClient;
+use crate::proxy::h2_idle::{OpenBody, Streams};
 use crate::proxy::loads::Counted;
 use crate::proxy::metrics::Metrics;
+use crate::proxy::send_deadline::SendDeadline;
 use crate::proxy::table::{self, Table};
 
 /// What every connection and the rule file watcher share.
@@ -30,24 +33,37 @@ pub(crate) struct State {
     pub(crate) backing: Backing,
     pub(crate) forwarder: Arc<Forwarder>,
     pub(crate) metrics: Arc<Metrics>,
-    /// How long a client may take to send a request head, idle wait included.
+    /// How long a client may take to send a request head, idle wait included (h2: how long
+    /// a connection may have no request open).
     pub(crate) client_header_timeout: Duration,
+    /// How long a write to a client may wait for it to read.
+    pub(crate) client_send_timeout: Duration,
 }
 
 /// What every h2 connection opens with (RFC 9113 section 3.4).
 const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
+/// What a client connection speaks, told by its first bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Protocol {
+    Http1,
+    H2,
+}
+
 /// Waits until the first bytes tell HTTP/1.1 from h2 (they are left unread for hyper);
-/// `false`: the client closed first.
-async fn protocol_told(stream: &TcpStream) -> std::io::Result<bool> {
+/// `None`: the client closed first.
+async fn protocol_told(stream: &TcpStream) -> std::io::Result<Option<Protocol>> {
     let mut first = [0u8; H2_PREFACE.len()];
     loop {
         let seen = stream.peek(&mut first).await?;
         if seen == 0 {
-            return Ok(false);
+            return Ok(None);
         }
-        if seen == first.len() || first[..seen] != H2_PREFACE[..seen] {
-            return Ok(true);
+        if first[..seen] != H2_PREFACE[..seen] {
+            return Ok(Some(Protocol::Http1));
+        }
+        if seen == first.len() {
+            return Ok(Some(Protocol::H2));
         }
         // Part of h2's preface: a peek would return at once until more comes.
         tokio::time::sleep(Duration::from_millis(10)).await;
@@ -59,7 +75,8 @@ async fn protocol_told(stream: &TcpStream) -> std::io::Result<bool> {
 pub(crate) struct ConnectionServer {
     state: Arc<State>,
     builder: auto::Builder<TokioExecutor>,
-    graceful: GracefulShutdown,
+    /// Told once, on shutdown; every connection holds a receiver until it has ended.
+    stopping: watch::Sender<()>,
 }
 
 impl ConnectionServer {
@@ -76,7 +93,7 @@ impl ConnectionServer {
         ConnectionServer {
             state,
             builder,
-            graceful: GracefulShutdown::new(),
+            stopping: watch::Sender::new(()),
         }
     }
 
@@ -84,28 +101,52 @@ impl ConnectionServer {
     pub(crate) fn serve(&self, stream: TcpStream, peer: SocketAddr, counted: Counted) {
         let state = Arc::clone(&self.state);
         let client = ForwardedClient::new(peer.ip().to_canonical());
-        let service = service_fn(move |mut request: Request<Incoming>| {
-            let extensions = request.extensions_mut();
-            extensions.insert(peer);
-            extensions.insert(client.clone());
-            let table = state.table.load_full();
-            async move { Ok::<_, Infallible>(table::handle(table, request).await) }
-        });
         let builder = self.builder.clone();
-        let watcher = self.graceful.watcher();
-        let timeout = self.state.client_header_timeout;
+        let stopping = self.stopping.subscribe();
         tokio::spawn(async move {
+            let header_timeout = state.client_header_timeout;
             // Hyper's timer starts once the protocol is told, and telling it waits for the
             // first bytes: those are bounded here.
-            let opened = timeout.is_zero()
-                || matches!(
-                    tokio::time::timeout(timeout, protocol_told(&stream)).await,
-                    Ok(Ok(true))
-                );
-            if opened {
-                let connection = builder.serve_connection(TokioIo::new(stream), service);
-                // A client that goes away mid-request is no error of the proxy's.
-                let _ = watcher.watch(connection.into_owned()).await;
+            let told = if header_timeout.is_zero() {
+                protocol_told(&stream).await.ok().flatten()
+            } else {
+                tokio::time::timeout(header_timeout, protocol_told(&stream))
+                    .await
+                    .ok()
+                    .and_then(|told| told.ok().flatten())
+            };
+            let io = TokioIo::new(SendDeadline::new(stream, state.client_send_timeout));
+            let table_of = move |request: &mut Request<Incoming>| {
+                let extensions = request.extensions_mut();
+                extensions.insert(peer);
+                extensions.insert(client.clone());
+                state.table.load_full()
+            };
+            match told {
+                Some(Protocol::Http1) => {
+                    let service = service_fn(move |mut request: Request<Incoming>| {
+                        let table = table_of(&mut request);
+                        async move { Ok::<_, Infallible>(table::handle(table, request).await) }
+                    });
+                    let connection = builder.serve_connection(io, service);
+                    until_ended(connection, stopping, None).await;
+                }
+                Some(Protocol::H2) => {
+                    let streams = Streams::new();
+                    let idle =
+                        (!header_timeout.is_zero()).then(|| (Arc::clone(&streams), header_timeout));
+                    let service = service_fn(move |mut request: Request<Incoming>| {
+                        let table = table_of(&mut request);
+                        let open = streams.open();
+                        async move {
+                            let response = table::handle(table, request).await;
+                            Ok::<_, Infallible>(response.map(|body| OpenBody::new(body, open)))
+                        }
+                    });
+                    let connection = builder.serve_connection(io, service);
+                    until_ended(connection, stopping, idle).await;
+                }
+                None => {}
             }
             drop(counted);
         });
@@ -114,7 +155,8 @@ impl ConnectionServer {
     /// Waits for the connections being served to finish, up to `grace`.
     pub(crate) async fn finish(self, grace: Duration) {
         tracing::info!("proxy: stopped accepting; finishing requests in flight");
-        if tokio::time::timeout(grace, self.graceful.shutdown())
+        self.stopping.send_replace(());
+        if tokio::time::timeout(grace, self.stopping.closed())
             .await
             .is_err()
         {
@@ -122,6 +164,41 @@ impl ConnectionServer {
                 ?grace,
                 "proxy: requests still in flight after the grace period"
             );
+        }
+    }
+}
+
+/// Drives `connection` until it ends: told to finish what it has begun (h2: `GOAWAY`) when the
+/// proxy stops, or when `idle` says it has had no request open for that long. A connection
+/// told for being idle that has not ended a timeout later (a peer gone without a word never
+/// answers h2's closing ping) is dropped.
+async fn until_ended<C: GracefulConnection>(
+    connection: C,
+    mut stopping: watch::Receiver<()>,
+    idle: Option<(Arc<Streams>, Duration)>,
+) {
+    tokio::pin!(connection);
+    let idle_for = async {
+        match &idle {
+            Some((streams, timeout)) => streams.idle_for(*timeout).await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::pin!(idle_for);
+    let closing = tokio::select! {
+        biased;
+        // A client that goes away mid-request is no error of the proxy's.
+        _ = &mut connection => return,
+        _ = stopping.changed() => None,
+        () = &mut idle_for => idle.as_ref().map(|(_, timeout)| *timeout),
+    };
+    connection.as_mut().graceful_shutdown();
+    match closing {
+        Some(timeout) => {
+            let _ = tokio::time::timeout(timeout, connection).await;
+        }
+        None => {
+            let _ = connection.await;
         }
     }
 }

@@ -37,8 +37,8 @@ pub fn wait_listening(address: SocketAddr) -> Result<(), BoxError> {
 
 /// The upstream: an axum app answering every path with what it received (method, path, the
 /// forwarding and hop-by-hop fields, as JSON), `?hold_ms=N` after N ms; `/stream` sends a
-/// first chunk and ends when the test calls [`Upstream::release`]; `/count` answers the
-/// length of the request body.
+/// first chunk and ends when the test calls [`Upstream::release`]; `/big` sends 64 MiB (at
+/// the pace its reader takes them); `/count` answers the length of the request body.
 pub struct Upstream {
     pub address: SocketAddr,
     /// Each release bumps it; every `/stream` response begun before ends.
@@ -94,6 +94,15 @@ impl Upstream {
                 }),
             )
             .route(
+                "/big",
+                any(|| async {
+                    let chunks = tokio_stream::iter(
+                        (0..BIG_CHUNKS).map(|_| Ok::<_, std::io::Error>(&BIG_CHUNK[..])),
+                    );
+                    axum::response::Response::new(Body::from_stream(chunks))
+                }),
+            )
+            .route(
                 "/count",
                 any(|body: axum::body::Bytes| async move { body.len().to_string() }),
             )
@@ -114,6 +123,11 @@ impl Upstream {
         format!("http://{}", self.address)
     }
 }
+
+/// `/big` answers this many [`BIG_CHUNK`]s.
+pub const BIG_CHUNKS: usize = 1024;
+/// 64 KiB of one byte.
+pub static BIG_CHUNK: [u8; 64 * 1024] = [b'b'; 64 * 1024];
 
 /// A first chunk at once, a last one when released.
 fn async_stream(

@@ -1,0 +1,142 @@
+//! How long an h2 client connection has had no request open. HTTP/1.1's wait for the next
+//! request is bounded by hyper's header timer; h2 has no such timer, so a client could open
+//! connections, send nothing more, and hold them (and a file descriptor each) forever. nginx
+//! closes them after `keepalive_timeout`.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body::{Body, Frame, SizeHint};
+use tokio::time::Instant;
+
+/// The requests open on one h2 connection, shared by its streams and its idle watch.
+#[derive(Debug)]
+pub(crate) struct Streams {
+    open: AtomicUsize,
+    /// When the last request ended, in milliseconds after `opened`.
+    last_end_ms: AtomicU64,
+    opened: Instant,
+}
+
+impl Streams {
+    pub(crate) fn new() -> Arc<Streams> {
+        Arc::new(Streams {
+            open: AtomicUsize::new(0),
+            last_end_ms: AtomicU64::new(0),
+            opened: Instant::now(),
+        })
+    }
+
+    /// Counts a request open until the returned guard is dropped (with its response body).
+    pub(crate) fn open(self: &Arc<Self>) -> OpenStream {
+        self.open.fetch_add(1, Ordering::Relaxed);
+        OpenStream(Arc::clone(self))
+    }
+
+    /// Returns once no request has been open for `timeout`.
+    pub(crate) async fn idle_for(&self, timeout: Duration) {
+        let mut check = self.opened + timeout;
+        loop {
+            tokio::time::sleep_until(check).await;
+            if self.open.load(Ordering::Acquire) > 0 {
+                check = Instant::now() + timeout;
+                continue;
+            }
+            let idle_since =
+                self.opened + Duration::from_millis(self.last_end_ms.load(Ordering::Acquire));
+            if Instant::now() >= idle_since + timeout {
+                return;
+            }
+            check = idle_since + timeout;
+        }
+    }
+}
+
+/// One open request; its drop ends it.
+#[derive(Debug)]
+pub(crate) struct OpenStream(Arc<Streams>);
+
+impl Drop for OpenStream {
+    fn drop(&mut self) {
+        let streams = &self.0;
+        let ms = u64::try_from(streams.opened.elapsed().as_millis()).unwrap_or(u64::MAX);
+        // Stamped before the count falls: a watch that sees none open sees this end too.
+        streams.last_end_ms.fetch_max(ms, Ordering::Release);
+        streams.open.fetch_sub(1, Ordering::Release);
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// A response body that keeps its request open until it ends or is dropped.
+    pub(crate) struct OpenBody<B> {
+        #[pin]
+        body: B,
+        open: Option<OpenStream>,
+    }
+}
+
+impl<B> OpenBody<B> {
+    pub(crate) fn new(body: B, open: OpenStream) -> OpenBody<B> {
+        OpenBody {
+            body,
+            open: Some(open),
+        }
+    }
+}
+
+impl<B: Body<Data = Bytes>> Body for OpenBody<B> {
+    type Data = Bytes;
+    type Error = B::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
+        let this = self.project();
+        let frame = this.body.poll_frame(cx);
+        if matches!(frame, Poll::Ready(None | Some(Err(_)))) {
+            this.open.take();
+        }
+        frame
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn idle_counts_from_the_last_request_end_and_never_while_one_is_open() {
+        let streams = Streams::new();
+        let timeout = Duration::from_secs(60);
+        // No request at all: idle a timeout after the connection opened.
+        streams.idle_for(timeout).await;
+        assert_eq!(streams.opened.elapsed(), timeout);
+
+        let open = streams.open();
+        let watch = {
+            let streams = Arc::clone(&streams);
+            tokio::spawn(async move { streams.idle_for(timeout).await })
+        };
+        // Held five timeouts: never idle meanwhile.
+        tokio::time::sleep(timeout * 5).await;
+        assert!(!watch.is_finished());
+        let ended = Instant::now();
+        drop(open);
+        assert!(watch.await.is_ok());
+        assert!(ended.elapsed() >= timeout, "{:?}", ended.elapsed());
+        assert!(ended.elapsed() < timeout * 2, "{:?}", ended.elapsed());
+    }
+}

@@ -1,0 +1,155 @@
+//! A client connection whose writes must make progress: a client that stops reading its
+//! responses (or reads a byte a minute) would otherwise hold its connection, and the upstream
+//! connection streaming to it, for as long as it likes (nginx bounds it with `send_timeout`).
+
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll, ready};
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::time::{Instant, Sleep};
+
+/// `io`, where a write that cannot go on for `timeout` fails with [`io::ErrorKind::TimedOut`]
+/// (which ends the connection). The time counts from when a write first waits, and starts
+/// again with every byte written: a slow reader that keeps reading is not cut off.
+pub(crate) struct SendDeadline<IO> {
+    io: IO,
+    /// Zero: writes wait as long as they must.
+    timeout: Duration,
+    /// Made at the first write that waits, and reused: most connections never wait.
+    timer: Option<Pin<Box<Sleep>>>,
+    /// Whether `timer` runs for the write waiting now.
+    armed: bool,
+}
+
+impl<IO> SendDeadline<IO> {
+    pub(crate) fn new(io: IO, timeout: Duration) -> SendDeadline<IO> {
+        SendDeadline {
+            io,
+            timeout,
+            timer: None,
+            armed: false,
+        }
+    }
+
+    /// Passes on what a write gave; a write that waits starts (or goes on counting) the time.
+    fn watch<T>(
+        &mut self,
+        cx: &mut Context<'_>,
+        written: Poll<io::Result<T>>,
+    ) -> Poll<io::Result<T>> {
+        if written.is_ready() || self.timeout.is_zero() {
+            self.armed = false;
+            return written;
+        }
+        let deadline = Instant::now() + self.timeout;
+        let timer = match &mut self.timer {
+            Some(timer) if self.armed => timer,
+            Some(timer) => {
+                timer.as_mut().reset(deadline);
+                timer
+            }
+            None => self
+                .timer
+                .insert(Box::pin(tokio::time::sleep_until(deadline))),
+        };
+        self.armed = true;
+        ready!(timer.as_mut().poll(cx));
+        Poll::Ready(Err(io::Error::new(
+            io::ErrorKind::TimedOut,
+            format!(
+                "the client read nothing of its response for {:?} (--client-send-timeout)",
+                self.timeout
+            ),
+        )))
+    }
+}
+
+impl<IO: AsyncRead + Unpin> AsyncRead for SendDeadline<IO> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_read(cx, buf)
+    }
+}
+
+impl<IO: AsyncWrite + Unpin> AsyncWrite for SendDeadline<IO> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        let written = Pin::new(&mut this.io).poll_write(cx, buf);
+        this.watch(cx, written)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        let written = Pin::new(&mut this.io).poll_write_vectored(cx, bufs);
+        this.watch(cx, written)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        let flushed = Pin::new(&mut this.io).poll_flush(cx);
+        this.watch(cx, flushed)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        let shut = Pin::new(&mut this.io).poll_shutdown(cx);
+        this.watch(cx, shut)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    #[tokio::test(start_paused = true)]
+    async fn a_write_that_waits_too_long_fails_and_one_that_progresses_does_not() -> io::Result<()>
+    {
+        // A pipe of 64 bytes that nobody reads: the second write waits.
+        let (writer, reader) = tokio::io::duplex(64);
+        let mut io = SendDeadline::new(writer, Duration::from_secs(60));
+        io.write_all(&[0; 64]).await?;
+        let error = io.write_all(&[0; 64]).await.err();
+        assert_eq!(
+            error.as_ref().map(io::Error::kind),
+            Some(io::ErrorKind::TimedOut)
+        );
+        let text = error.map(|e| e.to_string()).unwrap_or_default();
+        assert!(text.contains("--client-send-timeout"), "{text}");
+        // Held open until here: a closed pipe would fail the first write otherwise.
+        drop(reader);
+
+        // A reader that takes 50 s per 64 bytes keeps every write under the bound.
+        let (writer, mut slow) = tokio::io::duplex(64);
+        let mut io = SendDeadline::new(writer, Duration::from_secs(60));
+        let reading = tokio::spawn(async move {
+            let mut chunk = [0; 64];
+            let mut total = 0;
+            while total < 64 * 5 {
+                tokio::time::sleep(Duration::from_secs(50)).await;
+                total += slow.read(&mut chunk).await?;
+            }
+            io::Result::Ok(total)
+        });
+        io.write_all(&[0; 64 * 5]).await?;
+        assert_eq!(reading.await?.ok(), Some(64 * 5));
+        Ok(())
+    }
+}
