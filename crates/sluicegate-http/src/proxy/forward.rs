@@ -1,6 +1,7 @@
-//! Forwarding to the upstream: the request rewritten as a reverse proxy must (hop-by-hop
-//! fields dropped, `X-Forwarded-For` and `Forwarded` appended), sent on a pooled keep-alive
-//! connection, bodies streamed both ways; errors answered 502 / 504 with a text body.
+//! Forwarding to the upstream: the request sent on a pooled keep-alive connection, rewritten
+//! as a reverse proxy must on the way (hop-by-hop fields dropped, `X-Forwarded-For` and
+//! `Forwarded` appended: `upstream::request`, `upstream::response`), bodies streamed both
+//! ways; errors answered 502 / 504 with a text body.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -10,7 +11,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::header::{self, Entry, HeaderValue};
+use http::header::{self, HeaderValue};
 use http::uri::{Authority, Scheme};
 use http::{Method, Request, Response, StatusCode, Uri};
 use http_body_util::{Either, Full};
@@ -18,7 +19,6 @@ use hyper::body::Incoming;
 use tower_service::Service;
 
 use crate::proxy::error::ProxyError;
-use crate::proxy::forwarding::{ForwardedClient, drop_hop_by_hop};
 use crate::proxy::metrics::{Metrics, RouteCounters};
 use crate::proxy::upstream::{PooledBody, Pools, SendError};
 
@@ -101,41 +101,8 @@ impl Forwarder {
                 "501 Not Implemented: the proxy does not tunnel (CONNECT)\n".to_owned(),
             );
         }
-        let (mut parts, body) = request.into_parts();
-        drop_hop_by_hop(&mut parts.headers);
-        // An h2 request names its host in the URI only; HTTP/1.1 to the upstream needs `Host`.
-        let mut hostless = false;
-        if let Entry::Vacant(host) = parts.headers.entry(header::HOST) {
-            match parts
-                .uri
-                .authority()
-                .map(|a| HeaderValue::from_str(a.as_str()))
-            {
-                Some(Ok(authority)) => {
-                    host.insert(authority);
-                }
-                _ => hostless = true,
-            }
-        }
-        // The server puts the connection's client in every request, formatted once.
-        if let Some(client) = parts.extensions.get::<ForwardedClient>() {
-            client.append_to(&mut parts.headers);
-        }
-        if hostless {
-            // An HTTP/1.0 request may have none (and its `Forwarded` names none).
-            if let Ok(host) = HeaderValue::from_str(self.target.authority.as_str()) {
-                parts.headers.insert(header::HOST, host);
-            }
-        }
-        // The request line names the path and query alone (origin-form) whatever the URI
-        // holds: the connection is to the upstream already.
-        let request = Request::from_parts(parts, body);
         match self.pools.send(request, self.timeout).await {
-            Ok(response) => {
-                let (mut parts, body) = response.into_parts();
-                drop_hop_by_hop(&mut parts.headers);
-                Response::from_parts(parts, Either::Left(body))
-            }
+            Ok(response) => response.map(Either::Left),
             Err(SendError::Connect(error)) => {
                 Metrics::count(&self.metrics.upstream_connect_errors);
                 tracing::warn!(%error, "proxy: cannot connect to the upstream");

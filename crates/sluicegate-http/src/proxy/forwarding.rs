@@ -1,16 +1,16 @@
 //! The fields a reverse proxy rewrites: hop-by-hop fields dropped (RFC 9110 7.6.1), and the
 //! client appended to `X-Forwarded-For` and `Forwarded` (RFC 7239).
 //!
-//! This runs twice per request (the request's fields, the response's), so it avoids the costs
-//! that used to dominate it: the client's address is formatted once per connection, not per
-//! request, and names are compared as strings, never built.
+//! Both happen on the way through, never by editing a header map: a request's fields are
+//! sorted as its head is written for the upstream (`upstream::request`), a response's as its
+//! head is parsed (`upstream::response`). The client's address is formatted once per
+//! connection, not per request, and names are compared as strings, never built.
 
 use std::net::IpAddr;
 use std::sync::Arc;
 
 use bytes::{BufMut, Bytes, BytesMut};
-use http::HeaderMap;
-use http::header::{self, Entry, HeaderName, HeaderValue};
+use http::header::{self, HeaderName, HeaderValue};
 use parking_lot::Mutex;
 use smallvec::SmallVec;
 
@@ -27,7 +27,7 @@ const HOP_BY_HOP: [&str; 9] = [
     "upgrade",
 ];
 
-static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+pub(crate) static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 
 /// Bit `n` set: some name of [`HOP_BY_HOP`] is `n` bytes long.
 const HOP_BY_HOP_LENGTHS: u32 = {
@@ -40,7 +40,8 @@ const HOP_BY_HOP_LENGTHS: u32 = {
     lengths
 };
 
-fn is_hop_by_hop(name: &HeaderName) -> bool {
+/// Whether `name` is a hop-by-hop field, never forwarded.
+pub(crate) fn is_hop_by_hop(name: &HeaderName) -> bool {
     let name = name.as_str();
     // Most fields have a length no hop-by-hop name has, and are passed over on that alone.
     name.len() < 32 && HOP_BY_HOP_LENGTHS & (1 << name.len()) != 0 && HOP_BY_HOP.contains(&name)
@@ -55,60 +56,68 @@ fn is_known_token(token: &[u8]) -> bool {
             .any(|name| token.eq_ignore_ascii_case(name.as_bytes()))
 }
 
-/// Removes the hop-by-hop fields, and those the `Connection` field names.
-pub(crate) fn drop_hop_by_hop(headers: &mut HeaderMap) {
-    // One look over the names, and a removal by name (which hashes it) only for those present:
-    // most messages carry `Connection` alone of these, or none.
-    let mut has_connection = false;
-    let mut present: SmallVec<[HeaderName; 2]> = SmallVec::new();
-    for name in headers.keys().filter(|name| is_hop_by_hop(name)) {
-        if name == header::CONNECTION {
-            has_connection = true;
-        } else {
-            present.push(name.clone());
-        }
-    }
-    if has_connection {
-        if let Entry::Occupied(connection) = headers.entry(header::CONNECTION) {
-            let (_, values) = connection.remove_entry_mult();
-            for value in values {
-                for token in value.as_bytes().split(|&b| b == b',') {
-                    let token = token.trim_ascii();
-                    if token.is_empty() || is_known_token(token) {
-                        continue;
-                    }
-                    if let Ok(name) = HeaderName::from_bytes(token) {
-                        present.push(name);
-                    }
-                }
+/// The fields the `Connection` field values `values` name, beyond the hop-by-hop ones: each
+/// is hop-by-hop for this message, and dropped with them.
+pub(crate) fn connection_named<'a>(
+    values: impl IntoIterator<Item = &'a [u8]>,
+) -> SmallVec<[HeaderName; 2]> {
+    let mut named = SmallVec::new();
+    for value in values {
+        for token in value.split(|&b| b == b',') {
+            let token = token.trim_ascii();
+            if token.is_empty() || is_known_token(token) {
+                continue;
+            }
+            if let Ok(name) = HeaderName::from_bytes(token) {
+                named.push(name);
             }
         }
     }
-    for name in &present {
-        headers.remove(name);
-    }
+    named
 }
 
-/// `value` appended to the list in every `name` field, as one field.
-fn append_list(headers: &mut HeaderMap, name: &HeaderName, value: HeaderValue) {
-    match headers.entry(name) {
-        Entry::Vacant(entry) => {
-            entry.insert(value);
-        }
-        Entry::Occupied(mut entry) => {
-            let mut joined = BytesMut::new();
-            for old in entry.iter() {
-                joined.put_slice(old.as_bytes());
-                joined.put_slice(b", ");
-            }
-            joined.put_slice(value.as_bytes());
-            // Valid field values joined by ", " are a valid field value.
-            if let Ok(joined) = HeaderValue::from_maybe_shared(joined.freeze()) {
-                // Replaces every old value with the one list.
-                entry.insert(joined);
-            }
-        }
+/// Writes the field `name: came[0], came[1], ..., appended`, or nothing if there is nothing
+/// to write: the values that came as one list, with the proxy's element at its end.
+fn write_list(out: &mut Vec<u8>, name: &[u8], came: &[&HeaderValue], appended: Option<&[u8]>) {
+    if came.is_empty() && appended.is_none() {
+        return;
     }
+    out.extend_from_slice(name);
+    out.extend_from_slice(b": ");
+    let mut first = true;
+    for value in came.iter().map(|v| v.as_bytes()).chain(appended) {
+        if !first {
+            out.extend_from_slice(b", ");
+        }
+        out.extend_from_slice(value);
+        first = false;
+    }
+    out.extend_from_slice(b"\r\n");
+}
+
+/// Writes a request's `X-Forwarded-For` and `Forwarded` fields as they go to the upstream:
+/// the lists that came (`xff`, `forwarded`), each with `client` appended when there is one.
+/// `host`: the host the request names, for `Forwarded`'s `host=`.
+pub(crate) fn write_forwarding_fields(
+    out: &mut Vec<u8>,
+    client: Option<&ForwardedClient>,
+    xff: &[&HeaderValue],
+    forwarded: &[&HeaderValue],
+    host: Option<&[u8]>,
+) {
+    let element = client.and_then(|client| client.forwarded_for_host(host));
+    write_list(
+        out,
+        X_FORWARDED_FOR.as_str().as_bytes(),
+        xff,
+        client.map(|client| client.0.address.as_bytes()),
+    );
+    write_list(
+        out,
+        header::FORWARDED.as_str().as_bytes(),
+        forwarded,
+        element.as_ref().map(HeaderValue::as_bytes),
+    );
 }
 
 /// A connection's client as the forwarding fields name it, formatted once when the
@@ -146,37 +155,26 @@ impl ForwardedClient {
         }))
     }
 
-    /// Appends this client to the `X-Forwarded-For` and `Forwarded` lists of a request whose
-    /// fields are `headers` (after its `Host` is set).
-    pub(crate) fn append_to(&self, headers: &mut HeaderMap) {
-        let forwarded = self.forwarded_for_host(headers.get(header::HOST));
-        append_list(headers, &X_FORWARDED_FOR, self.0.address.clone());
-        if let Some(forwarded) = forwarded {
-            append_list(headers, &header::FORWARDED, forwarded);
-        }
-    }
-
     /// The `Forwarded` element for `host`: the last one made if it named the same host.
-    fn forwarded_for_host(&self, host: Option<&HeaderValue>) -> Option<HeaderValue> {
+    fn forwarded_for_host(&self, host: Option<&[u8]>) -> Option<HeaderValue> {
         let Some(host) = host else {
             return self.forwarded_element(None);
         };
         let mut last = self.0.last.lock();
         if let Some((seen, element)) = last.as_ref() {
-            if **seen == *host.as_bytes() {
+            if **seen == *host {
                 return Some(element.clone());
             }
         }
         let element = self.forwarded_element(Some(host))?;
-        *last = Some((host.as_bytes().into(), element.clone()));
+        *last = Some((host.into(), element.clone()));
         Some(element)
     }
 
     /// The `Forwarded` element: `for`, `host` when it can be quoted as is, `proto`.
-    fn forwarded_element(&self, host: Option<&HeaderValue>) -> Option<HeaderValue> {
+    fn forwarded_element(&self, host: Option<&[u8]>) -> Option<HeaderValue> {
         const PROTO: &[u8] = b";proto=http";
         let host = host
-            .map(HeaderValue::as_bytes)
             // A quote or a backslash would end or escape the quoted string early.
             .filter(|h| {
                 h.iter()
@@ -199,103 +197,103 @@ impl ForwardedClient {
 mod tests {
     use super::*;
 
-    fn headers(fields: &[(&str, &str)]) -> HeaderMap {
-        let mut map = HeaderMap::new();
-        for (name, value) in fields {
-            map.append(
-                HeaderName::from_bytes(name.as_bytes()).expect("name"),
-                HeaderValue::from_str(value).expect("value"),
-            );
+    fn names(named: &[HeaderName]) -> Vec<&str> {
+        named.iter().map(HeaderName::as_str).collect()
+    }
+
+    #[test]
+    fn connection_names_fields_beyond_the_hop_by_hop_ones() {
+        let named = connection_named([&b"keep-alive, X-Private ,close"[..], b"x-a,, Upgrade"]);
+        assert_eq!(names(&named), ["x-private", "x-a"]);
+        assert!(connection_named([&b"close"[..]]).is_empty());
+        // A token that is no field name is no field to drop.
+        assert!(connection_named([&b"a b, (c)"[..]]).is_empty());
+    }
+
+    #[test]
+    fn hop_by_hop_names_are_known_by_their_exact_lowercase_name() {
+        for name in HOP_BY_HOP {
+            assert!(is_hop_by_hop(&HeaderName::from_static(name)), "{name}");
         }
-        map
+        for name in ["host", "accept", "x-forwarded-for", "tee", "connections"] {
+            assert!(!is_hop_by_hop(&HeaderName::from_static(name)), "{name}");
+        }
     }
 
-    fn names(map: &HeaderMap) -> Vec<&str> {
-        let mut names: Vec<&str> = map.keys().map(HeaderName::as_str).collect();
-        names.sort_unstable();
-        names
-    }
-
-    #[test]
-    fn hop_by_hop_fields_and_those_connection_names_are_dropped() {
-        let mut map = headers(&[
-            ("host", "a"),
-            ("connection", "keep-alive, X-Private ,close"),
-            ("keep-alive", "timeout=5"),
-            ("x-private", "1"),
-            ("upgrade", "h2c"),
-            ("te", "trailers"),
-            ("accept", "*/*"),
-        ]);
-        drop_hop_by_hop(&mut map);
-        assert_eq!(names(&map), ["accept", "host"]);
-    }
-
-    #[test]
-    fn every_connection_field_is_read_and_dropped() {
-        let mut map = headers(&[
-            ("connection", "keep-alive"),
-            ("connection", "x-a"),
-            ("x-a", "1"),
-            ("x-b", "2"),
-        ]);
-        drop_hop_by_hop(&mut map);
-        assert_eq!(names(&map), ["x-b"]);
-    }
-
-    #[test]
-    fn a_message_without_hop_by_hop_fields_is_left_alone() {
-        let mut map = headers(&[("host", "a"), ("x-private", "1")]);
-        drop_hop_by_hop(&mut map);
-        assert_eq!(names(&map), ["host", "x-private"]);
+    fn fields(
+        client: Option<&ForwardedClient>,
+        xff: &[&'static str],
+        forwarded: &[&'static str],
+        host: Option<&str>,
+    ) -> String {
+        let xff: Vec<HeaderValue> = xff.iter().map(|v| HeaderValue::from_static(v)).collect();
+        let forwarded: Vec<HeaderValue> = forwarded
+            .iter()
+            .map(|v| HeaderValue::from_static(v))
+            .collect();
+        let mut out = Vec::new();
+        write_forwarding_fields(
+            &mut out,
+            client,
+            &xff.iter().collect::<Vec<_>>(),
+            &forwarded.iter().collect::<Vec<_>>(),
+            host.map(str::as_bytes),
+        );
+        String::from_utf8_lossy(&out).into_owned()
     }
 
     #[test]
     fn the_client_is_appended_to_what_came_in() {
-        let mut map = headers(&[
-            ("host", "app.example:8080"),
-            ("x-forwarded-for", "10.0.0.1"),
-            ("x-forwarded-for", "10.0.0.2"),
-        ]);
-        ForwardedClient::new("127.0.0.1".parse().expect("ip")).append_to(&mut map);
-        assert_eq!(map["x-forwarded-for"], "10.0.0.1, 10.0.0.2, 127.0.0.1");
-        assert_eq!(map.get_all("x-forwarded-for").iter().count(), 1);
+        let client = ForwardedClient::new("127.0.0.1".parse().expect("ip"));
         assert_eq!(
-            map[header::FORWARDED],
-            "for=127.0.0.1;host=\"app.example:8080\";proto=http"
+            fields(
+                Some(&client),
+                &["10.0.0.1", "10.0.0.2"],
+                &["for=10.0.0.1"],
+                Some("app.example:8080")
+            ),
+            "x-forwarded-for: 10.0.0.1, 10.0.0.2, 127.0.0.1\r\n\
+             forwarded: for=10.0.0.1, for=127.0.0.1;host=\"app.example:8080\";proto=http\r\n"
         );
-        ForwardedClient::new("10.9.9.9".parse().expect("ip")).append_to(&mut map);
+        // None came: the client's alone. No client: what came, as it came.
         assert_eq!(
-            map[header::FORWARDED],
-            "for=127.0.0.1;host=\"app.example:8080\";proto=http, \
-             for=10.9.9.9;host=\"app.example:8080\";proto=http"
+            fields(Some(&client), &[], &[], None),
+            "x-forwarded-for: 127.0.0.1\r\nforwarded: for=127.0.0.1;proto=http\r\n"
         );
+        assert_eq!(
+            fields(None, &["10.0.0.1"], &[], Some("a")),
+            "x-forwarded-for: 10.0.0.1\r\n"
+        );
+        assert_eq!(fields(None, &[], &[], Some("a")), "");
     }
 
     #[test]
     fn a_v6_client_is_quoted_and_a_host_that_cannot_be_is_left_out() {
-        let mut map = headers(&[("host", "a\"b")]);
-        ForwardedClient::new("::1".parse().expect("ip")).append_to(&mut map);
-        assert_eq!(map["x-forwarded-for"], "::1");
-        assert_eq!(map[header::FORWARDED], "for=\"[::1]\";proto=http");
-        let mut map = headers(&[("host", "a\\")]);
-        ForwardedClient::new("10.1.2.3".parse().expect("ip")).append_to(&mut map);
-        assert_eq!(map[header::FORWARDED], "for=10.1.2.3;proto=http");
+        let v6 = ForwardedClient::new("::1".parse().expect("ip"));
+        assert_eq!(
+            fields(Some(&v6), &[], &[], Some("a\"b")),
+            "x-forwarded-for: ::1\r\nforwarded: for=\"[::1]\";proto=http\r\n"
+        );
+        let v4 = ForwardedClient::new("10.1.2.3".parse().expect("ip"));
+        assert!(
+            fields(Some(&v4), &[], &[], Some("a\\"))
+                .ends_with("forwarded: for=10.1.2.3;proto=http\r\n")
+        );
     }
 
     #[test]
     fn each_request_of_a_connection_names_its_own_host() {
         let client = ForwardedClient::new("192.0.2.7".parse().expect("ip"));
         for host in ["a.example", "a.example", "b.example", "a.example"] {
-            let mut map = headers(&[("host", host)]);
-            client.append_to(&mut map);
-            assert_eq!(
-                map[header::FORWARDED],
-                format!("for=192.0.2.7;host=\"{host}\";proto=http").as_str()
+            assert!(
+                fields(Some(&client), &[], &[], Some(host)).ends_with(&format!(
+                    "forwarded: for=192.0.2.7;host=\"{host}\";proto=http\r\n"
+                ))
             );
         }
-        let mut map = headers(&[]);
-        client.append_to(&mut map);
-        assert_eq!(map[header::FORWARDED], "for=192.0.2.7;proto=http");
+        assert!(
+            fields(Some(&client), &[], &[], None)
+                .ends_with("forwarded: for=192.0.2.7;proto=http\r\n")
+        );
     }
 }

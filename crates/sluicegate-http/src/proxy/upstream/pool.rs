@@ -45,6 +45,8 @@ pub(crate) struct Pools {
     pools: Vec<Arc<Pool>>,
     /// `host:port`.
     address: String,
+    /// The upstream's authority as the URL gave it: the `Host` of a request that names none.
+    host: String,
     connect_timeout: Duration,
 }
 
@@ -64,6 +66,7 @@ impl Pools {
                 authority.host(),
                 authority.port_u16().unwrap_or(80)
             ),
+            host: authority.as_str().to_owned(),
             connect_timeout,
         }
     }
@@ -96,7 +99,7 @@ impl Pools {
         let pool = self.pool();
         let (parts, body) = request.into_parts();
         let mut head = Vec::with_capacity(256 + 64 * parts.headers.len());
-        let mut outgoing = request::write_head(&mut head, &parts, body);
+        let mut outgoing = request::write_head(&mut head, &parts, body, &self.host);
         let to_head = parts.method == Method::HEAD;
         // One more connection at most: an upstream that fails every request on arrival gets it
         // twice, not once per pooled connection.

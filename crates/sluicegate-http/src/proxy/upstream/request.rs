@@ -6,34 +6,27 @@ use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
-use http::header;
+use http::header::{self, HeaderValue};
 use http::request::Parts;
 use http_body::Body;
 use hyper::body::Incoming;
+use smallvec::SmallVec;
 use tokio::io::AsyncWrite;
 
+use crate::proxy::forwarding::{
+    ForwardedClient, X_FORWARDED_FOR, connection_named, is_hop_by_hop, write_forwarding_fields,
+};
 use crate::proxy::upstream::error::UpstreamError;
 
-/// Writes the request line and fields (`parts` already rewritten for the upstream: origin-form
-/// URI, hop-by-hop fields dropped) and the framing of `body`, and returns the body to stream
-/// after it, if it has one.
-pub(crate) fn write_head(out: &mut Vec<u8>, parts: &Parts, body: Incoming) -> Option<Outgoing> {
-    let target = parts
-        .uri
-        .path_and_query()
-        .map_or("/", |target| target.as_str());
-    out.extend_from_slice(parts.method.as_str().as_bytes());
-    out.push(b' ');
-    out.extend_from_slice(target.as_bytes());
-    out.extend_from_slice(b" HTTP/1.1\r\n");
-    let mut has_length = false;
-    for (name, value) in &parts.headers {
-        has_length |= name == header::CONTENT_LENGTH;
-        out.extend_from_slice(name.as_str().as_bytes());
-        out.extend_from_slice(b": ");
-        out.extend_from_slice(value.as_bytes());
-        out.extend_from_slice(b"\r\n");
-    }
+/// Writes the head of `parts` as the upstream receives it ([`write_fields`]) and the framing
+/// of `body`, and returns the body to stream after it, if it has one.
+pub(crate) fn write_head(
+    out: &mut Vec<u8>,
+    parts: &Parts,
+    body: Incoming,
+    fallback_host: &str,
+) -> Option<Outgoing> {
+    let has_length = write_fields(out, parts, fallback_host);
     // The server has checked a client's Content-Length against the body it frames (h1 and h2
     // alike), so a Content-Length that came with the request is passed on as it is.
     let chunked = if body.is_end_stream() {
@@ -58,6 +51,69 @@ pub(crate) fn write_head(out: &mut Vec<u8>, parts: &Parts, body: Incoming) -> Op
         ended: false,
         failed: false,
     })
+}
+
+/// Writes the request line and fields of `parts` as the upstream receives them, all but the
+/// body's framing and the blank line; `true`: a `Content-Length` was among them.
+///
+/// On the way: the target in origin form (the path and query alone, whatever the URI holds:
+/// the connection is to the upstream already); hop-by-hop fields, and those `Connection`
+/// names, left out; a `Host` from the URI (h2 names its host there alone) or `fallback_host`
+/// (HTTP/1.0 may name none) when the request has no `Host`; the connection's client (a
+/// [`ForwardedClient`] in the extensions) appended to `X-Forwarded-For` and `Forwarded`.
+fn write_fields(out: &mut Vec<u8>, parts: &Parts, fallback_host: &str) -> bool {
+    let target = parts
+        .uri
+        .path_and_query()
+        .map_or("/", |target| target.as_str());
+    out.extend_from_slice(parts.method.as_str().as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(target.as_bytes());
+    out.extend_from_slice(b" HTTP/1.1\r\n");
+    let named = connection_named(
+        parts
+            .headers
+            .get_all(header::CONNECTION)
+            .iter()
+            .map(HeaderValue::as_bytes),
+    );
+    let mut has_length = false;
+    let mut host = None;
+    let mut xff: SmallVec<[&HeaderValue; 2]> = SmallVec::new();
+    let mut forwarded: SmallVec<[&HeaderValue; 2]> = SmallVec::new();
+    for (name, value) in &parts.headers {
+        if is_hop_by_hop(name) || named.contains(name) {
+            continue;
+        }
+        if name == header::HOST {
+            host.get_or_insert(value.as_bytes());
+        } else if name == X_FORWARDED_FOR {
+            xff.push(value);
+            continue;
+        } else if name == header::FORWARDED {
+            forwarded.push(value);
+            continue;
+        }
+        has_length |= name == header::CONTENT_LENGTH;
+        out.extend_from_slice(name.as_str().as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    let named_host = host.or_else(|| parts.uri.authority().map(|a| a.as_str().as_bytes()));
+    if host.is_none() {
+        out.extend_from_slice(b"host: ");
+        out.extend_from_slice(named_host.unwrap_or(fallback_host.as_bytes()));
+        out.extend_from_slice(b"\r\n");
+    }
+    write_forwarding_fields(
+        out,
+        parts.extensions.get::<ForwardedClient>(),
+        &xff,
+        &forwarded,
+        named_host,
+    );
+    has_length
 }
 
 /// A request body on its way to the upstream.
@@ -156,5 +212,82 @@ impl Outgoing {
         framed.put_slice(&data);
         framed.put_slice(b"\r\n");
         framed.freeze()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The head `request` is written as, with the client 192.0.2.1.
+    fn written(request: http::request::Builder) -> (String, bool) {
+        let (mut parts, ()) = request.body(()).expect("request").into_parts();
+        parts
+            .extensions
+            .insert(ForwardedClient::new("192.0.2.1".parse().expect("ip")));
+        let mut out = Vec::new();
+        let has_length = write_fields(&mut out, &parts, "upstream:8080");
+        (String::from_utf8_lossy(&out).into_owned(), has_length)
+    }
+
+    #[test]
+    fn hop_by_hop_fields_and_those_connection_names_are_left_out() {
+        let (head, has_length) = written(
+            http::Request::post("http://app.example/a?b=1")
+                .header("host", "app.example")
+                .header("connection", "keep-alive, X-Private ,close")
+                .header("keep-alive", "timeout=5")
+                .header("x-private", "1")
+                .header("upgrade", "h2c")
+                .header("te", "trailers")
+                .header("transfer-encoding", "chunked")
+                .header("accept", "*/*")
+                .header("content-length", "3"),
+        );
+        assert_eq!(
+            head,
+            "POST /a?b=1 HTTP/1.1\r\nhost: app.example\r\naccept: */*\r\ncontent-length: 3\r\n\
+             x-forwarded-for: 192.0.2.1\r\n\
+             forwarded: for=192.0.2.1;host=\"app.example\";proto=http\r\n"
+        );
+        assert!(has_length);
+    }
+
+    #[test]
+    fn the_forwarding_lists_that_came_are_extended_as_one_field_each() {
+        let (head, has_length) = written(
+            http::Request::get("/")
+                .header("host", "a")
+                .header("x-forwarded-for", "10.0.0.1")
+                .header("forwarded", "for=10.0.0.1")
+                .header("x-forwarded-for", "10.0.0.2"),
+        );
+        assert_eq!(
+            head,
+            "GET / HTTP/1.1\r\nhost: a\r\nx-forwarded-for: 10.0.0.1, 10.0.0.2, 192.0.2.1\r\n\
+             forwarded: for=10.0.0.1, for=192.0.2.1;host=\"a\";proto=http\r\n"
+        );
+        assert!(!has_length);
+    }
+
+    #[test]
+    fn a_request_without_host_gets_the_uris_or_the_upstreams() {
+        // h2: the host is in the URI alone, and `Forwarded` names it.
+        let (head, _) = written(http::Request::get("http://h2.example:8443/x"));
+        assert!(
+            head.starts_with("GET /x HTTP/1.1\r\nhost: h2.example:8443\r\n"),
+            "{head}"
+        );
+        assert!(head.contains(";host=\"h2.example:8443\";"), "{head}");
+        // HTTP/1.0 without `Host`: the upstream's, and `Forwarded` names none.
+        let (head, _) = written(http::Request::get("/x").version(http::Version::HTTP_10));
+        assert!(
+            head.starts_with("GET /x HTTP/1.1\r\nhost: upstream:8080\r\n"),
+            "{head}"
+        );
+        assert!(
+            head.ends_with("forwarded: for=192.0.2.1;proto=http\r\n"),
+            "{head}"
+        );
     }
 }

@@ -8,6 +8,7 @@ use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Response, StatusCode, Version};
 use smallvec::SmallVec;
 
+use crate::proxy::forwarding::{connection_named, is_hop_by_hop};
 use crate::proxy::upstream::error::UpstreamError;
 
 /// The longest response head read, in bytes.
@@ -87,19 +88,31 @@ pub(crate) fn parse(buf: &mut BytesMut, to_head: bool) -> Result<Parsed, Upstrea
     // The fields' names and values are offsets into the head, which is frozen once parsed so
     // that each value shares its bytes instead of copying them. The fields that frame the body
     // are read on the way, so that none is looked up again.
+    // Hop-by-hop fields are read (those that frame the body) and left out, and so are those
+    // `Connection` names: the client's connection is the proxy's, not the upstream's.
     let base = buf.as_ptr() as usize;
     let mut spans: SmallVec<[(HeaderName, usize, usize); 24]> = SmallVec::new();
     let mut framing_fields = FramingFields::default();
+    let mut named: SmallVec<[HeaderName; 2]> = SmallVec::new();
     for field in response.headers.iter() {
         let name =
             HeaderName::from_bytes(field.name.as_bytes()).map_err(|_| invalid("a field name"))?;
         framing_fields.read(&name, field.value)?;
+        if is_hop_by_hop(&name) {
+            if name == header::CONNECTION {
+                named.extend(connection_named([field.value]));
+            }
+            continue;
+        }
         let start = field.value.as_ptr() as usize - base;
         spans.push((name, start, start + field.value.len()));
     }
     let head: Bytes = buf.split_to(length).freeze();
     let mut headers = HeaderMap::with_capacity(spans.len());
     for (name, start, end) in spans.drain(..) {
+        if named.contains(&name) {
+            continue;
+        }
         let value = HeaderValue::from_maybe_shared(head.slice(start..end))
             .map_err(|_| invalid("a field value"))?;
         headers.append(name, value);
@@ -247,6 +260,20 @@ mod tests {
         assert_eq!(values, ["1", "2"]);
         assert_eq!((head.framing, head.keep_alive), (Framing::Length(5), true));
         assert_eq!(&rest[..], b"hello");
+        Ok(())
+    }
+
+    #[test]
+    fn hop_by_hop_fields_and_those_connection_names_are_read_then_left_out()
+    -> Result<(), UpstreamError> {
+        let (head, _) = final_head(
+            b"HTTP/1.1 200 OK\r\nConnection: close, X-Private\r\nKeep-Alive: timeout=5\r\nX-Private: 1\r\nTransfer-Encoding: chunked\r\nUpgrade: h2c\r\nX-Kept: 2\r\n\r\n",
+            false,
+        )?;
+        // Read: they frame the body and end the connection.
+        assert_eq!((head.framing, head.keep_alive), (Framing::Chunked, false));
+        let names: Vec<&str> = head.response.headers().keys().map(|n| n.as_str()).collect();
+        assert_eq!(names, ["x-kept"]);
         Ok(())
     }
 
