@@ -29,22 +29,20 @@ const HOP_BY_HOP: [&str; 9] = [
 
 pub(crate) static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 
-/// Bit `n` set: some name of [`HOP_BY_HOP`] is `n` bytes long.
-const HOP_BY_HOP_LENGTHS: u32 = {
-    let mut lengths = 0;
-    let mut i = 0;
-    while i < HOP_BY_HOP.len() {
-        lengths |= 1 << HOP_BY_HOP[i].len();
-        i += 1;
-    }
-    lengths
-};
+/// The hop-by-hop names `http` knows: these compare as small integers, not as strings.
+static STANDARD_HOP_BY_HOP: [HeaderName; 7] = [
+    header::CONNECTION,
+    header::PROXY_AUTHENTICATE,
+    header::PROXY_AUTHORIZATION,
+    header::TE,
+    header::TRAILER,
+    header::TRANSFER_ENCODING,
+    header::UPGRADE,
+];
 
 /// Whether `name` is a hop-by-hop field, never forwarded.
 pub(crate) fn is_hop_by_hop(name: &HeaderName) -> bool {
-    let name = name.as_str();
-    // Most fields have a length no hop-by-hop name has, and are passed over on that alone.
-    name.len() < 32 && HOP_BY_HOP_LENGTHS & (1 << name.len()) != 0 && HOP_BY_HOP.contains(&name)
+    STANDARD_HOP_BY_HOP.contains(name) || matches!(name.as_str(), "keep-alive" | "proxy-connection")
 }
 
 /// Whether a token of the `Connection` field needs no removal of its own: `close` is an

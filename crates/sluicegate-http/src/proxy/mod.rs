@@ -23,10 +23,10 @@
 
 mod backend;
 mod backing;
+mod client_idle;
 mod error;
 mod forward;
 mod forwarding;
-mod h2_idle;
 mod key;
 mod limiter;
 mod loads;

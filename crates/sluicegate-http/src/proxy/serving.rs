@@ -10,16 +10,16 @@ use arc_swap::ArcSwap;
 use http::Request;
 use hyper::body::Incoming;
 use hyper::service::service_fn;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulConnection;
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 
 use crate::proxy::backing::Backing;
+use crate::proxy::client_idle::{OpenBody, Requests};
 use crate::proxy::forward::Forwarder;
 use crate::proxy::forwarding::ForwardedClient;
-use crate::proxy::h2_idle::{OpenBody, Streams};
 use crate::proxy::loads::Counted;
 use crate::proxy::metrics::Metrics;
 use crate::proxy::send_deadline::SendDeadline;
@@ -33,8 +33,8 @@ pub(crate) struct State {
     pub(crate) backing: Backing,
     pub(crate) forwarder: Arc<Forwarder>,
     pub(crate) metrics: Arc<Metrics>,
-    /// How long a client may take to send a request head, idle wait included (h2: how long
-    /// a connection may have no request open).
+    /// How long a client connection may have no request open: the time to send a request
+    /// head, idle wait included.
     pub(crate) client_header_timeout: Duration,
     /// How long a write to a client may wait for it to read.
     pub(crate) client_send_timeout: Duration,
@@ -43,27 +43,17 @@ pub(crate) struct State {
 /// What every h2 connection opens with (RFC 9113 section 3.4).
 const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
-/// What a client connection speaks, told by its first bytes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Protocol {
-    Http1,
-    H2,
-}
-
 /// Waits until the first bytes tell HTTP/1.1 from h2 (they are left unread for hyper);
-/// `None`: the client closed first.
-async fn protocol_told(stream: &TcpStream) -> std::io::Result<Option<Protocol>> {
+/// `false`: the client closed first.
+async fn protocol_told(stream: &TcpStream) -> std::io::Result<bool> {
     let mut first = [0u8; H2_PREFACE.len()];
     loop {
         let seen = stream.peek(&mut first).await?;
         if seen == 0 {
-            return Ok(None);
+            return Ok(false);
         }
-        if first[..seen] != H2_PREFACE[..seen] {
-            return Ok(Some(Protocol::Http1));
-        }
-        if seen == first.len() {
-            return Ok(Some(Protocol::H2));
+        if seen == first.len() || first[..seen] != H2_PREFACE[..seen] {
+            return Ok(true);
         }
         // Part of h2's preface: a peek would return at once until more comes.
         tokio::time::sleep(Duration::from_millis(10)).await;
@@ -81,18 +71,9 @@ pub(crate) struct ConnectionServer {
 
 impl ConnectionServer {
     pub(crate) fn new(state: Arc<State>) -> ConnectionServer {
-        let mut builder = auto::Builder::new(TokioExecutor::new());
-        // Without a timer hyper reads a head for as long as the client takes: a client that
-        // sends nothing, or a byte a minute, would hold its connection forever.
-        builder
-            .http1()
-            .timer(TokioTimer::new())
-            .header_read_timeout(
-                Some(state.client_header_timeout).filter(|timeout| !timeout.is_zero()),
-            );
         ConnectionServer {
             state,
-            builder,
+            builder: auto::Builder::new(TokioExecutor::new()),
             stopping: watch::Sender::new(()),
         }
     }
@@ -105,48 +86,34 @@ impl ConnectionServer {
         let stopping = self.stopping.subscribe();
         tokio::spawn(async move {
             let header_timeout = state.client_header_timeout;
-            // Hyper's timer starts once the protocol is told, and telling it waits for the
-            // first bytes: those are bounded here.
-            let told = if header_timeout.is_zero() {
-                protocol_told(&stream).await.ok().flatten()
+            // hyper waits for the first bytes that tell HTTP/1.1 from h2 before it serves
+            // anything, and these are waited for here first: that wait is bounded too.
+            let opened = if header_timeout.is_zero() {
+                matches!(protocol_told(&stream).await, Ok(true))
             } else {
-                tokio::time::timeout(header_timeout, protocol_told(&stream))
-                    .await
-                    .ok()
-                    .and_then(|told| told.ok().flatten())
+                matches!(
+                    tokio::time::timeout(header_timeout, protocol_told(&stream)).await,
+                    Ok(Ok(true))
+                )
             };
-            let io = TokioIo::new(SendDeadline::new(stream, state.client_send_timeout));
-            let table_of = move |request: &mut Request<Incoming>| {
-                let extensions = request.extensions_mut();
-                extensions.insert(peer);
-                extensions.insert(client.clone());
-                state.table.load_full()
-            };
-            match told {
-                Some(Protocol::Http1) => {
-                    let service = service_fn(move |mut request: Request<Incoming>| {
-                        let table = table_of(&mut request);
-                        async move { Ok::<_, Infallible>(table::handle(table, request).await) }
-                    });
-                    let connection = builder.serve_connection(io, service);
-                    until_ended(connection, stopping, None).await;
-                }
-                Some(Protocol::H2) => {
-                    let streams = Streams::new();
-                    let idle =
-                        (!header_timeout.is_zero()).then(|| (Arc::clone(&streams), header_timeout));
-                    let service = service_fn(move |mut request: Request<Incoming>| {
-                        let table = table_of(&mut request);
-                        let open = streams.open();
-                        async move {
-                            let response = table::handle(table, request).await;
-                            Ok::<_, Infallible>(response.map(|body| OpenBody::new(body, open)))
-                        }
-                    });
-                    let connection = builder.serve_connection(io, service);
-                    until_ended(connection, stopping, idle).await;
-                }
-                None => {}
+            if opened {
+                let io = TokioIo::new(SendDeadline::new(stream, state.client_send_timeout));
+                let requests = Requests::new();
+                let idle =
+                    (!header_timeout.is_zero()).then(|| (Arc::clone(&requests), header_timeout));
+                let service = service_fn(move |mut request: Request<Incoming>| {
+                    let extensions = request.extensions_mut();
+                    extensions.insert(peer);
+                    extensions.insert(client.clone());
+                    let table = state.table.load_full();
+                    let open = requests.open();
+                    async move {
+                        let response = table::handle(table, request).await;
+                        Ok::<_, Infallible>(response.map(|body| OpenBody::new(body, open)))
+                    }
+                });
+                let connection = builder.serve_connection(io, service);
+                until_ended(connection, stopping, idle).await;
             }
             drop(counted);
         });
@@ -169,18 +136,19 @@ impl ConnectionServer {
 }
 
 /// Drives `connection` until it ends: told to finish what it has begun (h2: `GOAWAY`) when the
-/// proxy stops, or when `idle` says it has had no request open for that long. A connection
-/// told for being idle that has not ended a timeout later (a peer gone without a word never
-/// answers h2's closing ping) is dropped.
+/// proxy stops, or when `idle` says it has had no request open for that long (an HTTP/1.1
+/// connection then closes at once, a head begun or not). A connection told for being idle
+/// that has not ended a timeout later (a peer gone without a word never answers h2's closing
+/// ping) is dropped.
 async fn until_ended<C: GracefulConnection>(
     connection: C,
     mut stopping: watch::Receiver<()>,
-    idle: Option<(Arc<Streams>, Duration)>,
+    idle: Option<(Arc<Requests>, Duration)>,
 ) {
     tokio::pin!(connection);
     let idle_for = async {
         match &idle {
-            Some((streams, timeout)) => streams.idle_for(*timeout).await,
+            Some((requests, timeout)) => requests.idle_for(*timeout).await,
             None => std::future::pending().await,
         }
     };

@@ -1,7 +1,11 @@
-//! How long an h2 client connection has had no request open. HTTP/1.1's wait for the next
-//! request is bounded by hyper's header timer; h2 has no such timer, so a client could open
-//! connections, send nothing more, and hold them (and a file descriptor each) forever. nginx
-//! closes them after `keepalive_timeout`.
+//! How long a client connection has had no request open: the time a client takes to send its
+//! next request head (or its first), idle keep-alive included. Without a bound a client could
+//! open connections, send nothing, or a byte a minute, and hold them (and a file descriptor
+//! each) forever; nginx closes them after `client_header_timeout` / `keepalive_timeout`.
+//!
+//! One watch per connection, for HTTP/1.1 and h2 alike (h2 has no header timer in hyper),
+//! instead of hyper's HTTP/1.1 header timer: that one allocated and armed a timer for every
+//! request head, where this costs a request two counts and a clock read.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -13,18 +17,18 @@ use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use tokio::time::Instant;
 
-/// The requests open on one h2 connection, shared by its streams and its idle watch.
+/// The requests open on one client connection, shared by its requests and its idle watch.
 #[derive(Debug)]
-pub(crate) struct Streams {
+pub(crate) struct Requests {
     open: AtomicUsize,
     /// When the last request ended, in milliseconds after `opened`.
     last_end_ms: AtomicU64,
     opened: Instant,
 }
 
-impl Streams {
-    pub(crate) fn new() -> Arc<Streams> {
-        Arc::new(Streams {
+impl Requests {
+    pub(crate) fn new() -> Arc<Requests> {
+        Arc::new(Requests {
             open: AtomicUsize::new(0),
             last_end_ms: AtomicU64::new(0),
             opened: Instant::now(),
@@ -32,9 +36,9 @@ impl Streams {
     }
 
     /// Counts a request open until the returned guard is dropped (with its response body).
-    pub(crate) fn open(self: &Arc<Self>) -> OpenStream {
+    pub(crate) fn open(self: &Arc<Self>) -> OpenRequest {
         self.open.fetch_add(1, Ordering::Relaxed);
-        OpenStream(Arc::clone(self))
+        OpenRequest(Arc::clone(self))
     }
 
     /// Returns once no request has been open for `timeout`.
@@ -58,15 +62,15 @@ impl Streams {
 
 /// One open request; its drop ends it.
 #[derive(Debug)]
-pub(crate) struct OpenStream(Arc<Streams>);
+pub(crate) struct OpenRequest(Arc<Requests>);
 
-impl Drop for OpenStream {
+impl Drop for OpenRequest {
     fn drop(&mut self) {
-        let streams = &self.0;
-        let ms = u64::try_from(streams.opened.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let requests = &self.0;
+        let ms = u64::try_from(requests.opened.elapsed().as_millis()).unwrap_or(u64::MAX);
         // Stamped before the count falls: a watch that sees none open sees this end too.
-        streams.last_end_ms.fetch_max(ms, Ordering::Release);
-        streams.open.fetch_sub(1, Ordering::Release);
+        requests.last_end_ms.fetch_max(ms, Ordering::Release);
+        requests.open.fetch_sub(1, Ordering::Release);
     }
 }
 
@@ -75,12 +79,12 @@ pin_project_lite::pin_project! {
     pub(crate) struct OpenBody<B> {
         #[pin]
         body: B,
-        open: Option<OpenStream>,
+        open: Option<OpenRequest>,
     }
 }
 
 impl<B> OpenBody<B> {
-    pub(crate) fn new(body: B, open: OpenStream) -> OpenBody<B> {
+    pub(crate) fn new(body: B, open: OpenRequest) -> OpenBody<B> {
         OpenBody {
             body,
             open: Some(open),
@@ -119,16 +123,16 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn idle_counts_from_the_last_request_end_and_never_while_one_is_open() {
-        let streams = Streams::new();
+        let requests = Requests::new();
         let timeout = Duration::from_secs(60);
         // No request at all: idle a timeout after the connection opened.
-        streams.idle_for(timeout).await;
-        assert_eq!(streams.opened.elapsed(), timeout);
+        requests.idle_for(timeout).await;
+        assert_eq!(requests.opened.elapsed(), timeout);
 
-        let open = streams.open();
+        let open = requests.open();
         let watch = {
-            let streams = Arc::clone(&streams);
-            tokio::spawn(async move { streams.idle_for(timeout).await })
+            let requests = Arc::clone(&requests);
+            tokio::spawn(async move { requests.idle_for(timeout).await })
         };
         // Held five timeouts: never idle meanwhile.
         tokio::time::sleep(timeout * 5).await;
