@@ -618,6 +618,47 @@ async fn an_h2_connection_with_no_request_open_is_closed_and_one_with_a_request_
 }
 
 #[tokio::test]
+async fn an_h2_response_its_client_takes_nothing_of_ends_the_connection() -> TestResult {
+    let upstream = Upstream::start().await?;
+    let proxy = ProxyProcess::start(
+        &upstream.url(),
+        "routes:\n  - { prefix: / }\n",
+        &["--client-send-timeout", "1s"],
+    )?;
+    // A client that never gives back the flow-control window it is sent data in: the first
+    // 64 KiB of the body come, then nothing can.
+    let tcp = tokio::net::TcpStream::connect(proxy.address).await?;
+    let (mut h2, connection) = h2::client::handshake(tcp).await?;
+    let connection = tokio::spawn(connection);
+    let request = axum::http::Request::get(proxy.url("/big")).body(())?;
+    let (response, _) = h2.send_request(request, true)?;
+    // Held, unread (a response dropped would cancel its stream).
+    let response = response.await?;
+    assert_eq!(response.status(), 200);
+    // Without the bound the connection, and the upstream's, would stay open for good.
+    let ended = tokio::time::timeout(Duration::from_secs(30), connection).await;
+    assert!(
+        ended.is_ok(),
+        "the stalled h2 connection stayed open; log:\n{}",
+        proxy.log_text()
+    );
+    drop(response);
+    eventually("no client connection left", || async {
+        Ok(proxy.metric_sum("sluicegate_proxy_connections").await? == 0)
+    })
+    .await?;
+    assert!(proxy.log_text().contains("took nothing of an h2 response"));
+    // Streams that are read are served as ever.
+    let reader = reqwest::Client::builder().http2_prior_knowledge().build()?;
+    let body = reader.get(proxy.url("/big")).send().await?.bytes().await?;
+    assert_eq!(
+        body.len(),
+        proxy_support::BIG_CHUNK.len() * proxy_support::BIG_CHUNKS
+    );
+    Ok(())
+}
+
+#[tokio::test]
 async fn a_client_that_reads_nothing_of_its_response_is_closed() -> TestResult {
     use proxy_support::{BIG_CHUNK, BIG_CHUNKS};
     use tokio::io::{AsyncReadExt, AsyncWriteExt};

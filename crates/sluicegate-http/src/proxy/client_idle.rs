@@ -17,6 +17,8 @@ use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use tokio::time::Instant;
 
+use crate::proxy::h2_stall::LastAsked;
+
 /// The requests open on one client connection, shared by its requests and its idle watch.
 #[derive(Debug)]
 pub(crate) struct Requests {
@@ -75,19 +77,22 @@ impl Drop for OpenRequest {
 }
 
 pin_project_lite::pin_project! {
-    /// A response body that keeps its request open until it ends or is dropped.
+    /// A response body that keeps its request open until it ends or is dropped, and (h2)
+    /// stamps each time it is asked for more.
     pub(crate) struct OpenBody<B> {
         #[pin]
         body: B,
         open: Option<OpenRequest>,
+        asked: Option<Arc<LastAsked>>,
     }
 }
 
 impl<B> OpenBody<B> {
-    pub(crate) fn new(body: B, open: OpenRequest) -> OpenBody<B> {
+    pub(crate) fn new(body: B, open: OpenRequest, asked: Option<Arc<LastAsked>>) -> OpenBody<B> {
         OpenBody {
             body,
             open: Some(open),
+            asked,
         }
     }
 }
@@ -101,6 +106,9 @@ impl<B: Body<Data = Bytes>> Body for OpenBody<B> {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
         let this = self.project();
+        if let Some(asked) = this.asked {
+            asked.stamp();
+        }
         let frame = this.body.poll_frame(cx);
         if matches!(frame, Poll::Ready(None | Some(Err(_)))) {
             this.open.take();

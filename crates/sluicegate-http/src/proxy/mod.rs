@@ -27,6 +27,7 @@ mod client_idle;
 mod error;
 mod forward;
 mod forwarding;
+mod h2_stall;
 mod key;
 mod limiter;
 mod loads;

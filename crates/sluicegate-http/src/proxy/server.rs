@@ -52,12 +52,12 @@ pub struct ProxyConfig {
     /// timeout, the proxy closes idle connections before the upstream can close one just as
     /// a request is sent on it.
     pub upstream_keepalive_timeout: Duration,
-    /// How long a client connection may take to send a request head, counted from when the
-    /// proxy starts waiting for it: the wait for the next request on an idle keep-alive
-    /// connection is part of it (nginx's `client_header_timeout`, and `keepalive_timeout`
-    /// for the wait between requests). The connection is closed when it runs out; an h2
-    /// connection that has had no request open for this long is told to go away (`GOAWAY`)
-    /// and closed. Zero: no bound.
+    /// How long a client connection may have no request open, counted from its opening or
+    /// from the end of its last response: the time to send a request head, the wait for the
+    /// next request on an idle keep-alive connection included (nginx's
+    /// `client_header_timeout`, and `keepalive_timeout` for the wait between requests). An
+    /// HTTP/1.1 connection is then closed, an h2 connection told to go away (`GOAWAY`) and
+    /// closed. Zero: no bound.
     pub client_header_timeout: Duration,
     /// How long a write to a client may wait for the client to read (nginx's
     /// `send_timeout`): a client that reads nothing of its response for this long has its

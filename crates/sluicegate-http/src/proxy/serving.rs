@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use http::Request;
+use http::{Request, Version};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
@@ -20,6 +20,7 @@ use crate::proxy::backing::Backing;
 use crate::proxy::client_idle::{OpenBody, Requests};
 use crate::proxy::forward::Forwarder;
 use crate::proxy::forwarding::ForwardedClient;
+use crate::proxy::h2_stall::Stalls;
 use crate::proxy::loads::Counted;
 use crate::proxy::metrics::Metrics;
 use crate::proxy::send_deadline::SendDeadline;
@@ -101,7 +102,14 @@ impl ConnectionServer {
                 let requests = Requests::new();
                 let idle =
                     (!header_timeout.is_zero()).then(|| (Arc::clone(&requests), header_timeout));
+                let send_timeout = state.client_send_timeout;
+                let h2_stalls = Stalls::new();
+                let stalled =
+                    (!send_timeout.is_zero()).then(|| (Arc::clone(&h2_stalls), send_timeout));
                 let service = service_fn(move |mut request: Request<Incoming>| {
+                    // HTTP/1.1's stalls are the socket's (`SendDeadline`).
+                    let stalls = (request.version() == Version::HTTP_2 && !send_timeout.is_zero())
+                        .then(|| Arc::clone(&h2_stalls));
                     let extensions = request.extensions_mut();
                     extensions.insert(peer);
                     extensions.insert(client.clone());
@@ -109,11 +117,14 @@ impl ConnectionServer {
                     let open = requests.open();
                     async move {
                         let response = table::handle(table, request).await;
-                        Ok::<_, Infallible>(response.map(|body| OpenBody::new(body, open)))
+                        // Watched from the response on: until then the upstream's timeout
+                        // bounds the wait.
+                        let asked = stalls.map(|stalls| stalls.watch());
+                        Ok::<_, Infallible>(response.map(|body| OpenBody::new(body, open, asked)))
                     }
                 });
                 let connection = builder.serve_connection(io, service);
-                until_ended(connection, stopping, idle).await;
+                until_ended(connection, stopping, idle, stalled).await;
             }
             drop(counted);
         });
@@ -139,11 +150,14 @@ impl ConnectionServer {
 /// proxy stops, or when `idle` says it has had no request open for that long (an HTTP/1.1
 /// connection then closes at once, a head begun or not). A connection told for being idle
 /// that has not ended a timeout later (a peer gone without a word never answers h2's closing
-/// ping) is dropped.
+/// ping) is dropped, and so is one with an h2 response `stalled` says its client has taken
+/// nothing of for that long (its other streams are reset with it, as nginx closes the
+/// connection).
 async fn until_ended<C: GracefulConnection>(
     connection: C,
     mut stopping: watch::Receiver<()>,
     idle: Option<(Arc<Requests>, Duration)>,
+    stalled: Option<(Arc<Stalls>, Duration)>,
 ) {
     tokio::pin!(connection);
     let idle_for = async {
@@ -153,20 +167,41 @@ async fn until_ended<C: GracefulConnection>(
         }
     };
     tokio::pin!(idle_for);
+    let stalled_for = async {
+        match &stalled {
+            Some((stalls, timeout)) => stalls.stalled_for(*timeout).await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::pin!(stalled_for);
     let closing = tokio::select! {
         biased;
         // A client that goes away mid-request is no error of the proxy's.
         _ = &mut connection => return,
+        () = &mut stalled_for => return stalled_log(),
         _ = stopping.changed() => None,
         () = &mut idle_for => idle.as_ref().map(|(_, timeout)| *timeout),
     };
     connection.as_mut().graceful_shutdown();
-    match closing {
-        Some(timeout) => {
-            let _ = tokio::time::timeout(timeout, connection).await;
+    let finished = async {
+        match closing {
+            Some(timeout) => {
+                let _ = tokio::time::timeout(timeout, connection).await;
+            }
+            None => {
+                let _ = connection.await;
+            }
         }
-        None => {
-            let _ = connection.await;
-        }
+    };
+    // A stalled response is no reason to wait for it while closing either.
+    tokio::select! {
+        () = finished => {}
+        () = stalled_for => stalled_log(),
     }
+}
+
+fn stalled_log() {
+    tracing::info!(
+        "proxy: closed a client connection: it took nothing of an h2 response for --client-send-timeout"
+    );
 }
