@@ -468,11 +468,7 @@ async fn a_second_proxy_on_the_same_address_is_refused_not_sharing_it() -> TestR
     let upstream = Upstream::start().await?;
     // Two workers each: with a SO_REUSEPORT socket per worker, the second proxy would bind
     // beside the first and take half of its connections.
-    let first = ProxyProcess::start(
-        &upstream.url(),
-        "routes:\n  - { prefix: / }\n",
-        &["--workers", "2"],
-    )?;
+    let first = ProxyProcess::passing(&upstream, &["--workers", "2"])?;
     let dir = tempfile::tempdir()?;
     let address = first.address.to_string();
     let stderr = start_refused(
@@ -492,11 +488,7 @@ async fn a_second_proxy_on_the_same_address_is_refused_not_sharing_it() -> TestR
 #[tokio::test]
 async fn new_connections_are_spread_evenly_over_the_workers() -> TestResult {
     let upstream = Upstream::start().await?;
-    let proxy = ProxyProcess::start(
-        &upstream.url(),
-        "routes:\n  - { prefix: / }\n",
-        &["--workers", "3"],
-    )?;
+    let proxy = ProxyProcess::passing(&upstream, &["--workers", "3"])?;
     // Twelve clients, each keeping its one connection open: connections opened one after the
     // other are all accepted by whichever worker is awake, and must still end up 4 / 4 / 4
     // (give or take one where two workers accept at once).
@@ -530,11 +522,7 @@ async fn new_connections_are_spread_evenly_over_the_workers() -> TestResult {
 async fn a_client_that_does_not_send_its_request_head_in_time_is_closed() -> TestResult {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let upstream = Upstream::start().await?;
-    let proxy = ProxyProcess::start(
-        &upstream.url(),
-        "routes:\n  - { prefix: / }\n",
-        &["--client-header-timeout", "1s"],
-    )?;
+    let proxy = ProxyProcess::passing(&upstream, &["--client-header-timeout", "1s"])?;
     // Whether the proxy closes the connection (rather than the test giving up first).
     async fn closed_by_proxy(stream: &mut tokio::net::TcpStream) -> bool {
         let mut rest = Vec::new();
@@ -570,11 +558,7 @@ async fn an_h2_connection_with_no_request_open_is_closed_and_one_with_a_request_
 -> TestResult {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let upstream = Upstream::start().await?;
-    let proxy = ProxyProcess::start(
-        &upstream.url(),
-        "routes:\n  - { prefix: / }\n",
-        &["--client-header-timeout", "1s"],
-    )?;
+    let proxy = ProxyProcess::passing(&upstream, &["--client-header-timeout", "1s"])?;
     let open_connections = || proxy.metric_sum("sluicegate_proxy_connections");
     // A request held open for three timeouts keeps its connection.
     let h2 = reqwest::Client::builder().http2_prior_knowledge().build()?;
@@ -620,11 +604,7 @@ async fn an_h2_connection_with_no_request_open_is_closed_and_one_with_a_request_
 #[tokio::test]
 async fn an_h2_response_its_client_takes_nothing_of_ends_the_connection() -> TestResult {
     let upstream = Upstream::start().await?;
-    let proxy = ProxyProcess::start(
-        &upstream.url(),
-        "routes:\n  - { prefix: / }\n",
-        &["--client-send-timeout", "1s"],
-    )?;
+    let proxy = ProxyProcess::passing(&upstream, &["--client-send-timeout", "1s"])?;
     // A client that never gives back the flow-control window it is sent data in: the first
     // 64 KiB of the body come, then nothing can.
     let tcp = tokio::net::TcpStream::connect(proxy.address).await?;
@@ -663,11 +643,7 @@ async fn a_client_that_reads_nothing_of_its_response_is_closed() -> TestResult {
     use proxy_support::{BIG_CHUNK, BIG_CHUNKS};
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let upstream = Upstream::start().await?;
-    let proxy = ProxyProcess::start(
-        &upstream.url(),
-        "routes:\n  - { prefix: / }\n",
-        &["--client-send-timeout", "1s"],
-    )?;
+    let proxy = ProxyProcess::passing(&upstream, &["--client-send-timeout", "1s"])?;
     let whole = BIG_CHUNK.len() * BIG_CHUNKS;
     // A client that reads gets all of it.
     let body = client()

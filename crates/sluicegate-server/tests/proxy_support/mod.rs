@@ -147,6 +147,9 @@ fn async_stream(
     tokio_stream::wrappers::ReceiverStream::new(receiver)
 }
 
+/// A rule file with one route passing everything, no limit.
+pub const PASS_ALL: &str = "routes:\n  - { prefix: / }\n";
+
 /// A running `sluicegate proxy`, killed when dropped.
 pub struct ProxyProcess {
     pub child: Child,
@@ -193,6 +196,11 @@ impl ProxyProcess {
             return Err(format!("{error}; log:\n{}", proxy.log_text()).into());
         }
         Ok(proxy)
+    }
+
+    /// Starts the proxy in front of `upstream` with one route passing everything, no limit.
+    pub fn passing(upstream: &Upstream, extra: &[&str]) -> Result<ProxyProcess, BoxError> {
+        ProxyProcess::start(&upstream.url(), PASS_ALL, extra)
     }
 
     pub fn url(&self, path: &str) -> String {
