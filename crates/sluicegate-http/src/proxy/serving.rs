@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use http::{Request, Version};
+use http::Request;
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
@@ -44,17 +44,27 @@ pub(crate) struct State {
 /// What every h2 connection opens with (RFC 9113 section 3.4).
 const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
+/// What a client connection speaks, told by its first bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Protocol {
+    Http1,
+    H2,
+}
+
 /// Waits until the first bytes tell HTTP/1.1 from h2 (they are left unread for hyper);
-/// `false`: the client closed first.
-async fn protocol_told(stream: &TcpStream) -> std::io::Result<bool> {
+/// `None`: the client closed first.
+async fn protocol_told(stream: &TcpStream) -> std::io::Result<Option<Protocol>> {
     let mut first = [0u8; H2_PREFACE.len()];
     loop {
         let seen = stream.peek(&mut first).await?;
         if seen == 0 {
-            return Ok(false);
+            return Ok(None);
         }
-        if seen == first.len() || first[..seen] != H2_PREFACE[..seen] {
-            return Ok(true);
+        if first[..seen] != H2_PREFACE[..seen] {
+            return Ok(Some(Protocol::Http1));
+        }
+        if seen == first.len() {
+            return Ok(Some(Protocol::H2));
         }
         // Part of h2's preface: a peek would return at once until more comes.
         tokio::time::sleep(Duration::from_millis(10)).await;
@@ -89,27 +99,28 @@ impl ConnectionServer {
             let header_timeout = state.client_header_timeout;
             // hyper waits for the first bytes that tell HTTP/1.1 from h2 before it serves
             // anything, and these are waited for here first: that wait is bounded too.
-            let opened = if header_timeout.is_zero() {
-                matches!(protocol_told(&stream).await, Ok(true))
+            let told = if header_timeout.is_zero() {
+                protocol_told(&stream).await.ok().flatten()
             } else {
-                matches!(
-                    tokio::time::timeout(header_timeout, protocol_told(&stream)).await,
-                    Ok(Ok(true))
-                )
+                tokio::time::timeout(header_timeout, protocol_told(&stream))
+                    .await
+                    .ok()
+                    .and_then(|told| told.ok().flatten())
             };
-            if opened {
+            if let Some(protocol) = told {
                 let io = TokioIo::new(SendDeadline::new(stream, state.client_send_timeout));
                 let requests = Requests::new();
                 let idle =
                     (!header_timeout.is_zero()).then(|| (Arc::clone(&requests), header_timeout));
                 let send_timeout = state.client_send_timeout;
                 let h2_stalls = Stalls::new();
-                let stalled =
-                    (!send_timeout.is_zero()).then(|| (Arc::clone(&h2_stalls), send_timeout));
+                // HTTP/1.1's stalls are the socket's (`SendDeadline`): the watch, polled at
+                // every wake-up of the connection, is for h2 alone.
+                let stalled = (protocol == Protocol::H2 && !send_timeout.is_zero())
+                    .then(|| (Arc::clone(&h2_stalls), send_timeout));
+                let watch_stalls = stalled.is_some();
                 let service = service_fn(move |mut request: Request<Incoming>| {
-                    // HTTP/1.1's stalls are the socket's (`SendDeadline`).
-                    let stalls = (request.version() == Version::HTTP_2 && !send_timeout.is_zero())
-                        .then(|| Arc::clone(&h2_stalls));
+                    let stalls = watch_stalls.then(|| Arc::clone(&h2_stalls));
                     let extensions = request.extensions_mut();
                     extensions.insert(peer);
                     extensions.insert(client.clone());
