@@ -113,14 +113,15 @@ impl ConnectionServer {
                 let idle =
                     (!header_timeout.is_zero()).then(|| (Arc::clone(&requests), header_timeout));
                 let send_timeout = state.client_send_timeout;
-                let h2_stalls = Stalls::new();
                 // HTTP/1.1's stalls are the socket's (`SendDeadline`): the watch, polled at
                 // every wake-up of the connection, is for h2 alone.
-                let stalled = (protocol == Protocol::H2 && !send_timeout.is_zero())
-                    .then(|| (Arc::clone(&h2_stalls), send_timeout));
-                let watch_stalls = stalled.is_some();
+                let h2_stalls =
+                    (protocol == Protocol::H2 && !send_timeout.is_zero()).then(Stalls::new);
+                let stalled = h2_stalls
+                    .as_ref()
+                    .map(|stalls| (Arc::clone(stalls), send_timeout));
                 let service = service_fn(move |mut request: Request<Incoming>| {
-                    let stalls = watch_stalls.then(|| Arc::clone(&h2_stalls));
+                    let stalls = h2_stalls.clone();
                     let extensions = request.extensions_mut();
                     extensions.insert(peer);
                     extensions.insert(client.clone());
