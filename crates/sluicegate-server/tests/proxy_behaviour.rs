@@ -605,6 +605,18 @@ async fn an_h2_connection_with_no_request_open_is_closed_and_one_with_a_request_
 async fn an_h2_response_its_client_takes_nothing_of_ends_the_connection() -> TestResult {
     let upstream = Upstream::start().await?;
     let proxy = ProxyProcess::passing(&upstream, &["--client-send-timeout", "1s"])?;
+    // A response whose upstream says nothing for three timeouts is no stall of the client's.
+    let h2_client = || reqwest::Client::builder().http2_prior_knowledge().build();
+    let mut slow = h2_client()?.get(proxy.url("/stream")).send().await?;
+    assert_eq!(slow.chunk().await?.as_deref(), Some(&b"first chunk\n"[..]));
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    upstream.release();
+    let mut rest = Vec::new();
+    while let Some(chunk) = slow.chunk().await? {
+        rest.extend_from_slice(&chunk);
+    }
+    assert_eq!(rest, b"last chunk\n");
+    drop(slow);
     // A client that never gives back the flow-control window it is sent data in: the first
     // 64 KiB of the body come, then nothing can.
     let tcp = tokio::net::TcpStream::connect(proxy.address).await?;
@@ -629,8 +641,12 @@ async fn an_h2_response_its_client_takes_nothing_of_ends_the_connection() -> Tes
     .await?;
     assert!(proxy.log_text().contains("took nothing of an h2 response"));
     // Streams that are read are served as ever.
-    let reader = reqwest::Client::builder().http2_prior_knowledge().build()?;
-    let body = reader.get(proxy.url("/big")).send().await?.bytes().await?;
+    let body = h2_client()?
+        .get(proxy.url("/big"))
+        .send()
+        .await?
+        .bytes()
+        .await?;
     assert_eq!(
         body.len(),
         proxy_support::BIG_CHUNK.len() * proxy_support::BIG_CHUNKS

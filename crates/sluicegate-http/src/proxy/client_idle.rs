@@ -78,7 +78,7 @@ impl Drop for OpenRequest {
 
 pin_project_lite::pin_project! {
     /// A response body that keeps its request open until it ends or is dropped, and (h2)
-    /// stamps each time it is asked for more.
+    /// tells its stall watch what each ask for more gave.
     pub(crate) struct OpenBody<B> {
         #[pin]
         body: B,
@@ -106,10 +106,10 @@ impl<B: Body<Data = Bytes>> Body for OpenBody<B> {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
         let this = self.project();
-        if let Some(asked) = this.asked {
-            asked.stamp();
-        }
         let frame = this.body.poll_frame(cx);
+        if let Some(asked) = this.asked {
+            asked.answered(frame.is_ready());
+        }
         if matches!(frame, Poll::Ready(None | Some(Err(_)))) {
             this.open.take();
         }

@@ -19,21 +19,30 @@ pub(crate) struct Stalls {
     bodies: Mutex<Vec<Weak<LastAsked>>>,
 }
 
-/// When a response body was last asked for more, in milliseconds after its connection opened.
+/// When a response body last gave hyper something to send, in milliseconds after its
+/// connection opened; [`WAITING`] while the body itself waits for more (for the upstream, whose
+/// own timeout bounds that).
 #[derive(Debug)]
 pub(crate) struct LastAsked {
     ms: AtomicU64,
     opened: Instant,
 }
 
+/// The body has nothing to give yet: not a stall of the client's.
+const WAITING: u64 = u64::MAX;
+
 fn ms_since(opened: Instant) -> u64 {
-    u64::try_from(opened.elapsed().as_millis()).unwrap_or(u64::MAX)
+    u64::try_from(opened.elapsed().as_millis())
+        .unwrap_or(u64::MAX)
+        .min(WAITING - 1)
 }
 
 impl LastAsked {
-    /// The body is being asked for more now.
-    pub(crate) fn stamp(&self) {
-        self.ms.store(ms_since(self.opened), Ordering::Relaxed);
+    /// The body was asked for more; `gave`: it had something (or ended), so the clock runs
+    /// until hyper asks again, which it does once the client has taken what it got.
+    pub(crate) fn answered(&self, gave: bool) {
+        let ms = if gave { ms_since(self.opened) } else { WAITING };
+        self.ms.store(ms, Ordering::Relaxed);
     }
 }
 
@@ -45,8 +54,8 @@ impl Stalls {
         })
     }
 
-    /// Watches a response body from now on, as asked for more now; it is watched until the
-    /// returned stamp is dropped (with the body).
+    /// Watches a response body from now on, as if it had given something now; it is watched
+    /// until the returned stamp is dropped (with the body).
     pub(crate) fn watch(&self) -> Arc<LastAsked> {
         let asked = Arc::new(LastAsked {
             ms: AtomicU64::new(ms_since(self.opened)),
@@ -61,7 +70,8 @@ impl Stalls {
         asked
     }
 
-    /// Returns once some body watched has gone `timeout` without being asked for more.
+    /// Returns once some body watched has gone `timeout` without being asked for more since it
+    /// last gave something.
     pub(crate) async fn stalled_for(&self, timeout: Duration) {
         loop {
             let oldest = self
@@ -70,6 +80,7 @@ impl Stalls {
                 .iter()
                 .filter_map(Weak::upgrade)
                 .map(|body| body.ms.load(Ordering::Relaxed))
+                .filter(|&ms| ms != WAITING)
                 .min();
             let next_check = match oldest {
                 Some(ms) => {
@@ -103,13 +114,20 @@ mod tests {
         drop(stalls.watch());
         for _ in 0..12 {
             tokio::time::sleep(Duration::from_secs(50)).await;
-            asked.stamp();
+            asked.answered(true);
+        }
+        // A body waiting ten minutes for its upstream is no stall either.
+        let waiting = stalls.watch();
+        waiting.answered(false);
+        for _ in 0..12 {
+            tokio::time::sleep(Duration::from_secs(50)).await;
+            asked.answered(true);
         }
         assert!(!watch.is_finished());
-        // Then a body never asked, once the other has ended.
+        // Then a body that gave something and is never asked again, once the other has ended.
         drop(asked);
         let started = Instant::now();
-        let _never = stalls.watch();
+        waiting.answered(true);
         assert!(watch.await.is_ok());
         assert!(started.elapsed() >= timeout, "{:?}", started.elapsed());
         assert!(started.elapsed() <= timeout * 2, "{:?}", started.elapsed());
