@@ -554,6 +554,34 @@ async fn a_client_that_does_not_send_its_request_head_in_time_is_closed() -> Tes
 }
 
 #[tokio::test]
+async fn on_shutdown_a_head_never_finished_does_not_hold_the_proxy_for_its_grace() -> TestResult {
+    use tokio::io::AsyncWriteExt;
+    let upstream = Upstream::start().await?;
+    let mut proxy = ProxyProcess::passing(
+        &upstream,
+        &["--client-header-timeout", "5s", "--shutdown-grace", "300s"],
+    )?;
+    let mut partial = tokio::net::TcpStream::connect(proxy.address).await?;
+    partial.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n").await?;
+    eventually("the connection counted", || async {
+        Ok(proxy.metric_sum("sluicegate_proxy_connections").await? == 1)
+    })
+    .await?;
+    proxy.terminate()?;
+    // Told to finish, a connection in the middle of its first head has begun nothing: it is
+    // dropped a header timeout later, not waited for until the grace runs out.
+    let exited = tokio::time::timeout(
+        Duration::from_secs(60),
+        tokio::task::spawn_blocking(move || proxy.child.wait()),
+    )
+    .await;
+    let status = exited.map_err(|_| "the proxy waited for the unfinished head")???;
+    assert!(status.success(), "{status:?}");
+    drop(partial);
+    Ok(())
+}
+
+#[tokio::test]
 async fn an_h2_connection_with_no_request_open_is_closed_and_one_with_a_request_open_is_not()
 -> TestResult {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};

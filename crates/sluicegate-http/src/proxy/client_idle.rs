@@ -43,22 +43,29 @@ impl Requests {
         OpenRequest(Arc::clone(self))
     }
 
-    /// Returns once no request has been open for `timeout`.
-    pub(crate) async fn idle_for(&self, timeout: Duration) {
-        let mut check = self.opened + timeout;
+    /// Returns once no request has been open for `timeout`, counted from `since` at the
+    /// earliest (the connection's opening, or when it was told to close).
+    pub(crate) async fn idle_for(&self, since: Instant, timeout: Duration) {
+        let mut check = since + timeout;
         loop {
             tokio::time::sleep_until(check).await;
             if self.open.load(Ordering::Acquire) > 0 {
                 check = Instant::now() + timeout;
                 continue;
             }
-            let idle_since =
+            let last_end =
                 self.opened + Duration::from_millis(self.last_end_ms.load(Ordering::Acquire));
+            let idle_since = last_end.max(since);
             if Instant::now() >= idle_since + timeout {
                 return;
             }
             check = idle_since + timeout;
         }
+    }
+
+    /// When the connection opened.
+    pub(crate) fn opened(&self) -> Instant {
+        self.opened
     }
 }
 
@@ -134,13 +141,13 @@ mod tests {
         let requests = Requests::new();
         let timeout = Duration::from_secs(60);
         // No request at all: idle a timeout after the connection opened.
-        requests.idle_for(timeout).await;
+        requests.idle_for(requests.opened(), timeout).await;
         assert_eq!(requests.opened.elapsed(), timeout);
 
         let open = requests.open();
         let watch = {
             let requests = Arc::clone(&requests);
-            tokio::spawn(async move { requests.idle_for(timeout).await })
+            tokio::spawn(async move { requests.idle_for(requests.opened(), timeout).await })
         };
         // Held five timeouts: never idle meanwhile.
         tokio::time::sleep(timeout * 5).await;
@@ -150,5 +157,9 @@ mod tests {
         assert!(watch.await.is_ok());
         assert!(ended.elapsed() >= timeout, "{:?}", ended.elapsed());
         assert!(ended.elapsed() < timeout * 2, "{:?}", ended.elapsed());
+        // Counted from a later start (a connection told to close) when the last end is older.
+        let told = Instant::now();
+        requests.idle_for(told, timeout).await;
+        assert_eq!(told.elapsed(), timeout);
     }
 }

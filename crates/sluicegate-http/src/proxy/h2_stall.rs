@@ -1,6 +1,7 @@
 //! An h2 response its client takes nothing of. A client that keeps its flow-control window
 //! shut never lets hyper ask the response body for more, so the upstream connection streaming
-//! it is held for as long as the client likes, up to a hundred per client connection. Over
+//! it is held for as long as the client likes, up to 200 per client connection (hyper's
+//! `max_concurrent_streams`). Over
 //! HTTP/1.1 the same client makes the socket write wait, which `send_deadline` bounds; over h2
 //! nothing waits but the stream. nginx's `send_timeout` bounds both.
 

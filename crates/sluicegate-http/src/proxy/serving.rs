@@ -15,6 +15,7 @@ use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulConnection;
 use tokio::net::TcpStream;
 use tokio::sync::watch;
+use tokio::time::Instant;
 
 use crate::proxy::backing::Backing;
 use crate::proxy::client_idle::{OpenBody, Requests};
@@ -97,6 +98,8 @@ impl ConnectionServer {
         let stopping = self.stopping.subscribe();
         tokio::spawn(async move {
             let header_timeout = state.client_header_timeout;
+            // Opened now: the wait for the first bytes below counts towards the first head.
+            let requests = Requests::new();
             // hyper waits for the first bytes that tell HTTP/1.1 from h2 before it serves
             // anything, and these are waited for here first: that wait is bounded too.
             let told = if header_timeout.is_zero() {
@@ -109,7 +112,6 @@ impl ConnectionServer {
             };
             if let Some(protocol) = told {
                 let io = TokioIo::new(SendDeadline::new(stream, state.client_send_timeout));
-                let requests = Requests::new();
                 let idle =
                     (!header_timeout.is_zero()).then(|| (Arc::clone(&requests), header_timeout));
                 let send_timeout = state.client_send_timeout;
@@ -136,7 +138,7 @@ impl ConnectionServer {
                     }
                 });
                 let connection = builder.serve_connection(io, service);
-                until_ended(connection, stopping, idle, stalled).await;
+                until_ended(connection, protocol, stopping, idle, stalled).await;
             }
             drop(counted);
         });
@@ -158,26 +160,48 @@ impl ConnectionServer {
     }
 }
 
-/// Drives `connection` until it ends: told to finish what it has begun (h2: `GOAWAY`) when the
-/// proxy stops, or when `idle` says it has had no request open for that long (an HTTP/1.1
-/// connection then closes at once, a head begun or not). A connection told for being idle
-/// that has not ended a timeout later (a peer gone without a word never answers h2's closing
-/// ping) is dropped, and so is one with an h2 response `stalled` says its client has taken
-/// nothing of for that long (its other streams are reset with it, as nginx closes the
-/// connection).
+/// Why a connection is told to finish what it has begun.
+enum Closing {
+    /// The proxy stops.
+    Stopping,
+    /// No request has been open for the idle timeout.
+    Idle,
+}
+
+/// Drives `connection` until it ends, or is dropped.
+///
+/// - When the proxy stops, or `idle` says no request has been open for its timeout, the
+///   connection is told to finish what it has begun (h2: `GOAWAY`). An HTTP/1.1 connection
+///   idle that long is dropped at once instead: it has nothing begun, and hyper would go on
+///   reading a head it had begun on a new connection.
+/// - A connection told to finish is dropped once no request has been open on it for the idle
+///   timeout since it was told: a head that never ends, a peer gone without a word (h2's
+///   closing ping unanswered). Requests it had begun, or that came before the client saw
+///   `GOAWAY`, finish first, however long they take.
+/// - A connection with an h2 response `stalled` says its client has taken nothing of for
+///   that long is dropped at any time, its other streams with it: hyper gives no way to reset
+///   one stream whose body it is not asking for more.
 async fn until_ended<C: GracefulConnection>(
     connection: C,
+    protocol: Protocol,
     mut stopping: watch::Receiver<()>,
     idle: Option<(Arc<Requests>, Duration)>,
     stalled: Option<(Arc<Stalls>, Duration)>,
 ) {
     tokio::pin!(connection);
-    let idle_for = async {
-        match &idle {
-            Some((requests, timeout)) => requests.idle_for(*timeout).await,
-            None => std::future::pending().await,
+    let idle_since = |since: Instant| {
+        let idle = idle.clone();
+        async move {
+            match idle {
+                Some((requests, timeout)) => requests.idle_for(since, timeout).await,
+                None => std::future::pending().await,
+            }
         }
     };
+    let opened = idle
+        .as_ref()
+        .map_or_else(Instant::now, |(requests, _)| requests.opened());
+    let idle_for = idle_since(opened);
     tokio::pin!(idle_for);
     let stalled_for = async {
         match &stalled {
@@ -191,24 +215,19 @@ async fn until_ended<C: GracefulConnection>(
         // A client that goes away mid-request is no error of the proxy's.
         _ = &mut connection => return,
         () = &mut stalled_for => return stalled_log(),
-        _ = stopping.changed() => None,
-        () = &mut idle_for => idle.as_ref().map(|(_, timeout)| *timeout),
+        _ = stopping.changed() => Closing::Stopping,
+        () = &mut idle_for => Closing::Idle,
     };
+    if matches!(closing, Closing::Idle) && protocol == Protocol::Http1 {
+        return;
+    }
     connection.as_mut().graceful_shutdown();
-    let finished = async {
-        match closing {
-            Some(timeout) => {
-                let _ = tokio::time::timeout(timeout, connection).await;
-            }
-            None => {
-                let _ = connection.await;
-            }
-        }
-    };
-    // A stalled response is no reason to wait for it while closing either.
+    let idle_after = idle_since(Instant::now());
     tokio::select! {
-        () = finished => {}
+        biased;
+        _ = connection => {}
         () = stalled_for => stalled_log(),
+        () = idle_after => {}
     }
 }
 

@@ -82,9 +82,9 @@ impl Pools {
         self.pools.get(index).unwrap_or(&self.pools[0])
     }
 
-    /// Sends `request` (origin-form URI, `Host` set, hop-by-hop fields dropped) on an idle
-    /// connection of the current thread's pool, or a new one, and waits up to `timeout` for
-    /// the response head.
+    /// Sends `request`, its head rewritten for the upstream as it is written
+    /// ([`request::write_head`]), on an idle connection of the current thread's pool, or a new
+    /// one, and waits up to `timeout` for the response head (its hop-by-hop fields left out).
     ///
     /// A request an idle connection turned out to be closed for (the upstream closed it as the
     /// request was written) is sent again, once, on another when that cannot do what it did
