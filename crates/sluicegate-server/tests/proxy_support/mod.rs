@@ -191,7 +191,8 @@ impl ProxyProcess {
             log,
             _dir: dir,
         };
-        if let Err(error) = wait_listening(address) {
+        // The metrics too: a test may read them before anything else.
+        if let Err(error) = wait_listening(address).and_then(|()| wait_listening(admin)) {
             let _ = proxy.child.kill();
             return Err(format!("{error}; log:\n{}", proxy.log_text()).into());
         }
