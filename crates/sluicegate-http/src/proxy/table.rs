@@ -8,7 +8,8 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use http::{Request, Response};
+use http::{Request, Response, StatusCode, Version, header};
+use http_body_util::Either;
 use hyper::body::Incoming;
 use tower_layer::Layer;
 use tower_service::Service;
@@ -17,7 +18,7 @@ use crate::adaptive::{AdaptiveBody, AdaptiveLimitLayer};
 
 use crate::proxy::backend::RouteBackend;
 use crate::proxy::backing::Backing;
-use crate::proxy::forward::{Forwarder, Upstream, UpstreamBody};
+use crate::proxy::forward::{Forwarder, Upstream, UpstreamBody, text};
 use crate::proxy::key::RouteExtractor;
 use crate::proxy::limiter::Limiter;
 use crate::proxy::metrics::Metrics;
@@ -226,6 +227,11 @@ pub type ProxyBody = http_body_util::Either<AdaptiveBody<RouteBody>, RouteBody>;
 
 /// Answers `request` as `table` says.
 pub(crate) async fn handle(table: Arc<Table>, request: Request<Incoming>) -> Response<ProxyBody> {
+    if let Some(wrong) = host_is_wrong(&request) {
+        // Before any limit: a request no server may take spends no budget.
+        let body = format!("400 Bad Request: {wrong}\n");
+        return text(StatusCode::BAD_REQUEST, body).map(|body| Either::Right(Either::Right(body)));
+    }
     let index = table.find(request.uri().path());
     let adaptive = index.and_then(|i| table.routes[i].adaptive.clone());
     let route = ByRoute { table, index };
@@ -241,6 +247,23 @@ pub(crate) async fn handle(table: Arc<Table>, request: Request<Incoming>) -> Res
                 Err(never) => match never {},
             }
         }
+    }
+}
+
+/// What is wrong with the request's `Host`, if anything (RFC 9112 section 3.2, as nginx
+/// reads it): never more than one field, for the limits keyed on the first and the upstream
+/// could read another; and one in every HTTP/1.1 request that names its host nowhere else
+/// (h2 names it in `:authority`, HTTP/1.0 may name none).
+fn host_is_wrong(request: &Request<Incoming>) -> Option<&'static str> {
+    let mut hosts = request.headers().get_all(header::HOST).iter();
+    match (hosts.next(), hosts.next()) {
+        (Some(_), Some(_)) => Some("the request has more than one Host field"),
+        (None, _)
+            if request.version() == Version::HTTP_11 && request.uri().authority().is_none() =>
+        {
+            Some("an HTTP/1.1 request needs a Host field")
+        }
+        _ => None,
     }
 }
 
