@@ -577,7 +577,10 @@ async fn a_request_without_its_one_host_is_refused_before_any_limit() -> TestRes
     assert!(none.contains("needs a Host field"), "{none}");
     // Neither spent the one request of the budget; HTTP/1.0 may name no host.
     let old = answer("GET / HTTP/1.0\r\n\r\n").await?;
-    assert!(old.starts_with("HTTP/1.") && old[8..].starts_with(" 200"), "{old}");
+    assert!(
+        old.starts_with("HTTP/1.") && old[8..].starts_with(" 200"),
+        "{old}"
+    );
     assert_eq!(status(client().get(proxy.url("/"))).await?, 429);
     Ok(())
 }
@@ -588,7 +591,7 @@ async fn on_shutdown_a_head_never_finished_does_not_hold_the_proxy_for_its_grace
     let upstream = Upstream::start().await?;
     let mut proxy = ProxyProcess::passing(
         &upstream,
-        &["--client-header-timeout", "5s", "--shutdown-grace", "300s"],
+        &["--client-header-timeout", "20s", "--shutdown-grace", "300s"],
     )?;
     let mut partial = tokio::net::TcpStream::connect(proxy.address).await?;
     partial.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n").await?;

@@ -9,7 +9,7 @@
 
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -23,8 +23,11 @@ use crate::proxy::h2_stall::LastAsked;
 #[derive(Debug)]
 pub(crate) struct Requests {
     open: AtomicUsize,
-    /// When the last request ended, in milliseconds after `opened`.
+    /// When the connection was last active, in milliseconds after `opened`: a request ended,
+    /// or a write that had waited for the client went on.
     last_end_ms: AtomicU64,
+    /// Whether a write waits for the client (the tail of a response, often).
+    write_waits: AtomicBool,
     opened: Instant,
 }
 
@@ -33,6 +36,7 @@ impl Requests {
         Arc::new(Requests {
             open: AtomicUsize::new(0),
             last_end_ms: AtomicU64::new(0),
+            write_waits: AtomicBool::new(false),
             opened: Instant::now(),
         })
     }
@@ -49,7 +53,7 @@ impl Requests {
         let mut check = since + timeout;
         loop {
             tokio::time::sleep_until(check).await;
-            if self.open.load(Ordering::Acquire) > 0 {
+            if self.open.load(Ordering::Acquire) > 0 || self.write_waits.load(Ordering::Acquire) {
                 check = Instant::now() + timeout;
                 continue;
             }
@@ -63,10 +67,24 @@ impl Requests {
         }
     }
 
+    /// A write to the client waits (`true`), or went on after waiting (`false`, the
+    /// connection active now).
+    pub(crate) fn write_waits(&self, waits: bool) {
+        if !waits {
+            self.last_end_ms
+                .fetch_max(ms_since(self.opened), Ordering::Release);
+        }
+        self.write_waits.store(waits, Ordering::Release);
+    }
+
     /// When the connection opened.
     pub(crate) fn opened(&self) -> Instant {
         self.opened
     }
+}
+
+fn ms_since(opened: Instant) -> u64 {
+    u64::try_from(opened.elapsed().as_millis()).unwrap_or(u64::MAX)
 }
 
 /// One open request; its drop ends it.
@@ -76,9 +94,10 @@ pub(crate) struct OpenRequest(Arc<Requests>);
 impl Drop for OpenRequest {
     fn drop(&mut self) {
         let requests = &self.0;
-        let ms = u64::try_from(requests.opened.elapsed().as_millis()).unwrap_or(u64::MAX);
         // Stamped before the count falls: a watch that sees none open sees this end too.
-        requests.last_end_ms.fetch_max(ms, Ordering::Release);
+        requests
+            .last_end_ms
+            .fetch_max(ms_since(requests.opened), Ordering::Release);
         requests.open.fetch_sub(1, Ordering::Release);
     }
 }

@@ -4,32 +4,45 @@
 
 use std::io;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::{Instant, Sleep};
 
+use crate::proxy::client_idle::Requests;
+
 /// `io`, where a write that cannot go on for `timeout` fails with [`io::ErrorKind::TimedOut`]
 /// (which ends the connection). The time counts from when a write first waits, and starts
 /// again with every byte written: a slow reader that keeps reading is not cut off.
+///
+/// It also tells the connection's idle watch while a write waits, and when one that waited
+/// went on: a response whose body has ended may still be in hyper's write buffer, and a
+/// connection sending it to a slow reader is not idle.
 pub(crate) struct SendDeadline<IO> {
     io: IO,
     /// Zero: writes wait as long as they must.
     timeout: Duration,
     /// Made at the first write that waits, and reused: most connections never wait.
     timer: Option<Pin<Box<Sleep>>>,
-    /// Whether `timer` runs for the write waiting now.
-    armed: bool,
+    /// Whether a write waits now (and `timer` runs for it).
+    waiting: bool,
+    activity: Option<Arc<Requests>>,
 }
 
 impl<IO> SendDeadline<IO> {
-    pub(crate) fn new(io: IO, timeout: Duration) -> SendDeadline<IO> {
+    pub(crate) fn new(
+        io: IO,
+        timeout: Duration,
+        activity: Option<Arc<Requests>>,
+    ) -> SendDeadline<IO> {
         SendDeadline {
             io,
             timeout,
             timer: None,
-            armed: false,
+            waiting: false,
+            activity,
         }
     }
 
@@ -39,22 +52,31 @@ impl<IO> SendDeadline<IO> {
         cx: &mut Context<'_>,
         written: Poll<io::Result<T>>,
     ) -> Poll<io::Result<T>> {
-        if written.is_ready() || self.timeout.is_zero() {
-            self.armed = false;
+        if written.is_ready() {
+            if self.waiting {
+                self.waiting = false;
+                if let Some(activity) = &self.activity {
+                    activity.write_waits(false);
+                }
+            }
             return written;
         }
-        let deadline = Instant::now() + self.timeout;
-        let timer = match &mut self.timer {
-            Some(timer) if self.armed => timer,
-            Some(timer) => {
-                timer.as_mut().reset(deadline);
-                timer
+        if !self.waiting {
+            self.waiting = true;
+            if let Some(activity) = &self.activity {
+                activity.write_waits(true);
             }
-            None => self
-                .timer
-                .insert(Box::pin(tokio::time::sleep_until(deadline))),
+            if !self.timeout.is_zero() {
+                let deadline = Instant::now() + self.timeout;
+                match &mut self.timer {
+                    Some(timer) => timer.as_mut().reset(deadline),
+                    None => self.timer = Some(Box::pin(tokio::time::sleep_until(deadline))),
+                }
+            }
+        }
+        let Some(timer) = self.timer.as_mut().filter(|_| !self.timeout.is_zero()) else {
+            return Poll::Pending;
         };
-        self.armed = true;
         ready!(timer.as_mut().poll(cx));
         Poll::Ready(Err(io::Error::new(
             io::ErrorKind::TimedOut,
@@ -124,7 +146,7 @@ mod tests {
     {
         // A pipe of 64 bytes that nobody reads: the second write waits.
         let (writer, reader) = tokio::io::duplex(64);
-        let mut io = SendDeadline::new(writer, Duration::from_secs(60));
+        let mut io = SendDeadline::new(writer, Duration::from_secs(60), None);
         io.write_all(&[0; 64]).await?;
         let error = io.write_all(&[0; 64]).await.err();
         assert_eq!(
@@ -138,7 +160,7 @@ mod tests {
 
         // A reader that takes 50 s per 64 bytes keeps every write under the bound.
         let (writer, mut slow) = tokio::io::duplex(64);
-        let mut io = SendDeadline::new(writer, Duration::from_secs(60));
+        let mut io = SendDeadline::new(writer, Duration::from_secs(60), None);
         let reading = tokio::spawn(async move {
             let mut chunk = [0; 64];
             let mut total = 0;
@@ -150,6 +172,33 @@ mod tests {
         });
         io.write_all(&[0; 64 * 5]).await?;
         assert_eq!(reading.await?.ok(), Some(64 * 5));
+        Ok(())
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_connection_whose_write_waits_is_not_idle() -> io::Result<()> {
+        // A response's tail still going out to a slow reader after its body has ended: no
+        // request is open, but the connection is busy.
+        let requests = Requests::new();
+        let timeout = Duration::from_secs(60);
+        let (writer, mut reader) = tokio::io::duplex(64);
+        let mut io = SendDeadline::new(writer, Duration::ZERO, Some(Arc::clone(&requests)));
+        io.write_all(&[0; 64]).await?;
+        let watch = {
+            let requests = Arc::clone(&requests);
+            tokio::spawn(async move { requests.idle_for(requests.opened(), timeout).await })
+        };
+        let writing = tokio::spawn(async move { io.write_all(&[0; 64]).await });
+        tokio::time::sleep(timeout * 5).await;
+        assert!(!watch.is_finished());
+        // Taken at last: the write goes on, and the idle time counts from then.
+        let taken = Instant::now();
+        let mut all = [0; 128];
+        reader.read_exact(&mut all).await?;
+        writing.await??;
+        assert!(watch.await.is_ok());
+        assert!(taken.elapsed() >= timeout, "{:?}", taken.elapsed());
+        assert!(taken.elapsed() < timeout * 2, "{:?}", taken.elapsed());
         Ok(())
     }
 }

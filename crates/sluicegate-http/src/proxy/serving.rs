@@ -111,7 +111,11 @@ impl ConnectionServer {
                     .and_then(|told| told.ok().flatten())
             };
             if let Some(protocol) = told {
-                let io = TokioIo::new(SendDeadline::new(stream, state.client_send_timeout));
+                let io = TokioIo::new(SendDeadline::new(
+                    stream,
+                    state.client_send_timeout,
+                    Some(Arc::clone(&requests)),
+                ));
                 let idle =
                     (!header_timeout.is_zero()).then(|| (Arc::clone(&requests), header_timeout));
                 let send_timeout = state.client_send_timeout;

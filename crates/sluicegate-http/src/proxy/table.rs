@@ -252,15 +252,13 @@ pub(crate) async fn handle(table: Arc<Table>, request: Request<Incoming>) -> Res
 
 /// What is wrong with the request's `Host`, if anything (RFC 9112 section 3.2, as nginx
 /// reads it): never more than one field, for the limits keyed on the first and the upstream
-/// could read another; and one in every HTTP/1.1 request that names its host nowhere else
-/// (h2 names it in `:authority`, HTTP/1.0 may name none).
+/// could read another; and one in every HTTP/1.1 request, its target in absolute form or not
+/// (h2 names its host in `:authority`, HTTP/1.0 may name none).
 fn host_is_wrong(request: &Request<Incoming>) -> Option<&'static str> {
     let mut hosts = request.headers().get_all(header::HOST).iter();
     match (hosts.next(), hosts.next()) {
         (Some(_), Some(_)) => Some("the request has more than one Host field"),
-        (None, _)
-            if request.version() == Version::HTTP_11 && request.uri().authority().is_none() =>
-        {
+        (None, _) if request.version() == Version::HTTP_11 => {
             Some("an HTTP/1.1 request needs a Host field")
         }
         _ => None,
