@@ -83,7 +83,8 @@ impl Requests {
     }
 }
 
-fn ms_since(opened: Instant) -> u64 {
+/// Milliseconds from `opened` to now: how a connection's watches keep instants in an atomic.
+pub(crate) fn ms_since(opened: Instant) -> u64 {
     u64::try_from(opened.elapsed().as_millis()).unwrap_or(u64::MAX)
 }
 

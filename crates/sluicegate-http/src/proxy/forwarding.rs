@@ -4,7 +4,8 @@
 //! Both happen on the way through, never by editing a header map: a request's fields are
 //! sorted as its head is written for the upstream (`upstream::request`), a response's as its
 //! head is parsed (`upstream::response`). The client's address is formatted once per
-//! connection, not per request, and names are compared as strings, never built.
+//! connection, not per request, and hop-by-hop names are compared as `http`'s standard
+//! headers, never built.
 
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -55,19 +56,24 @@ fn is_known_token(token: &[u8]) -> bool {
 }
 
 /// The fields the `Connection` field values `values` name, beyond the hop-by-hop ones: each
-/// is hop-by-hop for this message, and dropped with them.
+/// is hop-by-hop for this message, and dropped with them. Only names `is_field` says the
+/// message has are kept, each once: a `Connection` of a hundred thousand tokens costs a look
+/// per token, not a list the message's every field is then compared with.
 pub(crate) fn connection_named<'a>(
     values: impl IntoIterator<Item = &'a [u8]>,
+    is_field: impl Fn(&[u8]) -> bool,
 ) -> SmallVec<[HeaderName; 2]> {
-    let mut named = SmallVec::new();
+    let mut named: SmallVec<[HeaderName; 2]> = SmallVec::new();
     for value in values {
         for token in value.split(|&b| b == b',') {
             let token = token.trim_ascii();
-            if token.is_empty() || is_known_token(token) {
+            if token.is_empty() || is_known_token(token) || !is_field(token) {
                 continue;
             }
             if let Ok(name) = HeaderName::from_bytes(token) {
-                named.push(name);
+                if !named.contains(&name) {
+                    named.push(name);
+                }
             }
         }
     }
@@ -201,11 +207,18 @@ mod tests {
 
     #[test]
     fn connection_names_fields_beyond_the_hop_by_hop_ones() {
-        let named = connection_named([&b"keep-alive, X-Private ,close"[..], b"x-a,, Upgrade"]);
-        assert_eq!(names(&named), ["x-private", "x-a"]);
-        assert!(connection_named([&b"close"[..]]).is_empty());
+        let any = |_: &[u8]| true;
+        let values = [
+            &b"keep-alive, X-Private ,close"[..],
+            b"x-a,, Upgrade, x-private",
+        ];
+        assert_eq!(names(&connection_named(values, any)), ["x-private", "x-a"]);
+        assert!(connection_named([&b"close"[..]], any).is_empty());
         // A token that is no field name is no field to drop.
-        assert!(connection_named([&b"a b, (c)"[..]]).is_empty());
+        assert!(connection_named([&b"a b, (c)"[..]], any).is_empty());
+        // Nor is a name the message has no field of.
+        let only_x_a = |token: &[u8]| token.eq_ignore_ascii_case(b"x-a");
+        assert_eq!(names(&connection_named(values, only_x_a)), ["x-a"]);
     }
 
     #[test]

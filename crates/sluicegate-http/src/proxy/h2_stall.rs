@@ -1,9 +1,9 @@
 //! An h2 response its client takes nothing of. A client that keeps its flow-control window
 //! shut never lets hyper ask the response body for more, so the upstream connection streaming
 //! it is held for as long as the client likes, up to 200 per client connection (hyper's
-//! `max_concurrent_streams`). Over
-//! HTTP/1.1 the same client makes the socket write wait, which `send_deadline` bounds; over h2
-//! nothing waits but the stream. nginx's `send_timeout` bounds both.
+//! `max_concurrent_streams`). Over HTTP/1.1 the same client makes the socket write wait,
+//! which `send_deadline` bounds; over h2 nothing waits but the stream. nginx's `send_timeout`
+//! bounds both.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
@@ -11,6 +11,8 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 use tokio::time::Instant;
+
+use crate::proxy::client_idle::ms_since;
 
 /// The h2 response bodies of one client connection, and when each was last asked for more.
 #[derive(Debug)]
@@ -32,17 +34,16 @@ pub(crate) struct LastAsked {
 /// The body has nothing to give yet: not a stall of the client's.
 const WAITING: u64 = u64::MAX;
 
-fn ms_since(opened: Instant) -> u64 {
-    u64::try_from(opened.elapsed().as_millis())
-        .unwrap_or(u64::MAX)
-        .min(WAITING - 1)
+/// When the body gave something: never [`WAITING`].
+fn gave_at(opened: Instant) -> u64 {
+    ms_since(opened).min(WAITING - 1)
 }
 
 impl LastAsked {
     /// The body was asked for more; `gave`: it had something (or ended), so the clock runs
     /// until hyper asks again, which it does once the client has taken what it got.
     pub(crate) fn answered(&self, gave: bool) {
-        let ms = if gave { ms_since(self.opened) } else { WAITING };
+        let ms = if gave { gave_at(self.opened) } else { WAITING };
         self.ms.store(ms, Ordering::Relaxed);
     }
 }
@@ -59,7 +60,7 @@ impl Stalls {
     /// until the returned stamp is dropped (with the body).
     pub(crate) fn watch(&self) -> Arc<LastAsked> {
         let asked = Arc::new(LastAsked {
-            ms: AtomicU64::new(ms_since(self.opened)),
+            ms: AtomicU64::new(gave_at(self.opened)),
             opened: self.opened,
         });
         let mut bodies = self.bodies.lock();

@@ -28,15 +28,12 @@ pub(crate) struct SendDeadline<IO> {
     timer: Option<Pin<Box<Sleep>>>,
     /// Whether a write waits now (and `timer` runs for it).
     waiting: bool,
-    activity: Option<Arc<Requests>>,
+    /// The connection's idle watch.
+    activity: Arc<Requests>,
 }
 
 impl<IO> SendDeadline<IO> {
-    pub(crate) fn new(
-        io: IO,
-        timeout: Duration,
-        activity: Option<Arc<Requests>>,
-    ) -> SendDeadline<IO> {
+    pub(crate) fn new(io: IO, timeout: Duration, activity: Arc<Requests>) -> SendDeadline<IO> {
         SendDeadline {
             io,
             timeout,
@@ -55,17 +52,13 @@ impl<IO> SendDeadline<IO> {
         if written.is_ready() {
             if self.waiting {
                 self.waiting = false;
-                if let Some(activity) = &self.activity {
-                    activity.write_waits(false);
-                }
+                self.activity.write_waits(false);
             }
             return written;
         }
         if !self.waiting {
             self.waiting = true;
-            if let Some(activity) = &self.activity {
-                activity.write_waits(true);
-            }
+            self.activity.write_waits(true);
             if !self.timeout.is_zero() {
                 let deadline = Instant::now() + self.timeout;
                 match &mut self.timer {
@@ -74,7 +67,8 @@ impl<IO> SendDeadline<IO> {
                 }
             }
         }
-        let Some(timer) = self.timer.as_mut().filter(|_| !self.timeout.is_zero()) else {
+        // None: no bound (a zero timeout).
+        let Some(timer) = self.timer.as_mut() else {
             return Poll::Pending;
         };
         ready!(timer.as_mut().poll(cx));
@@ -146,7 +140,7 @@ mod tests {
     {
         // A pipe of 64 bytes that nobody reads: the second write waits.
         let (writer, reader) = tokio::io::duplex(64);
-        let mut io = SendDeadline::new(writer, Duration::from_secs(60), None);
+        let mut io = SendDeadline::new(writer, Duration::from_secs(60), Requests::new());
         io.write_all(&[0; 64]).await?;
         let error = io.write_all(&[0; 64]).await.err();
         assert_eq!(
@@ -160,7 +154,7 @@ mod tests {
 
         // A reader that takes 50 s per 64 bytes keeps every write under the bound.
         let (writer, mut slow) = tokio::io::duplex(64);
-        let mut io = SendDeadline::new(writer, Duration::from_secs(60), None);
+        let mut io = SendDeadline::new(writer, Duration::from_secs(60), Requests::new());
         let reading = tokio::spawn(async move {
             let mut chunk = [0; 64];
             let mut total = 0;
@@ -182,7 +176,7 @@ mod tests {
         let requests = Requests::new();
         let timeout = Duration::from_secs(60);
         let (writer, mut reader) = tokio::io::duplex(64);
-        let mut io = SendDeadline::new(writer, Duration::ZERO, Some(Arc::clone(&requests)));
+        let mut io = SendDeadline::new(writer, Duration::ZERO, Arc::clone(&requests));
         io.write_all(&[0; 64]).await?;
         let watch = {
             let requests = Arc::clone(&requests);

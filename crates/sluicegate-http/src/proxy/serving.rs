@@ -114,7 +114,7 @@ impl ConnectionServer {
                 let io = TokioIo::new(SendDeadline::new(
                     stream,
                     state.client_send_timeout,
-                    Some(Arc::clone(&requests)),
+                    Arc::clone(&requests),
                 ));
                 let idle =
                     (!header_timeout.is_zero()).then(|| (Arc::clone(&requests), header_timeout));

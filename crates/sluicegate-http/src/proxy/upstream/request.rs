@@ -76,6 +76,7 @@ fn write_fields(out: &mut Vec<u8>, parts: &Parts, fallback_host: &str) -> bool {
             .get_all(header::CONNECTION)
             .iter()
             .map(HeaderValue::as_bytes),
+        |token| std::str::from_utf8(token).is_ok_and(|token| parts.headers.contains_key(token)),
     );
     let mut has_length = false;
     let mut host = None;

@@ -93,20 +93,25 @@ pub(crate) fn parse(buf: &mut BytesMut, to_head: bool) -> Result<Parsed, Upstrea
     let base = buf.as_ptr() as usize;
     let mut spans: SmallVec<[(HeaderName, usize, usize); 24]> = SmallVec::new();
     let mut framing_fields = FramingFields::default();
-    let mut named: SmallVec<[HeaderName; 2]> = SmallVec::new();
+    let mut connection: SmallVec<[&[u8]; 1]> = SmallVec::new();
     for field in response.headers.iter() {
         let name =
             HeaderName::from_bytes(field.name.as_bytes()).map_err(|_| invalid("a field name"))?;
         framing_fields.read(&name, field.value)?;
         if is_hop_by_hop(&name) {
             if name == header::CONNECTION {
-                named.extend(connection_named([field.value]));
+                connection.push(field.value);
             }
             continue;
         }
         let start = field.value.as_ptr() as usize - base;
         spans.push((name, start, start + field.value.len()));
     }
+    let named = connection_named(connection, |token| {
+        spans
+            .iter()
+            .any(|(name, ..)| name.as_str().as_bytes().eq_ignore_ascii_case(token))
+    });
     let head: Bytes = buf.split_to(length).freeze();
     let mut headers = HeaderMap::with_capacity(spans.len());
     for (name, start, end) in spans.drain(..) {
