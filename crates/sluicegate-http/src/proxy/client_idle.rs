@@ -17,7 +17,7 @@ use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use tokio::time::Instant;
 
-use crate::proxy::h2_stall::LastAsked;
+use crate::proxy::h2_stall::{LastAsked, ms_since};
 
 /// The requests open on one client connection, shared by its requests and its idle watch.
 #[derive(Debug)]
@@ -25,7 +25,7 @@ pub(crate) struct Requests {
     open: AtomicUsize,
     /// When the connection was last active, in milliseconds after `opened`: a request ended,
     /// or a write that had waited for the client went on.
-    last_end_ms: AtomicU64,
+    last_active_ms: AtomicU64,
     /// Whether a write waits for the client (the tail of a response, often).
     write_waits: AtomicBool,
     opened: Instant,
@@ -35,7 +35,7 @@ impl Requests {
     pub(crate) fn new() -> Arc<Requests> {
         Arc::new(Requests {
             open: AtomicUsize::new(0),
-            last_end_ms: AtomicU64::new(0),
+            last_active_ms: AtomicU64::new(0),
             write_waits: AtomicBool::new(false),
             opened: Instant::now(),
         })
@@ -57,9 +57,9 @@ impl Requests {
                 check = Instant::now() + timeout;
                 continue;
             }
-            let last_end =
-                self.opened + Duration::from_millis(self.last_end_ms.load(Ordering::Acquire));
-            let idle_since = last_end.max(since);
+            let last_active =
+                self.opened + Duration::from_millis(self.last_active_ms.load(Ordering::Acquire));
+            let idle_since = last_active.max(since);
             if Instant::now() >= idle_since + timeout {
                 return;
             }
@@ -71,7 +71,7 @@ impl Requests {
     /// connection active now).
     pub(crate) fn write_waits(&self, waits: bool) {
         if !waits {
-            self.last_end_ms
+            self.last_active_ms
                 .fetch_max(ms_since(self.opened), Ordering::Release);
         }
         self.write_waits.store(waits, Ordering::Release);
@@ -83,11 +83,6 @@ impl Requests {
     }
 }
 
-/// Milliseconds from `opened` to now: how a connection's watches keep instants in an atomic.
-pub(crate) fn ms_since(opened: Instant) -> u64 {
-    u64::try_from(opened.elapsed().as_millis()).unwrap_or(u64::MAX)
-}
-
 /// One open request; its drop ends it.
 #[derive(Debug)]
 pub(crate) struct OpenRequest(Arc<Requests>);
@@ -97,7 +92,7 @@ impl Drop for OpenRequest {
         let requests = &self.0;
         // Stamped before the count falls: a watch that sees none open sees this end too.
         requests
-            .last_end_ms
+            .last_active_ms
             .fetch_max(ms_since(requests.opened), Ordering::Release);
         requests.open.fetch_sub(1, Ordering::Release);
     }

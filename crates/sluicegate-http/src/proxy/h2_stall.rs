@@ -12,8 +12,6 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use tokio::time::Instant;
 
-use crate::proxy::client_idle::ms_since;
-
 /// The h2 response bodies of one client connection, and when each was last asked for more.
 #[derive(Debug)]
 pub(crate) struct Stalls {
@@ -33,6 +31,12 @@ pub(crate) struct LastAsked {
 
 /// The body has nothing to give yet: not a stall of the client's.
 const WAITING: u64 = u64::MAX;
+
+/// Milliseconds from `opened` to now: how a connection's watches (this one and the idle
+/// watch) keep instants in an atomic.
+pub(crate) fn ms_since(opened: Instant) -> u64 {
+    u64::try_from(opened.elapsed().as_millis()).unwrap_or(u64::MAX)
+}
 
 /// When the body gave something: never [`WAITING`].
 fn gave_at(opened: Instant) -> u64 {
