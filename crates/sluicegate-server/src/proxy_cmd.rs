@@ -23,8 +23,9 @@ pub(crate) struct ProxyArgs {
     /// Where `/metrics` (Prometheus) is served; `off` for nowhere.
     #[arg(long, env = "SLUICEGATE_ADMIN", default_value = "127.0.0.1:9091", value_parser = parse_admin)]
     admin: Admin,
-    /// How long the upstream may take to answer a request's head before a 504, and to send
-    /// the next bytes of a response body before it is cut off (`60s`, `500ms`).
+    /// How long the upstream may take to answer a request's head once it has the whole
+    /// request, or to take the next bytes of a request body, before a 504; and to send the
+    /// next bytes of a response body before it is cut off (`60s`, `500ms`).
     #[arg(long, default_value = "60s", value_parser = parse_duration)]
     upstream_timeout: Duration,
     /// How long connecting to the upstream may take before a 502.
@@ -45,6 +46,12 @@ pub(crate) struct ProxyArgs {
     /// connection closed.
     #[arg(long, default_value = "60s", value_parser = parse_duration)]
     client_send_timeout: Duration,
+    /// How long a client may take to send the next bytes of a request body (nginx's
+    /// `client_body_timeout`); a body that stops coming for this long is answered 408 (if the
+    /// upstream has not answered yet) and its upstream connection closed. A slow upload that
+    /// keeps coming is never cut. 0: no bound.
+    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    client_body_timeout: Duration,
     /// How often the rule file is checked for changes.
     #[arg(long, default_value = "1s", value_parser = parse_duration)]
     reload_interval: Duration,
@@ -100,6 +107,7 @@ impl ProxyArgs {
         config.upstream_keepalive_timeout = self.upstream_keepalive_timeout;
         config.client_header_timeout = self.client_header_timeout;
         config.client_send_timeout = self.client_send_timeout;
+        config.client_body_timeout = self.client_body_timeout;
         config.reload_interval = self.reload_interval;
         config.shutdown_grace = self.shutdown_grace;
         config.redis = self.redis.target().map(|target| RedisSettings {

@@ -118,6 +118,11 @@ async fn serve(mut stream: TcpStream, heads: Arc<Mutex<Vec<String>>>) {
             let _ = stream.write_all(b"5\r\nearly\r\n0\r\n\r\n").await;
             continue;
         }
+        if path == "/ignore-body" {
+            // Reads nothing of the body and never answers, holding the connection.
+            tokio::time::sleep(Duration::from_secs(300)).await;
+            return;
+        }
         if path == "/early" {
             let _ = stream
                 .write_all(b"HTTP/1.1 413 Payload Too Large\r\ncontent-length: 8\r\nconnection: close\r\n\r\ntoo big\n")
@@ -372,6 +377,118 @@ async fn a_body_the_upstream_stops_sending_is_cut_off_after_the_upstream_timeout
         "ok"
     );
     assert_eq!(upstream.connections(), 2);
+    Ok(())
+}
+
+/// A request written by hand on a new connection to `proxy`: `head` (with its blank line) and
+/// `body`, then nothing more; what came back until the proxy closed the connection (bounded
+/// by a minute, a bound on a hang, not a timing).
+async fn sent_then_silent(
+    proxy: &ProxyProcess,
+    head: &str,
+    body: &[u8],
+) -> Result<String, BoxError> {
+    let mut stream = TcpStream::connect(proxy.address).await?;
+    stream.write_all(head.as_bytes()).await?;
+    stream.write_all(body).await?;
+    let mut answer = Vec::new();
+    tokio::time::timeout(Duration::from_secs(60), async {
+        // An error (a reset) ends the answer as a close does.
+        let _ = stream.read_to_end(&mut answer).await;
+    })
+    .await
+    .map_err(|_| "the proxy held a silent client's request for a minute")?;
+    Ok(String::from_utf8_lossy(&answer).into_owned())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_body_that_stops_coming_is_answered_408() -> TestResult {
+    let (upstream, proxy) = wire_proxy(&["--client-body-timeout", "300ms"]).await?;
+    let head = "POST / HTTP/1.1\r\nhost: x\r\ncontent-length: 10\r\n\r\n";
+    let answer = sent_then_silent(&proxy, head, b"abc").await?;
+    assert!(answer.starts_with("HTTP/1.1 408 "), "{answer}");
+    assert!(
+        answer.contains("nothing more of the request body came for 300ms"),
+        "{answer}"
+    );
+    assert_eq!(
+        proxy
+            .metric("sluicegate_proxy_client_body_timeouts_total")
+            .await?,
+        1
+    );
+    // The upstream connection went with the request: the next one takes a new connection.
+    assert_eq!(
+        client().get(proxy.url("/")).send().await?.text().await?,
+        "ok"
+    );
+    assert_eq!(upstream.connections(), 2);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_body_that_stops_after_an_early_answer_ends_the_answer() -> TestResult {
+    // The upstream answers at once and ends its answer only once the whole body has come.
+    let (_upstream, proxy) = wire_proxy(&["--client-body-timeout", "300ms"]).await?;
+    let head = "POST /early-chunked HTTP/1.1\r\nhost: x\r\ncontent-length: 10\r\n\r\n";
+    let answer = sent_then_silent(&proxy, head, b"abc").await?;
+    // The rest of the upload was given up, the upstream saw the body cut short, and the answer
+    // ends without its last chunk: the client cannot take it for whole.
+    assert!(answer.starts_with("HTTP/1.1 200 "), "{answer}");
+    assert!(!answer.ends_with("0\r\n\r\n"), "{answer}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upstream_that_takes_no_more_of_the_body_is_a_504() -> TestResult {
+    let (_upstream, proxy) = wire_proxy(&["--upstream-timeout", "300ms"]).await?;
+    // More than the sockets on the way hold, so that the writes to the upstream stop.
+    let body = vec![b'x'; 32 << 20];
+    let head = format!(
+        "POST /ignore-body HTTP/1.1\r\nhost: x\r\ncontent-length: {}\r\n\r\n",
+        body.len()
+    );
+    let stream = TcpStream::connect(proxy.address).await?;
+    let (mut reader, mut writer) = stream.into_split();
+    tokio::spawn(async move {
+        // Fails once the proxy has answered and closed.
+        let _ = writer.write_all(head.as_bytes()).await;
+        let _ = writer.write_all(&body).await;
+    });
+    let mut answer = Vec::new();
+    tokio::time::timeout(Duration::from_secs(60), async {
+        let _ = reader.read_to_end(&mut answer).await;
+    })
+    .await
+    .map_err(|_| "the proxy waited a minute on an upstream that reads nothing")?;
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 504 "), "{answer}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upload_that_keeps_coming_is_not_cut_at_the_upstream_timeout() -> TestResult {
+    let counting = Upstream::start().await?;
+    let proxy = ProxyProcess::start(&counting.url(), RULES, &["--upstream-timeout", "2s"])?;
+    // Ten pieces 400 ms apart: the whole upload takes twice the upstream timeout, and no wait
+    // between two pieces comes near it.
+    let (sender, receiver) = tokio::sync::mpsc::channel(1);
+    tokio::spawn(async move {
+        for _ in 0..10 {
+            tokio::time::sleep(Duration::from_millis(400)).await;
+            if sender
+                .send(Ok::<_, std::io::Error>(vec![b'y'; 1000]))
+                .await
+                .is_err()
+            {
+                return;
+            }
+        }
+    });
+    let body = reqwest::Body::wrap_stream(tokio_stream::wrappers::ReceiverStream::new(receiver));
+    let counted = client().post(proxy.url("/count")).body(body).send().await?;
+    assert_eq!(counted.status(), 200);
+    assert_eq!(counted.text().await?, "10000");
     Ok(())
 }
 

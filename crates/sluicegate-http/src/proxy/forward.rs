@@ -8,7 +8,6 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Duration;
 
 use bytes::Bytes;
 use http::header::{self, HeaderValue};
@@ -20,7 +19,7 @@ use tower_service::Service;
 
 use crate::proxy::error::ProxyError;
 use crate::proxy::metrics::{Metrics, RouteCounters};
-use crate::proxy::upstream::{PooledBody, Pools, SendError};
+use crate::proxy::upstream::{PooledBody, Pools, SendError, Timeouts};
 
 /// A response body: the upstream's, streamed, or the proxy's own short text.
 pub type UpstreamBody = Either<PooledBody, Full<Bytes>>;
@@ -54,7 +53,7 @@ impl Target {
 pub(crate) struct Forwarder {
     pub(crate) pools: Pools,
     pub(crate) target: Target,
-    pub(crate) timeout: Duration,
+    pub(crate) timeouts: Timeouts,
     pub(crate) metrics: Arc<Metrics>,
 }
 
@@ -101,7 +100,7 @@ impl Forwarder {
                 "501 Not Implemented: the proxy does not tunnel (CONNECT)\n".to_owned(),
             );
         }
-        match self.pools.send(request, self.timeout).await {
+        match self.pools.send(request, self.timeouts).await {
             Ok(response) => response.map(Either::Left),
             Err(SendError::Connect(error)) => {
                 Metrics::count(&self.metrics.upstream_connect_errors);
@@ -131,7 +130,17 @@ impl Forwarder {
                     StatusCode::GATEWAY_TIMEOUT,
                     format!(
                         "504 Gateway Timeout: the upstream {} did not answer within {:?}\n",
-                        self.target.authority, self.timeout
+                        self.target.authority, self.timeouts.upstream
+                    ),
+                )
+            }
+            Err(SendError::ClientBodyTimeout) => {
+                Metrics::count(&self.metrics.client_body_timeouts);
+                let waited = self.timeouts.client_body.unwrap_or_default();
+                text(
+                    StatusCode::REQUEST_TIMEOUT,
+                    format!(
+                        "408 Request Timeout: nothing more of the request body came for {waited:?}\n"
                     ),
                 )
             }

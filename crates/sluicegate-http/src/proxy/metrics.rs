@@ -58,6 +58,8 @@ pub(crate) struct Metrics {
     pub(crate) upstream_connect_errors: AtomicU64,
     pub(crate) upstream_timeouts: AtomicU64,
     pub(crate) upstream_other_errors: AtomicU64,
+    /// Requests answered 408: their body stopped coming.
+    pub(crate) client_body_timeouts: AtomicU64,
     pub(crate) reloads_ok: AtomicU64,
     pub(crate) reloads_failed: AtomicU64,
     /// Calls Redis did not answer (the failure policy did), by kind (as
@@ -154,6 +156,16 @@ impl Metrics {
                 read(c)
             );
         }
+        out.push_str(
+            "# HELP sluicegate_proxy_client_body_timeouts_total Requests answered 408: nothing \
+             more of their body came for the client body timeout.\n\
+             # TYPE sluicegate_proxy_client_body_timeouts_total counter\n",
+        );
+        let _ = writeln!(
+            out,
+            "sluicegate_proxy_client_body_timeouts_total {}",
+            read(&self.client_body_timeouts)
+        );
         out.push_str(
             "# HELP sluicegate_proxy_reloads_total Rule file reloads: ok, or failed (old rules \
              kept).\n# TYPE sluicegate_proxy_reloads_total counter\n",

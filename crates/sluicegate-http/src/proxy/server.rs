@@ -27,7 +27,7 @@ use crate::proxy::metrics::Metrics;
 use crate::proxy::rules::Rules;
 use crate::proxy::serving::{ConnectionServer, State};
 use crate::proxy::table::Table;
-use crate::proxy::upstream::Pools;
+use crate::proxy::upstream::{Pools, Timeouts};
 use crate::proxy::workers::start_workers;
 
 /// How to run the proxy.
@@ -42,8 +42,10 @@ pub struct ProxyConfig {
     pub listen: SocketAddr,
     /// Where `/metrics` is served (none: not served).
     pub admin: Option<SocketAddr>,
-    /// How long the upstream may take to answer a request's head (then 504), and to send the
-    /// next bytes of a response body (then the body is cut off).
+    /// How long the upstream may go without progress: to answer a request's head once it has
+    /// the whole request, and to take the next bytes of a request body (then 504); to send
+    /// the next bytes of a response body (then the body is cut off). Connecting and a request
+    /// without body are bounded by it as a whole.
     pub upstream_timeout: Duration,
     /// How long connecting to the upstream may take (then 502).
     pub connect_timeout: Duration,
@@ -63,6 +65,12 @@ pub struct ProxyConfig {
     /// `send_timeout`): a client that reads nothing of its response for this long has its
     /// connection closed. Zero: no bound.
     pub client_send_timeout: Duration,
+    /// How long a client may take to send the next bytes of a request body (nginx's
+    /// `client_body_timeout`): a request whose body stops coming for this long is answered
+    /// 408 if the upstream has not answered yet, and its upstream connection closed. The
+    /// bound is on the wait between two pieces, never on the whole body, so a slow upload
+    /// that keeps coming passes. Zero: no bound.
+    pub client_body_timeout: Duration,
     /// How often the rule file is checked for changes.
     pub reload_interval: Duration,
     /// How long a shutdown waits for requests in flight.
@@ -80,8 +88,8 @@ pub struct ProxyConfig {
 
 impl ProxyConfig {
     /// A configuration with the defaults: admin off, 60 s upstream timeout, 5 s connect
-    /// timeout, upstream connections kept 60 s idle, 60 s for a client's request head and
-    /// for a client to read, rule file checked every second, 30 s shutdown grace, clients
+    /// timeout, upstream connections kept 60 s idle, 60 s for a client's request head, for a
+    /// client to read and for the next piece of a request body, rule file checked every second, 30 s shutdown grace, clients
     /// served on the caller's runtime.
     pub fn new(upstream: impl Into<String>, rules: impl Into<PathBuf>, listen: SocketAddr) -> Self {
         ProxyConfig {
@@ -94,6 +102,7 @@ impl ProxyConfig {
             upstream_keepalive_timeout: Duration::from_secs(60),
             client_header_timeout: Duration::from_secs(60),
             client_send_timeout: Duration::from_secs(60),
+            client_body_timeout: Duration::from_secs(60),
             reload_interval: Duration::from_secs(1),
             shutdown_grace: Duration::from_secs(30),
             #[cfg(feature = "proxy-redis")]
@@ -133,7 +142,10 @@ pub async fn start(config: ProxyConfig) -> Result<Proxy, ProxyError> {
             config.upstream_keepalive_timeout,
         ),
         target,
-        timeout: config.upstream_timeout,
+        timeouts: Timeouts {
+            upstream: config.upstream_timeout,
+            client_body: Some(config.client_body_timeout).filter(|t| !t.is_zero()),
+        },
         metrics: Arc::clone(&metrics),
     });
     let table = Table::build(&rules, &backing, &forwarder, &metrics, None)?;

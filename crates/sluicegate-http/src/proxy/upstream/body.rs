@@ -20,6 +20,7 @@ use crate::proxy::upstream::error::UpstreamError;
 use crate::proxy::upstream::idle::Pool;
 use crate::proxy::upstream::request::Outgoing;
 use crate::proxy::upstream::response::Framing;
+use crate::proxy::upstream::send_wait::{SendWait, Timeouts};
 
 /// Where the body is.
 #[derive(Debug)]
@@ -96,8 +97,9 @@ impl PooledBody {
         framing: Framing,
         conn: Conn,
         rest: Outgoing,
-        timeout: Duration,
+        timeouts: Timeouts,
     ) -> PooledBody {
+        let timeout = timeouts.upstream;
         let Conn { io, timer } = conn;
         let (mut io, writer) = io.split();
         let state = State::new(framing, &mut io.read);
@@ -106,7 +108,7 @@ impl PooledBody {
             return PooledBody::new(state, Source::Gone, false, timeout);
         }
         let (stop, stopped) = oneshot::channel();
-        tokio::spawn(finish_upload(rest, writer, stopped));
+        tokio::spawn(finish_upload(rest, writer, stopped, timeouts));
         let source = Source::Uploading {
             io,
             timer,
@@ -240,18 +242,29 @@ fn read_body<S: AsyncRead + Unpin>(
     }
 }
 
-/// Writes the rest of a request body, until it has all been written or `stopped` (the answer
-/// ended or was dropped, and the connection with it).
+/// Writes the rest of a request body, until it has all been written, or `stopped` (the answer
+/// ended or was dropped, and the connection with it), or it went nowhere for longer than
+/// `timeouts` allow.
 async fn finish_upload(
     mut rest: Outgoing,
     mut writer: OwnedWriteHalf,
     stopped: oneshot::Receiver<()>,
+    timeouts: Timeouts,
 ) {
+    let mut wait = SendWait::new(timeouts, Instant::now());
+    let mut timer = Box::pin(tokio::time::sleep(timeouts.upstream));
+    let sending = poll_fn(|cx| {
+        if let Poll::Ready(sent) = rest.poll_send(&mut writer, cx) {
+            return Poll::Ready(sent.is_ok());
+        }
+        wait.poll_stalled(Some(&rest), &mut timer, cx)
+            .map(|_| false)
+    });
     tokio::select! {
         biased;
         _ = stopped => {}
-        sent = poll_fn(|cx| rest.poll_send(&mut writer, cx)) => {
-            if sent.is_ok() {
+        sent = sending => {
+            if sent {
                 // Not shut down: the upstream may take a half-closed connection for a client
                 // gone while it still answers. The reading half closes it when it goes.
                 writer.forget();

@@ -12,7 +12,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use bytes::BytesMut;
-use tokio::io::{AsyncRead, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::time::{Instant, Sleep};
@@ -20,6 +20,7 @@ use tokio::time::{Instant, Sleep};
 use crate::proxy::upstream::error::UpstreamError;
 use crate::proxy::upstream::request::Outgoing;
 use crate::proxy::upstream::response::{self, Head, Parsed};
+use crate::proxy::upstream::send_wait::{SendWait, Stall};
 
 /// How many interim (1xx) responses may come before the final one.
 const MAX_INTERIM: usize = 8;
@@ -59,10 +60,14 @@ impl Conn {
 
 /// An exchange that got no response head.
 #[derive(Debug)]
-pub(crate) struct Failed {
-    pub(crate) error: UpstreamError,
-    /// Whether any byte of a response arrived.
-    pub(crate) answered: bool,
+pub(crate) enum Failed {
+    /// The connection failed; `answered`: whether any byte of a response arrived.
+    Broken {
+        error: UpstreamError,
+        answered: bool,
+    },
+    /// The request went nowhere for as long as the side it waited for may take.
+    Stalled(Stall),
 }
 
 impl<S: AsyncRead + Unpin> Io<S> {
@@ -105,52 +110,78 @@ impl Io {
     /// Writes the request's `head`, then its body (if any) while the response head is awaited:
     /// an upstream may answer before it has read the whole body, and then what is left of the
     /// body goes on while the response is read (and the connection is not used again).
-    /// `to_head`: the request is `HEAD`.
+    /// `to_head`: the request is `HEAD`. Every wait is bounded by `wait`, on `timer`.
     pub(crate) async fn exchange(
         &mut self,
         head: &[u8],
         outgoing: &mut Option<Outgoing>,
         to_head: bool,
+        timer: &mut Pin<Box<Sleep>>,
+        wait: &mut SendWait,
     ) -> Result<Head, Failed> {
-        let unanswered = |error: UpstreamError| Failed {
-            error,
-            answered: false,
-        };
-        self.stream
-            .write_all(head)
-            .await
-            .map_err(|error| unanswered(error.into()))?;
+        let mut head = head;
         let mut answered = false;
         let mut interim = 0;
         poll_fn(|cx| {
+            while !head.is_empty() {
+                match Pin::new(&mut self.stream).poll_write(cx, head) {
+                    Poll::Ready(Ok(0)) => return Poll::Ready(Err(UpstreamError::Closed.into())),
+                    Poll::Ready(Ok(written)) => head = &head[written..],
+                    Poll::Ready(Err(error)) => {
+                        return Poll::Ready(Err(UpstreamError::from(error).into()));
+                    }
+                    // The body has not begun: the upstream is the one to wait for.
+                    Poll::Pending => {
+                        return wait
+                            .poll_stalled(None, timer, cx)
+                            .map(|stall| Err(Failed::Stalled(stall)));
+                    }
+                }
+            }
             if let Some(body) = outgoing.as_mut().filter(|body| !body.is_done()) {
                 match body.poll_send(&mut self.stream, cx) {
                     Poll::Ready(Err(error @ UpstreamError::RequestBody(_))) => {
-                        return Poll::Ready(Err(error));
+                        return Poll::Ready(Err(Failed::Broken { error, answered }));
                     }
                     // Otherwise the upstream stopped reading: it may have answered already.
                     Poll::Ready(_) | Poll::Pending => {}
                 }
             }
             loop {
-                match response::parse(&mut self.read, to_head)? {
-                    Parsed::Final(head) => return Poll::Ready(Ok(head)),
+                let broken = move |error| Poll::Ready(Err(Failed::Broken { error, answered }));
+                match response::parse(&mut self.read, to_head) {
+                    Err(error) => return broken(error),
+                    Ok(Parsed::Final(head)) => return Poll::Ready(Ok(head)),
                     // A bound, so that an upstream cannot keep a request busy with them.
-                    Parsed::Interim if interim == MAX_INTERIM => {
-                        return Poll::Ready(Err(UpstreamError::InvalidResponse(
+                    Ok(Parsed::Interim) if interim == MAX_INTERIM => {
+                        return broken(UpstreamError::InvalidResponse(
                             "more than 8 interim (1xx) responses",
-                        )));
+                        ));
                     }
-                    Parsed::Interim => interim += 1,
-                    Parsed::Partial => match std::task::ready!(self.poll_fill(cx)) {
-                        Ok(0) => return Poll::Ready(Err(UpstreamError::Closed)),
-                        Ok(_) => answered = true,
-                        Err(error) => return Poll::Ready(Err(error.into())),
+                    Ok(Parsed::Interim) => interim += 1,
+                    Ok(Parsed::Partial) => match self.poll_fill(cx) {
+                        Poll::Ready(Ok(0)) => return broken(UpstreamError::Closed),
+                        Poll::Ready(Ok(_)) => answered = true,
+                        Poll::Ready(Err(error)) => return broken(error.into()),
+                        Poll::Pending => {
+                            return wait
+                                .poll_stalled(outgoing.as_ref(), timer, cx)
+                                .map(|stall| Err(Failed::Stalled(stall)));
+                        }
                     },
                 }
             }
         })
         .await
-        .map_err(|error| Failed { error, answered })
+    }
+}
+
+impl From<UpstreamError> for Failed {
+    /// A failure before any of a response came.
+    fn from(error: UpstreamError) -> Failed {
+        Failed::Broken {
+            error,
+            answered: false,
+        }
     }
 }

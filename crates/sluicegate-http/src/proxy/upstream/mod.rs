@@ -9,7 +9,9 @@ mod idle;
 mod pool;
 mod request;
 mod response;
+mod send_wait;
 
 pub use body::PooledBody;
 pub use error::UpstreamError;
 pub(crate) use pool::{Pools, SendError};
+pub(crate) use send_wait::Timeouts;

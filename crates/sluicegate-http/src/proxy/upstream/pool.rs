@@ -23,6 +23,7 @@ use crate::proxy::upstream::conn::{Conn, Failed};
 use crate::proxy::upstream::error::UpstreamError;
 use crate::proxy::upstream::idle::Pool;
 use crate::proxy::upstream::request::{self, Outgoing};
+use crate::proxy::upstream::send_wait::{SendWait, Stall, Timeouts};
 
 thread_local! {
     /// The worker the current thread is (0: none, a thread of the caller's runtime).
@@ -36,8 +37,11 @@ pub(crate) enum SendError {
     Connect(String),
     /// The connection failed while the request was sent or its response head read.
     Upstream(UpstreamError),
-    /// No response head came before the deadline.
+    /// The upstream took longer than the upstream timeout to take more of the request, or to
+    /// answer it once it had all of it.
     Timeout,
+    /// The client sent nothing more of its request body for the client body timeout.
+    ClientBodyTimeout,
 }
 
 /// The pools of one upstream: one per worker thread, and one for threads of no worker.
@@ -84,7 +88,10 @@ impl Pools {
 
     /// Sends `request`, its head rewritten for the upstream as it is written
     /// ([`request::write_head`]), on an idle connection of the current thread's pool, or a new
-    /// one, and waits up to `timeout` for the response head (its hop-by-hop fields left out).
+    /// one, and reads the response head (its hop-by-hop fields left out). Each wait is bounded
+    /// by `timeouts`: connecting and the head together by the upstream timeout, and then the
+    /// waits between two pieces of the request body and for the answer after it
+    /// ([`SendWait`]).
     ///
     /// A request an idle connection turned out to be closed for (the upstream closed it as the
     /// request was written) is sent again, once, on another when that cannot do what it did
@@ -93,9 +100,11 @@ impl Pools {
     pub(crate) async fn send(
         &self,
         request: Request<Incoming>,
-        timeout: Duration,
+        timeouts: Timeouts,
     ) -> Result<Response<PooledBody>, SendError> {
-        let deadline = Instant::now() + timeout;
+        let began = Instant::now();
+        let deadline = began + timeouts.upstream;
+        let mut wait = SendWait::new(timeouts, began);
         let pool = self.pool();
         let (parts, body) = request.into_parts();
         let mut head = Vec::with_capacity(256 + 64 * parts.headers.len());
@@ -110,12 +119,10 @@ impl Pools {
                 None => (self.connect(pool, deadline).await?, false),
             };
             conn.timer.as_mut().reset(deadline);
-            let exchanged = tokio::select! {
-                biased;
-                exchanged = conn.io.exchange(&head, &mut outgoing, to_head) => exchanged,
-                // The connection is dropped with the request on it: the upstream sees it close.
-                () = conn.timer.as_mut() => return Err(SendError::Timeout),
-            };
+            let exchanged = conn
+                .io
+                .exchange(&head, &mut outgoing, to_head, &mut conn.timer, &mut wait)
+                .await;
             match exchanged {
                 Ok(head) => {
                     let (response_parts, ()) = head.response.into_parts();
@@ -126,13 +133,22 @@ impl Pools {
                         None => {
                             let keep_alive = head.keep_alive && sent;
                             let pool = Arc::clone(pool);
-                            PooledBody::pooled(head.framing, conn, pool, keep_alive, timeout)
+                            PooledBody::pooled(
+                                head.framing,
+                                conn,
+                                pool,
+                                keep_alive,
+                                timeouts.upstream,
+                            )
                         }
-                        Some(rest) => PooledBody::uploading(head.framing, conn, rest, timeout),
+                        Some(rest) => PooledBody::uploading(head.framing, conn, rest, timeouts),
                     };
                     return Ok(Response::from_parts(response_parts, body));
                 }
-                Err(Failed { error, answered }) => {
+                // The connection is dropped with the request on it: the upstream sees it close.
+                Err(Failed::Stalled(Stall::Upstream)) => return Err(SendError::Timeout),
+                Err(Failed::Stalled(Stall::Client)) => return Err(SendError::ClientBodyTimeout),
+                Err(Failed::Broken { error, answered }) => {
                     let again = reused
                         && !retried
                         && !answered

@@ -50,6 +50,7 @@ pub(crate) fn write_head(
         started: false,
         ended: false,
         failed: false,
+        progress: 0,
     })
 }
 
@@ -128,6 +129,9 @@ pub(crate) struct Outgoing {
     ended: bool,
     /// Writing failed: the connection cannot take the rest.
     failed: bool,
+    /// Counts every piece taken from the client and every write to the upstream, for the
+    /// waits between them ([`SendWait`](super::send_wait::SendWait)).
+    progress: u64,
 }
 
 impl Outgoing {
@@ -140,6 +144,17 @@ impl Outgoing {
     /// Whether all of the body has been written.
     pub(crate) fn is_sent(&self) -> bool {
         self.ended && self.pending.is_empty() && !self.failed
+    }
+
+    /// How far the body has gone: a count that changes whenever a piece comes from the
+    /// client or a write to the upstream takes bytes.
+    pub(crate) fn progress(&self) -> u64 {
+        self.progress
+    }
+
+    /// Whether the body can go on only when the client sends more of it.
+    pub(crate) fn waits_on_client(&self) -> bool {
+        !self.failed && !self.ended && self.pending.is_empty()
     }
 
     /// Whether nothing more will be written: all of it was, or writing failed.
@@ -176,6 +191,7 @@ impl Outgoing {
                     return Poll::Ready(Err(UpstreamError::Closed));
                 }
                 self.pending.advance(written);
+                self.progress += 1;
                 continue;
             }
             if self.ended {
@@ -183,6 +199,7 @@ impl Outgoing {
             }
             let frame = ready!(Pin::new(&mut self.body).poll_frame(cx));
             self.started = true;
+            self.progress += 1;
             match frame {
                 Some(Ok(frame)) => {
                     // Trailers are dropped: few upstreams read them, and a client that sends
