@@ -23,6 +23,7 @@
 
 mod backend;
 mod backing;
+mod branch_wakers;
 mod client_idle;
 mod error;
 mod forward;

@@ -2,8 +2,10 @@
 //! force, and the connections' graceful end.
 
 use std::convert::Infallible;
+use std::future::poll_fn;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
@@ -18,6 +20,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::proxy::backing::Backing;
+use crate::proxy::branch_wakers::BranchWakers;
 use crate::proxy::client_idle::{OpenBody, Requests};
 use crate::proxy::forward::Forwarder;
 use crate::proxy::forwarding::ForwardedClient;
@@ -214,26 +217,60 @@ async fn until_ended<C: GracefulConnection>(
         }
     };
     tokio::pin!(stalled_for);
-    let closing = tokio::select! {
-        biased;
+    let told_to_stop = stopping.changed();
+    tokio::pin!(told_to_stop);
+    // The connection is polled at every wake-up, the rest only when their own waker fired.
+    let branches = BranchWakers::<3>::new();
+    let closing = poll_fn(|cx| {
+        let woken = branches.woken(cx);
         // A client that goes away mid-request is no error of the proxy's.
-        _ = &mut connection => return,
-        () = &mut stalled_for => return stalled_log(),
-        _ = stopping.changed() => Closing::Stopping,
-        () = &mut idle_for => Closing::Idle,
+        if connection.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(None);
+        }
+        if woken.has(STALLED) && branches.poll(STALLED, stalled_for.as_mut()).is_ready() {
+            stalled_log();
+            return Poll::Ready(None);
+        }
+        if woken.has(STOPPING) && branches.poll(STOPPING, told_to_stop.as_mut()).is_ready() {
+            return Poll::Ready(Some(Closing::Stopping));
+        }
+        if woken.has(IDLE) && branches.poll(IDLE, idle_for.as_mut()).is_ready() {
+            return Poll::Ready(Some(Closing::Idle));
+        }
+        Poll::Pending
+    })
+    .await;
+    let Some(closing) = closing else {
+        return;
     };
     if matches!(closing, Closing::Idle) && protocol == Protocol::Http1 {
         return;
     }
     connection.as_mut().graceful_shutdown();
     let idle_after = idle_since(Instant::now());
-    tokio::select! {
-        biased;
-        _ = connection => {}
-        () = stalled_for => stalled_log(),
-        () = idle_after => {}
-    }
+    tokio::pin!(idle_after);
+    branches.wake(IDLE);
+    poll_fn(|cx| {
+        let woken = branches.woken(cx);
+        if connection.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(());
+        }
+        if woken.has(STALLED) && branches.poll(STALLED, stalled_for.as_mut()).is_ready() {
+            stalled_log();
+            return Poll::Ready(());
+        }
+        if woken.has(IDLE) && branches.poll(IDLE, idle_after.as_mut()).is_ready() {
+            return Poll::Ready(());
+        }
+        Poll::Pending
+    })
+    .await;
 }
+
+/// The branches of a connection's task ([`BranchWakers`]) beside the connection itself.
+const STALLED: usize = 0;
+const STOPPING: usize = 1;
+const IDLE: usize = 2;
 
 fn stalled_log() {
     tracing::info!(
