@@ -75,8 +75,9 @@ impl Service<Request<Incoming>> for Upstream {
 
     fn call(&mut self, request: Request<Incoming>) -> Self::Future {
         Metrics::count(&self.counters.passed);
-        let forwarder = Arc::clone(&self.forwarder);
-        Box::pin(async move { Ok(forwarder.forward(request).await) })
+        // The forwarder's own future, boxed as it is: an `async` block around it would be a
+        // layer more to copy it into.
+        Box::pin(Arc::clone(&self.forwarder).forward(request))
     }
 }
 
@@ -92,15 +93,18 @@ pub(crate) fn text(status: StatusCode, body: String) -> Response<UpstreamBody> {
 }
 
 impl Forwarder {
-    async fn forward(&self, request: Request<Incoming>) -> Response<UpstreamBody> {
+    async fn forward(
+        self: Arc<Self>,
+        request: Request<Incoming>,
+    ) -> Result<Response<UpstreamBody>, Infallible> {
         if request.method() == Method::CONNECT {
             // Its 2xx answer would turn the upstream connection into a tunnel.
-            return text(
+            return Ok(text(
                 StatusCode::NOT_IMPLEMENTED,
                 "501 Not Implemented: the proxy does not tunnel (CONNECT)\n".to_owned(),
-            );
+            ));
         }
-        match self.pools.send(request, self.timeouts).await {
+        let response = match self.pools.send(request, self.timeouts).await {
             Ok(response) => response.map(Either::Left),
             Err(SendError::Connect(error)) => {
                 Metrics::count(&self.metrics.upstream_connect_errors);
@@ -144,7 +148,8 @@ impl Forwarder {
                     ),
                 )
             }
-        }
+        };
+        Ok(response)
     }
 }
 

@@ -131,6 +131,8 @@ pub(crate) struct ForwardedClient(Arc<Formatted>);
 
 #[derive(Debug)]
 struct Formatted {
+    /// The client's address.
+    ip: IpAddr,
     /// `X-Forwarded-For`'s element: the bare address.
     address: HeaderValue,
     /// The start of `Forwarded`'s element: `for=192.0.2.1`, or `for="[2001:db8::1]"`.
@@ -153,10 +155,17 @@ impl ForwardedClient {
         let address = HeaderValue::from_maybe_shared(Bytes::from(text))
             .unwrap_or_else(|_| HeaderValue::from_static("unknown"));
         ForwardedClient(Arc::new(Formatted {
+            ip,
             address,
             for_param: Bytes::from(for_param),
             last: Mutex::new(None),
         }))
+    }
+
+    /// The client's address (the peer's, which the limits' `peer_ip` reads too: one
+    /// extension per request instead of two).
+    pub(crate) fn ip(&self) -> IpAddr {
+        self.0.ip
     }
 
     /// The `Forwarded` element for `host`: the last one made if it named the same host.

@@ -27,7 +27,7 @@ mod branch_wakers;
 mod client_idle;
 mod error;
 mod forward;
-mod forwarding;
+pub(crate) mod forwarding;
 mod h2_stall;
 mod key;
 mod limiter;

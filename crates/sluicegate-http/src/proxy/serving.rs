@@ -131,9 +131,7 @@ impl ConnectionServer {
                     .map(|stalls| (Arc::clone(stalls), send_timeout));
                 let service = service_fn(move |mut request: Request<Incoming>| {
                     let stalls = h2_stalls.clone();
-                    let extensions = request.extensions_mut();
-                    extensions.insert(peer);
-                    extensions.insert(client.clone());
+                    request.extensions_mut().insert(client.clone());
                     let table = state.table.load_full();
                     let open = requests.open();
                     async move {

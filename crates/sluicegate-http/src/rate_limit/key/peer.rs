@@ -31,6 +31,11 @@ impl KeyExtractor for PeerIp {
 #[inline]
 pub(crate) fn peer_ip(request: &RequestHead<'_>) -> Option<IpAddr> {
     let extensions = request.extensions();
+    // `sluicegate proxy`'s own, which its requests carry instead of the peer's `SocketAddr`.
+    #[cfg(feature = "proxy")]
+    if let Some(client) = extensions.get::<crate::proxy::forwarding::ForwardedClient>() {
+        return Some(client.ip());
+    }
     #[cfg(feature = "axum")]
     if let Some(axum::extract::ConnectInfo(addr)) =
         extensions.get::<axum::extract::ConnectInfo<SocketAddr>>()
