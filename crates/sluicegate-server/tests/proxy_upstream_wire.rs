@@ -402,6 +402,29 @@ async fn sent_then_silent(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connect_is_answered_501_and_never_reaches_the_upstream() -> TestResult {
+    let (upstream, proxy) = wire_proxy(&[]).await?;
+    let mut stream = TcpStream::connect(proxy.address).await?;
+    stream
+        .write_all(b"CONNECT app.example:443 HTTP/1.1\r\nhost: app.example:443\r\n\r\n")
+        .await?;
+    let mut answer = Vec::new();
+    tokio::time::timeout(Duration::from_secs(60), async {
+        while find(&answer, b"tunnel (CONNECT)\n").is_none() {
+            if !matches!(stream.read_buf(&mut answer).await, Ok(n) if n > 0) {
+                break;
+            }
+        }
+    })
+    .await
+    .map_err(|_| "no answer to CONNECT")?;
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 501 "), "{answer}");
+    assert_eq!(upstream.connections(), 0);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_body_that_stops_coming_is_answered_408() -> TestResult {
     let (upstream, proxy) = wire_proxy(&["--client-body-timeout", "300ms"]).await?;
     let head = "POST / HTTP/1.1\r\nhost: x\r\ncontent-length: 10\r\n\r\n";

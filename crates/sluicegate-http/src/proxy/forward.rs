@@ -19,7 +19,7 @@ use tower_service::Service;
 
 use crate::proxy::error::ProxyError;
 use crate::proxy::metrics::{Metrics, RouteCounters};
-use crate::proxy::upstream::{PooledBody, Pools, SendError, Timeouts};
+use crate::proxy::upstream::{PooledBody, Pools, SendError, Timeouts, Written};
 
 /// A response body: the upstream's, streamed, or the proxy's own short text.
 pub type UpstreamBody = Either<PooledBody, Full<Bytes>>;
@@ -75,9 +75,19 @@ impl Service<Request<Incoming>> for Upstream {
 
     fn call(&mut self, request: Request<Incoming>) -> Self::Future {
         Metrics::count(&self.counters.passed);
-        // The forwarder's own future, boxed as it is: an `async` block around it would be a
-        // layer more to copy it into.
-        Box::pin(Arc::clone(&self.forwarder).forward(request))
+        if request.method() == Method::CONNECT {
+            // Its 2xx answer would turn the upstream connection into a tunnel.
+            let answer = text(
+                StatusCode::NOT_IMPLEMENTED,
+                "501 Not Implemented: the proxy does not tunnel (CONNECT)\n".to_owned(),
+            );
+            return Box::pin(std::future::ready(Ok(answer)));
+        }
+        // Written now, so that the future (boxed, and copied into its box) holds the head
+        // rather than the request; the forwarder's own future, with no `async` block around
+        // it to be copied into.
+        let written = self.forwarder.pools.write(request);
+        Box::pin(Arc::clone(&self.forwarder).forward(written))
     }
 }
 
@@ -93,18 +103,13 @@ pub(crate) fn text(status: StatusCode, body: String) -> Response<UpstreamBody> {
 }
 
 impl Forwarder {
+    /// Sends `written` to the upstream; what keeps the upstream from answering is answered
+    /// here (502, 504, 408).
     async fn forward(
         self: Arc<Self>,
-        request: Request<Incoming>,
+        written: Written,
     ) -> Result<Response<UpstreamBody>, Infallible> {
-        if request.method() == Method::CONNECT {
-            // Its 2xx answer would turn the upstream connection into a tunnel.
-            return Ok(text(
-                StatusCode::NOT_IMPLEMENTED,
-                "501 Not Implemented: the proxy does not tunnel (CONNECT)\n".to_owned(),
-            ));
-        }
-        let response = match self.pools.send(request, self.timeouts).await {
+        let response = match self.pools.send(written, self.timeouts).await {
             Ok(response) => response.map(Either::Left),
             Err(SendError::Connect(error)) => {
                 Metrics::count(&self.metrics.upstream_connect_errors);

@@ -13,5 +13,5 @@ mod send_wait;
 
 pub use body::PooledBody;
 pub use error::UpstreamError;
-pub(crate) use pool::{Pools, SendError};
+pub(crate) use pool::{Pools, SendError, Written};
 pub(crate) use send_wait::Timeouts;

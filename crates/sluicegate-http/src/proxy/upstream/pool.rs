@@ -44,6 +44,16 @@ pub(crate) enum SendError {
     ClientBodyTimeout,
 }
 
+/// A request as the upstream receives it, not yet sent.
+pub(crate) struct Written {
+    head: Vec<u8>,
+    outgoing: Option<Outgoing>,
+    /// The request is `HEAD`: its response has no body.
+    to_head: bool,
+    /// Its method is idempotent: it may be sent again.
+    idempotent: bool,
+}
+
 /// The pools of one upstream: one per worker thread, and one for threads of no worker.
 pub(crate) struct Pools {
     pools: Vec<Arc<Pool>>,
@@ -86,12 +96,26 @@ impl Pools {
         self.pools.get(index).unwrap_or(&self.pools[0])
     }
 
-    /// Sends `request`, its head rewritten for the upstream as it is written
-    /// ([`request::write_head`]), on an idle connection of the current thread's pool, or a new
-    /// one, and reads the response head (its hop-by-hop fields left out). Each wait is bounded
-    /// by `timeouts`: connecting and the head together by the upstream timeout, and then the
-    /// waits between two pieces of the request body and for the answer after it
-    /// ([`SendWait`]).
+    /// Writes `request`'s head as the upstream receives it ([`request::write_head`]), for
+    /// [`Pools::send`]: done at once, so that the future that sends it keeps (and copies
+    /// wherever it is moved) only what sending needs, not the request.
+    pub(crate) fn write(&self, request: Request<Incoming>) -> Written {
+        let (parts, body) = request.into_parts();
+        let mut head = Vec::with_capacity(256 + 64 * parts.headers.len());
+        let outgoing = request::write_head(&mut head, &parts, body, &self.host);
+        Written {
+            head,
+            outgoing,
+            to_head: parts.method == Method::HEAD,
+            idempotent: parts.method.is_idempotent(),
+        }
+    }
+
+    /// Sends a request [`Pools::write`] wrote on an idle connection of the current thread's
+    /// pool, or a new one, and reads the response head (its hop-by-hop fields left out). Each
+    /// wait is bounded by `timeouts`: connecting and the head together by the upstream
+    /// timeout, and then the waits between two pieces of the request body and for the answer
+    /// after it ([`SendWait`]).
     ///
     /// A request an idle connection turned out to be closed for (the upstream closed it as the
     /// request was written) is sent again, once, on another when that cannot do what it did
@@ -99,37 +123,41 @@ impl Pools {
     /// none of its body was read.
     pub(crate) async fn send(
         &self,
-        request: Request<Incoming>,
+        mut written: Written,
         timeouts: Timeouts,
     ) -> Result<Response<PooledBody>, SendError> {
         let began = Instant::now();
         let deadline = began + timeouts.upstream;
         let mut wait = SendWait::new(timeouts, began);
         let pool = self.pool();
-        let (parts, body) = request.into_parts();
-        let mut head = Vec::with_capacity(256 + 64 * parts.headers.len());
-        let mut outgoing = request::write_head(&mut head, &parts, body, &self.host);
-        let to_head = parts.method == Method::HEAD;
         // One more connection at most: an upstream that fails every request on arrival gets it
         // twice, not once per pooled connection.
         let mut retried = false;
         loop {
             let (mut conn, reused) = match pool.checkout() {
                 Some(conn) => (conn, true),
-                None => (self.connect(pool, deadline).await?, false),
+                // Boxed: a future that is rarely awaited would otherwise make every request's
+                // larger.
+                None => (Box::pin(self.connect(pool, deadline)).await?, false),
             };
             conn.timer.as_mut().reset(deadline);
             let exchanged = conn
                 .io
-                .exchange(&head, &mut outgoing, to_head, &mut conn.timer, &mut wait)
+                .exchange(
+                    &written.head,
+                    &mut written.outgoing,
+                    written.to_head,
+                    &mut conn.timer,
+                    &mut wait,
+                )
                 .await;
             match exchanged {
                 Ok(head) => {
                     let (response_parts, ()) = head.response.into_parts();
                     // An upstream that answered before the whole body was written may not read
                     // the rest as this request's: the connection ends with this response.
-                    let sent = outgoing.as_ref().is_none_or(Outgoing::is_sent);
-                    let body = match outgoing.filter(|body| !body.is_done()) {
+                    let sent = written.outgoing.as_ref().is_none_or(Outgoing::is_sent);
+                    let body = match written.outgoing.take().filter(|body| !body.is_done()) {
                         None => {
                             let keep_alive = head.keep_alive && sent;
                             let pool = Arc::clone(pool);
@@ -152,8 +180,8 @@ impl Pools {
                     let again = reused
                         && !retried
                         && !answered
-                        && parts.method.is_idempotent()
-                        && outgoing.as_ref().is_none_or(|body| !body.started())
+                        && written.idempotent
+                        && written.outgoing.as_ref().is_none_or(|body| !body.started())
                         && error.is_closed_before_response();
                     if !again {
                         return Err(SendError::Upstream(error));
