@@ -132,10 +132,11 @@ impl ConnectionServer {
                 let service = service_fn(move |mut request: Request<Incoming>| {
                     let stalls = h2_stalls.clone();
                     request.extensions_mut().insert(client.clone());
-                    let table = state.table.load_full();
                     let open = requests.open();
+                    // Routed and limited now: the future hyper keeps holds only what waits.
+                    let handling = table::handle(&state.table.load(), request);
                     async move {
-                        let response = table::handle(table, request).await;
+                        let response = handling.await;
                         // Watched from the response on: until then the upstream's timeout
                         // bounds the wait.
                         let asked = stalls.map(|stalls| stalls.watch());

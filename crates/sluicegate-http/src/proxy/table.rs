@@ -6,15 +6,16 @@ use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, ready};
 
 use http::{Request, Response, StatusCode, Version, header};
 use http_body_util::Either;
 use hyper::body::Incoming;
+use pin_project_lite::pin_project;
 use tower_layer::Layer;
 use tower_service::Service;
 
-use crate::adaptive::{AdaptiveBody, AdaptiveLimitLayer};
+use crate::adaptive::{AdaptiveBody, AdaptiveLimit, AdaptiveLimitLayer};
 
 use crate::proxy::backend::RouteBackend;
 use crate::proxy::backing::Backing;
@@ -225,27 +226,110 @@ pub type RouteBody = http_body_util::Either<RateLimitBody<UpstreamBody>, Upstrea
 /// The body of every proxy response: through a route's adaptive limit, or not.
 pub type ProxyBody = http_body_util::Either<AdaptiveBody<RouteBody>, RouteBody>;
 
-/// Answers `request` as `table` says.
-pub(crate) async fn handle(table: Arc<Table>, request: Request<Incoming>) -> Response<ProxyBody> {
+/// Answers `request` as `table` says: routed, and through the route's limits, at once; the
+/// returned future waits for what they and the upstream answer.
+///
+/// Not an `async fn`: each layer of those would hold the request (264 bytes) and be copied
+/// into the next, and the future hyper keeps per request would be the sum of them.
+pub(crate) fn handle(table: &Arc<Table>, request: Request<Incoming>) -> Handling {
     if let Some(wrong) = host_is_wrong(&request) {
         // Before any limit: a request no server may take spends no budget.
         let body = format!("400 Bad Request: {wrong}\n");
-        return text(StatusCode::BAD_REQUEST, body).map(|body| Either::Right(Either::Right(body)));
+        let response =
+            text(StatusCode::BAD_REQUEST, body).map(|body| Either::Right(Either::Right(body)));
+        return Handling::Now {
+            future: std::future::ready(response),
+        };
     }
     let index = table.find(request.uri().path());
-    let adaptive = index.and_then(|i| table.routes[i].adaptive.clone());
-    let route = ByRoute { table, index };
-    match adaptive {
-        None => route
-            .answer(request)
-            .await
-            .map(http_body_util::Either::Right),
-        Some(layer) => {
+    match index.and_then(|i| table.routes[i].adaptive.as_ref()) {
+        None => Handling::Route {
+            future: table.send_through(index, request),
+        },
+        Some(adaptive) => {
+            let route = ByRoute {
+                table: Arc::clone(table),
+                index,
+            };
             // `ByRoute` is always ready: no `poll_ready` to wait for.
-            match layer.layer(route).call(request).await {
-                Ok(response) => response.map(http_body_util::Either::Left),
-                Err(never) => match never {},
+            Handling::Adaptive {
+                future: adaptive.layer(route).call(request),
             }
+        }
+    }
+}
+
+impl Table {
+    /// `request` through the handler of route `index` (none: no route matched).
+    fn send_through(&self, index: Option<usize>, request: Request<Incoming>) -> Routing {
+        match index.map(|i| &self.routes[i].handler) {
+            Some(Handler::Limited(service)) => Routing::Limited {
+                future: service.clone().call(request),
+            },
+            Some(Handler::Plain(upstream)) => Routing::Plain {
+                future: upstream.clone().call(request),
+            },
+            None => Routing::Plain {
+                future: self.unmatched.clone().call(request),
+            },
+        }
+    }
+}
+
+pin_project! {
+    /// The answer to a request on its way ([`handle`]).
+    #[project = HandlingProj]
+    pub(crate) enum Handling {
+        /// Answered by the proxy itself.
+        Now { #[pin] future: std::future::Ready<Response<ProxyBody>> },
+        /// Through a route's limits, or none.
+        Route { #[pin] future: Routing },
+        /// Through a route's adaptive limit, then its limits.
+        Adaptive { #[pin] future: <AdaptiveLimit<ByRoute> as Service<Request<Incoming>>>::Future },
+    }
+}
+
+impl Future for Handling {
+    type Output = Response<ProxyBody>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Response<ProxyBody>> {
+        match self.project() {
+            HandlingProj::Now { future } => future.poll(cx),
+            HandlingProj::Route { future } => {
+                future.poll(cx).map(|response| response.map(Either::Right))
+            }
+            HandlingProj::Adaptive { future } => future.poll(cx).map(|answered| match answered {
+                Ok(response) => response.map(Either::Left),
+                Err(never) => match never {},
+            }),
+        }
+    }
+}
+
+pin_project! {
+    /// A request on its way through a route's handler.
+    #[project = RoutingProj]
+    pub(crate) enum Routing {
+        Limited { #[pin] future: <Limited as Service<Request<Incoming>>>::Future },
+        Plain { #[pin] future: <Upstream as Service<Request<Incoming>>>::Future },
+    }
+}
+
+impl Future for Routing {
+    type Output = Response<RouteBody>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Response<RouteBody>> {
+        let answered = match self.project() {
+            RoutingProj::Limited { future } => {
+                ready!(future.poll(cx)).map(|response| response.map(Either::Left))
+            }
+            RoutingProj::Plain { future } => {
+                ready!(future.poll(cx)).map(|response| response.map(Either::Right))
+            }
+        };
+        match answered {
+            Ok(response) => Poll::Ready(response),
+            Err(never) => match never {},
         }
     }
 }
@@ -265,6 +349,22 @@ fn host_is_wrong(request: &Request<Incoming>) -> Option<&'static str> {
     }
 }
 
+pin_project! {
+    /// A future's answer as a service's, which never fails.
+    pub(crate) struct Answered<F> {
+        #[pin]
+        future: F,
+    }
+}
+
+impl<F: Future> Future for Answered<F> {
+    type Output = Result<F::Output, Infallible>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        self.project().future.poll(cx).map(Ok)
+    }
+}
+
 /// The route a request goes to, as a service the adaptive layer can wrap.
 #[derive(Clone)]
 struct ByRoute {
@@ -272,37 +372,18 @@ struct ByRoute {
     index: Option<usize>,
 }
 
-impl ByRoute {
-    async fn answer(self, request: Request<Incoming>) -> Response<RouteBody> {
-        let handler = match self.index.map(|i| &self.table.routes[i].handler) {
-            Some(Handler::Limited(service)) => Ok(service.clone()),
-            Some(Handler::Plain(upstream)) => Err(upstream.clone()),
-            None => Err(self.table.unmatched.clone()),
-        };
-        match handler {
-            Ok(mut service) => match service.call(request).await {
-                Ok(response) => response.map(http_body_util::Either::Left),
-                Err(never) => match never {},
-            },
-            Err(mut upstream) => match upstream.call(request).await {
-                Ok(response) => response.map(http_body_util::Either::Right),
-                Err(never) => match never {},
-            },
-        }
-    }
-}
-
 impl Service<Request<Incoming>> for ByRoute {
     type Response = Response<RouteBody>;
     type Error = Infallible;
-    type Future = Pin<Box<dyn Future<Output = Result<Response<RouteBody>, Infallible>> + Send>>;
+    type Future = Answered<Routing>;
 
     fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
         Poll::Ready(Ok(()))
     }
 
     fn call(&mut self, request: Request<Incoming>) -> Self::Future {
-        let route = self.clone();
-        Box::pin(async move { Ok(route.answer(request).await) })
+        Answered {
+            future: self.table.send_through(self.index, request),
+        }
     }
 }
