@@ -450,6 +450,26 @@ async fn a_request_body_that_stops_coming_is_answered_408() -> TestResult {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_h2_request_body_that_stops_coming_is_answered_408() -> TestResult {
+    let (_upstream, proxy) = wire_proxy(&["--client-body-timeout", "300ms"]).await?;
+    let tcp = TcpStream::connect(proxy.address).await?;
+    let (mut h2, connection) = h2::client::handshake(tcp).await?;
+    tokio::spawn(connection);
+    let request = axum::http::Request::post(proxy.url("/"))
+        .header("content-length", "10")
+        .body(())?;
+    let (response, mut body) = h2.send_request(request, false)?;
+    body.send_data(bytes::Bytes::from_static(b"abc"), false)?;
+    // A bound on a hang, not a timing: the stream held open, nothing more sent.
+    let response = tokio::time::timeout(Duration::from_secs(60), response)
+        .await
+        .map_err(|_| "no answer to an h2 request whose body stopped")??;
+    assert_eq!(response.status(), 408);
+    drop(body);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_body_that_stops_after_an_early_answer_ends_the_answer() -> TestResult {
     // The upstream answers at once and ends its answer only once the whole body has come.
     let (_upstream, proxy) = wire_proxy(&["--client-body-timeout", "300ms"]).await?;
