@@ -49,7 +49,7 @@ pub(crate) struct ProxyArgs {
     /// How long a client may take to send the next bytes of a request body (nginx's
     /// `client_body_timeout`); a body that stops coming for this long is answered 408 (if the
     /// upstream has not answered yet) and its upstream connection closed. A slow upload that
-    /// keeps coming is never cut. 0: no bound.
+    /// keeps coming is never cut.
     #[arg(long, default_value = "60s", value_parser = parse_duration)]
     client_body_timeout: Duration,
     /// How often the rule file is checked for changes.

@@ -118,6 +118,17 @@ async fn serve(mut stream: TcpStream, heads: Arc<Mutex<Vec<String>>>) {
             let _ = stream.write_all(b"5\r\nearly\r\n0\r\n\r\n").await;
             continue;
         }
+        if path == "/read-then-silent" {
+            // Reads the whole body, then never answers, holding the connection.
+            let length = content_length(&head).unwrap_or_default();
+            while buf.len() < length {
+                if !matches!(stream.read_buf(&mut buf).await, Ok(n) if n > 0) {
+                    return;
+                }
+            }
+            tokio::time::sleep(Duration::from_secs(300)).await;
+            return;
+        }
         if path == "/ignore-body" {
             // Reads nothing of the body and never answers, holding the connection.
             tokio::time::sleep(Duration::from_secs(300)).await;
@@ -506,6 +517,24 @@ async fn an_upstream_that_takes_no_more_of_the_body_is_a_504() -> TestResult {
     .map_err(|_| "the proxy waited a minute on an upstream that reads nothing")?;
     let answer = String::from_utf8_lossy(&answer);
     assert!(answer.starts_with("HTTP/1.1 504 "), "{answer}");
+    assert!(
+        answer.contains("took nothing more of the request body for 300ms"),
+        "{answer}"
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upstream_that_takes_the_body_and_never_answers_is_a_504() -> TestResult {
+    let (_upstream, proxy) = wire_proxy(&["--upstream-timeout", "300ms"]).await?;
+    let response = client()
+        .post(proxy.url("/read-then-silent"))
+        .body("the whole body")
+        .send()
+        .await?;
+    assert_eq!(response.status(), 504);
+    let text = response.text().await?;
+    assert!(text.contains("did not answer within 300ms"), "{text}");
     Ok(())
 }
 
@@ -537,13 +566,15 @@ async fn an_upload_that_keeps_coming_is_not_cut_at_the_upstream_timeout() -> Tes
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_connection_idle_past_the_keepalive_timeout_is_not_used_again() -> TestResult {
-    let (upstream, proxy) = wire_proxy(&["--upstream-keepalive-timeout", "500ms"]).await?;
+    // Long enough that a busy machine's pause between the first two requests does not idle
+    // the connection out (it did at 500 ms, once, with every test of this file running).
+    let (upstream, proxy) = wire_proxy(&["--upstream-keepalive-timeout", "2s"]).await?;
     let c = client();
     assert_eq!(c.get(proxy.url("/")).send().await?.text().await?, "ok");
     assert_eq!(c.get(proxy.url("/")).send().await?.text().await?, "ok");
     assert_eq!(upstream.connections(), 1);
-    // Idle six times the timeout (at least: a sleep is never shorter).
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // Idle four times the timeout (at least: a sleep is never shorter).
+    tokio::time::sleep(Duration::from_secs(8)).await;
     assert_eq!(c.get(proxy.url("/")).send().await?.text().await?, "ok");
     assert_eq!(upstream.connections(), 2);
     Ok(())

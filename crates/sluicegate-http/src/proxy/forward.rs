@@ -143,6 +143,16 @@ impl Forwarder {
                     ),
                 )
             }
+            Err(SendError::BodyNotTaken) => {
+                Metrics::count(&self.metrics.upstream_timeouts);
+                text(
+                    StatusCode::GATEWAY_TIMEOUT,
+                    format!(
+                        "504 Gateway Timeout: the upstream {} took nothing more of the request body for {:?}\n",
+                        self.target.authority, self.timeouts.upstream
+                    ),
+                )
+            }
             Err(SendError::ClientBodyTimeout) => {
                 Metrics::count(&self.metrics.client_body_timeouts);
                 let waited = self.timeouts.client_body.unwrap_or_default();

@@ -69,7 +69,8 @@ pub struct ProxyConfig {
     /// `client_body_timeout`): a request whose body stops coming for this long is answered
     /// 408 if the upstream has not answered yet, and its upstream connection closed. The
     /// bound is on the wait between two pieces, never on the whole body, so a slow upload
-    /// that keeps coming passes. Zero: no bound.
+    /// that keeps coming passes. Zero: no bound (a client that stops sending its body then
+    /// holds its connection, and an upstream connection, for as long as it stays).
     pub client_body_timeout: Duration,
     /// How often the rule file is checked for changes.
     pub reload_interval: Duration,
@@ -88,9 +89,9 @@ pub struct ProxyConfig {
 
 impl ProxyConfig {
     /// A configuration with the defaults: admin off, 60 s upstream timeout, 5 s connect
-    /// timeout, upstream connections kept 60 s idle, 60 s for a client's request head, for a
-    /// client to read and for the next piece of a request body, rule file checked every second, 30 s shutdown grace, clients
-    /// served on the caller's runtime.
+    /// timeout, upstream connections kept 60 s idle, 60 s for a client's request head, for
+    /// a client to read and for the next piece of a request body, rule file checked every
+    /// second, 30 s shutdown grace, clients served on the caller's runtime.
     pub fn new(upstream: impl Into<String>, rules: impl Into<PathBuf>, listen: SocketAddr) -> Self {
         ProxyConfig {
             upstream: upstream.into(),

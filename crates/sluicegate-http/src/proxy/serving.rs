@@ -122,8 +122,8 @@ impl ConnectionServer {
                 let idle =
                     (!header_timeout.is_zero()).then(|| (Arc::clone(&requests), header_timeout));
                 let send_timeout = state.client_send_timeout;
-                // HTTP/1.1's stalls are the socket's (`SendDeadline`): the watch, polled at
-                // every wake-up of the connection, is for h2 alone.
+                // HTTP/1.1's stalls are the socket's (`SendDeadline`): the watch is for h2
+                // alone.
                 let h2_stalls =
                     (protocol == Protocol::H2 && !send_timeout.is_zero()).then(Stalls::new);
                 let stalled = h2_stalls

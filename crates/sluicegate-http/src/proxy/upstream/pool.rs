@@ -37,9 +37,11 @@ pub(crate) enum SendError {
     Connect(String),
     /// The connection failed while the request was sent or its response head read.
     Upstream(UpstreamError),
-    /// The upstream took longer than the upstream timeout to take more of the request, or to
-    /// answer it once it had all of it.
+    /// The upstream did not answer within the upstream timeout (a request without body, from
+    /// its start; one with a body, from the body's end).
     Timeout,
+    /// The upstream took nothing more of the request body for the upstream timeout.
+    BodyNotTaken,
     /// The client sent nothing more of its request body for the client body timeout.
     ClientBodyTimeout,
 }
@@ -174,7 +176,17 @@ impl Pools {
                     return Ok(Response::from_parts(response_parts, body));
                 }
                 // The connection is dropped with the request on it: the upstream sees it close.
-                Err(Failed::Stalled(Stall::Upstream)) => return Err(SendError::Timeout),
+                Err(Failed::Stalled(Stall::Upstream)) => {
+                    let taking = written
+                        .outgoing
+                        .as_ref()
+                        .is_some_and(|body| !body.is_done());
+                    return Err(if taking {
+                        SendError::BodyNotTaken
+                    } else {
+                        SendError::Timeout
+                    });
+                }
                 Err(Failed::Stalled(Stall::Client)) => return Err(SendError::ClientBodyTimeout),
                 Err(Failed::Broken { error, answered }) => {
                     let again = reused

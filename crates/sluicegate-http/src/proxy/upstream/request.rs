@@ -17,6 +17,7 @@ use crate::proxy::forwarding::{
     ForwardedClient, X_FORWARDED_FOR, connection_named, is_hop_by_hop, write_forwarding_fields,
 };
 use crate::proxy::upstream::error::UpstreamError;
+use crate::proxy::upstream::send_wait::BodyState;
 
 /// Writes the head of `parts` as the upstream receives it ([`write_fields`]) and the framing
 /// of `body`, and returns the body to stream after it, if it has one.
@@ -129,8 +130,9 @@ pub(crate) struct Outgoing {
     ended: bool,
     /// Writing failed: the connection cannot take the rest.
     failed: bool,
-    /// Counts every piece taken from the client and every write to the upstream, for the
-    /// waits between them ([`SendWait`](super::send_wait::SendWait)).
+    /// Counts every piece of data taken from the client (not an empty frame, nor trailers:
+    /// bytes of the body) and every write to the upstream, and the body's end, for the waits
+    /// between them ([`SendWait`](super::send_wait::SendWait)).
     progress: u64,
 }
 
@@ -146,15 +148,12 @@ impl Outgoing {
         self.ended && self.pending.is_empty() && !self.failed
     }
 
-    /// How far the body has gone: a count that changes whenever a piece comes from the
-    /// client or a write to the upstream takes bytes.
-    pub(crate) fn progress(&self) -> u64 {
-        self.progress
-    }
-
-    /// Whether the body can go on only when the client sends more of it.
-    pub(crate) fn waits_on_client(&self) -> bool {
-        !self.failed && !self.ended && self.pending.is_empty()
+    /// Where the body is, as the waits between its pieces see it.
+    pub(crate) fn state(&self) -> BodyState {
+        BodyState {
+            progress: self.progress,
+            waits_on_client: !self.failed && !self.ended && self.pending.is_empty(),
+        }
     }
 
     /// Whether nothing more will be written: all of it was, or writing failed.
@@ -199,19 +198,20 @@ impl Outgoing {
             }
             let frame = ready!(Pin::new(&mut self.body).poll_frame(cx));
             self.started = true;
-            self.progress += 1;
             match frame {
                 Some(Ok(frame)) => {
                     // Trailers are dropped: few upstreams read them, and a client that sends
                     // them to a proxy cannot count on their passing.
                     if let Ok(data) = frame.into_data() {
                         if !data.is_empty() {
+                            self.progress += 1;
                             self.pending = self.frame(data);
                         }
                     }
                 }
                 Some(Err(error)) => return Poll::Ready(Err(UpstreamError::RequestBody(error))),
                 None => {
+                    self.progress += 1;
                     self.ended = true;
                     if self.chunked {
                         self.pending = Bytes::from_static(b"0\r\n\r\n");
