@@ -75,6 +75,42 @@ async fn a_route_with_an_adaptive_limit_refuses_with_503_when_full() -> Result<(
     Ok(())
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_route_with_an_adaptive_limit_still_applies_its_rate_limits() -> Result<(), BoxError> {
+    // Two requests an hour per client behind a limit with room to spare: the third is the
+    // rate limit's to refuse, with its own status, and the upstream saw two.
+    let rules = "\
+limits:
+  two: { key: peer_ip, spec: \"gcra:rate=2/h,burst=2\" }
+routes:
+  - prefix: /
+    limits: [two]
+    adaptive:
+      controller: aimd
+      min: 1
+      initial: 10
+      max: 10
+";
+    let upstream = Upstream::start().await?;
+    let proxy = ProxyProcess::start(&upstream.url(), rules, &[])?;
+    let client = reqwest::Client::new();
+    for _ in 0..2 {
+        let response = client.get(proxy.url("/count")).send().await?;
+        assert_eq!(response.status(), 200);
+        assert_eq!(response.text().await?, "0");
+    }
+    let refused = client.get(proxy.url("/count")).send().await?;
+    assert_eq!(refused.status(), 429);
+    assert!(refused.headers().contains_key("retry-after"));
+    assert_eq!(
+        proxy
+            .metric("sluicegate_proxy_adaptive_rejected_total{route=\"/\"}")
+            .await?,
+        0
+    );
+    Ok(())
+}
+
 #[test]
 fn a_bad_adaptive_setting_stops_the_proxy_naming_its_place() -> Result<(), BoxError> {
     let dir = tempfile::tempdir()?;
