@@ -17,7 +17,6 @@ use crate::proxy::forwarding::{
     ForwardedClient, X_FORWARDED_FOR, connection_named, is_hop_by_hop, write_forwarding_fields,
 };
 use crate::proxy::upstream::error::UpstreamError;
-use crate::proxy::upstream::send_wait::BodyState;
 
 /// Writes the head of `parts` as the upstream receives it ([`write_fields`]) and the framing
 /// of `body`, and returns the body to stream after it, if it has one.
@@ -117,6 +116,15 @@ fn write_fields(out: &mut Vec<u8>, parts: &Parts, fallback_host: &str) -> bool {
         named_host,
     );
     has_length
+}
+
+/// Where a request body being sent is, as its waits see it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct BodyState {
+    /// A count that changes whenever bytes come from the client or go to the upstream.
+    pub(crate) progress: u64,
+    /// Whether the body can go on only when the client sends more of it.
+    pub(crate) waits_on_client: bool,
 }
 
 /// A request body on its way to the upstream.

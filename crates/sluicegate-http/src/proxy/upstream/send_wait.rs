@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use tokio::time::{Instant, Sleep};
 
-use crate::proxy::upstream::request::Outgoing;
+use crate::proxy::upstream::request::{BodyState, Outgoing};
 
 /// The bounds on a request's waits.
 #[derive(Debug, Clone, Copy)]
@@ -34,15 +34,6 @@ pub(crate) enum Stall {
     Client,
     /// The upstream: to take more of the request, or to answer it.
     Upstream,
-}
-
-/// Where a request body being sent is, as its waits see it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct BodyState {
-    /// A count that changes whenever bytes come from the client or go to the upstream.
-    pub(crate) progress: u64,
-    /// Whether the body can go on only when the client sends more of it.
-    pub(crate) waits_on_client: bool,
 }
 
 /// The current wait of one request being sent.
