@@ -133,22 +133,16 @@ impl Forwarder {
                     ),
                 )
             }
-            Err(SendError::Timeout) => {
+            Err(stalled @ (SendError::Timeout | SendError::BodyNotTaken)) => {
                 Metrics::count(&self.metrics.upstream_timeouts);
+                let what = match stalled {
+                    SendError::BodyNotTaken => "took nothing more of the request body for",
+                    _ => "did not answer within",
+                };
                 text(
                     StatusCode::GATEWAY_TIMEOUT,
                     format!(
-                        "504 Gateway Timeout: the upstream {} did not answer within {:?}\n",
-                        self.target.authority, self.timeouts.upstream
-                    ),
-                )
-            }
-            Err(SendError::BodyNotTaken) => {
-                Metrics::count(&self.metrics.upstream_timeouts);
-                text(
-                    StatusCode::GATEWAY_TIMEOUT,
-                    format!(
-                        "504 Gateway Timeout: the upstream {} took nothing more of the request body for {:?}\n",
+                        "504 Gateway Timeout: the upstream {} {what} {:?}\n",
                         self.target.authority, self.timeouts.upstream
                     ),
                 )
