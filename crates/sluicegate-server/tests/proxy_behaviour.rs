@@ -555,28 +555,24 @@ async fn a_client_that_does_not_send_its_request_head_in_time_is_closed() -> Tes
 
 #[tokio::test]
 async fn a_request_without_its_one_host_is_refused_before_any_limit() -> TestResult {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let upstream = Upstream::start().await?;
     let proxy = ProxyProcess::start(
         &upstream.url(),
         "limits:\n  one: { key: global, spec: \"gcra:rate=1/h,burst=1\" }\nroutes:\n  - { prefix: /, limits: [one] }\n",
         &[],
     )?;
-    let answer = |head: &'static str| async move {
-        let mut stream = tokio::net::TcpStream::connect(proxy.address).await?;
-        stream.write_all(head.as_bytes()).await?;
-        let mut answer = Vec::new();
-        tokio::time::timeout(Duration::from_secs(30), stream.read_to_end(&mut answer)).await??;
-        Ok::<_, BoxError>(String::from_utf8_lossy(&answer).into_owned())
-    };
-    let two = answer("GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\nConnection: close\r\n\r\n").await?;
+    let two = proxy
+        .raw_exchange(&[b"GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\nConnection: close\r\n\r\n"])
+        .await?;
     assert!(two.starts_with("HTTP/1.1 400"), "{two}");
     assert!(two.contains("more than one Host field"), "{two}");
-    let none = answer("GET / HTTP/1.1\r\nConnection: close\r\n\r\n").await?;
+    let none = proxy
+        .raw_exchange(&[b"GET / HTTP/1.1\r\nConnection: close\r\n\r\n"])
+        .await?;
     assert!(none.starts_with("HTTP/1.1 400"), "{none}");
     assert!(none.contains("needs a Host field"), "{none}");
     // Neither spent the one request of the budget; HTTP/1.0 may name no host.
-    let old = answer("GET / HTTP/1.0\r\n\r\n").await?;
+    let old = proxy.raw_exchange(&[b"GET / HTTP/1.0\r\n\r\n"]).await?;
     assert!(
         old.starts_with("HTTP/1.") && old[8..].starts_with(" 200"),
         "{old}"

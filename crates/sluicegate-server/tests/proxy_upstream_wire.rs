@@ -391,27 +391,6 @@ async fn a_body_the_upstream_stops_sending_is_cut_off_after_the_upstream_timeout
     Ok(())
 }
 
-/// A request written by hand on a new connection to `proxy`: `head` (with its blank line) and
-/// `body`, then nothing more; what came back until the proxy closed the connection (bounded
-/// by a minute, a bound on a hang, not a timing).
-async fn sent_then_silent(
-    proxy: &ProxyProcess,
-    head: &str,
-    body: &[u8],
-) -> Result<String, BoxError> {
-    let mut stream = TcpStream::connect(proxy.address).await?;
-    stream.write_all(head.as_bytes()).await?;
-    stream.write_all(body).await?;
-    let mut answer = Vec::new();
-    tokio::time::timeout(Duration::from_secs(60), async {
-        // An error (a reset) ends the answer as a close does.
-        let _ = stream.read_to_end(&mut answer).await;
-    })
-    .await
-    .map_err(|_| "the proxy held a silent client's request for a minute")?;
-    Ok(String::from_utf8_lossy(&answer).into_owned())
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connect_is_answered_501_and_never_reaches_the_upstream() -> TestResult {
     let (upstream, proxy) = wire_proxy(&[]).await?;
@@ -439,7 +418,7 @@ async fn connect_is_answered_501_and_never_reaches_the_upstream() -> TestResult 
 async fn a_request_body_that_stops_coming_is_answered_408() -> TestResult {
     let (upstream, proxy) = wire_proxy(&["--client-body-timeout", "300ms"]).await?;
     let head = "POST / HTTP/1.1\r\nhost: x\r\ncontent-length: 10\r\n\r\n";
-    let answer = sent_then_silent(&proxy, head, b"abc").await?;
+    let answer = proxy.raw_exchange(&[head.as_bytes(), b"abc"]).await?;
     assert!(answer.starts_with("HTTP/1.1 408 "), "{answer}");
     assert!(
         answer.contains("nothing more of the request body came for 300ms"),
@@ -485,7 +464,7 @@ async fn a_request_body_that_stops_after_an_early_answer_ends_the_answer() -> Te
     // The upstream answers at once and ends its answer only once the whole body has come.
     let (_upstream, proxy) = wire_proxy(&["--client-body-timeout", "300ms"]).await?;
     let head = "POST /early-chunked HTTP/1.1\r\nhost: x\r\ncontent-length: 10\r\n\r\n";
-    let answer = sent_then_silent(&proxy, head, b"abc").await?;
+    let answer = proxy.raw_exchange(&[head.as_bytes(), b"abc"]).await?;
     // The rest of the upload was given up, the upstream saw the body cut short, and the answer
     // ends without its last chunk: the client cannot take it for whole.
     assert!(answer.starts_with("HTTP/1.1 200 "), "{answer}");

@@ -204,6 +204,24 @@ impl ProxyProcess {
         ProxyProcess::start(&upstream.url(), PASS_ALL, extra)
     }
 
+    /// `sent` written by hand on a new connection, then nothing more; what came back until
+    /// the proxy closed the connection (bounded by a minute: a bound on a hang, not a timing).
+    pub async fn raw_exchange(&self, sent: &[&[u8]]) -> Result<String, BoxError> {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut stream = tokio::net::TcpStream::connect(self.address).await?;
+        for bytes in sent {
+            stream.write_all(bytes).await?;
+        }
+        let mut answer = Vec::new();
+        tokio::time::timeout(Duration::from_secs(60), async {
+            // An error (a reset) ends the answer as a close does.
+            let _ = stream.read_to_end(&mut answer).await;
+        })
+        .await
+        .map_err(|_| "the proxy held a silent client's connection for a minute")?;
+        Ok(String::from_utf8_lossy(&answer).into_owned())
+    }
+
     pub fn url(&self, path: &str) -> String {
         format!("http://{}{path}", self.address)
     }

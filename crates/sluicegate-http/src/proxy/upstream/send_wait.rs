@@ -78,9 +78,7 @@ impl SendWait {
             Some((self.since + self.timeouts.upstream, Stall::Upstream))
         }
     }
-}
 
-impl SendWait {
     /// Ready, with whom the request waited for, once the wait it is in now has run out
     /// (`timer` moved to its end); `body`: the request's body still being sent, if any and if
     /// its head has all been written.
