@@ -52,6 +52,13 @@ pub(crate) struct ProxyArgs {
     /// keeps coming is never cut.
     #[arg(long, default_value = "60s", value_parser = parse_duration)]
     client_body_timeout: Duration,
+    /// The most bytes of a request body passed on (nginx's `client_max_body_size`; `1m`,
+    /// `512k`, `2g` or bytes). A request announcing more is answered 413 before any limit
+    /// counts it; one whose body comes without a length and grows past it has its upstream
+    /// connection closed and is answered 413. Default: no bound (bodies are streamed, never
+    /// held whole).
+    #[arg(long, value_parser = parse_size)]
+    client_max_body_size: Option<u64>,
     /// How often the rule file is checked for changes.
     #[arg(long, default_value = "1s", value_parser = parse_duration)]
     reload_interval: Duration,
@@ -91,6 +98,30 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
     Ok(duration)
 }
 
+/// Bytes, or a count of them with nginx's suffixes: `k` (1024), `m`, `g`, either case.
+fn parse_size(text: &str) -> Result<u64, String> {
+    let (digits, unit) = match text.char_indices().last() {
+        Some((at, suffix)) if suffix.is_ascii_alphabetic() => {
+            let unit = match suffix.to_ascii_lowercase() {
+                'k' => 1 << 10,
+                'm' => 1 << 20,
+                'g' => 1 << 30,
+                _ => return Err(format!("`{suffix}` is not a size unit (k, m or g)")),
+            };
+            (&text[..at], unit)
+        }
+        _ => (text, 1),
+    };
+    let count: u64 = digits
+        .parse()
+        .map_err(|_| format!("`{text}` is not a size (bytes, or a number with k, m or g)"))?;
+    match count.checked_mul(unit) {
+        Some(0) => Err("must be more than zero (leave the flag out for no bound)".to_owned()),
+        Some(size) => Ok(size),
+        None => Err(format!("`{text}` is more bytes than a 64-bit count holds")),
+    }
+}
+
 impl ProxyArgs {
     fn workers(&self) -> usize {
         self.workers.unwrap_or_else(|| {
@@ -108,6 +139,7 @@ impl ProxyArgs {
         config.client_header_timeout = self.client_header_timeout;
         config.client_send_timeout = self.client_send_timeout;
         config.client_body_timeout = self.client_body_timeout;
+        config.client_max_body_size = self.client_max_body_size;
         config.reload_interval = self.reload_interval;
         config.shutdown_grace = self.shutdown_grace;
         config.redis = self.redis.target().map(|target| RedisSettings {
@@ -141,4 +173,29 @@ pub(crate) fn run(args: &ProxyArgs, shutdown: impl Future<Output = ()>) -> anyho
         proxy.shutdown().await;
         Ok(())
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_size;
+
+    #[test]
+    fn sizes_read_as_nginx_writes_them() {
+        assert_eq!(parse_size("1024"), Ok(1024));
+        assert_eq!(parse_size("512k"), Ok(512 << 10));
+        assert_eq!(parse_size("1m"), Ok(1 << 20));
+        assert_eq!(parse_size("2G"), Ok(2 << 30));
+    }
+
+    #[test]
+    fn a_bad_size_says_what_is_wrong() {
+        let error = |text| parse_size(text).expect_err(text);
+        assert!(error("0").contains("more than zero"));
+        assert!(error("0k").contains("more than zero"));
+        assert!(error("5t").contains("`t` is not a size unit"));
+        assert!(error("m").contains("`m` is not a size"));
+        assert!(error("-1").contains("`-1` is not a size"));
+        assert!(error("1é").contains("not a size"));
+        assert!(error("99999999999999999g").contains("64-bit"));
+    }
 }

@@ -439,6 +439,78 @@ async fn a_request_body_that_stops_coming_is_answered_408() -> TestResult {
     Ok(())
 }
 
+/// One request an hour, for everything: a request the bound on bodies refuses must not spend it.
+const ONE_AN_HOUR: &str = "limits:\n  one: { key: global, spec: \"gcra:rate=1/h,burst=1\" }\n\
+                           routes:\n  - { prefix: /, limits: [one] }\n";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_announced_longer_than_the_bound_is_413_before_any_limit() -> TestResult {
+    let upstream = WireUpstream::start().await?;
+    let args = ["--workers", "1", "--client-max-body-size", "1k"];
+    let proxy = ProxyProcess::start(&upstream.url(), ONE_AN_HOUR, &args)?;
+    // Refused on its head alone: the client need not send the body.
+    let head = "POST / HTTP/1.1\r\nhost: x\r\ncontent-length: 1025\r\n\r\n";
+    let answer = proxy.raw_exchange(&[head.as_bytes()]).await?;
+    assert!(answer.starts_with("HTTP/1.1 413 "), "{answer}");
+    assert!(answer.contains("longer than 1024 bytes"), "{answer}");
+    // h2 announces its length the same way.
+    let tcp = TcpStream::connect(proxy.address).await?;
+    let (mut h2, connection) = h2::client::handshake(tcp).await?;
+    tokio::spawn(connection);
+    let request = axum::http::Request::post(proxy.url("/"))
+        .header("content-length", "5000")
+        .body(())?;
+    let (response, _body) = h2.send_request(request, false)?;
+    assert_eq!(response.await?.status(), 413);
+    assert_eq!(
+        proxy
+            .metric("sluicegate_proxy_client_body_too_large_total")
+            .await?,
+        2
+    );
+    assert_eq!(upstream.connections(), 0);
+    // Neither spent the one request an hour: a body of exactly the bound takes it.
+    let c = client();
+    let at_bound = c.post(proxy.url("/")).body(vec![b'x'; 1024]).send().await?;
+    assert_eq!(at_bound.status(), 200);
+    let spent = c.post(proxy.url("/")).body("x").send().await?;
+    assert_eq!(spent.status(), 429);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_without_length_that_grows_past_the_bound_is_413_and_cut() -> TestResult {
+    let (upstream, proxy) = wire_proxy(&["--client-max-body-size", "1k"]).await?;
+    // Within the bound, a chunked body passes whole.
+    let parts: Vec<Result<Vec<u8>, std::io::Error>> =
+        vec![Ok(vec![b'a'; 600]), Ok(vec![b'b'; 424])];
+    let streamed = reqwest::Body::wrap_stream(futures_stream(parts));
+    let response = client().post(proxy.url("/")).body(streamed).send().await?;
+    assert_eq!(response.status(), 200);
+    // Past it, and never ended: the upstream (which waits for the last chunk) sees its
+    // connection closed, and the client gets a 413.
+    let head = "POST / HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\n";
+    let chunk = format!("258\r\n{}\r\n", "c".repeat(600));
+    let answer = proxy
+        .raw_exchange(&[head.as_bytes(), chunk.as_bytes(), chunk.as_bytes()])
+        .await?;
+    assert!(answer.starts_with("HTTP/1.1 413 "), "{answer}");
+    assert!(answer.contains("longer than 1024 bytes"), "{answer}");
+    assert_eq!(
+        proxy
+            .metric("sluicegate_proxy_client_body_too_large_total")
+            .await?,
+        1
+    );
+    // The connection the cut body was on is not used again.
+    assert_eq!(
+        client().get(proxy.url("/")).send().await?.text().await?,
+        "ok"
+    );
+    assert_eq!(upstream.connections(), 2);
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_h2_request_body_that_stops_coming_is_answered_408() -> TestResult {
     let (_upstream, proxy) = wire_proxy(&["--client-body-timeout", "300ms"]).await?;

@@ -157,9 +157,19 @@ impl Forwarder {
                     ),
                 )
             }
+            Err(SendError::BodyTooLarge(max)) => too_large(&self.metrics, max),
         };
         Ok(response)
     }
+}
+
+/// The answer to a request whose body is longer than `max` bytes, counted.
+pub(crate) fn too_large(metrics: &Metrics, max: u64) -> Response<UpstreamBody> {
+    Metrics::count(&metrics.client_body_too_large);
+    text(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        format!("413 Content Too Large: the request body is longer than {max} bytes\n"),
+    )
 }
 
 /// An error and its causes, `: `-separated (hyper's own message is only the outermost).

@@ -60,6 +60,8 @@ pub(crate) struct Metrics {
     pub(crate) upstream_other_errors: AtomicU64,
     /// Requests answered 408: their body stopped coming.
     pub(crate) client_body_timeouts: AtomicU64,
+    /// Requests answered 413: their body was longer than the proxy takes.
+    pub(crate) client_body_too_large: AtomicU64,
     pub(crate) reloads_ok: AtomicU64,
     pub(crate) reloads_failed: AtomicU64,
     /// Calls Redis did not answer (the failure policy did), by kind (as
@@ -165,6 +167,16 @@ impl Metrics {
             out,
             "sluicegate_proxy_client_body_timeouts_total {}",
             read(&self.client_body_timeouts)
+        );
+        out.push_str(
+            "# HELP sluicegate_proxy_client_body_too_large_total Requests answered 413: their \
+             body was longer than the client max body size.\n\
+             # TYPE sluicegate_proxy_client_body_too_large_total counter\n",
+        );
+        let _ = writeln!(
+            out,
+            "sluicegate_proxy_client_body_too_large_total {}",
+            read(&self.client_body_too_large)
         );
         out.push_str(
             "# HELP sluicegate_proxy_reloads_total Rule file reloads: ok, or failed (old rules \

@@ -72,6 +72,13 @@ pub struct ProxyConfig {
     /// that keeps coming passes. Zero: no bound (a client that stops sending its body then
     /// holds its connection, and an upstream connection, for as long as it stays).
     pub client_body_timeout: Duration,
+    /// The most bytes of a request body the proxy passes on (nginx's
+    /// `client_max_body_size`). A request whose `Content-Length` says more is answered 413
+    /// before any limit sees it and before the upstream does; one whose body comes without a
+    /// length and grows past it has its upstream connection closed (the upstream sees the body
+    /// cut short) and is answered 413 if the upstream has not answered yet. None: no bound
+    /// (bodies are streamed, never held whole, so none is needed for memory).
+    pub client_max_body_size: Option<u64>,
     /// How often the rule file is checked for changes.
     pub reload_interval: Duration,
     /// How long a shutdown waits for requests in flight.
@@ -91,7 +98,8 @@ impl ProxyConfig {
     /// A configuration with the defaults: admin off, 60 s upstream timeout, 5 s connect
     /// timeout, upstream connections kept 60 s idle, 60 s for a client's request head, for
     /// a client to read and for the next piece of a request body, rule file checked every
-    /// second, 30 s shutdown grace, clients served on the caller's runtime.
+    /// second, 30 s shutdown grace, no bound on request bodies, clients served on the
+    /// caller's runtime.
     pub fn new(upstream: impl Into<String>, rules: impl Into<PathBuf>, listen: SocketAddr) -> Self {
         ProxyConfig {
             upstream: upstream.into(),
@@ -104,6 +112,7 @@ impl ProxyConfig {
             client_header_timeout: Duration::from_secs(60),
             client_send_timeout: Duration::from_secs(60),
             client_body_timeout: Duration::from_secs(60),
+            client_max_body_size: None,
             reload_interval: Duration::from_secs(1),
             shutdown_grace: Duration::from_secs(30),
             #[cfg(feature = "proxy-redis")]
@@ -141,6 +150,7 @@ pub async fn start(config: ProxyConfig) -> Result<Proxy, ProxyError> {
             config.workers,
             config.connect_timeout,
             config.upstream_keepalive_timeout,
+            config.client_max_body_size,
         ),
         target,
         timeouts: Timeouts {

@@ -19,7 +19,7 @@ use crate::adaptive::{AdaptiveBody, AdaptiveLimit, AdaptiveLimitLayer};
 
 use crate::proxy::backend::RouteBackend;
 use crate::proxy::backing::Backing;
-use crate::proxy::forward::{Forwarder, Upstream, UpstreamBody, text};
+use crate::proxy::forward::{Forwarder, Upstream, UpstreamBody, text, too_large};
 use crate::proxy::key::RouteExtractor;
 use crate::proxy::limiter::Limiter;
 use crate::proxy::metrics::Metrics;
@@ -232,13 +232,9 @@ pub type ProxyBody = http_body_util::Either<AdaptiveBody<RouteBody>, RouteBody>;
 /// Not an `async fn`: each layer of those would hold the request (264 bytes) and be copied
 /// into the next, and the future hyper keeps per request would be the sum of them.
 pub(crate) fn handle(table: &Arc<Table>, request: Request<Incoming>) -> Handling {
-    if let Some(wrong) = host_is_wrong(&request) {
-        // Before any limit: a request no server may take spends no budget.
-        let body = format!("400 Bad Request: {wrong}\n");
-        let response =
-            text(StatusCode::BAD_REQUEST, body).map(|body| Either::Right(Either::Right(body)));
+    if let Some(refused) = refused_before_limits(table, &request) {
         return Handling::Now {
-            future: std::future::ready(response),
+            future: std::future::ready(refused.map(|body| Either::Right(Either::Right(body)))),
         };
     }
     let index = table.find(request.uri().path());
@@ -332,6 +328,22 @@ impl Future for Routing {
             Err(never) => match never {},
         }
     }
+}
+
+/// The answer to a request refused before any limit sees it, so that it spends no budget: one
+/// no server may take (400, [`host_is_wrong`]), or one whose body announces more bytes than
+/// the proxy takes (413, as nginx's `client_max_body_size`).
+fn refused_before_limits(
+    table: &Table,
+    request: &Request<Incoming>,
+) -> Option<Response<UpstreamBody>> {
+    if let Some(wrong) = host_is_wrong(request) {
+        let body = format!("400 Bad Request: {wrong}\n");
+        return Some(text(StatusCode::BAD_REQUEST, body));
+    }
+    let forwarder = &table.unmatched.forwarder;
+    let max = forwarder.pools.refuses(request.body())?;
+    Some(too_large(&forwarder.metrics, max))
 }
 
 /// What is wrong with the request's `Host`, if anything (RFC 9112 section 3.2, as nginx

@@ -140,7 +140,10 @@ impl Io {
             }
             if let Some(body) = outgoing.as_mut().filter(|body| !body.is_done()) {
                 match body.poll_send(&mut self.stream, cx) {
-                    Poll::Ready(Err(error @ UpstreamError::RequestBody(_))) => {
+                    Poll::Ready(Err(
+                        error @ (UpstreamError::RequestBody(_)
+                        | UpstreamError::RequestBodyTooLarge(_)),
+                    )) => {
                         return Poll::Ready(Err(Failed::Broken { error, answered }));
                     }
                     // Otherwise the upstream stopped reading: it may have answered already.

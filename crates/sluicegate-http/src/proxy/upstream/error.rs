@@ -27,6 +27,10 @@ pub enum UpstreamError {
     /// The client's request body failed while it was being passed on.
     #[error("the client's request body failed: {0}")]
     RequestBody(#[source] hyper::Error),
+    /// The client's request body, sent without a length, grew past the proxy's bound on
+    /// request bodies (in bytes).
+    #[error("the request body is longer than the {0} bytes the proxy takes")]
+    RequestBodyTooLarge(u64),
 }
 
 impl UpstreamError {

@@ -44,6 +44,9 @@ pub(crate) enum SendError {
     BodyNotTaken,
     /// The client sent nothing more of its request body for the client body timeout.
     ClientBodyTimeout,
+    /// The client's request body, sent without a length, grew past the bound on bodies (in
+    /// bytes) before the upstream answered.
+    BodyTooLarge(u64),
 }
 
 /// A request as the upstream receives it, not yet sent.
@@ -64,6 +67,8 @@ pub(crate) struct Pools {
     /// The upstream's authority as the URL gave it: the `Host` of a request that names none.
     host: String,
     connect_timeout: Duration,
+    /// The most bytes of a request body passed on (none: no bound).
+    max_body_size: Option<u64>,
 }
 
 impl Pools {
@@ -72,6 +77,7 @@ impl Pools {
         workers: usize,
         connect_timeout: Duration,
         idle_timeout: Duration,
+        max_body_size: Option<u64>,
     ) -> Pools {
         Pools {
             pools: (0..=workers)
@@ -84,6 +90,7 @@ impl Pools {
             ),
             host: authority.as_str().to_owned(),
             connect_timeout,
+            max_body_size,
         }
     }
 
@@ -98,13 +105,22 @@ impl Pools {
         self.pools.get(index).unwrap_or(&self.pools[0])
     }
 
+    /// The bound on request bodies, if `body` announces more bytes than it
+    /// (`Content-Length`, in h2 as in HTTP/1.1): such a request is refused before anything
+    /// else, as nginx's `client_max_body_size` does, spending no budget and sending nothing
+    /// to the upstream.
+    pub(crate) fn refuses(&self, body: &Incoming) -> Option<u64> {
+        self.max_body_size
+            .filter(|&max| http_body::Body::size_hint(body).lower() > max)
+    }
+
     /// Writes `request`'s head as the upstream receives it ([`request::write_head`]), for
     /// [`Pools::send`]: done at once, so that the future that sends it keeps (and copies
     /// wherever it is moved) only what sending needs, not the request.
     pub(crate) fn write(&self, request: Request<Incoming>) -> Written {
         let (parts, body) = request.into_parts();
         let mut head = Vec::with_capacity(256 + 64 * parts.headers.len());
-        let outgoing = request::write_head(&mut head, &parts, body, &self.host);
+        let outgoing = request::write_head(&mut head, &parts, body, &self.host, self.max_body_size);
         Written {
             head,
             outgoing,
@@ -188,6 +204,10 @@ impl Pools {
                     });
                 }
                 Err(Failed::Stalled(Stall::Client)) => return Err(SendError::ClientBodyTimeout),
+                Err(Failed::Broken {
+                    error: UpstreamError::RequestBodyTooLarge(max),
+                    ..
+                }) => return Err(SendError::BodyTooLarge(max)),
                 Err(Failed::Broken { error, answered }) => {
                     let again = reused
                         && !retried

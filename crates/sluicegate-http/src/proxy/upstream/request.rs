@@ -19,12 +19,15 @@ use crate::proxy::forwarding::{
 use crate::proxy::upstream::error::UpstreamError;
 
 /// Writes the head of `parts` as the upstream receives it ([`write_fields`]) and the framing
-/// of `body`, and returns the body to stream after it, if it has one.
+/// of `body`, and returns the body to stream after it, if it has one: one that fails once
+/// more than `max_body_size` bytes of it came (a body whose length was announced has been
+/// checked against it before any limit: `Pools::refuses`).
 pub(crate) fn write_head(
     out: &mut Vec<u8>,
     parts: &Parts,
     body: Incoming,
     fallback_host: &str,
+    max_body_size: Option<u64>,
 ) -> Option<Outgoing> {
     let has_length = write_fields(out, parts, fallback_host);
     // The server has checked a client's Content-Length against the body it frames (h1 and h2
@@ -51,6 +54,8 @@ pub(crate) fn write_head(
         ended: false,
         failed: false,
         progress: 0,
+        max_body_size,
+        taken: 0,
     })
 }
 
@@ -142,6 +147,10 @@ pub(crate) struct Outgoing {
     /// bytes of the body) and every write to the upstream, and the body's end, for the waits
     /// between them ([`SendWait`](super::send_wait::SendWait)).
     progress: u64,
+    /// How many bytes of the body the proxy takes (none: no bound).
+    max_body_size: Option<u64>,
+    /// How many bytes of the body came so far.
+    taken: u64,
 }
 
 impl Outgoing {
@@ -212,6 +221,7 @@ impl Outgoing {
                     // them to a proxy cannot count on their passing.
                     if let Ok(data) = frame.into_data() {
                         if !data.is_empty() {
+                            self.take(data.len())?;
                             self.progress += 1;
                             self.pending = self.frame(data);
                         }
@@ -226,6 +236,15 @@ impl Outgoing {
                     }
                 }
             }
+        }
+    }
+
+    /// Counts `length` more bytes of the body, against the bound on bodies.
+    fn take(&mut self, length: usize) -> Result<(), UpstreamError> {
+        self.taken = self.taken.saturating_add(length as u64);
+        match self.max_body_size {
+            Some(max) if self.taken > max => Err(UpstreamError::RequestBodyTooLarge(max)),
+            _ => Ok(()),
         }
     }
 
