@@ -55,10 +55,17 @@ pub(crate) struct ProxyArgs {
     /// The most bytes of a request body passed on (nginx's `client_max_body_size`; `1m`,
     /// `512k`, `2g` or bytes). A request announcing more is answered 413 before any limit
     /// counts it; one whose body comes without a length and grows past it has its upstream
-    /// connection closed and is answered 413. Default: no bound (bodies are streamed, never
-    /// held whole).
-    #[arg(long, value_parser = parse_size)]
+    /// connection closed and is answered 413. Default: no bound (no body is held whole beyond
+    /// `--client-body-buffer-size`).
+    #[arg(long, value_parser = parse_positive_size)]
     client_max_body_size: Option<u64>,
+    /// A request body whose `Content-Length` is at most this (`16k`, `1m` or bytes) is read
+    /// whole from the client before the request goes to the upstream, so that a slow client
+    /// holds no upstream connection while it sends it (nginx's `client_body_buffer_size` with
+    /// `proxy_request_buffering on`). Longer bodies, and bodies sent without a length
+    /// (chunked), are streamed. `0`: every body is streamed.
+    #[arg(long, default_value = "16k", value_parser = parse_size)]
+    client_body_buffer_size: u64,
     /// How often the rule file is checked for changes.
     #[arg(long, default_value = "1s", value_parser = parse_duration)]
     reload_interval: Duration,
@@ -98,6 +105,14 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
     Ok(duration)
 }
 
+/// A size ([`parse_size`]) of at least one byte.
+fn parse_positive_size(text: &str) -> Result<u64, String> {
+    match parse_size(text)? {
+        0 => Err("must be more than zero (leave the flag out for no bound)".to_owned()),
+        size => Ok(size),
+    }
+}
+
 /// Bytes, or a count of them with nginx's suffixes: `k` (1024), `m`, `g`, either case.
 fn parse_size(text: &str) -> Result<u64, String> {
     let (digits, unit) = match text.char_indices().last() {
@@ -115,11 +130,9 @@ fn parse_size(text: &str) -> Result<u64, String> {
     let count: u64 = digits
         .parse()
         .map_err(|_| format!("`{text}` is not a size (bytes, or a number with k, m or g)"))?;
-    match count.checked_mul(unit) {
-        Some(0) => Err("must be more than zero (leave the flag out for no bound)".to_owned()),
-        Some(size) => Ok(size),
-        None => Err(format!("`{text}` is more bytes than a 64-bit count holds")),
-    }
+    count
+        .checked_mul(unit)
+        .ok_or_else(|| format!("`{text}` is more bytes than a 64-bit count holds"))
 }
 
 impl ProxyArgs {
@@ -140,6 +153,7 @@ impl ProxyArgs {
         config.client_send_timeout = self.client_send_timeout;
         config.client_body_timeout = self.client_body_timeout;
         config.client_max_body_size = self.client_max_body_size;
+        config.client_body_buffer_size = self.client_body_buffer_size;
         config.reload_interval = self.reload_interval;
         config.shutdown_grace = self.shutdown_grace;
         config.redis = self.redis.target().map(|target| RedisSettings {
@@ -177,7 +191,7 @@ pub(crate) fn run(args: &ProxyArgs, shutdown: impl Future<Output = ()>) -> anyho
 
 #[cfg(test)]
 mod tests {
-    use super::parse_size;
+    use super::{parse_positive_size, parse_size};
 
     #[test]
     fn sizes_read_as_nginx_writes_them() {
@@ -185,11 +199,12 @@ mod tests {
         assert_eq!(parse_size("512k"), Ok(512 << 10));
         assert_eq!(parse_size("1m"), Ok(1 << 20));
         assert_eq!(parse_size("2G"), Ok(2 << 30));
+        assert_eq!(parse_size("0"), Ok(0));
     }
 
     #[test]
     fn a_bad_size_says_what_is_wrong() {
-        let error = |text| parse_size(text).expect_err(text);
+        let error = |text| parse_positive_size(text).expect_err(text);
         assert!(error("0").contains("more than zero"));
         assert!(error("0k").contains("more than zero"));
         assert!(error("5t").contains("`t` is not a size unit"));

@@ -53,6 +53,18 @@ impl WireUpstream {
         self.connections.load(Ordering::SeqCst)
     }
 
+    /// How many requests for `path` arrived.
+    fn requests_to(&self, path: &str) -> usize {
+        let heads = self
+            .heads
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        heads
+            .iter()
+            .filter(|head| head.contains(&format!(" {path} ")))
+            .count()
+    }
+
     fn last_head(&self) -> String {
         let heads = self
             .heads
@@ -294,16 +306,7 @@ async fn an_idle_connection_the_upstream_closed_is_not_used_for_the_next_request
 async fn only_an_idempotent_request_nothing_answered_is_sent_again() -> TestResult {
     let (upstream, proxy) = wire_proxy(&[]).await?;
     let c = client();
-    let requests_to = |path: &str| {
-        let heads = upstream
-            .heads
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        heads
-            .iter()
-            .filter(|head| head.contains(&format!(" {path} ")))
-            .count()
-    };
+    let requests_to = |path: &str| upstream.requests_to(path);
 
     // A GET the upstream drops unanswered is sent again on a new connection.
     assert_eq!(c.get(proxy.url("/drop-next")).send().await?.status(), 200);
@@ -316,11 +319,19 @@ async fn only_an_idempotent_request_nothing_answered_is_sent_again() -> TestResu
     assert_eq!(c.post(proxy.url("/post")).send().await?.status(), 502);
     assert_eq!(requests_to("/post"), 1);
 
-    // Nor a PUT whose body was already read from the client: it cannot be read again.
+    // A PUT whose small body was read whole before it was sent is: the proxy still has it.
     assert_eq!(c.get(proxy.url("/drop-next")).send().await?.status(), 200);
     let put = c.put(proxy.url("/put")).body("a body").send().await?;
+    assert_eq!(put.status(), 200);
+    assert_eq!(requests_to("/put"), 2);
+
+    // Not one whose body was streamed: what was read of it cannot be read again.
+    assert_eq!(c.get(proxy.url("/drop-next")).send().await?.status(), 200);
+    let parts: Vec<Result<&'static str, std::io::Error>> = vec![Ok("a streamed body")];
+    let streamed = reqwest::Body::wrap_stream(futures_stream(parts));
+    let put = c.put(proxy.url("/streamed")).body(streamed).send().await?;
     assert_eq!(put.status(), 502);
-    assert_eq!(requests_to("/put"), 1);
+    assert_eq!(requests_to("/streamed"), 1);
     Ok(())
 }
 
@@ -416,7 +427,14 @@ async fn connect_is_answered_501_and_never_reaches_the_upstream() -> TestResult 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_body_that_stops_coming_is_answered_408() -> TestResult {
-    let (upstream, proxy) = wire_proxy(&["--client-body-timeout", "300ms"]).await?;
+    // Streamed (no body is read whole first), so that the request is on its way upstream.
+    let args = [
+        "--client-body-timeout",
+        "300ms",
+        "--client-body-buffer-size",
+        "0",
+    ];
+    let (upstream, proxy) = wire_proxy(&args).await?;
     let head = "POST / HTTP/1.1\r\nhost: x\r\ncontent-length: 10\r\n\r\n";
     let answer = proxy.raw_exchange(&[head.as_bytes(), b"abc"]).await?;
     assert!(answer.starts_with("HTTP/1.1 408 "), "{answer}");
@@ -512,6 +530,54 @@ async fn a_body_without_length_that_grows_past_the_bound_is_413_and_cut() -> Tes
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_small_body_is_read_whole_before_the_request_goes_upstream() -> TestResult {
+    let (upstream, proxy) = wire_proxy(&["--client-body-buffer-size", "10"]).await?;
+    // A body of the buffer's size, and then one a byte longer, each half sent.
+    let mut small = TcpStream::connect(proxy.address).await?;
+    small
+        .write_all(b"POST /small HTTP/1.1\r\nhost: x\r\ncontent-length: 10\r\n\r\nabc")
+        .await?;
+    let mut long = TcpStream::connect(proxy.address).await?;
+    long.write_all(b"POST /long HTTP/1.1\r\nhost: x\r\ncontent-length: 11\r\n\r\nabc")
+        .await?;
+    // The longer one is streamed: its request reaches the upstream before its body ends.
+    proxy_support::eventually("the streamed request reaches the upstream", || async {
+        Ok(upstream.requests_to("/long") == 1)
+    })
+    .await?;
+    // The smaller one, sent first, is still being read from its client.
+    assert_eq!(upstream.requests_to("/small"), 0);
+    assert_eq!(upstream.connections(), 1);
+    for (stream, rest) in [(&mut small, &b"defghij"[..]), (&mut long, &b"defghijk"[..])] {
+        stream.write_all(rest).await?;
+        let mut answer = Vec::new();
+        read_past(stream, &mut answer, b"\r\n\r\nok")
+            .await
+            .ok_or("no answer")?;
+        assert!(answer.starts_with(b"HTTP/1.1 200 "));
+    }
+    assert_eq!(upstream.requests_to("/small"), 1);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_small_body_that_stops_coming_is_answered_408_and_never_reaches_the_upstream()
+-> TestResult {
+    let (upstream, proxy) = wire_proxy(&["--client-body-timeout", "300ms"]).await?;
+    let head = "POST /stops HTTP/1.1\r\nhost: x\r\ncontent-length: 10\r\n\r\n";
+    let answer = proxy.raw_exchange(&[head.as_bytes(), b"abc"]).await?;
+    assert!(answer.starts_with("HTTP/1.1 408 "), "{answer}");
+    assert_eq!(
+        proxy
+            .metric("sluicegate_proxy_client_body_timeouts_total")
+            .await?,
+        1
+    );
+    assert_eq!(upstream.connections(), 0);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_h2_request_body_that_stops_coming_is_answered_408() -> TestResult {
     let (_upstream, proxy) = wire_proxy(&["--client-body-timeout", "300ms"]).await?;
     let tcp = TcpStream::connect(proxy.address).await?;
@@ -534,7 +600,13 @@ async fn an_h2_request_body_that_stops_coming_is_answered_408() -> TestResult {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_body_that_stops_after_an_early_answer_ends_the_answer() -> TestResult {
     // The upstream answers at once and ends its answer only once the whole body has come.
-    let (_upstream, proxy) = wire_proxy(&["--client-body-timeout", "300ms"]).await?;
+    let args = [
+        "--client-body-timeout",
+        "300ms",
+        "--client-body-buffer-size",
+        "0",
+    ];
+    let (_upstream, proxy) = wire_proxy(&args).await?;
     let head = "POST /early-chunked HTTP/1.1\r\nhost: x\r\ncontent-length: 10\r\n\r\n";
     let answer = proxy.raw_exchange(&[head.as_bytes(), b"abc"]).await?;
     // The rest of the upload was given up, the upstream saw the body cut short, and the answer

@@ -27,7 +27,7 @@ use crate::proxy::metrics::Metrics;
 use crate::proxy::rules::Rules;
 use crate::proxy::serving::{ConnectionServer, State};
 use crate::proxy::table::Table;
-use crate::proxy::upstream::{Pools, Timeouts};
+use crate::proxy::upstream::{BodyBounds, Pools, Timeouts};
 use crate::proxy::workers::start_workers;
 
 /// How to run the proxy.
@@ -77,8 +77,16 @@ pub struct ProxyConfig {
     /// before any limit sees it and before the upstream does; one whose body comes without a
     /// length and grows past it has its upstream connection closed (the upstream sees the body
     /// cut short) and is answered 413 if the upstream has not answered yet. None: no bound
-    /// (bodies are streamed, never held whole, so none is needed for memory).
+    /// (no body is held whole beyond `client_body_buffer_size`, so none is needed for memory).
     pub client_max_body_size: Option<u64>,
+    /// A request body whose announced length (`Content-Length`) is at most this many bytes is
+    /// read whole from the client before the request goes to the upstream (nginx's
+    /// `client_body_buffer_size` and `proxy_request_buffering on`): a client sending such a
+    /// body slowly holds no upstream connection while it does, and the request goes to the
+    /// upstream in one write. Longer bodies, and bodies sent without a length (chunked, which
+    /// a client streaming both ways sends), are streamed. 0: every body is streamed (nginx's
+    /// `proxy_request_buffering off`).
+    pub client_body_buffer_size: u64,
     /// How often the rule file is checked for changes.
     pub reload_interval: Duration,
     /// How long a shutdown waits for requests in flight.
@@ -98,8 +106,8 @@ impl ProxyConfig {
     /// A configuration with the defaults: admin off, 60 s upstream timeout, 5 s connect
     /// timeout, upstream connections kept 60 s idle, 60 s for a client's request head, for
     /// a client to read and for the next piece of a request body, rule file checked every
-    /// second, 30 s shutdown grace, no bound on request bodies, clients served on the
-    /// caller's runtime.
+    /// second, 30 s shutdown grace, no bound on request bodies, bodies of up to 16 KiB read
+    /// whole before they are sent, clients served on the caller's runtime.
     pub fn new(upstream: impl Into<String>, rules: impl Into<PathBuf>, listen: SocketAddr) -> Self {
         ProxyConfig {
             upstream: upstream.into(),
@@ -113,6 +121,7 @@ impl ProxyConfig {
             client_send_timeout: Duration::from_secs(60),
             client_body_timeout: Duration::from_secs(60),
             client_max_body_size: None,
+            client_body_buffer_size: 16 * 1024,
             reload_interval: Duration::from_secs(1),
             shutdown_grace: Duration::from_secs(30),
             #[cfg(feature = "proxy-redis")]
@@ -150,7 +159,10 @@ pub async fn start(config: ProxyConfig) -> Result<Proxy, ProxyError> {
             config.workers,
             config.connect_timeout,
             config.upstream_keepalive_timeout,
-            config.client_max_body_size,
+            BodyBounds {
+                max_size: config.client_max_body_size,
+                buffer_size: config.client_body_buffer_size,
+            },
         ),
         target,
         timeouts: Timeouts {

@@ -14,4 +14,5 @@ mod send_wait;
 pub use body::PooledBody;
 pub use error::UpstreamError;
 pub(crate) use pool::{Pools, SendError, Written};
+pub(crate) use request::BodyBounds;
 pub(crate) use send_wait::Timeouts;

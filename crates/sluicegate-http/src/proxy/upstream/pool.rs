@@ -22,7 +22,7 @@ use crate::proxy::upstream::body::PooledBody;
 use crate::proxy::upstream::conn::{Conn, Failed};
 use crate::proxy::upstream::error::UpstreamError;
 use crate::proxy::upstream::idle::Pool;
-use crate::proxy::upstream::request::{self, Outgoing};
+use crate::proxy::upstream::request::{self, BodyBounds, Outgoing};
 use crate::proxy::upstream::send_wait::{SendWait, Stall, Timeouts};
 
 thread_local! {
@@ -57,6 +57,38 @@ pub(crate) struct Written {
     to_head: bool,
     /// Its method is idempotent: it may be sent again.
     idempotent: bool,
+    /// Its body is read whole from the client before the request is sent (its length is
+    /// announced and small).
+    read_body_first: bool,
+}
+
+impl Written {
+    /// Reads the whole body from the client onto the head, each wait for the next piece bounded
+    /// by `client_body` (then [`SendError::ClientBodyTimeout`]): the request then goes to the
+    /// upstream as one write, and a client that sends its body slowly holds no upstream
+    /// connection while it does (nginx's `proxy_request_buffering`).
+    async fn read_body(&mut self, client_body: Option<Duration>) -> Result<(), SendError> {
+        let Some(mut body) = self.outgoing.take() else {
+            return Ok(());
+        };
+        loop {
+            let next = body.next_data();
+            let data = match client_body {
+                Some(wait) => tokio::time::timeout(wait, next)
+                    .await
+                    .map_err(|_| SendError::ClientBodyTimeout)?,
+                None => next.await,
+            };
+            match data {
+                Ok(Some(data)) => self.head.extend_from_slice(&data),
+                Ok(None) => return Ok(()),
+                Err(UpstreamError::RequestBodyTooLarge(max)) => {
+                    return Err(SendError::BodyTooLarge(max));
+                }
+                Err(error) => return Err(SendError::Upstream(error)),
+            }
+        }
+    }
 }
 
 /// The pools of one upstream: one per worker thread, and one for threads of no worker.
@@ -67,8 +99,8 @@ pub(crate) struct Pools {
     /// The upstream's authority as the URL gave it: the `Host` of a request that names none.
     host: String,
     connect_timeout: Duration,
-    /// The most bytes of a request body passed on (none: no bound).
-    max_body_size: Option<u64>,
+    /// How request bodies are taken.
+    bodies: BodyBounds,
 }
 
 impl Pools {
@@ -77,7 +109,7 @@ impl Pools {
         workers: usize,
         connect_timeout: Duration,
         idle_timeout: Duration,
-        max_body_size: Option<u64>,
+        bodies: BodyBounds,
     ) -> Pools {
         Pools {
             pools: (0..=workers)
@@ -90,7 +122,7 @@ impl Pools {
             ),
             host: authority.as_str().to_owned(),
             connect_timeout,
-            max_body_size,
+            bodies,
         }
     }
 
@@ -110,7 +142,8 @@ impl Pools {
     /// else, as nginx's `client_max_body_size` does, spending no budget and sending nothing
     /// to the upstream.
     pub(crate) fn refuses(&self, body: &Incoming) -> Option<u64> {
-        self.max_body_size
+        self.bodies
+            .max_size
             .filter(|&max| http_body::Body::size_hint(body).lower() > max)
     }
 
@@ -119,13 +152,20 @@ impl Pools {
     /// wherever it is moved) only what sending needs, not the request.
     pub(crate) fn write(&self, request: Request<Incoming>) -> Written {
         let (parts, body) = request.into_parts();
-        let mut head = Vec::with_capacity(256 + 64 * parts.headers.len());
-        let outgoing = request::write_head(&mut head, &parts, body, &self.host, self.max_body_size);
+        let announced = http_body::Body::size_hint(&body)
+            .exact()
+            .unwrap_or(u64::MAX);
+        let read_body_first = announced <= self.bodies.buffer_size;
+        let body_room = if read_body_first { announced } else { 0 };
+        let mut head = Vec::with_capacity(256 + 64 * parts.headers.len() + body_room as usize);
+        let outgoing =
+            request::write_head(&mut head, &parts, body, &self.host, self.bodies.max_size);
         Written {
             head,
             outgoing,
             to_head: parts.method == Method::HEAD,
             idempotent: parts.method.is_idempotent(),
+            read_body_first,
         }
     }
 
@@ -144,6 +184,9 @@ impl Pools {
         mut written: Written,
         timeouts: Timeouts,
     ) -> Result<Response<PooledBody>, SendError> {
+        if written.read_body_first {
+            written.read_body(timeouts.client_body).await?;
+        }
         let began = Instant::now();
         let deadline = began + timeouts.upstream;
         let mut wait = SendWait::new(timeouts, began);

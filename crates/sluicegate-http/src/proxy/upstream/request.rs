@@ -123,6 +123,16 @@ fn write_fields(out: &mut Vec<u8>, parts: &Parts, fallback_host: &str) -> bool {
     has_length
 }
 
+/// How the proxy takes request bodies.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct BodyBounds {
+    /// The most bytes of a body passed on (none: no bound).
+    pub(crate) max_size: Option<u64>,
+    /// A body whose announced length is at most this (and not zero) is read whole from the
+    /// client before the request goes to the upstream.
+    pub(crate) buffer_size: u64,
+}
+
 /// Where a request body being sent is, as its waits see it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct BodyState {
@@ -176,6 +186,27 @@ impl Outgoing {
     /// Whether nothing more will be written: all of it was, or writing failed.
     pub(crate) fn is_done(&self) -> bool {
         self.failed || self.is_sent()
+    }
+
+    /// The next bytes of the body from the client (none: it has ended), counted against the
+    /// bound on bodies: for a body read whole before the request is sent.
+    pub(crate) async fn next_data(&mut self) -> Result<Option<Bytes>, UpstreamError> {
+        self.started = true;
+        loop {
+            let frame = std::future::poll_fn(|cx| Pin::new(&mut self.body).poll_frame(cx)).await;
+            match frame {
+                None => return Ok(None),
+                Some(Err(error)) => return Err(UpstreamError::RequestBody(error)),
+                Some(Ok(frame)) => {
+                    if let Ok(data) = frame.into_data() {
+                        if !data.is_empty() {
+                            self.take(data.len())?;
+                            return Ok(Some(data));
+                        }
+                    }
+                }
+            }
+        }
     }
 
     /// Writes as much of the body as the client has sent and the connection takes; ready once
