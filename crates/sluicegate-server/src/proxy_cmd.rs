@@ -127,9 +127,12 @@ fn parse_size(text: &str) -> Result<u64, String> {
         }
         _ => (text, 1),
     };
-    let count: u64 = digits
-        .parse()
-        .map_err(|_| format!("`{text}` is not a size (bytes, or a number with k, m or g)"))?;
+    let not_a_size = || format!("`{text}` is not a size (bytes, or a number with k, m or g)");
+    // `u64`'s parser takes a leading `+`, which no size is written with.
+    if !digits.starts_with(|c: char| c.is_ascii_digit()) {
+        return Err(not_a_size());
+    }
+    let count: u64 = digits.parse().map_err(|_| not_a_size())?;
     count
         .checked_mul(unit)
         .ok_or_else(|| format!("`{text}` is more bytes than a 64-bit count holds"))
@@ -210,6 +213,7 @@ mod tests {
         assert!(error("5t").contains("`t` is not a size unit"));
         assert!(error("m").contains("`m` is not a size"));
         assert!(error("-1").contains("`-1` is not a size"));
+        assert!(error("+5").contains("`+5` is not a size"));
         assert!(error("1é").contains("not a size"));
         assert!(error("99999999999999999g").contains("64-bit"));
     }

@@ -297,7 +297,7 @@ routes:
 
     // v2 limits /b/ instead: /a/ is free.
     let v2 = v1.replace("/a/", "/b/");
-    std::fs::write(&proxy.rules, &v2)?;
+    proxy.replace_rules(&v2)?;
     eventually("v2 in force", || async {
         Ok(status(c.get(proxy.url("/a/"))).await? == 200)
     })
@@ -306,7 +306,7 @@ routes:
     assert_eq!(status(c.get(proxy.url("/b/"))).await?, 429);
 
     // A bad file: logged with file:line:column, v2 stays.
-    std::fs::write(&proxy.rules, v2.replace("gcra:rate=1/h", "gcra:rate=fast"))?;
+    proxy.replace_rules(&v2.replace("gcra:rate=1/h", "gcra:rate=fast"))?;
     eventually("the failed reload counted", || async {
         Ok(proxy
             .metric("sluicegate_proxy_reloads_total{result=\"failed\"}")

@@ -40,6 +40,7 @@ struct Step {
 /// `outcomes` with each group's sorted, so that two servers (or a server and the expectation)
 /// compare equal when they differ only in which request of a group came first.
 fn per_group_multiset(steps: &[Step], outcomes: &[Outcome]) -> Vec<Outcome> {
+    assert_eq!(steps.len(), outcomes.len(), "one outcome per step");
     let mut normalized = outcomes.to_vec();
     let mut start = 0;
     while start < steps.len() {
@@ -49,8 +50,7 @@ fn per_group_multiset(steps: &[Step], outcomes: &[Outcome]) -> Vec<Outcome> {
                 .iter()
                 .take_while(|step| step.group_ms == group)
                 .count();
-        let end_in_outcomes = end.min(normalized.len());
-        normalized[start.min(end_in_outcomes)..end_in_outcomes].sort_unstable();
+        normalized[start..end].sort_unstable();
         start = end;
     }
     normalized

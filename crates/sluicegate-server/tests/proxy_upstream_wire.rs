@@ -306,24 +306,23 @@ async fn an_idle_connection_the_upstream_closed_is_not_used_for_the_next_request
 async fn only_an_idempotent_request_nothing_answered_is_sent_again() -> TestResult {
     let (upstream, proxy) = wire_proxy(&[]).await?;
     let c = client();
-    let requests_to = |path: &str| upstream.requests_to(path);
 
     // A GET the upstream drops unanswered is sent again on a new connection.
     assert_eq!(c.get(proxy.url("/drop-next")).send().await?.status(), 200);
     assert_eq!(c.get(proxy.url("/get")).send().await?.text().await?, "ok");
-    assert_eq!(requests_to("/get"), 2);
+    assert_eq!(upstream.requests_to("/get"), 2);
     assert_eq!(upstream.connections(), 2);
 
     // A POST is not: the upstream may have acted on it.
     assert_eq!(c.get(proxy.url("/drop-next")).send().await?.status(), 200);
     assert_eq!(c.post(proxy.url("/post")).send().await?.status(), 502);
-    assert_eq!(requests_to("/post"), 1);
+    assert_eq!(upstream.requests_to("/post"), 1);
 
     // A PUT whose small body was read whole before it was sent is: the proxy still has it.
     assert_eq!(c.get(proxy.url("/drop-next")).send().await?.status(), 200);
     let put = c.put(proxy.url("/put")).body("a body").send().await?;
     assert_eq!(put.status(), 200);
-    assert_eq!(requests_to("/put"), 2);
+    assert_eq!(upstream.requests_to("/put"), 2);
 
     // Not one whose body was streamed: what was read of it cannot be read again.
     assert_eq!(c.get(proxy.url("/drop-next")).send().await?.status(), 200);
@@ -331,7 +330,7 @@ async fn only_an_idempotent_request_nothing_answered_is_sent_again() -> TestResu
     let streamed = reqwest::Body::wrap_stream(futures_stream(parts));
     let put = c.put(proxy.url("/streamed")).body(streamed).send().await?;
     assert_eq!(put.status(), 502);
-    assert_eq!(requests_to("/streamed"), 1);
+    assert_eq!(upstream.requests_to("/streamed"), 1);
     Ok(())
 }
 
@@ -579,21 +578,67 @@ async fn a_small_body_that_stops_coming_is_answered_408_and_never_reaches_the_up
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_h2_request_body_that_stops_coming_is_answered_408() -> TestResult {
-    let (_upstream, proxy) = wire_proxy(&["--client-body-timeout", "300ms"]).await?;
-    let tcp = TcpStream::connect(proxy.address).await?;
-    let (mut h2, connection) = h2::client::handshake(tcp).await?;
-    tokio::spawn(connection);
-    let request = axum::http::Request::post(proxy.url("/"))
-        .header("content-length", "10")
-        .body(())?;
-    let (response, mut body) = h2.send_request(request, false)?;
-    body.send_data(bytes::Bytes::from_static(b"abc"), false)?;
-    // A bound on a hang, not a timing: the stream held open, nothing more sent.
-    let response = tokio::time::timeout(Duration::from_secs(60), response)
-        .await
-        .map_err(|_| "no answer to an h2 request whose body stopped")??;
-    assert_eq!(response.status(), 408);
-    drop(body);
+    // Read whole first (the default for a short body), and streamed.
+    for buffer in ["16k", "0"] {
+        let args = [
+            "--client-body-timeout",
+            "300ms",
+            "--client-body-buffer-size",
+            buffer,
+        ];
+        let (upstream, proxy) = wire_proxy(&args).await?;
+        let tcp = TcpStream::connect(proxy.address).await?;
+        let (mut h2, connection) = h2::client::handshake(tcp).await?;
+        tokio::spawn(connection);
+        let request = axum::http::Request::post(proxy.url("/"))
+            .header("content-length", "10")
+            .body(())?;
+        let (response, mut body) = h2.send_request(request, false)?;
+        body.send_data(bytes::Bytes::from_static(b"abc"), false)?;
+        // A bound on a hang, not a timing: the stream held open, nothing more sent.
+        let response = tokio::time::timeout(Duration::from_secs(60), response)
+            .await
+            .map_err(|_| "no answer to an h2 request whose body stopped")??;
+        assert_eq!(response.status(), 408, "buffer {buffer}");
+        assert_eq!(upstream.connections(), usize::from(buffer == "0"));
+        drop(body);
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_the_client_breaks_off_is_not_counted_as_the_upstreams_failure() -> TestResult {
+    // Read whole first, and streamed: the client closes its side in the middle of the body.
+    for buffer in ["16k", "0"] {
+        let (_upstream, proxy) = wire_proxy(&["--client-body-buffer-size", buffer]).await?;
+        let mut stream = TcpStream::connect(proxy.address).await?;
+        stream
+            .write_all(b"POST / HTTP/1.1\r\nhost: x\r\ncontent-length: 10\r\n\r\nabc")
+            .await?;
+        stream.shutdown().await?;
+        let mut answer = Vec::new();
+        // A bound on a hang; an error (a reset) ends the answer as a close does.
+        let _ = tokio::time::timeout(Duration::from_secs(60), stream.read_to_end(&mut answer))
+            .await
+            .map_err(|_| "the proxy held a half-closed connection")?;
+        let answer = String::from_utf8_lossy(&answer);
+        // Its side still open to read: it learns why, and no 502 blames the upstream.
+        assert!(
+            answer.starts_with("HTTP/1.1 400 "),
+            "buffer {buffer}: {answer}"
+        );
+        assert!(
+            answer.contains("the request body failed"),
+            "buffer {buffer}: {answer}"
+        );
+        assert_eq!(
+            proxy
+                .metric("sluicegate_proxy_upstream_errors_total{kind=\"other\"}")
+                .await?,
+            0,
+            "buffer {buffer}"
+        );
+    }
     Ok(())
 }
 

@@ -104,7 +104,7 @@ pub(crate) fn text(status: StatusCode, body: String) -> Response<UpstreamBody> {
 
 impl Forwarder {
     /// Sends `written` to the upstream; what keeps the upstream from answering is answered
-    /// here (502, 504, 408).
+    /// here (502, 504; 408, 413 and 400 for what keeps the client from sending its body).
     async fn forward(
         self: Arc<Self>,
         written: Written,
@@ -158,6 +158,17 @@ impl Forwarder {
                 )
             }
             Err(SendError::BodyTooLarge(max)) => too_large(&self.metrics, max),
+            // The client is most likely gone (nginx logs 499); if it is not, it learns why.
+            Err(SendError::ClientBody(error)) => {
+                tracing::debug!(error = %error_chain(&error), "proxy: the request body failed");
+                text(
+                    StatusCode::BAD_REQUEST,
+                    format!(
+                        "400 Bad Request: the request body failed: {}\n",
+                        error_chain(&error)
+                    ),
+                )
+            }
         };
         Ok(response)
     }

@@ -67,10 +67,11 @@ pub struct ProxyConfig {
     pub client_send_timeout: Duration,
     /// How long a client may take to send the next bytes of a request body (nginx's
     /// `client_body_timeout`): a request whose body stops coming for this long is answered
-    /// 408 if the upstream has not answered yet, and its upstream connection closed. The
-    /// bound is on the wait between two pieces, never on the whole body, so a slow upload
-    /// that keeps coming passes. Zero: no bound (a client that stops sending its body then
-    /// holds its connection, and an upstream connection, for as long as it stays).
+    /// 408 if the upstream has not answered yet, and its upstream connection (if the body was
+    /// being streamed) closed. The bound is on the wait between two pieces, never on the whole
+    /// body, so a slow upload that keeps coming passes. Zero: no bound (a client that stops
+    /// sending its body then holds its connection, and an upstream connection if the body is
+    /// streamed, for as long as it stays).
     pub client_body_timeout: Duration,
     /// The most bytes of a request body the proxy passes on (nginx's
     /// `client_max_body_size`). A request whose `Content-Length` says more is answered 413
@@ -82,8 +83,8 @@ pub struct ProxyConfig {
     /// A request body whose announced length (`Content-Length`) is at most this many bytes is
     /// read whole from the client before the request goes to the upstream (nginx's
     /// `client_body_buffer_size` and `proxy_request_buffering on`): a client sending such a
-    /// body slowly holds no upstream connection while it does, and the request goes to the
-    /// upstream in one write. Longer bodies, and bodies sent without a length (chunked, which
+    /// body slowly holds no upstream connection while it does, and an idempotent request can
+    /// be sent again with its body. Longer bodies, and bodies sent without a length (chunked, which
     /// a client streaming both ways sends), are streamed. 0: every body is streamed (nginx's
     /// `proxy_request_buffering off`).
     pub client_body_buffer_size: u64,

@@ -226,6 +226,14 @@ impl ProxyProcess {
         format!("http://{}{path}", self.address)
     }
 
+    /// Replaces the rule file with `text` in one rename, so that the reload loop never reads
+    /// half a file (a write in place can be read empty, then whole: two reloads).
+    pub fn replace_rules(&self, text: &str) -> std::io::Result<()> {
+        let temp = self.rules.with_extension("tmp");
+        std::fs::write(&temp, text)?;
+        std::fs::rename(temp, &self.rules)
+    }
+
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }

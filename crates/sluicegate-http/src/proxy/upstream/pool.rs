@@ -12,6 +12,7 @@ use std::cell::Cell;
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::{Bytes, BytesMut};
 use http::uri::Authority;
 use http::{Method, Request, Response};
 use hyper::body::Incoming;
@@ -47,6 +48,20 @@ pub(crate) enum SendError {
     /// The client's request body, sent without a length, grew past the bound on bodies (in
     /// bytes) before the upstream answered.
     BodyTooLarge(u64),
+    /// The client's request body failed (the client went away, or broke its framing).
+    ClientBody(hyper::Error),
+}
+
+impl SendError {
+    /// A request's failure for `error`: the client's own when its body failed or grew too
+    /// long, the upstream's otherwise.
+    fn from_broken(error: UpstreamError) -> SendError {
+        match error {
+            UpstreamError::RequestBodyTooLarge(max) => SendError::BodyTooLarge(max),
+            UpstreamError::RequestBody(error) => SendError::ClientBody(error),
+            error => SendError::Upstream(error),
+        }
+    }
 }
 
 /// A request as the upstream receives it, not yet sent.
@@ -57,35 +72,52 @@ pub(crate) struct Written {
     to_head: bool,
     /// Its method is idempotent: it may be sent again.
     idempotent: bool,
-    /// Its body is read whole from the client before the request is sent (its length is
-    /// announced and small).
-    read_body_first: bool,
+    /// The length of its body, when the body is read whole from the client before the
+    /// request is sent (announced, not zero, and at most the buffer size).
+    read_first: Option<u64>,
 }
 
 impl Written {
-    /// Reads the whole body from the client onto the head, each wait for the next piece bounded
-    /// by `client_body` (then [`SendError::ClientBodyTimeout`]): the request then goes to the
-    /// upstream as one write, and a client that sends its body slowly holds no upstream
-    /// connection while it does (nginx's `proxy_request_buffering`).
-    async fn read_body(&mut self, client_body: Option<Duration>) -> Result<(), SendError> {
-        let Some(mut body) = self.outgoing.take() else {
+    /// Reads the whole body from the client before anything is sent, each wait for the next
+    /// piece bounded by `client_body` (then [`SendError::ClientBodyTimeout`]): a client that
+    /// sends its body slowly holds no upstream connection while it does (nginx's
+    /// `proxy_request_buffering`), and the body is kept, so that the request can be sent
+    /// again.
+    async fn read_body(
+        &mut self,
+        length: u64,
+        client_body: Option<Duration>,
+    ) -> Result<(), SendError> {
+        let Some(body) = self.outgoing.as_mut() else {
             return Ok(());
         };
+        // The body is most often one piece, kept as it is; more are gathered, in room reserved
+        // once a second piece comes, and no more than 64 KiB of it ahead of the bytes.
+        let mut one_piece: Option<Bytes> = None;
+        let mut gathered = BytesMut::new();
         loop {
-            let next = body.next_data();
+            let next = std::future::poll_fn(|cx| body.poll_next_data(cx));
             let data = match client_body {
                 Some(wait) => tokio::time::timeout(wait, next)
                     .await
                     .map_err(|_| SendError::ClientBodyTimeout)?,
                 None => next.await,
-            };
+            }
+            .map_err(SendError::from_broken)?;
             match data {
-                Ok(Some(data)) => self.head.extend_from_slice(&data),
-                Ok(None) => return Ok(()),
-                Err(UpstreamError::RequestBodyTooLarge(max)) => {
-                    return Err(SendError::BodyTooLarge(max));
+                Some(data) if one_piece.is_none() && gathered.is_empty() => one_piece = Some(data),
+                Some(data) => {
+                    if let Some(first) = one_piece.take() {
+                        gathered
+                            .reserve(usize::try_from(length).map_or(1 << 16, |n| n.min(1 << 16)));
+                        gathered.extend_from_slice(&first);
+                    }
+                    gathered.extend_from_slice(&data);
                 }
-                Err(error) => return Err(SendError::Upstream(error)),
+                None => {
+                    body.keep_whole(one_piece.unwrap_or_else(|| gathered.freeze()));
+                    return Ok(());
+                }
             }
         }
     }
@@ -152,12 +184,10 @@ impl Pools {
     /// wherever it is moved) only what sending needs, not the request.
     pub(crate) fn write(&self, request: Request<Incoming>) -> Written {
         let (parts, body) = request.into_parts();
-        let announced = http_body::Body::size_hint(&body)
+        let read_first = http_body::Body::size_hint(&body)
             .exact()
-            .unwrap_or(u64::MAX);
-        let read_body_first = announced <= self.bodies.buffer_size;
-        let body_room = if read_body_first { announced } else { 0 };
-        let mut head = Vec::with_capacity(256 + 64 * parts.headers.len() + body_room as usize);
+            .filter(|&length| length > 0 && length <= self.bodies.buffer_size);
+        let mut head = Vec::with_capacity(256 + 64 * parts.headers.len());
         let outgoing =
             request::write_head(&mut head, &parts, body, &self.host, self.bodies.max_size);
         Written {
@@ -165,7 +195,7 @@ impl Pools {
             outgoing,
             to_head: parts.method == Method::HEAD,
             idempotent: parts.method.is_idempotent(),
-            read_body_first,
+            read_first,
         }
     }
 
@@ -178,14 +208,17 @@ impl Pools {
     /// A request an idle connection turned out to be closed for (the upstream closed it as the
     /// request was written) is sent again, once, on another when that cannot do what it did
     /// not: its method is idempotent (RFC 9110 section 9.2.2), no byte of a response came, and
-    /// none of its body was read.
+    /// its body can be sent again from its start ([`Outgoing::rewind`]).
+    ///
+    /// A body of a length announced and at most the buffer size is first read whole
+    /// ([`Written::read_body`]), and the waits above begin after it.
     pub(crate) async fn send(
         &self,
         mut written: Written,
         timeouts: Timeouts,
     ) -> Result<Response<PooledBody>, SendError> {
-        if written.read_body_first {
-            written.read_body(timeouts.client_body).await?;
+        if let Some(length) = written.read_first {
+            written.read_body(length, timeouts.client_body).await?;
         }
         let began = Instant::now();
         let deadline = began + timeouts.upstream;
@@ -247,19 +280,15 @@ impl Pools {
                     });
                 }
                 Err(Failed::Stalled(Stall::Client)) => return Err(SendError::ClientBodyTimeout),
-                Err(Failed::Broken {
-                    error: UpstreamError::RequestBodyTooLarge(max),
-                    ..
-                }) => return Err(SendError::BodyTooLarge(max)),
                 Err(Failed::Broken { error, answered }) => {
                     let again = reused
                         && !retried
                         && !answered
                         && written.idempotent
-                        && written.outgoing.as_ref().is_none_or(|body| !body.started())
-                        && error.is_closed_before_response();
+                        && error.is_closed_before_response()
+                        && written.outgoing.as_mut().is_none_or(Outgoing::rewind);
                     if !again {
-                        return Err(SendError::Upstream(error));
+                        return Err(SendError::from_broken(error));
                     }
                     retried = true;
                 }

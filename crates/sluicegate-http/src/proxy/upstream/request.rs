@@ -56,6 +56,7 @@ pub(crate) fn write_head(
         progress: 0,
         max_body_size,
         taken: 0,
+        whole: None,
     })
 }
 
@@ -129,7 +130,7 @@ pub(crate) struct BodyBounds {
     /// The most bytes of a body passed on (none: no bound).
     pub(crate) max_size: Option<u64>,
     /// A body whose announced length is at most this (and not zero) is read whole from the
-    /// client before the request goes to the upstream.
+    /// client before the request goes to the upstream ([`Outgoing::keep_whole`]).
     pub(crate) buffer_size: u64,
 }
 
@@ -161,13 +162,30 @@ pub(crate) struct Outgoing {
     max_body_size: Option<u64>,
     /// How many bytes of the body came so far.
     taken: u64,
+    /// The whole body, read before the request was sent, kept so that it can be sent again.
+    whole: Option<Bytes>,
 }
 
 impl Outgoing {
-    /// Whether any of the body has been read from the client (a request whose body has not
-    /// can still be sent on another connection).
-    pub(crate) fn started(&self) -> bool {
-        self.started
+    /// Makes the body ready to be sent again from its start, on another connection, if it can
+    /// be: none of it was read from the client yet, or all of it was and is kept.
+    pub(crate) fn rewind(&mut self) -> bool {
+        match &self.whole {
+            Some(whole) => {
+                self.pending = whole.clone();
+                self.failed = false;
+                true
+            }
+            None => !self.started,
+        }
+    }
+
+    /// Takes `whole`, every byte of the body (read with [`Outgoing::poll_next_data`] to its
+    /// end), to be sent as it is: the body's length was announced, so it is not chunked.
+    pub(crate) fn keep_whole(&mut self, whole: Bytes) {
+        self.pending = whole.clone();
+        self.whole = Some(whole);
+        self.ended = true;
     }
 
     /// Whether all of the body has been written.
@@ -189,19 +207,24 @@ impl Outgoing {
     }
 
     /// The next bytes of the body from the client (none: it has ended), counted against the
-    /// bound on bodies: for a body read whole before the request is sent.
-    pub(crate) async fn next_data(&mut self) -> Result<Option<Bytes>, UpstreamError> {
-        self.started = true;
+    /// bound on bodies.
+    pub(crate) fn poll_next_data(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<Option<Bytes>, UpstreamError>> {
         loop {
-            let frame = std::future::poll_fn(|cx| Pin::new(&mut self.body).poll_frame(cx)).await;
+            let frame = ready!(Pin::new(&mut self.body).poll_frame(cx));
+            self.started = true;
             match frame {
-                None => return Ok(None),
-                Some(Err(error)) => return Err(UpstreamError::RequestBody(error)),
+                None => return Poll::Ready(Ok(None)),
+                Some(Err(error)) => return Poll::Ready(Err(UpstreamError::RequestBody(error))),
                 Some(Ok(frame)) => {
+                    // Trailers are dropped: few upstreams read them, and a client that sends
+                    // them to a proxy cannot count on their passing.
                     if let Ok(data) = frame.into_data() {
                         if !data.is_empty() {
                             self.take(data.len())?;
-                            return Ok(Some(data));
+                            return Poll::Ready(Ok(Some(data)));
                         }
                     }
                 }
@@ -244,21 +267,11 @@ impl Outgoing {
             if self.ended {
                 return Poll::Ready(Ok(()));
             }
-            let frame = ready!(Pin::new(&mut self.body).poll_frame(cx));
-            self.started = true;
-            match frame {
-                Some(Ok(frame)) => {
-                    // Trailers are dropped: few upstreams read them, and a client that sends
-                    // them to a proxy cannot count on their passing.
-                    if let Ok(data) = frame.into_data() {
-                        if !data.is_empty() {
-                            self.take(data.len())?;
-                            self.progress += 1;
-                            self.pending = self.frame(data);
-                        }
-                    }
+            match ready!(self.poll_next_data(cx))? {
+                Some(data) => {
+                    self.progress += 1;
+                    self.pending = self.frame(data);
                 }
-                Some(Err(error)) => return Poll::Ready(Err(UpstreamError::RequestBody(error))),
                 None => {
                     self.progress += 1;
                     self.ended = true;
