@@ -26,6 +26,7 @@ use crate::proxy::loads::Loads;
 use crate::proxy::metrics::Metrics;
 use crate::proxy::rules::Rules;
 use crate::proxy::serving::{ConnectionServer, State};
+use crate::proxy::settled::Settled;
 use crate::proxy::table::Table;
 use crate::proxy::upstream::{BodyBounds, Pools, Timeouts};
 use crate::proxy::workers::start_workers;
@@ -336,14 +337,15 @@ async fn serve_admin(listener: TcpListener, state: Arc<State>, mut stopped: watc
 
 /// Re-reads the rule file every `interval`; a changed file that loads replaces the rules
 /// (keeping the state of every limit whose definition is unchanged), one that does not is
-/// logged with its `file:line:column` errors and the old rules stay.
+/// logged with its `file:line:column` errors and the old rules stay. A change is taken once
+/// the file reads the same twice in a row, an interval apart ([`Settled`]).
 async fn watch_rules(
     state: Arc<State>,
     path: PathBuf,
     interval: Duration,
     mut stopped: watch::Receiver<bool>,
 ) {
-    let mut last = std::fs::read(&path).ok();
+    let mut file = Settled::new(std::fs::read(&path).ok());
     loop {
         tokio::select! {
             () = tokio::time::sleep(interval) => {}
@@ -352,11 +354,10 @@ async fn watch_rules(
         let Ok(now) = tokio::fs::read(&path).await else {
             continue;
         };
-        if last.as_ref() == Some(&now) {
+        let Some(changed) = file.observe(now) else {
             continue;
-        }
-        last = Some(now.clone());
-        let text = String::from_utf8_lossy(&now);
+        };
+        let text = String::from_utf8_lossy(changed);
         let loaded = Rules::parse(&path, &text)
             .map_err(|e| e.to_string())
             .and_then(|rules| {
