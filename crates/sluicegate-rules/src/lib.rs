@@ -29,6 +29,7 @@ mod refuse;
 mod resolve;
 mod rule;
 mod ruleset;
+mod settled;
 pub mod yaml;
 
 pub use error::{LoadErrors, RuleError, RuleErrorKind};
@@ -36,4 +37,5 @@ pub use matcher::Match;
 pub use refuse::LimitAt;
 pub use rule::{Limit, Rule, Source, Unit, Window};
 pub use ruleset::{LoadOptions, RuleSet};
+pub use settled::Settled;
 pub use yaml::Position;

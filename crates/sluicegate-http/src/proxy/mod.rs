@@ -37,7 +37,6 @@ mod rules;
 mod send_deadline;
 mod server;
 mod serving;
-mod settled;
 #[cfg(feature = "proxy-redis")]
 mod shared;
 #[cfg(feature = "proxy-redis")]

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use sluicegate_rules::{LoadOptions, RuleSet};
+use sluicegate_rules::{LoadOptions, RuleSet, Settled};
 
 use crate::serve::engine::Engine;
 use crate::serve::metrics::{KindLabel, Metrics};
@@ -66,23 +66,23 @@ fn record(engine_metrics: &Metrics, kind: &'static str) {
         .inc();
 }
 
-/// Polls `path` every `interval` and reloads the engine's rules when the files change.
+/// Polls `path` every `interval` and reloads the engine's rules when the files change, once
+/// they read the same on two polls in a row ([`Settled`]: a file written in place is not
+/// loaded half written).
 pub(crate) async fn watch(
     engine: Arc<Engine>,
     path: PathBuf,
     options: LoadOptions,
     interval: Duration,
 ) {
-    let mut seen = fingerprint(&path);
+    let mut files = Settled::new(Some(fingerprint(&path)));
     let mut ticker = tokio::time::interval(interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticker.tick().await;
-        let now = fingerprint(&path);
-        if now == seen {
+        if files.observe(fingerprint(&path)).is_none() {
             continue;
         }
-        seen = now;
         let Some(rules) = load_rules(engine.metrics(), &path, &options) else {
             continue;
         };

@@ -1,29 +1,40 @@
-//! When a watched file's change is taken: once it reads the same twice in a row.
+//! When a change to a watched rule file is taken: once it reads the same twice in a row.
 //!
 //! A file written in place (`cat > rules.yaml`, most editors' plain save) can be read empty or
 //! half written between two writes; taking that read would log and count a failed reload
 //! before the whole file loads. A file replaced by a rename is never seen half, and is taken
 //! one read later.
 
-/// The last contents taken, and a change seen once and not yet taken.
+/// The last version of a watched file taken, and a change seen once and not yet taken. A
+/// version is whatever a read of the file gives: its contents, or its length and mtime.
+///
+/// ```
+/// use sluicegate_rules::Settled;
+///
+/// let mut file = Settled::new(Some("v1"));
+/// assert_eq!(file.observe("v1"), None); // unchanged
+/// assert_eq!(file.observe(""), None); // read while being written: seen once
+/// assert_eq!(file.observe("v2"), None); // written: seen once
+/// assert_eq!(file.observe("v2"), Some(&"v2")); // the same twice in a row: taken
+/// ```
 #[derive(Debug)]
-pub(crate) struct Settled {
-    taken: Option<Vec<u8>>,
-    seen_once: Option<Vec<u8>>,
+pub struct Settled<T> {
+    taken: Option<T>,
+    seen_once: Option<T>,
 }
 
-impl Settled {
-    /// Starts from `taken`, the contents in force (none: the file could not be read).
-    pub(crate) fn new(taken: Option<Vec<u8>>) -> Settled {
+impl<T: PartialEq> Settled<T> {
+    /// Starts from `taken`, the version in force (none: the file could not be read).
+    pub fn new(taken: Option<T>) -> Settled<T> {
         Settled {
             taken,
             seen_once: None,
         }
     }
 
-    /// Notes one read of the file; returns its contents when they are a change to take: not
-    /// the contents taken last, and the same as the read before.
-    pub(crate) fn observe(&mut self, read: Vec<u8>) -> Option<&[u8]> {
+    /// Notes one read of the file; returns it when it is a change to take: not the version
+    /// taken last, and the same as the read before.
+    pub fn observe(&mut self, read: T) -> Option<&T> {
         if self.taken.as_ref() == Some(&read) {
             self.seen_once = None;
             return None;
@@ -34,7 +45,7 @@ impl Settled {
         }
         self.seen_once = None;
         self.taken = Some(read);
-        self.taken.as_deref()
+        self.taken.as_ref()
     }
 }
 
@@ -47,7 +58,7 @@ mod tests {
         let mut file = Settled::new(Some(b"v1".to_vec()));
         assert_eq!(file.observe(b"v1".to_vec()), None);
         assert_eq!(file.observe(b"v2".to_vec()), None);
-        assert_eq!(file.observe(b"v2".to_vec()), Some(&b"v2"[..]));
+        assert_eq!(file.observe(b"v2".to_vec()), Some(&b"v2".to_vec()));
         // Taken once: the same contents again are no change.
         assert_eq!(file.observe(b"v2".to_vec()), None);
         assert_eq!(file.observe(b"v2".to_vec()), None);
@@ -60,7 +71,10 @@ mod tests {
         assert_eq!(file.observe(Vec::new()), None);
         assert_eq!(file.observe(b"v2 ha".to_vec()), None);
         assert_eq!(file.observe(b"v2 whole".to_vec()), None);
-        assert_eq!(file.observe(b"v2 whole".to_vec()), Some(&b"v2 whole"[..]));
+        assert_eq!(
+            file.observe(b"v2 whole".to_vec()),
+            Some(&b"v2 whole".to_vec())
+        );
     }
 
     #[test]
@@ -70,13 +84,13 @@ mod tests {
         assert_eq!(file.observe(b"v1".to_vec()), None);
         // The change seen once is forgotten: seeing it again starts over.
         assert_eq!(file.observe(b"v2".to_vec()), None);
-        assert_eq!(file.observe(b"v2".to_vec()), Some(&b"v2"[..]));
+        assert_eq!(file.observe(b"v2".to_vec()), Some(&b"v2".to_vec()));
     }
 
     #[test]
     fn a_file_unreadable_at_start_is_taken_once_it_settles() {
         let mut file = Settled::new(None);
         assert_eq!(file.observe(b"v1".to_vec()), None);
-        assert_eq!(file.observe(b"v1".to_vec()), Some(&b"v1"[..]));
+        assert_eq!(file.observe(b"v1".to_vec()), Some(&b"v1".to_vec()));
     }
 }
