@@ -436,18 +436,27 @@ async fn a_request_body_that_stops_coming_is_answered_408() -> TestResult {
     let (upstream, proxy) = wire_proxy(&args).await?;
     let head = "POST / HTTP/1.1\r\nhost: x\r\ncontent-length: 10\r\n\r\n";
     let answer = proxy.raw_exchange(&[head.as_bytes(), b"abc"]).await?;
-    assert!(answer.starts_with("HTTP/1.1 408 "), "{answer}");
+    let why = "nothing more of the request body came for 300ms";
+    let metric = "sluicegate_proxy_client_body_timeouts_total";
+    assert_cut_off(&proxy, &upstream, &answer, "408", why, metric).await
+}
+
+/// Checks that `answer` is the proxy's `status`, saying `why`, counted once in `metric`, and
+/// that the upstream connection went with the request: the next one takes a new connection.
+async fn assert_cut_off(
+    proxy: &ProxyProcess,
+    upstream: &WireUpstream,
+    answer: &str,
+    status: &str,
+    why: &str,
+    metric: &str,
+) -> TestResult {
     assert!(
-        answer.contains("nothing more of the request body came for 300ms"),
+        answer.starts_with(&format!("HTTP/1.1 {status} ")),
         "{answer}"
     );
-    assert_eq!(
-        proxy
-            .metric("sluicegate_proxy_client_body_timeouts_total")
-            .await?,
-        1
-    );
-    // The upstream connection went with the request: the next one takes a new connection.
+    assert!(answer.contains(why), "{answer}");
+    assert_eq!(proxy.metric(metric).await?, 1);
     assert_eq!(
         client().get(proxy.url("/")).send().await?.text().await?,
         "ok"
@@ -511,21 +520,9 @@ async fn a_body_without_length_that_grows_past_the_bound_is_413_and_cut() -> Tes
     let answer = proxy
         .raw_exchange(&[head.as_bytes(), chunk.as_bytes(), chunk.as_bytes()])
         .await?;
-    assert!(answer.starts_with("HTTP/1.1 413 "), "{answer}");
-    assert!(answer.contains("longer than 1024 bytes"), "{answer}");
-    assert_eq!(
-        proxy
-            .metric("sluicegate_proxy_client_body_too_large_total")
-            .await?,
-        1
-    );
-    // The connection the cut body was on is not used again.
-    assert_eq!(
-        client().get(proxy.url("/")).send().await?.text().await?,
-        "ok"
-    );
-    assert_eq!(upstream.connections(), 2);
-    Ok(())
+    let why = "longer than 1024 bytes";
+    let metric = "sluicegate_proxy_client_body_too_large_total";
+    assert_cut_off(&proxy, &upstream, &answer, "413", why, metric).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
