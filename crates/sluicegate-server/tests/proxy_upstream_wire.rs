@@ -784,6 +784,15 @@ async fn request_bodies_are_framed_for_the_upstream() -> TestResult {
     assert!(head.contains("content-length: 12\r\n"), "{head}");
     assert!(!head.contains("transfer-encoding"), "{head}");
 
+    // `Expect: 100-continue` is the proxy's to answer, and not passed on (as nginx).
+    let expecting = "POST /expect HTTP/1.1\r\nhost: x\r\nexpect: 100-continue\r\n\
+                     content-length: 5\r\nconnection: close\r\n\r\nhello";
+    let answer = proxy.raw_exchange(&[expecting.as_bytes()]).await?;
+    assert!(answer.contains("HTTP/1.1 200 OK\r\n"), "{answer}");
+    let head = upstream.last_head().to_ascii_lowercase();
+    assert!(head.starts_with("post /expect "), "{head}");
+    assert!(!head.contains("expect:"), "{head}");
+
     // A body of unknown length (chunked from the client) goes on chunked.
     let parts: Vec<Result<&'static str, std::io::Error>> = vec![Ok("one, "), Ok("two")];
     let streamed = reqwest::Body::wrap_stream(futures_stream(parts));

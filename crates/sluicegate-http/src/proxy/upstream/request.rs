@@ -64,8 +64,8 @@ pub(crate) fn write_head(
 /// body's framing and the blank line; `true`: a `Content-Length` was among them.
 ///
 /// On the way: the target in origin form (the path and query alone, whatever the URI holds:
-/// the connection is to the upstream already); hop-by-hop fields, and those `Connection`
-/// names, left out; a `Host` from the URI (h2 names its host there alone) or `fallback_host`
+/// the connection is to the upstream already); hop-by-hop fields, those `Connection` names,
+/// and `Expect`, left out; a `Host` from the URI (h2 names its host there alone) or `fallback_host`
 /// (HTTP/1.0 may name none) when the request has no `Host`; the connection's client (a
 /// [`ForwardedClient`] in the extensions) appended to `X-Forwarded-For` and `Forwarded`.
 fn write_fields(out: &mut Vec<u8>, parts: &Parts, fallback_host: &str) -> bool {
@@ -90,7 +90,10 @@ fn write_fields(out: &mut Vec<u8>, parts: &Parts, fallback_host: &str) -> bool {
     let mut xff: SmallVec<[&HeaderValue; 2]> = SmallVec::new();
     let mut forwarded: SmallVec<[&HeaderValue; 2]> = SmallVec::new();
     for (name, value) in &parts.headers {
-        if is_hop_by_hop(name) || named.contains(name) {
+        // `Expect: 100-continue` is the proxy's to answer (hyper does, when the body is first
+        // read), not the upstream's: the body goes on without waiting for the upstream's
+        // `100`, so the field would only earn an interim answer to skip. nginx drops it too.
+        if is_hop_by_hop(name) || named.contains(name) || name == header::EXPECT {
             continue;
         }
         if name == header::HOST {
@@ -320,7 +323,7 @@ mod tests {
     }
 
     #[test]
-    fn hop_by_hop_fields_and_those_connection_names_are_left_out() {
+    fn hop_by_hop_fields_those_connection_names_and_expect_are_left_out() {
         let (head, has_length) = written(
             http::Request::post("http://app.example/a?b=1")
                 .header("host", "app.example")
@@ -331,6 +334,7 @@ mod tests {
                 .header("te", "trailers")
                 .header("transfer-encoding", "chunked")
                 .header("accept", "*/*")
+                .header("expect", "100-continue")
                 .header("content-length", "3"),
         );
         assert_eq!(
