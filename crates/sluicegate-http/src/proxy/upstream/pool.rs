@@ -72,9 +72,6 @@ pub(crate) struct Written {
     to_head: bool,
     /// Its method is idempotent: it may be sent again.
     idempotent: bool,
-    /// The length of its body, when the body is read whole from the client before the
-    /// request is sent (announced, not zero, and at most the buffer size).
-    read_first: Option<u64>,
 }
 
 impl Written {
@@ -184,9 +181,6 @@ impl Pools {
     /// wherever it is moved) only what sending needs, not the request.
     pub(crate) fn write(&self, request: Request<Incoming>) -> Written {
         let (parts, body) = request.into_parts();
-        let read_first = http_body::Body::size_hint(&body)
-            .exact()
-            .filter(|&length| length > 0 && length <= self.bodies.buffer_size);
         let mut head = Vec::with_capacity(256 + 64 * parts.headers.len());
         let outgoing =
             request::write_head(&mut head, &parts, body, &self.host, self.bodies.max_size);
@@ -195,7 +189,6 @@ impl Pools {
             outgoing,
             to_head: parts.method == Method::HEAD,
             idempotent: parts.method.is_idempotent(),
-            read_first,
         }
     }
 
@@ -217,7 +210,12 @@ impl Pools {
         mut written: Written,
         timeouts: Timeouts,
     ) -> Result<Response<PooledBody>, SendError> {
-        if let Some(length) = written.read_first {
+        let read_first = written
+            .outgoing
+            .as_ref()
+            .and_then(Outgoing::announced_length)
+            .filter(|&length| length > 0 && length <= self.bodies.buffer_size);
+        if let Some(length) = read_first {
             written.read_body(length, timeouts.client_body).await?;
         }
         let began = Instant::now();

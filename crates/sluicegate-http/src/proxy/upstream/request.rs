@@ -170,6 +170,12 @@ pub(crate) struct Outgoing {
 }
 
 impl Outgoing {
+    /// The body's length, if the client announced it (`Content-Length`) and none of it has
+    /// been read.
+    pub(crate) fn announced_length(&self) -> Option<u64> {
+        self.body.size_hint().exact().filter(|_| !self.started)
+    }
+
     /// Makes the body ready to be sent again from its start, on another connection, if it can
     /// be: none of it was read from the client yet, or all of it was and is kept.
     pub(crate) fn rewind(&mut self) -> bool {
