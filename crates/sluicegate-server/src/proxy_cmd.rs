@@ -66,6 +66,16 @@ pub(crate) struct ProxyArgs {
     /// (chunked), are streamed. `0`: every body is streamed.
     #[arg(long, default_value = "16k", value_parser = parse_size)]
     client_body_buffer_size: u64,
+    /// How long a connection the proxy closes while its client may still be sending (after a
+    /// 413 on a request head, a 408, a denial whose body was not read) goes on reading and
+    /// throwing away what the client sends, so that the client gets the answer and not a
+    /// reset (nginx's `lingering_time`); `0` closes at once (nginx's `lingering_close off`).
+    #[arg(long, default_value = "30s", value_parser = parse_duration_or_zero)]
+    lingering_time: Duration,
+    /// How long a lingering connection waits for the client's next bytes before it is closed
+    /// (nginx's `lingering_timeout`).
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    lingering_timeout: Duration,
     /// How often the rule file is checked for changes.
     #[arg(long, default_value = "1s", value_parser = parse_duration)]
     reload_interval: Duration,
@@ -98,11 +108,15 @@ fn parse_admin(text: &str) -> Result<Admin, String> {
 }
 
 fn parse_duration(text: &str) -> Result<Duration, String> {
-    let duration = sluicegate::parse_duration(text).map_err(|e| e.to_string())?;
+    let duration = parse_duration_or_zero(text)?;
     if duration.is_zero() {
         return Err("must be more than zero".to_owned());
     }
     Ok(duration)
+}
+
+fn parse_duration_or_zero(text: &str) -> Result<Duration, String> {
+    sluicegate::parse_duration(text).map_err(|e| e.to_string())
 }
 
 /// A size ([`parse_size`]) of at least one byte.
@@ -157,6 +171,8 @@ impl ProxyArgs {
         config.client_body_timeout = self.client_body_timeout;
         config.client_max_body_size = self.client_max_body_size;
         config.client_body_buffer_size = self.client_body_buffer_size;
+        config.lingering_time = self.lingering_time;
+        config.lingering_timeout = self.lingering_timeout;
         config.reload_interval = self.reload_interval;
         config.shutdown_grace = self.shutdown_grace;
         config.redis = self.redis.target().map(|target| RedisSettings {

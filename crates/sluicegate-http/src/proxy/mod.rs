@@ -31,6 +31,7 @@ pub(crate) mod forwarding;
 mod h2_stall;
 mod key;
 mod limiter;
+mod lingering;
 mod loads;
 mod metrics;
 mod rules;

@@ -23,6 +23,7 @@ use tokio::task::JoinHandle;
 use crate::proxy::backing::Backing;
 use crate::proxy::error::ProxyError;
 use crate::proxy::forward::{Forwarder, Target};
+use crate::proxy::lingering::Lingering;
 use crate::proxy::loads::Loads;
 use crate::proxy::metrics::Metrics;
 use crate::proxy::rules::Rules;
@@ -89,6 +90,15 @@ pub struct ProxyConfig {
     /// a client streaming both ways sends), are streamed. 0: every body is streamed (nginx's
     /// `proxy_request_buffering off`).
     pub client_body_buffer_size: u64,
+    /// How long an HTTP/1.1 connection the proxy closes (after a 413 on a request head, a 408,
+    /// a denial whose body was not read, `Connection: close`) may go on taking what its client
+    /// still sends, read and thrown away, so that a client sending its whole body before it
+    /// reads gets the answer and not a reset (nginx's `lingering_time`). Zero: closed at once
+    /// (nginx's `lingering_close off`).
+    pub lingering_time: Duration,
+    /// The longest wait for a client's next bytes while its connection lingers (nginx's
+    /// `lingering_timeout`): one that sends nothing for this long is closed.
+    pub lingering_timeout: Duration,
     /// How often the rule file is checked for changes.
     pub reload_interval: Duration,
     /// How long a shutdown waits for requests in flight.
@@ -109,7 +119,8 @@ impl ProxyConfig {
     /// timeout, upstream connections kept 60 s idle, 60 s for a client's request head, for
     /// a client to read and for the next piece of a request body, rule file checked every
     /// second, 30 s shutdown grace, no bound on request bodies, bodies of up to 16 KiB read
-    /// whole before they are sent, clients served on the caller's runtime.
+    /// whole before they are sent, a closed connection lingering up to 30 s (5 s without a
+    /// byte from its client), clients served on the caller's runtime.
     pub fn new(upstream: impl Into<String>, rules: impl Into<PathBuf>, listen: SocketAddr) -> Self {
         ProxyConfig {
             upstream: upstream.into(),
@@ -124,6 +135,8 @@ impl ProxyConfig {
             client_body_timeout: Duration::from_secs(60),
             client_max_body_size: None,
             client_body_buffer_size: 16 * 1024,
+            lingering_time: Duration::from_secs(30),
+            lingering_timeout: Duration::from_secs(5),
             reload_interval: Duration::from_secs(1),
             shutdown_grace: Duration::from_secs(30),
             #[cfg(feature = "proxy-redis")]
@@ -181,6 +194,11 @@ pub async fn start(config: ProxyConfig) -> Result<Proxy, ProxyError> {
         metrics,
         client_header_timeout: config.client_header_timeout,
         client_send_timeout: config.client_send_timeout,
+        lingering: (!config.lingering_time.is_zero() && !config.lingering_timeout.is_zero())
+            .then_some(Lingering {
+                time: config.lingering_time,
+                timeout: config.lingering_timeout,
+            }),
     });
     let bind = |address: SocketAddr| async move {
         TcpListener::bind(address)

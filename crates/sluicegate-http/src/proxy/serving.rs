@@ -25,6 +25,7 @@ use crate::proxy::client_idle::{OpenBody, Requests};
 use crate::proxy::forward::Forwarder;
 use crate::proxy::forwarding::ForwardedClient;
 use crate::proxy::h2_stall::Stalls;
+use crate::proxy::lingering::{Lingering, SocketTwin};
 use crate::proxy::loads::Counted;
 use crate::proxy::metrics::Metrics;
 use crate::proxy::send_deadline::SendDeadline;
@@ -43,6 +44,9 @@ pub(crate) struct State {
     pub(crate) client_header_timeout: Duration,
     /// How long a write to a client may wait for it to read.
     pub(crate) client_send_timeout: Duration,
+    /// How an HTTP/1.1 connection the proxy ends goes on taking its client's bytes (none:
+    /// closed at once).
+    pub(crate) lingering: Option<Lingering>,
 }
 
 /// What every h2 connection opens with (RFC 9113 section 3.4).
@@ -114,6 +118,13 @@ impl ConnectionServer {
                     .and_then(|told| told.ok().flatten())
             };
             if let Some(protocol) = told {
+                // h2 ends its connections with `GOAWAY`, which clients wait for.
+                let twin = match (protocol, state.lingering) {
+                    (Protocol::Http1, Some(lingering)) => {
+                        SocketTwin::of(&stream).map(|twin| (twin, lingering))
+                    }
+                    _ => None,
+                };
                 let io = TokioIo::new(SendDeadline::new(
                     stream,
                     state.client_send_timeout,
@@ -144,7 +155,10 @@ impl ConnectionServer {
                     }
                 });
                 let connection = builder.serve_connection(io, service);
-                until_ended(connection, protocol, stopping, idle, stalled).await;
+                let ended = until_ended(connection, protocol, stopping, idle, stalled).await;
+                if let (Ended::ByItself, Some((twin, lingering))) = (ended, twin) {
+                    twin.linger(lingering).await;
+                }
             }
             drop(counted);
         });
@@ -166,6 +180,15 @@ impl ConnectionServer {
     }
 }
 
+/// How a connection's serving ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ended {
+    /// hyper ended it: the client closed, an answer closed it, or it finished when told to.
+    ByItself,
+    /// The proxy dropped it: idle, stalled, or told to finish and idle since.
+    Dropped,
+}
+
 /// Why a connection is told to finish what it has begun.
 enum Closing {
     /// The proxy stops.
@@ -174,7 +197,7 @@ enum Closing {
     Idle,
 }
 
-/// Drives `connection` until it ends, or is dropped.
+/// Drives `connection` until it ends, or is dropped, and says which.
 ///
 /// - When the proxy stops, or `idle` says no request has been open for its timeout, the
 ///   connection is told to finish what it has begun (h2: `GOAWAY`). An HTTP/1.1 connection
@@ -193,7 +216,7 @@ async fn until_ended<C: GracefulConnection>(
     mut stopping: watch::Receiver<()>,
     idle: Option<(Arc<Requests>, Duration)>,
     stalled: Option<(Arc<Stalls>, Duration)>,
-) {
+) -> Ended {
     tokio::pin!(connection);
     let idle_since = |since: Instant| {
         let idle = idle.clone();
@@ -224,26 +247,27 @@ async fn until_ended<C: GracefulConnection>(
         let woken = branches.woken(cx);
         // A client that goes away mid-request is no error of the proxy's.
         if connection.as_mut().poll(cx).is_ready() {
-            return Poll::Ready(None);
+            return Poll::Ready(Err(Ended::ByItself));
         }
         if woken.has(STALLED) && branches.poll(STALLED, stalled_for.as_mut()).is_ready() {
             stalled_log();
-            return Poll::Ready(None);
+            return Poll::Ready(Err(Ended::Dropped));
         }
         if woken.has(STOPPING) && branches.poll(STOPPING, told_to_stop.as_mut()).is_ready() {
-            return Poll::Ready(Some(Closing::Stopping));
+            return Poll::Ready(Ok(Closing::Stopping));
         }
         if woken.has(IDLE) && branches.poll(IDLE, idle_for.as_mut()).is_ready() {
-            return Poll::Ready(Some(Closing::Idle));
+            return Poll::Ready(Ok(Closing::Idle));
         }
         Poll::Pending
     })
     .await;
-    let Some(closing) = closing else {
-        return;
+    let closing = match closing {
+        Ok(closing) => closing,
+        Err(ended) => return ended,
     };
     if matches!(closing, Closing::Idle) && protocol == Protocol::Http1 {
-        return;
+        return Ended::Dropped;
     }
     connection.as_mut().graceful_shutdown();
     let idle_after = idle_since(Instant::now());
@@ -252,18 +276,18 @@ async fn until_ended<C: GracefulConnection>(
     poll_fn(|cx| {
         let woken = branches.woken(cx);
         if connection.as_mut().poll(cx).is_ready() {
-            return Poll::Ready(());
+            return Poll::Ready(Ended::ByItself);
         }
         if woken.has(STALLED) && branches.poll(STALLED, stalled_for.as_mut()).is_ready() {
             stalled_log();
-            return Poll::Ready(());
+            return Poll::Ready(Ended::Dropped);
         }
         if woken.has(IDLE) && branches.poll(IDLE, idle_after.as_mut()).is_ready() {
-            return Poll::Ready(());
+            return Poll::Ready(Ended::Dropped);
         }
         Poll::Pending
     })
-    .await;
+    .await
 }
 
 /// The branches of a connection's task ([`BranchWakers`]) beside the connection itself.
