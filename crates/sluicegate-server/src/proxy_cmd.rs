@@ -62,8 +62,9 @@ pub(crate) struct ProxyArgs {
     /// A request body whose `Content-Length` is at most this (`16k`, `1m` or bytes) is read
     /// whole from the client before the request goes to the upstream, so that a slow client
     /// holds no upstream connection while it sends it (nginx's `client_body_buffer_size` with
-    /// `proxy_request_buffering on`). Longer bodies, and bodies sent without a length
-    /// (chunked), are streamed. `0`: every body is streamed.
+    /// `proxy_request_buffering on`); a body sent without a length (chunked) is read up to
+    /// this first, and sent with its length if it ended within it. Longer bodies are
+    /// streamed. `0`: every body is streamed as it comes.
     #[arg(long, default_value = "16k", value_parser = parse_size)]
     client_body_buffer_size: u64,
     /// How long a connection the proxy closes while its client may still be sending (after a

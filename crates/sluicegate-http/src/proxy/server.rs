@@ -86,9 +86,12 @@ pub struct ProxyConfig {
     /// read whole from the client before the request goes to the upstream (nginx's
     /// `client_body_buffer_size` and `proxy_request_buffering on`): a client sending such a
     /// body slowly holds no upstream connection while it does, and an idempotent request can
-    /// be sent again with its body. Longer bodies, and bodies sent without a length (chunked, which
-    /// a client streaming both ways sends), are streamed. 0: every body is streamed (nginx's
-    /// `proxy_request_buffering off`).
+    /// be sent again with its body. A body sent without a length (chunked, or h2 without
+    /// `content-length`) is read up to this many bytes first: one that ends within them is
+    /// sent with its `Content-Length`, as nginx sends it; one that goes on is sent chunked,
+    /// what was read first. Longer bodies are streamed. 0: every body is streamed as it comes
+    /// (nginx's `proxy_request_buffering off`), which a client streaming both ways over one
+    /// request needs.
     pub client_body_buffer_size: u64,
     /// How long an HTTP/1.1 connection the proxy closes (after a 413 on a request head, a 408,
     /// a denial whose body was not read, `Connection: close`) may go on taking what its client

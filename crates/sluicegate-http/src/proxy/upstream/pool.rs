@@ -23,7 +23,7 @@ use crate::proxy::upstream::body::PooledBody;
 use crate::proxy::upstream::conn::{Conn, Failed};
 use crate::proxy::upstream::error::UpstreamError;
 use crate::proxy::upstream::idle::Pool;
-use crate::proxy::upstream::request::{self, BodyBounds, Outgoing};
+use crate::proxy::upstream::request::{self, BodyBounds, Outgoing, ReadFirst};
 use crate::proxy::upstream::send_wait::{SendWait, Stall, Timeouts};
 
 thread_local! {
@@ -75,47 +75,79 @@ pub(crate) struct Written {
 }
 
 impl Written {
-    /// Reads the whole body from the client before anything is sent, each wait for the next
-    /// piece bounded by `client_body` (then [`SendError::ClientBodyTimeout`]): a client that
-    /// sends its body slowly holds no upstream connection while it does (nginx's
-    /// `proxy_request_buffering`), and the body is kept, so that the request can be sent
-    /// again.
-    async fn read_body(
+    /// Reads the body from the client before anything is sent, when it is short, each wait
+    /// for the next piece bounded by `client_body` (then [`SendError::ClientBodyTimeout`]):
+    /// one whose announced length is at most `buffer_size` whole, one of unknown length up to
+    /// `buffer_size` ([`request::finish_head`] then frames it). A client that sends a short
+    /// body slowly holds no upstream connection while it does (nginx's
+    /// `proxy_request_buffering`), a short body is kept, so that the request can be sent
+    /// again, and goes with its length, so that an upstream that takes no chunked request
+    /// takes it.
+    async fn read_first(
         &mut self,
-        length: u64,
+        buffer_size: u64,
         client_body: Option<Duration>,
     ) -> Result<(), SendError> {
         let Some(body) = self.outgoing.as_mut() else {
             return Ok(());
         };
-        // The body is most often one piece, kept as it is; more are gathered, in room reserved
-        // once a second piece comes, and no more than 64 KiB of it ahead of the bytes.
-        let mut one_piece: Option<Bytes> = None;
-        let mut gathered = BytesMut::new();
-        loop {
-            let next = std::future::poll_fn(|cx| body.poll_next_data(cx));
-            let data = match client_body {
-                Some(wait) => tokio::time::timeout(wait, next)
-                    .await
-                    .map_err(|_| SendError::ClientBodyTimeout)?,
-                None => next.await,
+        let limit = if body.is_framing_open() {
+            buffer_size
+        } else {
+            match body.announced_length() {
+                Some(length) if length > 0 && length <= buffer_size => length,
+                _ => return Ok(()),
             }
-            .map_err(SendError::from_broken)?;
-            match data {
-                Some(data) if one_piece.is_none() && gathered.is_empty() => one_piece = Some(data),
-                Some(data) => {
-                    if let Some(first) = one_piece.take() {
-                        gathered
-                            .reserve(usize::try_from(length).map_or(1 << 16, |n| n.min(1 << 16)));
-                        gathered.extend_from_slice(&first);
-                    }
-                    gathered.extend_from_slice(&data);
+        };
+        let read = read_up_to(body, limit, client_body).await?;
+        self.outgoing = self
+            .outgoing
+            .take()
+            .and_then(|body| request::finish_head(&mut self.head, body, read));
+        Ok(())
+    }
+}
+
+/// Reads `body` until it ends ([`ReadFirst::Whole`]) or more than `limit` bytes of it came
+/// ([`ReadFirst::Start`]), each wait for the next piece bounded by `client_body`.
+async fn read_up_to(
+    body: &mut Outgoing,
+    limit: u64,
+    client_body: Option<Duration>,
+) -> Result<ReadFirst, SendError> {
+    // The body is most often one piece, kept as it is; more are gathered, in room reserved
+    // once a second piece comes, and no more than 64 KiB of it ahead of the bytes.
+    let mut one_piece: Option<Bytes> = None;
+    let mut gathered = BytesMut::new();
+    loop {
+        let next = std::future::poll_fn(|cx| body.poll_next_data(cx));
+        let data = match client_body {
+            Some(wait) => tokio::time::timeout(wait, next)
+                .await
+                .map_err(|_| SendError::ClientBodyTimeout)?,
+            None => next.await,
+        }
+        .map_err(SendError::from_broken)?;
+        match data {
+            Some(data) if one_piece.is_none() && gathered.is_empty() => one_piece = Some(data),
+            Some(data) => {
+                if let Some(first) = one_piece.take() {
+                    gathered.reserve(usize::try_from(limit).map_or(1 << 16, |n| n.min(1 << 16)));
+                    gathered.extend_from_slice(&first);
                 }
-                None => {
-                    body.keep_whole(one_piece.unwrap_or_else(|| gathered.freeze()));
-                    return Ok(());
-                }
+                gathered.extend_from_slice(&data);
             }
+            None => {
+                return Ok(ReadFirst::Whole(
+                    one_piece.unwrap_or_else(|| gathered.freeze()),
+                ));
+            }
+        }
+        let read = one_piece.as_ref().map_or(gathered.len(), Bytes::len);
+        if read as u64 > limit {
+            return Ok(ReadFirst::Start(
+                one_piece.unwrap_or_else(|| gathered.freeze()),
+            ));
         }
     }
 }
@@ -182,8 +214,7 @@ impl Pools {
     pub(crate) fn write(&self, request: Request<Incoming>) -> Written {
         let (parts, body) = request.into_parts();
         let mut head = Vec::with_capacity(256 + 64 * parts.headers.len());
-        let outgoing =
-            request::write_head(&mut head, &parts, body, &self.host, self.bodies.max_size);
+        let outgoing = request::write_head(&mut head, &parts, body, &self.host, self.bodies);
         Written {
             head,
             outgoing,
@@ -203,21 +234,16 @@ impl Pools {
     /// not: its method is idempotent (RFC 9110 section 9.2.2), no byte of a response came, and
     /// its body can be sent again from its start ([`Outgoing::rewind`]).
     ///
-    /// A body of a length announced and at most the buffer size is first read whole
-    /// ([`Written::read_body`]), and the waits above begin after it.
+    /// A short body is first read from the client ([`Written::read_first`]), and the waits
+    /// above begin after it.
     pub(crate) async fn send(
         &self,
         mut written: Written,
         timeouts: Timeouts,
     ) -> Result<Response<PooledBody>, SendError> {
-        let read_first = written
-            .outgoing
-            .as_ref()
-            .and_then(Outgoing::announced_length)
-            .filter(|&length| length > 0 && length <= self.bodies.buffer_size);
-        if let Some(length) = read_first {
-            written.read_body(length, timeouts.client_body).await?;
-        }
+        written
+            .read_first(self.bodies.buffer_size, timeouts.client_body)
+            .await?;
         let began = Instant::now();
         let deadline = began + timeouts.upstream;
         let mut wait = SendWait::new(timeouts, began);

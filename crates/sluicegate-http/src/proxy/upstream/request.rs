@@ -19,45 +19,115 @@ use crate::proxy::forwarding::{
 use crate::proxy::upstream::error::UpstreamError;
 
 /// Writes the head of `parts` as the upstream receives it ([`write_fields`]) and the framing
-/// of `body`, and returns the body to stream after it, if it has one: one that fails once
-/// more than `max_body_size` bytes of it came (a body whose length was announced has been
+/// of `body`, and returns the body to send after it, if it has one: one that fails once
+/// more than `bounds.max_size` bytes of it came (a body whose length was announced has been
 /// checked against it before any limit: `Pools::refuses`).
+///
+/// A body of unknown length (chunked, or h2 without `content-length`) is read first up to
+/// `bounds.buffer_size` ([`Outgoing::is_framing_open`]): its framing and the blank line are
+/// written by [`finish_head`] once that tells a short body from a long one.
 pub(crate) fn write_head(
     out: &mut Vec<u8>,
     parts: &Parts,
     body: Incoming,
     fallback_host: &str,
-    max_body_size: Option<u64>,
+    bounds: BodyBounds,
 ) -> Option<Outgoing> {
     let has_length = write_fields(out, parts, fallback_host);
     // The server has checked a client's Content-Length against the body it frames (h1 and h2
     // alike), so a Content-Length that came with the request is passed on as it is.
-    let chunked = if body.is_end_stream() {
+    let framing = if body.is_end_stream() {
         // `Content-Length: 0`, or no body at all.
         out.extend_from_slice(b"\r\n");
         return None;
     } else if has_length {
-        false
+        Framing::Length
     } else if let Some(length) = body.size_hint().exact() {
         let _ = write!(out, "content-length: {length}\r\n");
-        false
+        Framing::Length
+    } else if bounds.buffer_size > 0 {
+        Framing::Open
     } else {
-        out.extend_from_slice(b"transfer-encoding: chunked\r\n");
-        true
+        Framing::Chunked
     };
-    out.extend_from_slice(b"\r\n");
+    if framing != Framing::Open {
+        finish_fields(out, framing);
+    }
     Some(Outgoing {
         body,
-        chunked,
+        framing,
         pending: Bytes::new(),
         started: false,
         ended: false,
         failed: false,
         progress: 0,
-        max_body_size,
+        max_body_size: bounds.max_size,
         taken: 0,
         whole: None,
     })
+}
+
+/// Takes `read`, what [`Written::read_first`](super::pool::Written) read of `body` before
+/// its request is sent, and ends a head whose framing [`write_head`] left open now that
+/// `read` tells it: a body that ended within it is sent with its length (and none at all
+/// when it was empty, as a request without framing has none), a longer one chunked, `read`
+/// first. `None`: the whole body goes with the head.
+pub(crate) fn finish_head(
+    out: &mut Vec<u8>,
+    mut body: Outgoing,
+    read: ReadFirst,
+) -> Option<Outgoing> {
+    let open = body.framing == Framing::Open;
+    match read {
+        ReadFirst::Whole(whole) => {
+            if open {
+                if whole.is_empty() {
+                    out.extend_from_slice(b"\r\n");
+                    return None;
+                }
+                let _ = write!(out, "content-length: {}\r\n", whole.len());
+                body.framing = Framing::Length;
+                finish_fields(out, Framing::Length);
+            }
+            body.keep_whole(whole);
+        }
+        ReadFirst::Start(start) => {
+            if open {
+                body.framing = Framing::Chunked;
+                finish_fields(out, Framing::Chunked);
+            }
+            body.resume_after(start);
+        }
+    }
+    Some(body)
+}
+
+/// The framing field a body of unknown length needs, if any, and the blank line.
+fn finish_fields(out: &mut Vec<u8>, framing: Framing) {
+    if framing == Framing::Chunked {
+        out.extend_from_slice(b"transfer-encoding: chunked\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+}
+
+/// How a request body is framed for the upstream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Framing {
+    /// By its `Content-Length`, announced or written once the body was read whole.
+    Length,
+    /// Chunked: its length is not known.
+    Chunked,
+    /// Not decided yet: the body is read first, up to the buffer size ([`finish_head`]).
+    Open,
+}
+
+/// What was read of a body before its request is sent.
+#[derive(Debug)]
+pub(crate) enum ReadFirst {
+    /// The whole body: it ended within what may be read first.
+    Whole(Bytes),
+    /// Its start: it goes on past what may be read first.
+    Start(Bytes),
 }
 
 /// Writes the request line and fields of `parts` as the upstream receives them, all but the
@@ -133,7 +203,9 @@ pub(crate) struct BodyBounds {
     /// The most bytes of a body passed on (none: no bound).
     pub(crate) max_size: Option<u64>,
     /// A body whose announced length is at most this (and not zero) is read whole from the
-    /// client before the request goes to the upstream ([`Outgoing::keep_whole`]).
+    /// client before the request goes to the upstream ([`Outgoing::keep_whole`]); one of
+    /// unknown length is read first up to this, and sent with its length if it ended within
+    /// it ([`finish_head`]). Zero: every body is streamed as it comes.
     pub(crate) buffer_size: u64,
 }
 
@@ -150,7 +222,7 @@ pub(crate) struct BodyState {
 #[derive(Debug)]
 pub(crate) struct Outgoing {
     body: Incoming,
-    chunked: bool,
+    framing: Framing,
     /// Bytes taken from the body, framed, and not yet written.
     pending: Bytes,
     started: bool,
@@ -189,12 +261,23 @@ impl Outgoing {
         }
     }
 
+    /// Whether the body's framing waits for it to be read first ([`finish_head`]).
+    pub(crate) fn is_framing_open(&self) -> bool {
+        self.framing == Framing::Open
+    }
+
     /// Takes `whole`, every byte of the body (read with [`Outgoing::poll_next_data`] to its
-    /// end), to be sent as it is: the body's length was announced, so it is not chunked.
-    pub(crate) fn keep_whole(&mut self, whole: Bytes) {
+    /// end), to be sent as it is: its length is in the head, so it is not chunked.
+    fn keep_whole(&mut self, whole: Bytes) {
         self.pending = whole.clone();
         self.whole = Some(whole);
         self.ended = true;
+    }
+
+    /// Takes `start`, the bytes read so far with [`Outgoing::poll_next_data`], to be sent
+    /// first, then the rest as it comes.
+    fn resume_after(&mut self, start: Bytes) {
+        self.pending = self.frame(start);
     }
 
     /// Whether all of the body has been written.
@@ -284,7 +367,7 @@ impl Outgoing {
                 None => {
                     self.progress += 1;
                     self.ended = true;
-                    if self.chunked {
+                    if self.framing == Framing::Chunked {
                         self.pending = Bytes::from_static(b"0\r\n\r\n");
                     }
                 }
@@ -302,7 +385,7 @@ impl Outgoing {
     }
 
     fn frame(&self, data: Bytes) -> Bytes {
-        if !self.chunked {
+        if self.framing != Framing::Chunked || data.is_empty() {
             return data;
         }
         let mut framed = BytesMut::with_capacity(data.len() + 20);
