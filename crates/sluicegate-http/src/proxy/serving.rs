@@ -4,17 +4,17 @@
 use std::convert::Infallible;
 use std::future::poll_fn;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use http::Request;
+use http::{Request, StatusCode};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::GracefulConnection;
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -140,6 +140,7 @@ impl ConnectionServer {
                 let stalled = h2_stalls
                     .as_ref()
                     .map(|stalls| (Arc::clone(stalls), send_timeout));
+                let answered = Arc::clone(&requests);
                 let service = service_fn(move |mut request: Request<Incoming>| {
                     let stalls = h2_stalls.clone();
                     request.extensions_mut().insert(client.clone());
@@ -148,15 +149,26 @@ impl ConnectionServer {
                     let handling = table::handle(&state.table.load(), request);
                     async move {
                         let response = handling.await;
+                        if response.status() == StatusCode::SWITCHING_PROTOCOLS {
+                            open.switched();
+                        }
                         // Watched from the response on: until then the upstream's timeout
                         // bounds the wait.
                         let asked = stalls.map(|stalls| stalls.watch());
                         Ok::<_, Infallible>(response.map(|body| OpenBody::new(body, open, asked)))
                     }
                 });
-                let connection = builder.serve_connection(io, service);
-                let ended = until_ended(connection, protocol, stopping, idle, stalled).await;
-                if let (Ended::ByItself, Some((twin, lingering))) = (ended, twin) {
+                // Upgrades: a WebSocket handshake the upstream accepts turns the connection into
+                // a tunnel (`upstream::tunnel`).
+                let connection = builder.serve_connection_with_upgrades(io, service);
+                let finish = |connection: Pin<&mut _>| {
+                    auto::UpgradeableConnection::graceful_shutdown(connection);
+                };
+                let ended =
+                    until_ended(connection, finish, protocol, stopping, idle, stalled).await;
+                // A connection that switched is the tunnel's now, not to be lingered on.
+                let switched = answered.has_switched();
+                if let (Ended::ByItself, Some((twin, lingering)), false) = (ended, twin, switched) {
                     twin.linger(lingering).await;
                 }
             }
@@ -210,8 +222,9 @@ enum Closing {
 /// - A connection with an h2 response `stalled` says its client has taken nothing of for
 ///   that long is dropped at any time, its other streams with it: hyper gives no way to reset
 ///   one stream whose body it is not asking for more.
-async fn until_ended<C: GracefulConnection>(
+async fn until_ended<C: Future>(
     connection: C,
+    finish: impl FnOnce(Pin<&mut C>),
     protocol: Protocol,
     mut stopping: watch::Receiver<()>,
     idle: Option<(Arc<Requests>, Duration)>,
@@ -269,7 +282,7 @@ async fn until_ended<C: GracefulConnection>(
     if matches!(closing, Closing::Idle) && protocol == Protocol::Http1 {
         return Ended::Dropped;
     }
-    connection.as_mut().graceful_shutdown();
+    finish(connection.as_mut());
     let idle_after = idle_since(Instant::now());
     tokio::pin!(idle_after);
     branches.wake(IDLE);

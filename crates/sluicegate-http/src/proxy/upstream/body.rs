@@ -117,6 +117,11 @@ impl PooledBody {
         PooledBody::new(state, source, false, timeout)
     }
 
+    /// No body at all (the answer to a switch to WebSocket, whose connection is a tunnel now).
+    pub(crate) fn empty(timeout: Duration) -> PooledBody {
+        PooledBody::new(State::Ended, Source::Gone, false, timeout)
+    }
+
     fn new(state: State, source: Source, keep_alive: bool, timeout: Duration) -> PooledBody {
         let mut body = PooledBody {
             state,

@@ -19,7 +19,7 @@ use tokio::time::{Instant, Sleep};
 
 use crate::proxy::upstream::error::UpstreamError;
 use crate::proxy::upstream::request::Outgoing;
-use crate::proxy::upstream::response::{self, Head, Parsed};
+use crate::proxy::upstream::response::{self, Asked, Head, Parsed};
 use crate::proxy::upstream::send_wait::{SendWait, Stall};
 
 /// How many interim (1xx) responses may come before the final one.
@@ -83,6 +83,11 @@ impl<S: AsyncRead + Unpin> Io<S> {
 }
 
 impl Io {
+    /// The connection itself, and what has been read from it and not yet consumed.
+    pub(crate) fn into_parts(self) -> (TcpStream, BytesMut) {
+        (self.stream, self.read)
+    }
+
     /// The reading half, with what has been read, and the writing half.
     pub(crate) fn split(self) -> (Io<OwnedReadHalf>, OwnedWriteHalf) {
         let (reader, writer) = self.stream.into_split();
@@ -110,12 +115,13 @@ impl Io {
     /// Writes the request's `head`, then its body (if any) while the response head is awaited:
     /// an upstream may answer before it has read the whole body, and then what is left of the
     /// body goes on while the response is read (and the connection is not used again).
-    /// `to_head`: the request is `HEAD`. Every wait is bounded by `wait`, on `timer`.
+    /// `asked`: what the request asked of its response. Every wait is bounded by `wait`, on
+    /// `timer`.
     pub(crate) async fn exchange(
         &mut self,
         head: &[u8],
         outgoing: &mut Option<Outgoing>,
-        to_head: bool,
+        asked: Asked,
         timer: &mut Pin<Box<Sleep>>,
         wait: &mut SendWait,
     ) -> Result<Head, Failed> {
@@ -152,7 +158,7 @@ impl Io {
             }
             loop {
                 let broken = move |error| Poll::Ready(Err(Failed::Broken { error, answered }));
-                match response::parse(&mut self.read, to_head) {
+                match response::parse(&mut self.read, asked) {
                     Err(error) => return broken(error),
                     Ok(Parsed::Final(head)) => return Poll::Ready(Ok(head)),
                     // A bound, so that an upstream cannot keep a request busy with them.

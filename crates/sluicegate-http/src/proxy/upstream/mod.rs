@@ -10,6 +10,7 @@ mod pool;
 mod request;
 mod response;
 mod send_wait;
+mod tunnel;
 
 pub use body::PooledBody;
 pub use error::UpstreamError;

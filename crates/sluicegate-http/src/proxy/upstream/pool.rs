@@ -16,6 +16,7 @@ use bytes::{Bytes, BytesMut};
 use http::uri::Authority;
 use http::{Method, Request, Response};
 use hyper::body::Incoming;
+use hyper::upgrade::OnUpgrade;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
@@ -24,7 +25,9 @@ use crate::proxy::upstream::conn::{Conn, Failed};
 use crate::proxy::upstream::error::UpstreamError;
 use crate::proxy::upstream::idle::Pool;
 use crate::proxy::upstream::request::{self, BodyBounds, Outgoing, ReadFirst};
+use crate::proxy::upstream::response::Asked;
 use crate::proxy::upstream::send_wait::{SendWait, Stall, Timeouts};
+use crate::proxy::upstream::tunnel;
 
 thread_local! {
     /// The worker the current thread is (0: none, a thread of the caller's runtime).
@@ -68,8 +71,10 @@ impl SendError {
 pub(crate) struct Written {
     head: Vec<u8>,
     outgoing: Option<Outgoing>,
-    /// The request is `HEAD`: its response has no body.
-    to_head: bool,
+    /// What the request asks of its response.
+    asked: Asked,
+    /// The client's side of a switch to WebSocket, once its `101` has been sent.
+    client_switch: Option<OnUpgrade>,
     /// Its method is idempotent: it may be sent again.
     idempotent: bool,
 }
@@ -212,13 +217,29 @@ impl Pools {
     /// [`Pools::send`]: done at once, so that the future that sends it keeps (and copies
     /// wherever it is moved) only what sending needs, not the request.
     pub(crate) fn write(&self, request: Request<Incoming>) -> Written {
-        let (parts, body) = request.into_parts();
+        let (mut parts, body) = request.into_parts();
         let mut head = Vec::with_capacity(256 + 64 * parts.headers.len());
-        let outgoing = request::write_head(&mut head, &parts, body, &self.host, self.bodies);
+        let mut websocket = false;
+        let outgoing = request::write_head(
+            &mut head,
+            &parts,
+            body,
+            &self.host,
+            self.bodies,
+            &mut websocket,
+        );
+        let (asked, client_switch) = if websocket {
+            (Asked::WebSocket, parts.extensions.remove::<OnUpgrade>())
+        } else if parts.method == Method::HEAD {
+            (Asked::HeadOnly, None)
+        } else {
+            (Asked::Response, None)
+        };
         Written {
             head,
             outgoing,
-            to_head: parts.method == Method::HEAD,
+            asked,
+            client_switch,
             idempotent: parts.method.is_idempotent(),
         }
     }
@@ -264,12 +285,16 @@ impl Pools {
                 .exchange(
                     &written.head,
                     &mut written.outgoing,
-                    written.to_head,
+                    written.asked,
                     &mut conn.timer,
                     &mut wait,
                 )
                 .await;
             match exchanged {
+                Ok(head) if head.switched => {
+                    tunnel::open(written.client_switch.take(), conn.io, timeouts.upstream);
+                    return Ok(head.response.map(|()| PooledBody::empty(timeouts.upstream)));
+                }
                 Ok(head) => {
                     let (response_parts, ()) = head.response.into_parts();
                     // An upstream that answered before the whole body was written may not read

@@ -8,6 +8,7 @@ use std::task::{Context, Poll, ready};
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use http::header::{self, HeaderValue};
 use http::request::Parts;
+use http::{Method, Version};
 use http_body::Body;
 use hyper::body::Incoming;
 use smallvec::SmallVec;
@@ -26,14 +27,21 @@ use crate::proxy::upstream::error::UpstreamError;
 /// A body of unknown length (chunked, or h2 without `content-length`) is read first up to
 /// `bounds.buffer_size` ([`Outgoing::is_framing_open`]): its framing and the blank line are
 /// written by [`finish_head`] once that tells a short body from a long one.
+///
+/// `websocket`: set when the request asks to switch to WebSocket ([`Fields::websocket`]).
 pub(crate) fn write_head(
     out: &mut Vec<u8>,
     parts: &Parts,
     body: Incoming,
     fallback_host: &str,
     bounds: BodyBounds,
+    websocket: &mut bool,
 ) -> Option<Outgoing> {
-    let has_length = write_fields(out, parts, fallback_host);
+    let Fields {
+        has_length,
+        websocket: switch,
+    } = write_fields(out, parts, fallback_host);
+    *websocket = switch;
     // The server has checked a client's Content-Length against the body it frames (h1 and h2
     // alike), so a Content-Length that came with the request is passed on as it is.
     let framing = if body.is_end_stream() {
@@ -130,15 +138,27 @@ pub(crate) enum ReadFirst {
     Start(Bytes),
 }
 
+/// What [`write_fields`] saw on the way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Fields {
+    /// A `Content-Length` was among the fields.
+    has_length: bool,
+    /// The request asks to switch to WebSocket (RFC 6455 section 4.1: an HTTP/1.1 `GET` with
+    /// `Upgrade: websocket` and `Connection: upgrade`): its `Upgrade` and `Connection: upgrade`
+    /// were written. Other switches (`h2c`) are not asked of the upstream: a tunnel to it
+    /// would carry requests no limit sees.
+    websocket: bool,
+}
+
 /// Writes the request line and fields of `parts` as the upstream receives them, all but the
-/// body's framing and the blank line; `true`: a `Content-Length` was among them.
+/// body's framing and the blank line.
 ///
 /// On the way: the target in origin form (the path and query alone, whatever the URI holds:
 /// the connection is to the upstream already); hop-by-hop fields, those `Connection` names,
 /// and `Expect`, left out; a `Host` from the URI (h2 names its host there alone) or `fallback_host`
 /// (HTTP/1.0 may name none) when the request has no `Host`; the connection's client (a
 /// [`ForwardedClient`] in the extensions) appended to `X-Forwarded-For` and `Forwarded`.
-fn write_fields(out: &mut Vec<u8>, parts: &Parts, fallback_host: &str) -> bool {
+fn write_fields(out: &mut Vec<u8>, parts: &Parts, fallback_host: &str) -> Fields {
     let target = parts
         .uri
         .path_and_query()
@@ -159,11 +179,21 @@ fn write_fields(out: &mut Vec<u8>, parts: &Parts, fallback_host: &str) -> bool {
     let mut host = None;
     let mut xff: SmallVec<[&HeaderValue; 2]> = SmallVec::new();
     let mut forwarded: SmallVec<[&HeaderValue; 2]> = SmallVec::new();
+    let mut upgrade = None;
+    let mut connection_upgrade = false;
     for (name, value) in &parts.headers {
         // `Expect: 100-continue` is the proxy's to answer (hyper does, when the body is first
         // read), not the upstream's: the body goes on without waiting for the upstream's
         // `100`, so the field would only earn an interim answer to skip. nginx drops it too.
         if is_hop_by_hop(name) || named.contains(name) || name == header::EXPECT {
+            if name == header::UPGRADE {
+                upgrade = Some(value);
+            } else if name == header::CONNECTION {
+                connection_upgrade |= value
+                    .as_bytes()
+                    .split(|&b| b == b',')
+                    .any(|token| token.trim_ascii().eq_ignore_ascii_case(b"upgrade"));
+            }
             continue;
         }
         if name == header::HOST {
@@ -194,7 +224,19 @@ fn write_fields(out: &mut Vec<u8>, parts: &Parts, fallback_host: &str) -> bool {
         &forwarded,
         named_host,
     );
-    has_length
+    let websocket = connection_upgrade
+        && parts.method == Method::GET
+        && parts.version == Version::HTTP_11
+        && upgrade.is_some_and(|value| value.as_bytes().eq_ignore_ascii_case(b"websocket"));
+    if let Some(upgrade) = upgrade.filter(|_| websocket) {
+        out.extend_from_slice(b"connection: upgrade\r\nupgrade: ");
+        out.extend_from_slice(upgrade.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    Fields {
+        has_length,
+        websocket,
+    }
 }
 
 /// How the proxy takes request bodies.
@@ -401,19 +443,19 @@ mod tests {
     use super::*;
 
     /// The head `request` is written as, with the client 192.0.2.1.
-    fn written(request: http::request::Builder) -> (String, bool) {
+    fn written(request: http::request::Builder) -> (String, Fields) {
         let (mut parts, ()) = request.body(()).expect("request").into_parts();
         parts
             .extensions
             .insert(ForwardedClient::new("192.0.2.1".parse().expect("ip")));
         let mut out = Vec::new();
-        let has_length = write_fields(&mut out, &parts, "upstream:8080");
-        (String::from_utf8_lossy(&out).into_owned(), has_length)
+        let fields = write_fields(&mut out, &parts, "upstream:8080");
+        (String::from_utf8_lossy(&out).into_owned(), fields)
     }
 
     #[test]
     fn hop_by_hop_fields_those_connection_names_and_expect_are_left_out() {
-        let (head, has_length) = written(
+        let (head, fields) = written(
             http::Request::post("http://app.example/a?b=1")
                 .header("host", "app.example")
                 .header("connection", "keep-alive, X-Private ,close")
@@ -432,12 +474,12 @@ mod tests {
              x-forwarded-for: 192.0.2.1\r\n\
              forwarded: for=192.0.2.1;host=\"app.example\";proto=http\r\n"
         );
-        assert!(has_length);
+        assert!(fields.has_length && !fields.websocket);
     }
 
     #[test]
     fn the_forwarding_lists_that_came_are_extended_as_one_field_each() {
-        let (head, has_length) = written(
+        let (head, fields) = written(
             http::Request::get("/")
                 .header("host", "a")
                 .header("x-forwarded-for", "10.0.0.1")
@@ -449,7 +491,7 @@ mod tests {
             "GET / HTTP/1.1\r\nhost: a\r\nx-forwarded-for: 10.0.0.1, 10.0.0.2, 192.0.2.1\r\n\
              forwarded: for=10.0.0.1, for=192.0.2.1;host=\"a\";proto=http\r\n"
         );
-        assert!(!has_length);
+        assert!(!fields.has_length);
     }
 
     #[test]
@@ -471,5 +513,37 @@ mod tests {
             head.ends_with("forwarded: for=192.0.2.1;proto=http\r\n"),
             "{head}"
         );
+    }
+
+    #[test]
+    fn a_switch_to_websocket_is_asked_of_the_upstream_and_no_other() {
+        let asking = || {
+            http::Request::get("/chat")
+                .header("host", "a")
+                .header("connection", "keep-alive, Upgrade")
+                .header("upgrade", "websocket")
+                .header("sec-websocket-key", "dGhlIHNhbXBsZSBub25jZQ==")
+        };
+        let (head, fields) = written(asking());
+        assert!(fields.websocket);
+        assert!(
+            head.ends_with("connection: upgrade\r\nupgrade: websocket\r\n"),
+            "{head}"
+        );
+        assert!(head.contains("sec-websocket-key: "), "{head}");
+        // Not without `Connection: upgrade`, not h2c, not a POST, not HTTP/1.0.
+        let not_asked = [
+            http::Request::get("/").header("upgrade", "websocket"),
+            http::Request::get("/")
+                .header("connection", "upgrade")
+                .header("upgrade", "h2c"),
+            asking().method("POST"),
+            asking().version(http::Version::HTTP_10),
+        ];
+        for request in not_asked {
+            let (head, fields) = written(request);
+            assert!(!fields.websocket, "{head}");
+            assert!(!head.contains("upgrade"), "{head}");
+        }
     }
 }

@@ -29,6 +29,18 @@ pub(crate) enum Framing {
     UntilClose,
 }
 
+/// What a request asked of its response, which decides how the response is read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Asked {
+    /// A response, with the body its fields frame.
+    Response,
+    /// A response without body whatever its fields say (`HEAD`).
+    HeadOnly,
+    /// A switch to WebSocket: a `101` ends the exchange, and the connection becomes a tunnel
+    /// (any other response is read as [`Asked::Response`]).
+    WebSocket,
+}
+
 /// A final response's head.
 #[derive(Debug)]
 pub(crate) struct Head {
@@ -36,6 +48,9 @@ pub(crate) struct Head {
     pub(crate) framing: Framing,
     /// Whether the connection may carry another request once this response has ended.
     pub(crate) keep_alive: bool,
+    /// The upstream switched to WebSocket (`101`): the connection is a tunnel now, its
+    /// `Upgrade` field kept and `Connection: upgrade` added for the client.
+    pub(crate) switched: bool,
 }
 
 /// What the front of the read buffer held.
@@ -53,9 +68,9 @@ fn invalid(what: &'static str) -> UpstreamError {
     UpstreamError::InvalidResponse(what)
 }
 
-/// Parses the response head at the front of `buf`, consuming it if whole. `to_head`: the
-/// request was `HEAD`, so the response has no body whatever its fields say.
-pub(crate) fn parse(buf: &mut BytesMut, to_head: bool) -> Result<Parsed, UpstreamError> {
+/// Parses the response head at the front of `buf`, consuming it if whole, for a request that
+/// `asked` it.
+pub(crate) fn parse(buf: &mut BytesMut, asked: Asked) -> Result<Parsed, UpstreamError> {
     let mut fields = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_FIELDS];
     let mut response = httparse::Response::new(&mut []);
     let parsed = httparse::ParserConfig::default().parse_response_with_uninit_headers(
@@ -74,10 +89,11 @@ pub(crate) fn parse(buf: &mut BytesMut, to_head: bool) -> Result<Parsed, Upstrea
     };
     let code = response.code.unwrap_or_default();
     let status = StatusCode::from_u16(code).map_err(|_| invalid("the status code"))?;
-    if status == StatusCode::SWITCHING_PROTOCOLS {
+    let switched = status == StatusCode::SWITCHING_PROTOCOLS;
+    if switched && asked != Asked::WebSocket {
         return Err(UpstreamError::SwitchingProtocols);
     }
-    if status.is_informational() {
+    if status.is_informational() && !switched {
         let _ = buf.split_to(length);
         return Ok(Parsed::Interim);
     }
@@ -98,7 +114,9 @@ pub(crate) fn parse(buf: &mut BytesMut, to_head: bool) -> Result<Parsed, Upstrea
         let name =
             HeaderName::from_bytes(field.name.as_bytes()).map_err(|_| invalid("a field name"))?;
         framing_fields.read(&name, field.value)?;
-        if is_hop_by_hop(&name) {
+        // A switch's `Upgrade` says to what, for the client.
+        let passed_on = switched && name == header::UPGRADE;
+        if is_hop_by_hop(&name) && !passed_on {
             if name == header::CONNECTION {
                 connection.push(field.value);
             }
@@ -115,14 +133,19 @@ pub(crate) fn parse(buf: &mut BytesMut, to_head: bool) -> Result<Parsed, Upstrea
     let head: Bytes = buf.split_to(length).freeze();
     let mut headers = HeaderMap::with_capacity(spans.len());
     for (name, start, end) in spans.drain(..) {
-        if named.contains(&name) {
+        if named.contains(&name) && !(switched && name == header::UPGRADE) {
             continue;
         }
         let value = HeaderValue::from_maybe_shared(head.slice(start..end))
             .map_err(|_| invalid("a field value"))?;
         headers.append(name, value);
     }
-    let (framing, keep_alive) = framing_fields.framing(status, version, to_head)?;
+    let (framing, keep_alive) = if switched {
+        headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+        (Framing::Empty, false)
+    } else {
+        framing_fields.framing(status, version, asked == Asked::HeadOnly)?
+    };
     let mut response = Response::new(());
     *response.status_mut() = status;
     *response.version_mut() = version;
@@ -131,6 +154,7 @@ pub(crate) fn parse(buf: &mut BytesMut, to_head: bool) -> Result<Parsed, Upstrea
         response,
         framing,
         keep_alive,
+        switched,
     }))
 }
 
@@ -230,12 +254,12 @@ mod tests {
         #[test]
         fn any_bytes_parse_to_an_answer_not_a_panic(
             wire in prop_oneof![proptest::collection::vec(any::<u8>(), 0..300), mangled_head()],
-            to_head in any::<bool>(),
+            asked in prop_oneof![Just(Asked::Response), Just(Asked::HeadOnly), Just(Asked::WebSocket)],
         ) {
             let mut buf = BytesMut::from(&wire[..]);
             let before = buf.len();
             // After an error the connection is dropped, whatever the buffer holds.
-            match parse(&mut buf, to_head) {
+            match parse(&mut buf, asked) {
                 Ok(Parsed::Partial) => prop_assert_eq!(buf.len(), before),
                 Ok(Parsed::Final(_) | Parsed::Interim) => prop_assert!(buf.len() < before),
                 Err(_) => {}
@@ -244,9 +268,18 @@ mod tests {
     }
 
     fn final_head(wire: &[u8], to_head: bool) -> Result<(Head, BytesMut), UpstreamError> {
+        let asked = if to_head {
+            Asked::HeadOnly
+        } else {
+            Asked::Response
+        };
+        answer_to(wire, asked)
+    }
+
+    fn answer_to(wire: &[u8], asked: Asked) -> Result<(Head, BytesMut), UpstreamError> {
         let mut buf = BytesMut::from(wire);
         loop {
-            match parse(&mut buf, to_head)? {
+            match parse(&mut buf, asked)? {
                 Parsed::Final(head) => return Ok((head, buf)),
                 Parsed::Interim => {}
                 Parsed::Partial => return Err(UpstreamError::Closed),
@@ -383,8 +416,32 @@ mod tests {
         let mut endless = BytesMut::from(&b"HTTP/1.1 200 OK\r\n"[..]);
         endless.resize(MAX_HEAD, b'a');
         assert!(matches!(
-            parse(&mut endless, false),
+            parse(&mut endless, Asked::Response),
             Err(UpstreamError::HeadTooLarge(_))
         ));
+    }
+
+    #[test]
+    fn a_switch_to_websocket_ends_the_exchange_and_says_so_to_the_client()
+    -> Result<(), UpstreamError> {
+        let wire = b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n\r\n\x81\x02hi";
+        let (head, rest) = answer_to(wire, Asked::WebSocket)?;
+        assert!(head.switched);
+        assert!(!head.keep_alive);
+        assert_eq!(head.framing, Framing::Empty);
+        let headers = head.response.headers();
+        assert_eq!(headers["upgrade"], "websocket");
+        assert_eq!(headers["connection"], "upgrade");
+        assert!(headers.contains_key("sec-websocket-accept"));
+        // The tunnel's first bytes, sent with the head, stay for the client.
+        assert_eq!(&rest[..], b"\x81\x02hi");
+        // A request that asked for a switch may get an ordinary answer.
+        let (refused, _) = answer_to(
+            b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\n\r\n",
+            Asked::WebSocket,
+        )?;
+        assert!(!refused.switched);
+        assert_eq!(refused.framing, Framing::Length(0));
+        Ok(())
     }
 }

@@ -1,0 +1,145 @@
+//! A WebSocket tunnel: once the upstream has switched (`101`) and the client has been told,
+//! bytes go both ways between the two connections as they come, until either side closes or
+//! neither sends anything for the idle bound (nginx's `proxy_read_timeout` on an upgraded
+//! connection).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use hyper::upgrade::OnUpgrade;
+use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+use crate::proxy::upstream::conn::Io;
+
+/// What one direction reads and writes at a time.
+const PIECE: usize = 16 * 1024;
+
+/// Joins the client's side of a switch (`client`, ready once hyper has sent the `101`) with
+/// `upstream`, on a task of its own, until either side closes or neither sends anything for
+/// `idle`. Without a client side (the connection cannot switch), the upstream connection is
+/// closed.
+pub(crate) fn open(client: Option<OnUpgrade>, upstream: Io, idle: Duration) {
+    let Some(client) = client else {
+        return;
+    };
+    tokio::spawn(async move {
+        let Ok(client) = client.await else {
+            // The client went away before its switch.
+            return;
+        };
+        let (upstream, already_read) = upstream.into_parts();
+        let mut client = TokioIo::new(client);
+        // What the upstream sent right after its `101`, read with it.
+        if client.write_all(&already_read).await.is_err() {
+            return;
+        }
+        join(client, upstream, idle).await;
+    });
+}
+
+/// Copies both ways between `a` and `b` until both directions have ended, one has failed,
+/// or nothing went either way for `idle`.
+async fn join<A, B>(a: A, b: B, idle: Duration)
+where
+    A: AsyncRead + AsyncWrite,
+    B: AsyncRead + AsyncWrite,
+{
+    let (a_read, a_write) = tokio::io::split(a);
+    let (b_read, b_write) = tokio::io::split(b);
+    let moved = Arc::new(AtomicU64::new(0));
+    let both_ways =
+        async { tokio::try_join!(copy(a_read, b_write, &moved), copy(b_read, a_write, &moved)) };
+    let quiet = async {
+        loop {
+            let before = moved.load(Ordering::Relaxed);
+            tokio::time::sleep(idle).await;
+            if moved.load(Ordering::Relaxed) == before {
+                return;
+            }
+        }
+    };
+    tokio::select! {
+        _ = both_ways => {}
+        () = quiet => {}
+    }
+}
+
+/// Copies `from` to `to` until `from` ends (then `to`'s write side is shut, as the peer shut
+/// its own), counting each piece in `moved`.
+async fn copy<R, W>(mut from: R, mut to: W, moved: &AtomicU64) -> std::io::Result<()>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    let mut piece = vec![0u8; PIECE];
+    loop {
+        let read = from.read(&mut piece).await?;
+        if read == 0 {
+            return to.shutdown().await;
+        }
+        to.write_all(&piece[..read]).await?;
+        moved.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::DuplexStream;
+
+    type TestResult = Result<(), Box<dyn std::error::Error>>;
+
+    /// A tunnel between two in-memory pipes; the far ends are returned.
+    fn tunnel(idle: Duration) -> (DuplexStream, DuplexStream, tokio::task::JoinHandle<()>) {
+        let (client, client_side) = tokio::io::duplex(64);
+        let (upstream, upstream_side) = tokio::io::duplex(64);
+        let joined = tokio::spawn(join(client_side, upstream_side, idle));
+        (client, upstream, joined)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn bytes_go_both_ways_and_an_end_is_passed_on() -> TestResult {
+        let (mut client, mut upstream, joined) = tunnel(Duration::from_secs(60));
+        client.write_all(b"ping").await?;
+        let mut got = [0u8; 4];
+        upstream.read_exact(&mut got).await?;
+        assert_eq!(&got, b"ping");
+        upstream.write_all(b"pong").await?;
+        client.read_exact(&mut got).await?;
+        assert_eq!(&got, b"pong");
+        // The client ends its side: the upstream reads the end, and can still answer.
+        client.shutdown().await?;
+        let mut rest = Vec::new();
+        upstream.read_to_end(&mut rest).await?;
+        assert!(rest.is_empty());
+        upstream.write_all(b"bye").await?;
+        upstream.shutdown().await?;
+        client.read_to_end(&mut rest).await?;
+        assert_eq!(rest, b"bye");
+        joined.await?;
+        Ok(())
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_tunnel_quiet_for_the_idle_bound_is_closed_and_a_busy_one_is_not() -> TestResult {
+        let idle = Duration::from_secs(60);
+        let (mut client, mut upstream, joined) = tunnel(idle);
+        // A message every 50 s for five minutes: never quiet for 60 s.
+        let mut got = [0u8; 1];
+        for _ in 0..6 {
+            tokio::time::sleep(Duration::from_secs(50)).await;
+            client.write_all(b"x").await?;
+            upstream.read_exact(&mut got).await?;
+        }
+        assert!(!joined.is_finished());
+        // Then nothing: the tunnel ends, and both sides read their end.
+        joined.await?;
+        let mut rest = Vec::new();
+        client.read_to_end(&mut rest).await?;
+        upstream.read_to_end(&mut rest).await?;
+        assert!(rest.is_empty());
+        Ok(())
+    }
+}
