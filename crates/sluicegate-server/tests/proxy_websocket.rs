@@ -7,7 +7,7 @@ mod proxy_support;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use proxy_support::{BoxError, ProxyProcess};
+use proxy_support::{BoxError, ProxyProcess, eventually};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -174,4 +174,32 @@ async fn a_handshake_is_counted_by_the_limits_and_no_other_switch_is_asked() -> 
     assert!(asked.starts_with("get /other "), "{asked}");
     assert!(!asked.contains("upgrade"), "{asked}");
     Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_concurrency_limit_counts_a_websocket_until_its_tunnel_closes() -> TestResult {
+    let upstream = EchoUpstream::start().await?;
+    let one = "limits:\n  one: { key: global, spec: \"concurrency:limit=1\" }\n\
+               routes:\n  - { prefix: /chat, limits: [one] }\n";
+    let proxy = ProxyProcess::start(&upstream.url(), one, &[])?;
+    let handshake = async || -> Result<(TcpStream, String), BoxError> {
+        let mut client = TcpStream::connect(proxy.address).await?;
+        client.write_all(HANDSHAKE.as_bytes()).await?;
+        let head = response_head(&mut client).await?;
+        Ok((client, head))
+    };
+    let (mut open, head) = handshake().await?;
+    assert!(head.starts_with("http/1.1 101 "), "{head}");
+    // The tunnel is open: its place is taken, as nginx's `limit_conn` counts a WebSocket.
+    let (_, refused) = handshake().await?;
+    assert!(refused.starts_with("http/1.1 429 "), "{refused}");
+    // Closed by its client, the tunnel gives its place back.
+    open.shutdown().await?;
+    let mut rest = Vec::new();
+    tokio::time::timeout(Duration::from_secs(60), open.read_to_end(&mut rest)).await??;
+    drop(open);
+    eventually("the place is given back", || async {
+        Ok(handshake().await?.1.starts_with("http/1.1 101 "))
+    })
+    .await
 }

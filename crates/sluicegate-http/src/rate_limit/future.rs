@@ -12,6 +12,7 @@ use pin_project_lite::pin_project;
 use crate::rate_limit::answer;
 use crate::rate_limit::body::{Permit, RateLimitBody};
 use crate::rate_limit::headers::{self, Fields};
+use crate::rate_limit::held::HoldPermits;
 
 /// A boxed response future, for the paths that wait.
 pub(crate) type BoxFuture<B, E> =
@@ -37,6 +38,14 @@ impl Finish {
         };
         let Finish { permit, fields } = *finish;
         headers::extend(response.headers_mut(), fields);
+        // An exchange that goes on after its body (an upgraded connection) holds the permit.
+        let permit = match (permit, response.extensions().get::<HoldPermits>()) {
+            (Some(permit), Some(holder)) => {
+                holder.hold(permit);
+                None
+            }
+            (permit, _) => permit,
+        };
         response.map(|body| RateLimitBody::passed(body, permit))
     }
 }

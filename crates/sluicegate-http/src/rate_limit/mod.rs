@@ -9,7 +9,9 @@
 //! - **Allowed**: passed on to the inner service. With a `leaky-queue` limit that shapes
 //!   (nginx `limit_req` without `nodelay`, or with `delay=`), it is first held for its wait on
 //!   tokio's timer. A `concurrency` limit (nginx `limit_conn`) keeps its permit until the
-//!   response body has been sent to the end, or dropped (a client that went away).
+//!   response body has been sent to the end, or dropped (a client that went away); a response
+//!   carrying a [`HoldPermits`] (a `101` whose connection becomes a WebSocket) gives it to that
+//!   instead, until the upgraded connection drops its last clone.
 //! - **Denied**: 429 (or [`Builder::status`]), `Retry-After`, the IETF `RateLimit-Policy` and
 //!   `RateLimit` fields (`X-RateLimit-*` with [`Builder::legacy_headers`]) describing the
 //!   tightest limit, and a text body naming it. A gRPC call (`content-type: application/grpc`)
@@ -38,6 +40,7 @@ mod body;
 mod error;
 mod future;
 mod headers;
+mod held;
 pub mod key;
 mod layer;
 mod memory;
@@ -50,6 +53,7 @@ pub use backend::{AtOnce, Backend, LimitInfo, Verdict};
 pub use body::RateLimitBody;
 pub use error::{BackendError, BuildError, KeyError};
 pub use future::ResponseFuture;
+pub use held::HoldPermits;
 pub use key::KeyExtractor;
 pub use layer::{Builder, DEFAULT_MAX_KEYS, IntoLimit, RateLimitLayer};
 pub use memory::MemoryBackend;

@@ -7,11 +7,11 @@ use axum::Router;
 use axum::body::Body;
 use axum::routing::get;
 use bytes::Bytes;
-use http::{Request, Response};
+use http::{Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
 use sluicegate::ManualClock;
-use sluicegate_http::rate_limit::RateLimitLayer;
 use sluicegate_http::rate_limit::key::{Global, PeerIp};
+use sluicegate_http::rate_limit::{HoldPermits, RateLimitLayer};
 use tokio::sync::mpsc;
 use tower::{Layer, Service, ServiceExt};
 
@@ -145,4 +145,44 @@ async fn permits_are_released_at_the_end_of_the_body_or_when_it_is_dropped() {
     drop(third);
     assert_eq!(call().await.status(), 200);
     assert_eq!(call().await.status(), 200);
+}
+
+#[tokio::test]
+async fn an_upgraded_exchange_holds_its_permit_until_its_holder_is_dropped() {
+    let holders: Arc<Mutex<Vec<HoldPermits>>> = Arc::default();
+    let kept = Arc::clone(&holders);
+    // Each response is a `101` whose upgraded connection (here, the holder kept in `kept`)
+    // outlives its empty body.
+    let inner = tower::service_fn(move |_request: Request<()>| {
+        let kept = Arc::clone(&kept);
+        async move {
+            let held = HoldPermits::new();
+            kept.lock().expect("lock").push(held.clone());
+            let mut response = Response::new(Full::new(Bytes::new()));
+            *response.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
+            response.extensions_mut().insert(held);
+            Ok::<_, Infallible>(response)
+        }
+    });
+    let layer = RateLimitLayer::builder(Global)
+        .clock(ManualClock::new(0))
+        .limit("concurrency:limit=1")
+        .build()
+        .expect("layer");
+    let mut service = layer.layer(inner);
+    let mut call = async || {
+        service
+            .ready()
+            .await
+            .expect("ready")
+            .call(Request::new(()))
+            .await
+            .expect("infallible")
+            .status()
+    };
+    assert_eq!(call().await, StatusCode::SWITCHING_PROTOCOLS);
+    // The response and its body are gone; the upgraded connection is not: still held.
+    assert_eq!(call().await, StatusCode::TOO_MANY_REQUESTS);
+    holders.lock().expect("lock").clear();
+    assert_eq!(call().await, StatusCode::SWITCHING_PROTOCOLS);
 }

@@ -28,6 +28,7 @@ use crate::proxy::upstream::request::{self, BodyBounds, Outgoing, ReadFirst};
 use crate::proxy::upstream::response::Asked;
 use crate::proxy::upstream::send_wait::{SendWait, Stall, Timeouts};
 use crate::proxy::upstream::tunnel;
+use crate::rate_limit::HoldPermits;
 
 thread_local! {
     /// The worker the current thread is (0: none, a thread of the caller's runtime).
@@ -292,8 +293,13 @@ impl Pools {
                 .await;
             match exchanged {
                 Ok(head) if head.switched => {
-                    tunnel::open(written.client_switch.take(), conn.io, timeouts.upstream);
-                    return Ok(head.response.map(|()| PooledBody::empty(timeouts.upstream)));
+                    // The route's `concurrency` permits go with the tunnel, not the empty body.
+                    let held = HoldPermits::new();
+                    let client = written.client_switch.take();
+                    tunnel::open(client, conn.io, timeouts.upstream, held.clone());
+                    let mut response = head.response.map(|()| PooledBody::empty(timeouts.upstream));
+                    response.extensions_mut().insert(held);
+                    return Ok(response);
                 }
                 Ok(head) => {
                     let (response_parts, ()) = head.response.into_parts();

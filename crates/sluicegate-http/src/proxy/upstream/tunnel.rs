@@ -12,19 +12,21 @@ use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use crate::proxy::upstream::conn::Io;
+use crate::rate_limit::HoldPermits;
 
 /// What one direction reads and writes at a time.
 const PIECE: usize = 16 * 1024;
 
 /// Joins the client's side of a switch (`client`, ready once hyper has sent the `101`) with
 /// `upstream`, on a task of its own, until either side closes or neither sends anything for
-/// `idle`. Without a client side (the connection cannot switch), the upstream connection is
-/// closed.
-pub(crate) fn open(client: Option<OnUpgrade>, upstream: Io, idle: Duration) {
+/// `idle`; `held` (the request's `concurrency` permits) is dropped with the tunnel. Without a
+/// client side (the connection cannot switch), the upstream connection is closed.
+pub(crate) fn open(client: Option<OnUpgrade>, upstream: Io, idle: Duration, held: HoldPermits) {
     let Some(client) = client else {
         return;
     };
     tokio::spawn(async move {
+        let _held = held;
         let Ok(client) = client.await else {
             // The client went away before its switch.
             return;
