@@ -136,11 +136,15 @@ async fn a_websocket_handshake_the_upstream_accepts_becomes_a_tunnel() -> TestRe
     assert_eq!(read_bytes(&mut client, 5).await?, b"hello");
     client.write_all(b"ping").await?;
     assert_eq!(read_bytes(&mut client, 4).await?, b"ping");
+    assert_eq!(proxy.metric("sluicegate_proxy_websockets").await?, 1);
     // Quiet for the upstream timeout, the tunnel is closed.
     let mut rest = Vec::new();
     tokio::time::timeout(Duration::from_secs(60), client.read_to_end(&mut rest)).await??;
     assert!(rest.is_empty());
-    Ok(())
+    eventually("the tunnel is counted closed", || async {
+        Ok(proxy.metric("sluicegate_proxy_websockets").await? == 0)
+    })
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -62,6 +62,8 @@ pub(crate) struct Metrics {
     pub(crate) client_body_timeouts: AtomicU64,
     /// Requests answered 413: their body was longer than the proxy takes.
     pub(crate) client_body_too_large: AtomicU64,
+    /// WebSocket tunnels open (shared with the upstream pools, which open them).
+    pub(crate) websockets_open: Arc<AtomicU64>,
     pub(crate) reloads_ok: AtomicU64,
     pub(crate) reloads_failed: AtomicU64,
     /// Calls Redis did not answer (the failure policy did), by kind (as
@@ -177,6 +179,15 @@ impl Metrics {
             out,
             "sluicegate_proxy_client_body_too_large_total {}",
             read(&self.client_body_too_large)
+        );
+        out.push_str(
+            "# HELP sluicegate_proxy_websockets WebSocket tunnels open (a 101 passed on, not yet \
+             closed).\n# TYPE sluicegate_proxy_websockets gauge\n",
+        );
+        let _ = writeln!(
+            out,
+            "sluicegate_proxy_websockets {}",
+            read(&self.websockets_open)
         );
         out.push_str(
             "# HELP sluicegate_proxy_reloads_total Rule file reloads: ok, or failed (old rules \

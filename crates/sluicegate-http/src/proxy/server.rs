@@ -181,6 +181,7 @@ pub async fn start(config: ProxyConfig) -> Result<Proxy, ProxyError> {
                 max_size: config.client_max_body_size,
                 buffer_size: config.client_body_buffer_size,
             },
+            Arc::clone(&metrics.websockets_open),
         ),
         target,
         timeouts: Timeouts {

@@ -10,6 +10,7 @@
 
 use std::cell::Cell;
 use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
@@ -168,6 +169,8 @@ pub(crate) struct Pools {
     connect_timeout: Duration,
     /// How request bodies are taken.
     bodies: BodyBounds,
+    /// How many WebSocket tunnels are open (a metric).
+    tunnels_open: Arc<AtomicU64>,
 }
 
 impl Pools {
@@ -177,6 +180,7 @@ impl Pools {
         connect_timeout: Duration,
         idle_timeout: Duration,
         bodies: BodyBounds,
+        tunnels_open: Arc<AtomicU64>,
     ) -> Pools {
         Pools {
             pools: (0..=workers)
@@ -190,6 +194,7 @@ impl Pools {
             host: authority.as_str().to_owned(),
             connect_timeout,
             bodies,
+            tunnels_open,
         }
     }
 
@@ -296,7 +301,8 @@ impl Pools {
                     // The route's `concurrency` permits go with the tunnel, not the empty body.
                     let held = HoldPermits::new();
                     let client = written.client_switch.take();
-                    tunnel::open(client, conn.io, timeouts.upstream, held.clone());
+                    let idle = timeouts.upstream;
+                    tunnel::open(client, conn.io, idle, held.clone(), &self.tunnels_open);
                     let mut response = head.response.map(|()| PooledBody::empty(timeouts.upstream));
                     response.extensions_mut().insert(held);
                     return Ok(response);

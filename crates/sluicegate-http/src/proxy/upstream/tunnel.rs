@@ -19,14 +19,23 @@ const PIECE: usize = 16 * 1024;
 
 /// Joins the client's side of a switch (`client`, ready once hyper has sent the `101`) with
 /// `upstream`, on a task of its own, until either side closes or neither sends anything for
-/// `idle`; `held` (the request's `concurrency` permits) is dropped with the tunnel. Without a
-/// client side (the connection cannot switch), the upstream connection is closed.
-pub(crate) fn open(client: Option<OnUpgrade>, upstream: Io, idle: Duration, held: HoldPermits) {
+/// `idle`; `held` (the request's `concurrency` permits) is dropped with the tunnel, and
+/// `open` counts it while it lasts. Without a client side (the connection cannot switch), the
+/// upstream connection is closed.
+pub(crate) fn open(
+    client: Option<OnUpgrade>,
+    upstream: Io,
+    idle: Duration,
+    held: HoldPermits,
+    open: &Arc<AtomicU64>,
+) {
     let Some(client) = client else {
         return;
     };
+    let counted = Counted::new(open);
     tokio::spawn(async move {
         let _held = held;
+        let _counted = counted;
         let Ok(client) = client.await else {
             // The client went away before its switch.
             return;
@@ -39,6 +48,22 @@ pub(crate) fn open(client: Option<OnUpgrade>, upstream: Io, idle: Duration, held
         }
         join(client, upstream, idle).await;
     });
+}
+
+/// One tunnel counted open until dropped.
+struct Counted(Arc<AtomicU64>);
+
+impl Counted {
+    fn new(open: &Arc<AtomicU64>) -> Counted {
+        open.fetch_add(1, Ordering::Relaxed);
+        Counted(Arc::clone(open))
+    }
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// Copies both ways between `a` and `b` until both directions have ended, one has failed,
