@@ -840,6 +840,16 @@ async fn request_bodies_are_framed_for_the_upstream() -> TestResult {
     assert!(!head.contains("transfer-encoding"), "{head}");
     assert!(!head.contains("content-length"), "{head}");
 
+    // A POST with an empty chunked body says so with its length.
+    let parts: Vec<Result<&'static str, std::io::Error>> = vec![Ok("")];
+    let streamed = reqwest::Body::wrap_stream(futures_stream(parts));
+    let response = c.post(proxy.url("/empty")).body(streamed).send().await?;
+    assert_eq!(response.status(), 200);
+    let head = upstream.last_head().to_ascii_lowercase();
+    assert!(head.starts_with("post /empty "), "{head}");
+    assert!(head.contains("content-length: 0\r\n"), "{head}");
+    assert!(!head.contains("transfer-encoding"), "{head}");
+
     // An upstream that answers without reading the body, and closes: the answer reaches the
     // client.
     let early = c

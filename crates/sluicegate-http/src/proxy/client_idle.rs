@@ -28,8 +28,6 @@ pub(crate) struct Requests {
     last_active_ms: AtomicU64,
     /// Whether a write waits for the client (the tail of a response, often).
     write_waits: AtomicBool,
-    /// Whether a request was answered `101`: the connection is a tunnel's once hyper is done.
-    switched: AtomicBool,
     opened: Instant,
 }
 
@@ -39,7 +37,6 @@ impl Requests {
             open: AtomicUsize::new(0),
             last_active_ms: AtomicU64::new(0),
             write_waits: AtomicBool::new(false),
-            switched: AtomicBool::new(false),
             opened: Instant::now(),
         })
     }
@@ -83,18 +80,6 @@ impl Requests {
     /// When the connection opened.
     pub(crate) fn opened(&self) -> Instant {
         self.opened
-    }
-
-    /// Whether a request was answered `101` ([`OpenRequest::switched`]).
-    pub(crate) fn has_switched(&self) -> bool {
-        self.switched.load(Ordering::Acquire)
-    }
-}
-
-impl OpenRequest {
-    /// Says that this request was answered `101`: its connection goes to a tunnel.
-    pub(crate) fn switched(&self) {
-        self.0.switched.store(true, Ordering::Release);
     }
 }
 

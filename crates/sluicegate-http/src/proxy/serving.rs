@@ -10,7 +10,7 @@ use std::task::Poll;
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use http::{Request, StatusCode};
+use http::Request;
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
@@ -25,7 +25,7 @@ use crate::proxy::client_idle::{OpenBody, Requests};
 use crate::proxy::forward::Forwarder;
 use crate::proxy::forwarding::ForwardedClient;
 use crate::proxy::h2_stall::Stalls;
-use crate::proxy::lingering::{Lingering, SocketTwin};
+use crate::proxy::lingering::{HandedBack, Lingering};
 use crate::proxy::loads::Counted;
 use crate::proxy::metrics::Metrics;
 use crate::proxy::send_deadline::SendDeadline;
@@ -119,12 +119,8 @@ impl ConnectionServer {
             };
             if let Some(protocol) = told {
                 // h2 ends its connections with `GOAWAY`, which clients wait for.
-                let twin = match (protocol, state.lingering) {
-                    (Protocol::Http1, Some(lingering)) => {
-                        SocketTwin::of(&stream).map(|twin| (twin, lingering))
-                    }
-                    _ => None,
-                };
+                let lingering = state.lingering.filter(|_| protocol == Protocol::Http1);
+                let (stream, comes_back) = HandedBack::new(stream, lingering.is_some());
                 let io = TokioIo::new(SendDeadline::new(
                     stream,
                     state.client_send_timeout,
@@ -140,7 +136,6 @@ impl ConnectionServer {
                 let stalled = h2_stalls
                     .as_ref()
                     .map(|stalls| (Arc::clone(stalls), send_timeout));
-                let answered = Arc::clone(&requests);
                 let service = service_fn(move |mut request: Request<Incoming>| {
                     let stalls = h2_stalls.clone();
                     request.extensions_mut().insert(client.clone());
@@ -149,9 +144,6 @@ impl ConnectionServer {
                     let handling = table::handle(&state.table.load(), request);
                     async move {
                         let response = handling.await;
-                        if response.status() == StatusCode::SWITCHING_PROTOCOLS {
-                            open.switched();
-                        }
                         // Watched from the response on: until then the upstream's timeout
                         // bounds the wait.
                         let asked = stalls.map(|stalls| stalls.watch());
@@ -166,10 +158,11 @@ impl ConnectionServer {
                 };
                 let ended =
                     until_ended(connection, finish, protocol, stopping, idle, stalled).await;
-                // A connection that switched is the tunnel's now, not to be lingered on.
-                let switched = answered.has_switched();
-                if let (Ended::ByItself, Some((twin, lingering)), false) = (ended, twin, switched) {
-                    twin.linger(lingering).await;
+                // hyper has dropped the socket, unless the connection switched to a tunnel,
+                // which keeps it.
+                let back = comes_back.and_then(|mut back| back.try_recv().ok());
+                if let (Ended::Closed, Some(stream), Some(lingering)) = (ended, back, lingering) {
+                    lingering.close(stream).await;
                 }
             }
             drop(counted);
@@ -195,10 +188,24 @@ impl ConnectionServer {
 /// How a connection's serving ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Ended {
-    /// hyper ended it: the client closed, an answer closed it, or it finished when told to.
-    ByItself,
+    /// hyper ended it cleanly: the client closed, an answer closed it, or it finished when
+    /// told to.
+    Closed,
+    /// hyper ended it on an error: the client reset it, broke HTTP, or read nothing of its
+    /// response for the send timeout.
+    Failed,
     /// The proxy dropped it: idle, stalled, or told to finish and idle since.
     Dropped,
+}
+
+impl Ended {
+    fn of<E>(served: &Result<(), E>) -> Ended {
+        if served.is_ok() {
+            Ended::Closed
+        } else {
+            Ended::Failed
+        }
+    }
 }
 
 /// Why a connection is told to finish what it has begun.
@@ -222,7 +229,7 @@ enum Closing {
 /// - A connection with an h2 response `stalled` says its client has taken nothing of for
 ///   that long is dropped at any time, its other streams with it: hyper gives no way to reset
 ///   one stream whose body it is not asking for more.
-async fn until_ended<C: Future>(
+async fn until_ended<C: Future<Output = Result<(), E>>, E>(
     connection: C,
     finish: impl FnOnce(Pin<&mut C>),
     protocol: Protocol,
@@ -259,8 +266,8 @@ async fn until_ended<C: Future>(
     let closing = poll_fn(|cx| {
         let woken = branches.woken(cx);
         // A client that goes away mid-request is no error of the proxy's.
-        if connection.as_mut().poll(cx).is_ready() {
-            return Poll::Ready(Err(Ended::ByItself));
+        if let Poll::Ready(served) = connection.as_mut().poll(cx) {
+            return Poll::Ready(Err(Ended::of(&served)));
         }
         if woken.has(STALLED) && branches.poll(STALLED, stalled_for.as_mut()).is_ready() {
             stalled_log();
@@ -288,8 +295,8 @@ async fn until_ended<C: Future>(
     branches.wake(IDLE);
     poll_fn(|cx| {
         let woken = branches.woken(cx);
-        if connection.as_mut().poll(cx).is_ready() {
-            return Poll::Ready(Ended::ByItself);
+        if let Poll::Ready(served) = connection.as_mut().poll(cx) {
+            return Poll::Ready(Ended::of(&served));
         }
         if woken.has(STALLED) && branches.poll(STALLED, stalled_for.as_mut()).is_ready() {
             stalled_log();

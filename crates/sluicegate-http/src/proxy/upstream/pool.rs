@@ -234,8 +234,13 @@ impl Pools {
             self.bodies,
             &mut websocket,
         );
-        let (asked, client_switch) = if websocket {
-            (Asked::WebSocket, parts.extensions.remove::<OnUpgrade>())
+        // Without the client's side of a switch, a 101 would be refused (502): the switch is
+        // asked only of a connection that can make it.
+        let client_switch = websocket
+            .then(|| parts.extensions.remove::<OnUpgrade>())
+            .flatten();
+        let (asked, client_switch) = if client_switch.is_some() {
+            (Asked::WebSocket, client_switch)
         } else if parts.method == Method::HEAD {
             (Asked::HeadOnly, None)
         } else {

@@ -72,13 +72,17 @@ pub(crate) fn write_head(
         max_body_size: bounds.max_size,
         taken: 0,
         whole: None,
+        length_when_empty: !matches!(
+            parts.method,
+            Method::GET | Method::HEAD | Method::DELETE | Method::OPTIONS | Method::TRACE
+        ),
     })
 }
 
 /// Takes `read`, what [`Written::read_first`](super::pool::Written) read of `body` before
 /// its request is sent, and ends a head whose framing [`write_head`] left open now that
-/// `read` tells it: a body that ended within it is sent with its length (and none at all
-/// when it was empty, as a request without framing has none), a longer one chunked, `read`
+/// `read` tells it: a body that ended within it is sent with its length (an empty one with
+/// none at all for a method that gives content no meaning), a longer one chunked, `read`
 /// first. `None`: the whole body goes with the head.
 pub(crate) fn finish_head(
     out: &mut Vec<u8>,
@@ -90,6 +94,11 @@ pub(crate) fn finish_head(
         ReadFirst::Whole(whole) => {
             if open {
                 if whole.is_empty() {
+                    // A method whose content means something (a `POST`) says it has none,
+                    // as nginx sends it; a `GET` says nothing.
+                    if body.length_when_empty {
+                        out.extend_from_slice(b"content-length: 0\r\n");
+                    }
                     out.extend_from_slice(b"\r\n");
                     return None;
                 }
@@ -281,6 +290,9 @@ pub(crate) struct Outgoing {
     taken: u64,
     /// The whole body, read before the request was sent, kept so that it can be sent again.
     whole: Option<Bytes>,
+    /// Whether the request's method gives content a meaning, so that a body of unknown
+    /// length found empty is sent as `Content-Length: 0` rather than without framing.
+    length_when_empty: bool,
 }
 
 impl Outgoing {

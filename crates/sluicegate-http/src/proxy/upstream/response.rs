@@ -110,12 +110,22 @@ pub(crate) fn parse(buf: &mut BytesMut, asked: Asked) -> Result<Parsed, Upstream
     let mut spans: SmallVec<[(HeaderName, usize, usize); 24]> = SmallVec::new();
     let mut framing_fields = FramingFields::default();
     let mut connection: SmallVec<[&[u8]; 1]> = SmallVec::new();
+    let mut upgraded = false;
     for field in response.headers.iter() {
         let name =
             HeaderName::from_bytes(field.name.as_bytes()).map_err(|_| invalid("a field name"))?;
         framing_fields.read(&name, field.value)?;
-        // A switch's `Upgrade` says to what, for the client.
+        // A switch's `Upgrade` says to what, for the client; a 1xx has no body to frame.
         let passed_on = switched && name == header::UPGRADE;
+        if switched && name == header::CONTENT_LENGTH {
+            continue;
+        }
+        if passed_on && !field.value.trim_ascii().eq_ignore_ascii_case(b"websocket") {
+            return Err(invalid(
+                "a switch to another protocol than the WebSocket asked for",
+            ));
+        }
+        upgraded |= passed_on;
         if is_hop_by_hop(&name) && !passed_on {
             if name == header::CONNECTION {
                 connection.push(field.value);
@@ -139,6 +149,9 @@ pub(crate) fn parse(buf: &mut BytesMut, asked: Asked) -> Result<Parsed, Upstream
         let value = HeaderValue::from_maybe_shared(head.slice(start..end))
             .map_err(|_| invalid("a field value"))?;
         headers.append(name, value);
+    }
+    if switched && !upgraded {
+        return Err(invalid("a switch (101) that names no protocol"));
     }
     let (framing, keep_alive) = if switched {
         headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
@@ -442,6 +455,24 @@ mod tests {
         )?;
         assert!(!refused.switched);
         assert_eq!(refused.framing, Framing::Length(0));
+        // A switch to another protocol, or to none named, is refused: a tunnel the client did
+        // not ask for could carry requests no limit sees.
+        for wire in [
+            &b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: h2c\r\nConnection: Upgrade\r\n\r\n"[..],
+            b"HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\n\r\n",
+        ] {
+            let error = answer_to(wire, Asked::WebSocket).map(|_| ()).err();
+            assert!(
+                matches!(error, Some(UpstreamError::InvalidResponse(_))),
+                "{error:?}"
+            );
+        }
+        // A length on a 101 is not passed on (a 1xx has no body).
+        let (head, _) = answer_to(
+            b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nContent-Length: 0\r\n\r\n",
+            Asked::WebSocket,
+        )?;
+        assert!(!head.response.headers().contains_key("content-length"));
         Ok(())
     }
 }

@@ -10,6 +10,7 @@ use std::time::Duration;
 use hyper::upgrade::OnUpgrade;
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::time::Instant;
 
 use crate::proxy::upstream::conn::Io;
 use crate::rate_limit::HoldPermits;
@@ -32,14 +33,14 @@ pub(crate) fn open(
     let Some(client) = client else {
         return;
     };
-    let counted = Counted::new(open);
+    let open = Arc::clone(open);
     tokio::spawn(async move {
         let _held = held;
-        let _counted = counted;
         let Ok(client) = client.await else {
             // The client went away before its switch.
             return;
         };
+        let _counted = Counted::new(&open);
         let (upstream, already_read) = upstream.into_parts();
         let mut client = TokioIo::new(client);
         // What the upstream sent right after its `101`, read with it.
@@ -75,27 +76,54 @@ where
 {
     let (a_read, a_write) = tokio::io::split(a);
     let (b_read, b_write) = tokio::io::split(b);
-    let moved = Arc::new(AtomicU64::new(0));
-    let both_ways =
-        async { tokio::try_join!(copy(a_read, b_write, &moved), copy(b_read, a_write, &moved)) };
-    let quiet = async {
-        loop {
-            let before = moved.load(Ordering::Relaxed);
-            tokio::time::sleep(idle).await;
-            if moved.load(Ordering::Relaxed) == before {
-                return;
-            }
-        }
+    let activity = Activity::new();
+    let both_ways = async {
+        tokio::try_join!(
+            copy(a_read, b_write, &activity),
+            copy(b_read, a_write, &activity)
+        )
     };
     tokio::select! {
         _ = both_ways => {}
-        () = quiet => {}
+        () = activity.quiet_for(idle) => {}
+    }
+}
+
+/// When bytes last went through a tunnel, either way.
+struct Activity {
+    start: Instant,
+    /// Milliseconds after `start`.
+    last_ms: AtomicU64,
+}
+
+impl Activity {
+    fn new() -> Activity {
+        Activity {
+            start: Instant::now(),
+            last_ms: AtomicU64::new(0),
+        }
+    }
+
+    fn now(&self) {
+        let ms = u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.last_ms.fetch_max(ms, Ordering::Relaxed);
+    }
+
+    /// Returns once nothing has gone through for `idle`.
+    async fn quiet_for(&self, idle: Duration) {
+        loop {
+            let last = self.start + Duration::from_millis(self.last_ms.load(Ordering::Relaxed));
+            if Instant::now() >= last + idle {
+                return;
+            }
+            tokio::time::sleep_until(last + idle).await;
+        }
     }
 }
 
 /// Copies `from` to `to` until `from` ends (then `to`'s write side is shut, as the peer shut
-/// its own), counting each piece in `moved`.
-async fn copy<R, W>(mut from: R, mut to: W, moved: &AtomicU64) -> std::io::Result<()>
+/// its own), each piece read and each written counted in `activity`.
+async fn copy<R, W>(mut from: R, mut to: W, activity: &Activity) -> std::io::Result<()>
 where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
@@ -103,11 +131,12 @@ where
     let mut piece = vec![0u8; PIECE];
     loop {
         let read = from.read(&mut piece).await?;
+        activity.now();
         if read == 0 {
             return to.shutdown().await;
         }
         to.write_all(&piece[..read]).await?;
-        moved.fetch_add(1, Ordering::Relaxed);
+        activity.now();
     }
 }
 
@@ -161,8 +190,15 @@ mod tests {
             upstream.read_exact(&mut got).await?;
         }
         assert!(!joined.is_finished());
-        // Then nothing: the tunnel ends, and both sides read their end.
+        // Then nothing: the tunnel ends once quiet for the bound (not up to twice it), and
+        // both sides read their end.
+        let quiet_from = Instant::now();
         joined.await?;
+        let quiet = quiet_from.elapsed();
+        assert!(
+            quiet >= idle && quiet < idle + Duration::from_secs(1),
+            "{quiet:?}"
+        );
         let mut rest = Vec::new();
         client.read_to_end(&mut rest).await?;
         upstream.read_to_end(&mut rest).await?;
