@@ -80,7 +80,8 @@ pub(crate) struct ProxyArgs {
     /// How often the rule file is checked for changes.
     #[arg(long, default_value = "1s", value_parser = parse_duration)]
     reload_interval: Duration,
-    /// How long a shutdown (SIGTERM, Ctrl-C) waits for requests in flight.
+    /// How long a shutdown (SIGTERM, Ctrl-C) waits for requests in flight and WebSockets
+    /// open (then closed).
     #[arg(long, default_value = "30s", value_parser = parse_duration)]
     shutdown_grace: Duration,
     /// Shared counters: several proxies with the same Redis keep one budget.

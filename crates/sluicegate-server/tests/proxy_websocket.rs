@@ -207,3 +207,32 @@ async fn a_concurrency_limit_counts_a_websocket_until_its_tunnel_closes() -> Tes
     })
     .await
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_sigterm_a_websocket_goes_on_for_the_grace_and_is_then_closed() -> TestResult {
+    let upstream = EchoUpstream::start().await?;
+    let rules = "routes:\n  - { prefix: / }\n";
+    let mut proxy = ProxyProcess::start(&upstream.url(), rules, &["--shutdown-grace", "5s"])?;
+    let mut client = TcpStream::connect(proxy.address).await?;
+    client.write_all(HANDSHAKE.as_bytes()).await?;
+    assert!(
+        response_head(&mut client)
+            .await?
+            .starts_with("http/1.1 101 ")
+    );
+    assert_eq!(read_bytes(&mut client, 5).await?, b"hello");
+    proxy.terminate()?;
+    // Stopping: no new connection is taken, but the WebSocket open still carries messages.
+    eventually("the proxy stops accepting", || async {
+        Ok(TcpStream::connect(proxy.address).await.is_err())
+    })
+    .await?;
+    client.write_all(b"still").await?;
+    assert_eq!(read_bytes(&mut client, 5).await?, b"still");
+    // After the grace, the tunnel is closed and the proxy exits.
+    let mut rest = Vec::new();
+    tokio::time::timeout(Duration::from_secs(60), client.read_to_end(&mut rest)).await??;
+    let status = tokio::task::spawn_blocking(move || proxy.child.wait()).await??;
+    assert!(status.success(), "{status:?}");
+    Ok(())
+}

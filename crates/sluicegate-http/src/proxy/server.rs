@@ -104,7 +104,8 @@ pub struct ProxyConfig {
     pub lingering_timeout: Duration,
     /// How often the rule file is checked for changes.
     pub reload_interval: Duration,
-    /// How long a shutdown waits for requests in flight.
+    /// How long a shutdown waits for requests in flight and WebSockets open (which are then
+    /// closed).
     pub shutdown_grace: Duration,
     /// Keep the counters in Redis, shared by every proxy started with the same (none: in
     /// this proxy).
@@ -275,8 +276,9 @@ impl Proxy {
         self.admin_addr
     }
 
-    /// Stops accepting connections, lets requests in flight finish (up to the grace period),
-    /// and returns when every connection is closed.
+    /// Stops accepting connections, lets requests in flight and WebSockets open finish (up to
+    /// the grace period; WebSockets still open then are closed), and returns when every
+    /// connection is closed.
     pub async fn shutdown(self) {
         let _ = self.stop.send(true);
         let _ = self.main.await;

@@ -169,9 +169,11 @@ impl ConnectionServer {
         });
     }
 
-    /// Waits for the connections being served to finish, up to `grace`.
+    /// Waits for the connections being served, and the WebSocket tunnels open, to finish,
+    /// up to `grace`; closes the tunnels left.
     pub(crate) async fn finish(self, grace: Duration) {
         tracing::info!("proxy: stopped accepting; finishing requests in flight");
+        let began = tokio::time::Instant::now();
         self.stopping.send_replace(());
         if tokio::time::timeout(grace, self.stopping.closed())
             .await
@@ -182,6 +184,8 @@ impl ConnectionServer {
                 "proxy: requests still in flight after the grace period"
             );
         }
+        let left = grace.saturating_sub(began.elapsed());
+        self.state.forwarder.pools.tunnels.finish(left).await;
     }
 }
 

@@ -28,7 +28,7 @@ use crate::proxy::upstream::idle::Pool;
 use crate::proxy::upstream::request::{self, BodyBounds, Outgoing, ReadFirst};
 use crate::proxy::upstream::response::Asked;
 use crate::proxy::upstream::send_wait::{SendWait, Stall, Timeouts};
-use crate::proxy::upstream::tunnel;
+use crate::proxy::upstream::tunnel::Tunnels;
 use crate::rate_limit::HoldPermits;
 
 thread_local! {
@@ -169,8 +169,8 @@ pub(crate) struct Pools {
     connect_timeout: Duration,
     /// How request bodies are taken.
     bodies: BodyBounds,
-    /// How many WebSocket tunnels are open (a metric).
-    tunnels_open: Arc<AtomicU64>,
+    /// The WebSocket tunnels open.
+    pub(crate) tunnels: Tunnels,
 }
 
 impl Pools {
@@ -194,7 +194,7 @@ impl Pools {
             host: authority.as_str().to_owned(),
             connect_timeout,
             bodies,
-            tunnels_open,
+            tunnels: Tunnels::new(tunnels_open),
         }
     }
 
@@ -307,7 +307,7 @@ impl Pools {
                     let held = HoldPermits::new();
                     let client = written.client_switch.take();
                     let idle = timeouts.upstream;
-                    tunnel::open(client, conn.io, idle, held.clone(), &self.tunnels_open);
+                    self.tunnels.open(client, conn.io, idle, held.clone());
                     let mut response = head.response.map(|()| PooledBody::empty(timeouts.upstream));
                     response.extensions_mut().insert(held);
                     return Ok(response);

@@ -11,6 +11,8 @@ use hyper::upgrade::OnUpgrade;
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use crate::proxy::upstream::conn::Io;
 use crate::rate_limit::HoldPermits;
@@ -18,37 +20,78 @@ use crate::rate_limit::HoldPermits;
 /// What one direction reads and writes at a time.
 const PIECE: usize = 16 * 1024;
 
-/// Joins the client's side of a switch (`client`, ready once hyper has sent the `101`) with
-/// `upstream`, on a task of its own, until either side closes or neither sends anything for
-/// `idle`; `held` (the request's `concurrency` permits) is dropped with the tunnel, and
-/// `open` counts it while it lasts. Without a client side (the connection cannot switch), the
-/// upstream connection is closed.
-pub(crate) fn open(
-    client: Option<OnUpgrade>,
-    upstream: Io,
-    idle: Duration,
-    held: HoldPermits,
-    open: &Arc<AtomicU64>,
-) {
-    let Some(client) = client else {
-        return;
-    };
-    let open = Arc::clone(open);
-    tokio::spawn(async move {
-        let _held = held;
-        let Ok(client) = client.await else {
-            // The client went away before its switch.
+/// The tunnels open, for a shutdown: they are given its grace period to end by themselves,
+/// then closed.
+#[derive(Debug, Default)]
+pub(crate) struct Tunnels {
+    running: TaskTracker,
+    stop: CancellationToken,
+    /// How many are open (a metric, shared with the metrics).
+    open: Arc<AtomicU64>,
+}
+
+impl Tunnels {
+    /// Tunnels counted in `open`.
+    pub(crate) fn new(open: Arc<AtomicU64>) -> Tunnels {
+        Tunnels {
+            running: TaskTracker::new(),
+            stop: CancellationToken::new(),
+            open,
+        }
+    }
+
+    /// Waits up to `grace` for the tunnels open to end, then closes those left.
+    pub(crate) async fn finish(&self, grace: Duration) {
+        self.running.close();
+        if tokio::time::timeout(grace, self.running.wait())
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                ?grace,
+                "proxy: WebSockets still open after the grace period"
+            );
+        }
+        self.stop.cancel();
+        self.running.wait().await;
+    }
+
+    /// Joins the client's side of a switch (`client`, ready once hyper has sent the `101`)
+    /// with `upstream`, on a task of its own, until either side closes, neither sends
+    /// anything for `idle`, or a shutdown's grace runs out; `held` (the request's
+    /// `concurrency` permits) is dropped with the tunnel. Without a client side (the
+    /// connection cannot switch), the upstream connection is closed.
+    pub(crate) fn open(
+        &self,
+        client: Option<OnUpgrade>,
+        upstream: Io,
+        idle: Duration,
+        held: HoldPermits,
+    ) {
+        let Some(client) = client else {
             return;
         };
-        let _counted = Counted::new(&open);
-        let (upstream, already_read) = upstream.into_parts();
-        let mut client = TokioIo::new(client);
-        // What the upstream sent right after its `101`, read with it.
-        if client.write_all(&already_read).await.is_err() {
-            return;
-        }
-        join(client, upstream, idle).await;
-    });
+        let open = Arc::clone(&self.open);
+        let stop = self.stop.clone();
+        self.running.spawn(async move {
+            let _held = held;
+            let Ok(client) = client.await else {
+                // The client went away before its switch.
+                return;
+            };
+            let _counted = Counted::new(&open);
+            let (upstream, already_read) = upstream.into_parts();
+            let mut client = TokioIo::new(client);
+            // What the upstream sent right after its `101`, read with it.
+            if client.write_all(&already_read).await.is_err() {
+                return;
+            }
+            tokio::select! {
+                () = join(client, upstream, idle) => {}
+                () = stop.cancelled() => {}
+            }
+        });
+    }
 }
 
 /// One tunnel counted open until dropped.
