@@ -12,9 +12,9 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 use http::Request;
 use hyper::body::Incoming;
+use hyper::server::conn::{http1, http2};
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use hyper_util::server::conn::auto;
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -83,7 +83,11 @@ async fn protocol_told(stream: &TcpStream) -> std::io::Result<Option<Protocol>> 
 /// shutdown.
 pub(crate) struct ConnectionServer {
     state: Arc<State>,
-    builder: auto::Builder<TokioExecutor>,
+    /// The connections are told HTTP/1.1 from h2 here ([`protocol_told`]), so each is served
+    /// by its own protocol's builder (hyper-util's `auto` would tell them again, and wrap
+    /// every read of the connection to give back what it read to tell).
+    http1: http1::Builder,
+    http2: http2::Builder<TokioExecutor>,
     /// Told once, on shutdown; every connection holds a receiver until it has ended.
     stopping: watch::Sender<()>,
 }
@@ -92,7 +96,8 @@ impl ConnectionServer {
     pub(crate) fn new(state: Arc<State>) -> ConnectionServer {
         ConnectionServer {
             state,
-            builder: auto::Builder::new(TokioExecutor::new()),
+            http1: http1::Builder::new(),
+            http2: http2::Builder::new(TokioExecutor::new()),
             stopping: watch::Sender::new(()),
         }
     }
@@ -101,7 +106,7 @@ impl ConnectionServer {
     pub(crate) fn serve(&self, stream: TcpStream, peer: SocketAddr, counted: Counted) {
         let state = Arc::clone(&self.state);
         let client = ForwardedClient::new(peer.ip().to_canonical());
-        let builder = self.builder.clone();
+        let (http1, http2) = (self.http1.clone(), self.http2.clone());
         let stopping = self.stopping.subscribe();
         tokio::spawn(async move {
             let header_timeout = state.client_header_timeout;
@@ -150,14 +155,24 @@ impl ConnectionServer {
                         Ok::<_, Infallible>(response.map(|body| OpenBody::new(body, open, asked)))
                     }
                 });
-                // Upgrades: a WebSocket handshake the upstream accepts turns the connection into
-                // a tunnel (`upstream::tunnel`).
-                let connection = builder.serve_connection_with_upgrades(io, service);
-                let finish = |connection: Pin<&mut _>| {
-                    auto::UpgradeableConnection::graceful_shutdown(connection);
+                let ended = match protocol {
+                    Protocol::Http1 => {
+                        // Upgrades: a WebSocket handshake the upstream accepts turns the
+                        // connection into a tunnel (`upstream::tunnel`).
+                        let connection = http1.serve_connection(io, service).with_upgrades();
+                        let finish = |connection: Pin<&mut _>| {
+                            http1::UpgradeableConnection::graceful_shutdown(connection);
+                        };
+                        until_ended(connection, finish, protocol, stopping, idle, stalled).await
+                    }
+                    Protocol::H2 => {
+                        let connection = http2.serve_connection(io, service);
+                        let finish = |connection: Pin<&mut _>| {
+                            http2::Connection::graceful_shutdown(connection);
+                        };
+                        until_ended(connection, finish, protocol, stopping, idle, stalled).await
+                    }
                 };
-                let ended =
-                    until_ended(connection, finish, protocol, stopping, idle, stalled).await;
                 // hyper has dropped the socket, unless the connection switched to a tunnel,
                 // which keeps it.
                 let back = comes_back.and_then(|mut back| back.try_recv().ok());

@@ -110,25 +110,17 @@ pub(crate) fn parse(buf: &mut BytesMut, asked: Asked) -> Result<Parsed, Upstream
     let mut spans: SmallVec<[(HeaderName, usize, usize); 24]> = SmallVec::new();
     let mut framing_fields = FramingFields::default();
     let mut connection: SmallVec<[&[u8]; 1]> = SmallVec::new();
-    let mut upgraded = false;
+    // A switch's `Upgrade`: whether it switches to the WebSocket asked for.
+    let mut upgrade = None;
     for field in response.headers.iter() {
         let name =
             HeaderName::from_bytes(field.name.as_bytes()).map_err(|_| invalid("a field name"))?;
         framing_fields.read(&name, field.value)?;
-        // A switch's `Upgrade` says to what, for the client; a 1xx has no body to frame.
-        let passed_on = switched && name == header::UPGRADE;
-        if switched && name == header::CONTENT_LENGTH {
-            continue;
-        }
-        if passed_on && !field.value.trim_ascii().eq_ignore_ascii_case(b"websocket") {
-            return Err(invalid(
-                "a switch to another protocol than the WebSocket asked for",
-            ));
-        }
-        upgraded |= passed_on;
-        if is_hop_by_hop(&name) && !passed_on {
+        if is_hop_by_hop(&name) {
             if name == header::CONNECTION {
                 connection.push(field.value);
+            } else if switched && name == header::UPGRADE {
+                upgrade = Some(field.value.trim_ascii().eq_ignore_ascii_case(b"websocket"));
             }
             continue;
         }
@@ -143,17 +135,28 @@ pub(crate) fn parse(buf: &mut BytesMut, asked: Asked) -> Result<Parsed, Upstream
     let head: Bytes = buf.split_to(length).freeze();
     let mut headers = HeaderMap::with_capacity(spans.len());
     for (name, start, end) in spans.drain(..) {
-        if named.contains(&name) && !(switched && name == header::UPGRADE) {
+        if named.contains(&name) {
             continue;
         }
         let value = HeaderValue::from_maybe_shared(head.slice(start..end))
             .map_err(|_| invalid("a field value"))?;
         headers.append(name, value);
     }
-    if switched && !upgraded {
-        return Err(invalid("a switch (101) that names no protocol"));
-    }
     let (framing, keep_alive) = if switched {
+        // Only the switch the request asked for: a tunnel to anything else could carry
+        // requests no limit sees.
+        match upgrade {
+            Some(true) => {}
+            Some(false) => {
+                return Err(invalid(
+                    "a switch to another protocol than the WebSocket asked for",
+                ));
+            }
+            None => return Err(invalid("a switch (101) that names no protocol")),
+        }
+        // A 1xx has no body to frame.
+        headers.remove(header::CONTENT_LENGTH);
+        headers.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
         headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
         (Framing::Empty, false)
     } else {
