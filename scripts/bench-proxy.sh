@@ -27,7 +27,8 @@
 #   scripts/bench-proxy.sh [seconds per side and round, default 3] [connections, default 64]
 #
 # Environment: BENCH_PAIRS="allow deny" measures only those pairs (default all five: allow deny
-# bare floor lean),
+# bare floor lean; also `plain`: nginx as a plain proxy against `sluicegate proxy` with no
+# rules, what the proxy costs without any limit),
 # BENCH_ROUNDS=9 rounds per pair and run (default 9), BENCH_RUNS=3 runs (default 3),
 # SLUICEGATE_PROXY_ARGS="--workers 2" adds arguments to every `sluicegate proxy`,
 # SLUICEGATE_BIN=path measures that binary (no build), HYPER_FLOOR_BIN=path and
@@ -120,7 +121,7 @@ pids+=($!)
 wait_port "$l_floor"
 
 declare -A port=([upstream]=$up [proxy-bare]=$p_bare [nginx-allow]=$n_allow [sg-allow]=$s_allow [nginx-deny]=$n_deny [sg-deny]=$s_deny [nginx-plain]=$n_plain [hyper-floor]=$h_floor [httparse-floor]=$l_floor)
-declare -A pair=([bare]="upstream proxy-bare" [allow]="nginx-allow sg-allow" [deny]="nginx-deny sg-deny" [floor]="nginx-plain hyper-floor" [lean]="nginx-plain httparse-floor")
+declare -A pair=([bare]="upstream proxy-bare" [allow]="nginx-allow sg-allow" [deny]="nginx-deny sg-deny" [floor]="nginx-plain hyper-floor" [lean]="nginx-plain httparse-floor" [plain]="nginx-plain proxy-bare")
 read -r -a pairs <<<"${BENCH_PAIRS:-allow deny bare floor lean}"
 rounds="${BENCH_ROUNDS:-9}"
 runs="${BENCH_RUNS:-3}"
