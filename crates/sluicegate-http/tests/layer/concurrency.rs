@@ -11,7 +11,7 @@ use http::{Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
 use sluicegate::ManualClock;
 use sluicegate_http::rate_limit::key::{Global, PeerIp};
-use sluicegate_http::rate_limit::{HoldPermits, RateLimitLayer};
+use sluicegate_http::rate_limit::{Backend, HoldPermits, RateLimitLayer};
 use tokio::sync::mpsc;
 use tower::{Layer, Service, ServiceExt};
 
@@ -103,21 +103,8 @@ async fn permits_are_released_at_the_end_of_the_body_or_when_it_is_dropped() {
     let inner = tower::service_fn(|_request: Request<()>| async {
         Ok::<_, Infallible>(Response::new(Full::new(Bytes::from_static(b"data"))))
     });
-    let layer = RateLimitLayer::builder(Global)
-        .clock(ManualClock::new(0))
-        .limit("concurrency:limit=2")
-        .build()
-        .expect("layer");
-    let mut service = layer.layer(inner);
-    let mut call = async || {
-        service
-            .ready()
-            .await
-            .expect("ready")
-            .call(Request::new(()))
-            .await
-            .expect("infallible")
-    };
+    let mut service = global_concurrency(2).layer(inner);
+    let mut call = async || call_once(&mut service).await;
     let first = call().await;
     let second = call().await;
     assert_eq!(
@@ -164,25 +151,34 @@ async fn an_upgraded_exchange_holds_its_permit_until_its_holder_is_dropped() {
             Ok::<_, Infallible>(response)
         }
     });
-    let layer = RateLimitLayer::builder(Global)
-        .clock(ManualClock::new(0))
-        .limit("concurrency:limit=1")
-        .build()
-        .expect("layer");
-    let mut service = layer.layer(inner);
-    let mut call = async || {
-        service
-            .ready()
-            .await
-            .expect("ready")
-            .call(Request::new(()))
-            .await
-            .expect("infallible")
-            .status()
-    };
+    let mut service = global_concurrency(1).layer(inner);
+    let mut call = async || call_once(&mut service).await.status();
     assert_eq!(call().await, StatusCode::SWITCHING_PROTOCOLS);
     // The response and its body are gone; the upgraded connection is not: still held.
     assert_eq!(call().await, StatusCode::TOO_MANY_REQUESTS);
     holders.lock().expect("lock").clear();
     assert_eq!(call().await, StatusCode::SWITCHING_PROTOCOLS);
+}
+
+/// A layer with one `concurrency` limit of `limit` for every request, on a manual clock.
+fn global_concurrency(limit: u32) -> RateLimitLayer<Global, impl Backend<()> + use<>> {
+    RateLimitLayer::builder(Global)
+        .clock(ManualClock::new(0))
+        .limit(format!("concurrency:limit={limit}").as_str())
+        .build()
+        .expect("layer")
+}
+
+/// `service` called once with an empty request, once it is ready.
+async fn call_once<S, B>(service: &mut S) -> Response<B>
+where
+    S: Service<Request<()>, Response = Response<B>, Error = Infallible>,
+{
+    service
+        .ready()
+        .await
+        .expect("ready")
+        .call(Request::new(()))
+        .await
+        .expect("infallible")
 }
