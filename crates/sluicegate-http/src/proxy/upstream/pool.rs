@@ -73,15 +73,27 @@ impl SendError {
 pub(crate) struct Written {
     head: Vec<u8>,
     outgoing: Option<Outgoing>,
-    /// What the request asks of its response.
-    asked: Asked,
-    /// The client's side of a switch to WebSocket, once its `101` has been sent.
+    /// The request is `HEAD`: its response has no body.
+    to_head: bool,
+    /// The client's side of a switch to WebSocket (its `101` sent), when the request asks
+    /// for one and the client's connection can make it.
     client_switch: Option<OnUpgrade>,
     /// Its method is idempotent: it may be sent again.
     idempotent: bool,
 }
 
 impl Written {
+    /// What the request asks of its response.
+    fn asked(&self) -> Asked {
+        if self.client_switch.is_some() {
+            Asked::WebSocket
+        } else if self.to_head {
+            Asked::HeadOnly
+        } else {
+            Asked::Response
+        }
+    }
+
     /// Reads the body from the client before anything is sent, when it is short, each wait
     /// for the next piece bounded by `client_body` (then [`SendError::ClientBodyTimeout`]):
     /// one whose announced length is at most `buffer_size` whole, one of unknown length up to
@@ -225,31 +237,17 @@ impl Pools {
     pub(crate) fn write(&self, request: Request<Incoming>) -> Written {
         let (mut parts, body) = request.into_parts();
         let mut head = Vec::with_capacity(256 + 64 * parts.headers.len());
-        let mut websocket = false;
-        let outgoing = request::write_head(
-            &mut head,
-            &parts,
-            body,
-            &self.host,
-            self.bodies,
-            &mut websocket,
-        );
-        // Without the client's side of a switch, a 101 would be refused (502): the switch is
-        // asked only of a connection that can make it.
+        let (outgoing, websocket) =
+            request::write_head(&mut head, &parts, body, &self.host, self.bodies);
+        // Without the client's side of a switch, a 101 is refused (502): the switch is asked
+        // only of a connection that can make it.
         let client_switch = websocket
             .then(|| parts.extensions.remove::<OnUpgrade>())
             .flatten();
-        let (asked, client_switch) = if client_switch.is_some() {
-            (Asked::WebSocket, client_switch)
-        } else if parts.method == Method::HEAD {
-            (Asked::HeadOnly, None)
-        } else {
-            (Asked::Response, None)
-        };
         Written {
             head,
             outgoing,
-            asked,
+            to_head: parts.method == Method::HEAD,
             client_switch,
             idempotent: parts.method.is_idempotent(),
         }
@@ -291,23 +289,28 @@ impl Pools {
                 None => (Box::pin(self.connect(pool, deadline)).await?, false),
             };
             conn.timer.as_mut().reset(deadline);
+            let asked = written.asked();
             let exchanged = conn
                 .io
                 .exchange(
                     &written.head,
                     &mut written.outgoing,
-                    written.asked,
+                    asked,
                     &mut conn.timer,
                     &mut wait,
                 )
                 .await;
             match exchanged {
+                // A switch is read only when the request asked one (`Asked::WebSocket`), which
+                // it did only with the client's side of it at hand.
                 Ok(head) if head.switched => {
+                    let Some(client) = written.client_switch.take() else {
+                        return Err(SendError::Upstream(UpstreamError::SwitchingProtocols));
+                    };
                     // The route's `concurrency` permits go with the tunnel, not the empty body.
                     let held = HoldPermits::new();
-                    let client = written.client_switch.take();
-                    let idle = timeouts.upstream;
-                    self.tunnels.open(client, conn.io, idle, held.clone());
+                    self.tunnels
+                        .open(client, conn.io, timeouts.upstream, held.clone());
                     let mut response = head.response.map(|()| PooledBody::empty(timeouts.upstream));
                     response.extensions_mut().insert(held);
                     return Ok(response);

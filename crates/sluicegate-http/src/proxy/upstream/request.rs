@@ -28,26 +28,24 @@ use crate::proxy::upstream::error::UpstreamError;
 /// `bounds.buffer_size` ([`Outgoing::is_framing_open`]): its framing and the blank line are
 /// written by [`finish_head`] once that tells a short body from a long one.
 ///
-/// `websocket`: set when the request asks to switch to WebSocket ([`Fields::websocket`]).
+/// Also returns whether the request asks to switch to WebSocket ([`Fields::websocket`]).
 pub(crate) fn write_head(
     out: &mut Vec<u8>,
     parts: &Parts,
     body: Incoming,
     fallback_host: &str,
     bounds: BodyBounds,
-    websocket: &mut bool,
-) -> Option<Outgoing> {
+) -> (Option<Outgoing>, bool) {
     let Fields {
         has_length,
-        websocket: switch,
+        websocket,
     } = write_fields(out, parts, fallback_host);
-    *websocket = switch;
     // The server has checked a client's Content-Length against the body it frames (h1 and h2
     // alike), so a Content-Length that came with the request is passed on as it is.
     let framing = if body.is_end_stream() {
         // `Content-Length: 0`, or no body at all.
         out.extend_from_slice(b"\r\n");
-        return None;
+        return (None, websocket);
     } else if has_length {
         Framing::Length
     } else if let Some(length) = body.size_hint().exact() {
@@ -61,7 +59,7 @@ pub(crate) fn write_head(
     if framing != Framing::Open {
         finish_fields(out, framing);
     }
-    Some(Outgoing {
+    let outgoing = Outgoing {
         body,
         framing,
         pending: Bytes::new(),
@@ -76,7 +74,8 @@ pub(crate) fn write_head(
             parts.method,
             Method::GET | Method::HEAD | Method::DELETE | Method::OPTIONS | Method::TRACE
         ),
-    })
+    };
+    (Some(outgoing), websocket)
 }
 
 /// Takes `read`, what [`Written::read_first`](super::pool::Written) read of `body` before

@@ -59,18 +59,8 @@ impl Tunnels {
     /// Joins the client's side of a switch (`client`, ready once hyper has sent the `101`)
     /// with `upstream`, on a task of its own, until either side closes, neither sends
     /// anything for `idle`, or a shutdown's grace runs out; `held` (the request's
-    /// `concurrency` permits) is dropped with the tunnel. Without a client side (the
-    /// connection cannot switch), the upstream connection is closed.
-    pub(crate) fn open(
-        &self,
-        client: Option<OnUpgrade>,
-        upstream: Io,
-        idle: Duration,
-        held: HoldPermits,
-    ) {
-        let Some(client) = client else {
-            return;
-        };
+    /// `concurrency` permits) is dropped with the tunnel.
+    pub(crate) fn open(&self, client: OnUpgrade, upstream: Io, idle: Duration, held: HoldPermits) {
         let open = Arc::clone(&self.open);
         let stop = self.stop.clone();
         self.running.spawn(async move {
