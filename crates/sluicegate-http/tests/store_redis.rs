@@ -81,11 +81,12 @@ async fn two_layers_share_one_budget_and_the_policy_answers_without_redis() -> R
 }
 
 /// A server whose `GET /held` answers at once but ends its body only when `finish` is
-/// notified, behind a concurrency limit of one in `server`'s Redis (`local` when Redis
-/// fails), and `GET /` plain, behind the same limit.
+/// notified, behind a concurrency limit of one in `server`'s Redis (each permit leased for
+/// `lease`; `local` when Redis fails), and `GET /` plain, behind the same limit.
 async fn serve_concurrency_over(
     server: &RedisServer,
     finish: Arc<tokio::sync::Notify>,
+    lease: Duration,
 ) -> Result<SocketAddr, BoxError> {
     let config = StoreConfig {
         timeout: TIMEOUT,
@@ -100,8 +101,7 @@ async fn serve_concurrency_over(
     );
     let limit = Both {
         primary: Arc::new(NamedLimit {
-            // A lease far longer than the test: only a release can free the permit.
-            limit: RedisLimit::concurrency(1, Duration::from_secs(3600))?,
+            limit: RedisLimit::concurrency(1, lease)?,
             name: "in_flight".into(),
         }),
         local: Arc::new(KeyedLimiter::new(AnyAlgorithm::from(
@@ -163,8 +163,10 @@ async fn permit_comes_back_when_the_body_ends(
 async fn a_concurrency_permit_in_redis_comes_back_when_the_body_ends() -> Result<(), BoxError> {
     let mut server = RedisServer::start()?;
     let finish = Arc::new(tokio::sync::Notify::new());
-    let a = serve_concurrency_over(&server, Arc::clone(&finish)).await?;
-    let b = serve_concurrency_over(&server, Arc::clone(&finish)).await?;
+    // A lease far longer than the test: only a release can free the permit.
+    let lease = Duration::from_secs(3600);
+    let a = serve_concurrency_over(&server, Arc::clone(&finish), lease).await?;
+    let b = serve_concurrency_over(&server, Arc::clone(&finish), lease).await?;
     let client = reqwest::Client::builder().no_proxy().build()?;
     // In Redis, shared by both layers: the lease (an hour) is given back, not left to run out.
     permit_comes_back_when_the_body_ends(&client, a, b, &finish).await?;
@@ -172,5 +174,36 @@ async fn a_concurrency_permit_in_redis_comes_back_when_the_body_ends() -> Result
     // Redis gone, `local`: each layer takes and gives back its own permit in memory.
     server.stop();
     permit_comes_back_when_the_body_ends(&client, a, a, &finish).await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_response_longer_than_its_lease_keeps_its_permit() -> Result<(), BoxError> {
+    let server = RedisServer::start()?;
+    let finish = Arc::new(tokio::sync::Notify::new());
+    // Renewed every third of a second by the layer holding it.
+    let lease = Duration::from_secs(1);
+    let a = serve_concurrency_over(&server, Arc::clone(&finish), lease).await?;
+    let b = serve_concurrency_over(&server, Arc::clone(&finish), lease).await?;
+    let client = reqwest::Client::builder().no_proxy().build()?;
+    let held = client.get(format!("http://{a}/held")).send().await?;
+    assert_eq!(held.status(), 200);
+    // Three leases long: a permit nobody renewed would have run out twice over.
+    tokio::time::sleep(3 * lease).await;
+    assert_eq!(
+        status(&client, b).await?,
+        429,
+        "the permit of a response still open is held past its lease"
+    );
+    // Ended: given back (and no longer renewed).
+    finish.notify_one();
+    assert_eq!(held.text().await?, "done");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while status(&client, b).await? != 200 {
+        if tokio::time::Instant::now() > deadline {
+            return Err("the permit never came back".into());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     Ok(())
 }

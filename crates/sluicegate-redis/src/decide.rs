@@ -12,6 +12,7 @@
 //!   every call in one script call, exactly.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use sluicegate::store::{FailureKind, Held, Outcome, Request, Store, StoreError};
 use sluicegate::{Decision, Op};
@@ -63,10 +64,7 @@ impl<K: AsRef<[u8]> + ?Sized + Sync + 'static> Store<K> for RedisStore {
         op: Op,
         now: sluicegate::store::Now,
     ) -> Result<Outcome, RedisLimitError> {
-        let now = match now {
-            sluicegate::store::Now::Store => Now::Server,
-            sluicegate::store::Now::At(micros) => Now::At(micros),
-        };
+        let now = server_now(now);
         if let [only] = requests {
             let asked = [LimitRequest {
                 limit: &only.limit.limit,
@@ -140,6 +138,65 @@ impl<K: AsRef<[u8]> + ?Sized + Sync + 'static> Store<K> for RedisStore {
         requests: &'a [Request<'a, Arc<NamedLimit>, K>],
         held: &'a [Held],
     ) -> Result<(), RedisLimitError> {
+        self.on_leases(requests, held, LeaseOp::Release, Now::Server)
+            .await
+    }
+
+    fn lease(&self, limit: &Arc<NamedLimit>) -> Option<Duration> {
+        limit.limit.lease_us().map(Duration::from_micros)
+    }
+
+    async fn renew<'a>(
+        &'a self,
+        requests: &'a [Request<'a, Arc<NamedLimit>, K>],
+        held: &'a [Held],
+        now: sluicegate::store::Now,
+    ) -> Result<(), RedisLimitError> {
+        self.on_leases(requests, held, LeaseOp::Renew, server_now(now))
+            .await
+    }
+
+    async fn ping(&self) -> Result<(), RedisLimitError> {
+        RedisStore::ping(self).await
+    }
+}
+
+/// What is done to a lease a call holds.
+#[derive(Debug, Clone, Copy)]
+enum LeaseOp {
+    /// Given back.
+    Release,
+    /// Extended for another lease from now.
+    Renew,
+}
+
+impl LeaseOp {
+    /// The op as the concurrency script reads it.
+    fn name(self) -> &'static str {
+        match self {
+            LeaseOp::Release => "release",
+            LeaseOp::Renew => "renew",
+        }
+    }
+}
+
+/// The time of a call as this crate's scripts take it.
+fn server_now(now: sluicegate::store::Now) -> Now {
+    match now {
+        sluicegate::store::Now::Store => Now::Server,
+        sluicegate::store::Now::At(micros) => Now::At(micros),
+    }
+}
+
+impl RedisStore {
+    /// Applies `op` to each lease in `held`, taken by a call on `requests`.
+    async fn on_leases<K: AsRef<[u8]> + ?Sized>(
+        &self,
+        requests: &[Request<'_, Arc<NamedLimit>, K>],
+        held: &[Held],
+        op: LeaseOp,
+        now: Now,
+    ) -> Result<(), RedisLimitError> {
         for Held { request, id } in held {
             let Some(asked) = requests.get(*request) else {
                 return Err(RedisLimitError::Unsupported(format!(
@@ -169,15 +226,11 @@ impl<K: AsRef<[u8]> + ?Sized + Sync + 'static> Store<K> for RedisStore {
                 permits,
                 expires_at: 0,
             };
-            // `false`: the lease had run out already, which is no error.
-            self.lease_op(&asked.limit.limit, &lease, "release", Now::Server)
+            // `false`: the lease had run out already (or was released), which is no error.
+            self.lease_op(&asked.limit.limit, &lease, op.name(), now)
                 .await?;
         }
         Ok(())
-    }
-
-    async fn ping(&self) -> Result<(), RedisLimitError> {
-        RedisStore::ping(self).await
     }
 }
 

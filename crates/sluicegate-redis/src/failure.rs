@@ -354,6 +354,24 @@ where
             .map_err(FailSafeError::Local)
     }
 
+    /// Renews the leases in `held`: the primary's (the fallback's permits, held in memory,
+    /// never expire).
+    async fn renew_held<'a>(
+        &'a self,
+        requests: &'a [Asked<'a, P, L, K>],
+        held: &'a [Held],
+        now: Now,
+    ) -> Result<(), FailSafeError<P::Error, L::Error>> {
+        if held.is_empty() {
+            return Ok(());
+        }
+        let asked = primary_requests::<P, L, K>(requests);
+        self.primary
+            .renew(&asked, held, now)
+            .await
+            .map_err(FailSafeError::Primary)
+    }
+
     /// The policy's answer: the fallback's decision, or every limit allowed (`open`, nothing
     /// known of the budget) or denied (`closed`, retry after the timeout).
     async fn by_policy<'a>(
@@ -444,6 +462,19 @@ where
         self.release_held(requests, held).await
     }
 
+    fn lease(&self, limit: &Self::Limit) -> Option<Duration> {
+        self.primary.lease(&limit.primary)
+    }
+
+    async fn renew<'a>(
+        &'a self,
+        requests: &'a [Request<'a, Self::Limit, K>],
+        held: &'a [Held],
+        now: Now,
+    ) -> Result<(), Self::Error> {
+        self.renew_held(requests, held, now).await
+    }
+
     async fn ping(&self) -> Result<(), Self::Error> {
         self.primary.ping().await.map_err(FailSafeError::Primary)
     }
@@ -483,6 +514,19 @@ where
         held: &'a [Held],
     ) -> Result<(), Self::Error> {
         self.store.release_held(requests, held).await
+    }
+
+    fn lease(&self, limit: &Self::Limit) -> Option<Duration> {
+        Store::<K>::lease(self.store, limit)
+    }
+
+    async fn renew<'a>(
+        &'a self,
+        requests: &'a [Request<'a, Self::Limit, K>],
+        held: &'a [Held],
+        now: Now,
+    ) -> Result<(), Self::Error> {
+        self.store.renew_held(requests, held, now).await
     }
 
     async fn ping(&self) -> Result<(), Self::Error> {

@@ -139,6 +139,23 @@ impl<K: AsRef<[u8]> + ?Sized + Sync + 'static> Store<K> for LazyStore {
         Ok(Store::<K>::release(store, requests, held).await?)
     }
 
+    fn lease(&self, limit: &Arc<NamedLimit>) -> Option<Duration> {
+        limit.limit.lease_us().map(Duration::from_micros)
+    }
+
+    async fn renew<'a>(
+        &'a self,
+        requests: &'a [Request<'a, Arc<NamedLimit>, K>],
+        held: &'a [Held],
+        now: Now,
+    ) -> Result<(), LazyStoreError> {
+        if held.is_empty() {
+            return Ok(());
+        }
+        let store = self.connected()?;
+        Ok(Store::<K>::renew(store, requests, held, now).await?)
+    }
+
     async fn ping(&self) -> Result<(), LazyStoreError> {
         Ok(self.connected()?.ping().await?)
     }

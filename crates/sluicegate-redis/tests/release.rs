@@ -122,3 +122,42 @@ async fn under_cluster_each_keys_lease_is_held_and_released() -> Result<(), BoxE
     assert!(check(&store, &call[1..]).await?.0, "bob's came back");
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renewed_lease_is_held_for_another_lease_from_the_renewal() -> Result<(), BoxError> {
+    let server = RedisServer::start()?;
+    let store = server.store(StoreConfig::default()).await?;
+    let lease = Duration::from_secs(10);
+    let in_flight = named(RedisLimit::concurrency(1, lease)?, "in_flight");
+    assert_eq!(Store::<str>::lease(&store, &in_flight), Some(lease));
+    let rate = named(RedisLimit::gcra(Rate::per_second(1000)?, 1000)?, "rate");
+    assert_eq!(
+        Store::<str>::lease(&store, &rate),
+        None,
+        "a rate limit leases nothing"
+    );
+    let call = [Request {
+        limit: &in_flight,
+        key: "alice",
+        permits: NonZeroU64::MIN,
+    }];
+    // Times chosen by the test (microseconds), not Redis's clock: 1 000 s past the epoch.
+    let at = |seconds: u64| Now::At(1_000_000_000 + seconds * 1_000_000);
+    let taken = store.decide(&call, Op::Check, at(0)).await?;
+    assert!(taken.allowed);
+    // Renewed at 8 s: held until 18 s, past the 10 s it was taken for.
+    store.renew(&call, &taken.held, at(8)).await?;
+    let at_15 = store.decide(&call, Op::Check, at(15)).await?;
+    assert!(
+        !at_15.allowed,
+        "the renewed lease still holds the one permit"
+    );
+    let at_19 = store.decide(&call, Op::Check, at(19)).await?;
+    assert!(at_19.allowed, "the renewed lease ran out at 18 s");
+
+    // A lease released, or run out, is not taken again by a renewal.
+    store.release(&call, &at_19.held).await?;
+    store.renew(&call, &at_19.held, at(20)).await?;
+    assert!(store.decide(&call, Op::Check, at(20)).await?.allowed);
+    Ok(())
+}

@@ -8,13 +8,16 @@
 //!
 //! Concurrency permits an allowed call takes are given back with [`Store::release`], with
 //! what its [`Outcome::held`] names (a store's ids for them, such as Redis's leases; nothing
-//! in memory, where the key finds them).
+//! in memory, where the key finds them). A store whose permits expire unless renewed (Redis's
+//! leases, [`Store::lease`]) has their holder renew them with [`Store::renew`] while it keeps
+//! them.
 
 use std::future::{Future, Ready, ready};
 use std::hash::Hash;
 use std::marker::PhantomData;
 use std::num::NonZeroU64;
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::clock::{Clock, Micros, SystemClock};
 use crate::decision::Decision;
@@ -228,6 +231,27 @@ pub trait Store<K: ?Sized + 'static>: Send + Sync {
         requests: &'a [Request<'a, Self::Limit, K>],
         held: &'a [Held],
     ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'a;
+
+    /// How long the permits `limit` holds stay held without [`renew`](Store::renew): `None`
+    /// (the default) for a limit that holds none, or whose permits never expire (memory).
+    fn lease(&self, limit: &Self::Limit) -> Option<Duration> {
+        let _ = limit;
+        None
+    }
+
+    /// Extends the permits in `held`, taken by an allowed call on `requests`, for another
+    /// [`lease`](Store::lease) from `now`, so that a holder keeping them longer than a lease
+    /// keeps its place. A permit no longer held (it ran out, or was released) is no error and
+    /// is not taken again. The default, for stores whose permits never expire, does nothing.
+    fn renew<'a>(
+        &'a self,
+        requests: &'a [Request<'a, Self::Limit, K>],
+        held: &'a [Held],
+        now: Now,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'a {
+        let _ = (requests, held, now);
+        ready(Ok(()))
+    }
 
     /// Whether the store answers now (a failure policy's probe while the store is down). A
     /// store in this process always does.

@@ -16,6 +16,7 @@ use sluicegate::{Admission, Algorithm, AnyAlgorithm, CheckError, Decision, Micro
 use smallvec::SmallVec;
 
 use crate::rate_limit::error::BackendError;
+use crate::rate_limit::store::Renewing;
 
 /// Decides requests for keys of type `K`, several limits together, all or nothing.
 ///
@@ -99,6 +100,17 @@ pub struct Verdict {
     limits: Option<Arc<[LimitInfo]>>,
     /// The permits held under a store's ids, for [`Backend::release`].
     held: Vec<Held>,
+    /// Renews the leases in `held` until the last clone is dropped (a store's permits that
+    /// expire).
+    renewing: Option<Arc<Renewing>>,
+}
+
+/// What a request holds in a store until its response ends: the store's ids for its permits,
+/// and what renews them meanwhile.
+#[derive(Debug, Default)]
+pub(crate) struct HeldInStore {
+    pub(crate) held: Vec<Held>,
+    pub(crate) renewing: Option<Arc<Renewing>>,
 }
 
 impl Verdict {
@@ -110,6 +122,7 @@ impl Verdict {
             decisions: SmallVec::from_vec(decisions),
             limits: None,
             held: Vec::new(),
+            renewing: None,
         }
     }
 
@@ -122,6 +135,7 @@ impl Verdict {
             decisions: smallvec::smallvec![decision],
             limits: None,
             held: Vec::new(),
+            renewing: None,
         }
     }
 
@@ -145,9 +159,19 @@ impl Verdict {
         &self.held
     }
 
-    /// Takes the permits held under a store's ids, to release later.
-    pub(crate) fn take_held(&mut self) -> Vec<Held> {
-        std::mem::take(&mut self.held)
+    /// The same verdict with its leases renewed by `renewing` while it (or what
+    /// [takes](Self::take_held) them) lives.
+    pub(crate) fn renewed_by(mut self, renewing: Renewing) -> Verdict {
+        self.renewing = Some(Arc::new(renewing));
+        self
+    }
+
+    /// Takes the permits held under a store's ids, to release later, with what renews them.
+    pub(crate) fn take_held(&mut self) -> HeldInStore {
+        HeldInStore {
+            held: std::mem::take(&mut self.held),
+            renewing: self.renewing.take(),
+        }
     }
 
     /// The same verdict describing its own limits rather than the backend's.

@@ -14,7 +14,7 @@ use sluicegate::Op;
 use tower_service::Service;
 
 use crate::rate_limit::answer;
-use crate::rate_limit::backend::{AtOnce, Backend, Verdict};
+use crate::rate_limit::backend::{AtOnce, Backend, HeldInStore, Verdict};
 use crate::rate_limit::body::{Permit, RateLimitBody};
 use crate::rate_limit::error::BackendError;
 use crate::rate_limit::future::{Finish, ResponseFuture};
@@ -82,16 +82,16 @@ struct Held<X: KeyExtractor, Bk: Backend<X::Key>> {
     shared: Arc<Shared<X, Bk>>,
     key: X::Key,
     permits: NonZeroU64,
-    /// What the store holds under its own ids (Redis's leases).
-    in_store: Vec<sluicegate::store::Held>,
+    /// What the store holds under its own ids (Redis's leases), and what renews them.
+    in_store: HeldInStore,
 }
 
 impl<X: KeyExtractor, Bk: Backend<X::Key>> Drop for Held<X, Bk> {
     fn drop(&mut self) {
-        let in_store = std::mem::take(&mut self.in_store);
-        self.shared
-            .backend
-            .release(&self.key, self.permits, in_store);
+        let HeldInStore { held, renewing } = std::mem::take(&mut self.in_store);
+        // No renewal after the release, which would find the lease gone.
+        drop(renewing);
+        self.shared.backend.release(&self.key, self.permits, held);
     }
 }
 
