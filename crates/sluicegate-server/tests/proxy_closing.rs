@@ -3,7 +3,9 @@
 
 mod proxy_support;
 
-use proxy_support::{BoxError, ProxyProcess, Upstream};
+use proxy_support::{BoxError, ProxyProcess, Upstream, eventually};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
 
 type TestResult = Result<(), BoxError>;
 
@@ -39,5 +41,29 @@ async fn a_client_sending_a_denied_request_its_whole_body_gets_the_denial() -> T
     let (head, body) = post_with_long_body();
     let answer = proxy.raw_exchange(&[head.as_bytes(), &body]).await?;
     assert!(answer.starts_with("HTTP/1.1 429 "), "{answer}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lingering_connection_is_not_counted_as_served() -> TestResult {
+    let upstream = Upstream::start().await?;
+    let proxy = ProxyProcess::passing(
+        &upstream,
+        &["--client-max-body-size", "1k", "--lingering-timeout", "60s"],
+    )?;
+    let mut client = TcpStream::connect(proxy.address).await?;
+    let (head, body) = post_with_long_body();
+    client.write_all(head.as_bytes()).await?;
+    client.write_all(&body[..4096]).await?;
+    // The answer, then the end of the proxy's side: the proxy lingers, reading what comes.
+    let mut answer = Vec::new();
+    client.read_to_end(&mut answer).await?;
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 413 "), "{answer}");
+    eventually("no connection counted while lingering", || async {
+        Ok(proxy.metric_sum("sluicegate_proxy_connections").await? == 0)
+    })
+    .await?;
+    drop(client);
     Ok(())
 }

@@ -177,10 +177,12 @@ impl ConnectionServer {
                 // which keeps it.
                 let back = comes_back.and_then(|mut back| back.try_recv().ok());
                 if let (Ended::Closed, Some(stream), Some(lingering)) = (ended, back, lingering) {
+                    // A lingering connection only reads and discards: it no longer weighs in
+                    // the choice of the worker for the next connection.
+                    drop(counted);
                     lingering.close(stream).await;
                 }
             }
-            drop(counted);
         });
     }
 
