@@ -18,7 +18,7 @@ use sluicegate::store::{FailureKind, Held, Outcome, Request, Store, StoreError};
 use sluicegate::{Decision, Op};
 
 use crate::error::RedisLimitError;
-use crate::lease::Lease;
+use crate::lease::{Lease, LeaseOp};
 use crate::limit::RedisLimit;
 use crate::reply::{LimitRequest, Now};
 use crate::store::RedisStore;
@@ -31,6 +31,13 @@ pub struct NamedLimit {
     pub limit: RedisLimit,
     /// Part of every key of this limit (`PREFIX{KEY}NAME`).
     pub name: String,
+}
+
+impl NamedLimit {
+    /// How long each permit is leased (concurrency limits only).
+    pub(crate) fn lease(&self) -> Option<Duration> {
+        self.limit.lease_us().map(Duration::from_micros)
+    }
 }
 
 impl StoreError for RedisLimitError {
@@ -138,12 +145,14 @@ impl<K: AsRef<[u8]> + ?Sized + Sync + 'static> Store<K> for RedisStore {
         requests: &'a [Request<'a, Arc<NamedLimit>, K>],
         held: &'a [Held],
     ) -> Result<(), RedisLimitError> {
+        // Whether each was still held matters not: a lease that ran out is given back too.
         self.on_leases(requests, held, LeaseOp::Release, Now::Server)
             .await
+            .map(drop)
     }
 
     fn lease(&self, limit: &Arc<NamedLimit>) -> Option<Duration> {
-        limit.limit.lease_us().map(Duration::from_micros)
+        limit.lease()
     }
 
     async fn renew<'a>(
@@ -151,32 +160,13 @@ impl<K: AsRef<[u8]> + ?Sized + Sync + 'static> Store<K> for RedisStore {
         requests: &'a [Request<'a, Arc<NamedLimit>, K>],
         held: &'a [Held],
         now: sluicegate::store::Now,
-    ) -> Result<(), RedisLimitError> {
+    ) -> Result<bool, RedisLimitError> {
         self.on_leases(requests, held, LeaseOp::Renew, server_now(now))
             .await
     }
 
     async fn ping(&self) -> Result<(), RedisLimitError> {
         RedisStore::ping(self).await
-    }
-}
-
-/// What is done to a lease a call holds.
-#[derive(Debug, Clone, Copy)]
-enum LeaseOp {
-    /// Given back.
-    Release,
-    /// Extended for another lease from now.
-    Renew,
-}
-
-impl LeaseOp {
-    /// The op as the concurrency script reads it.
-    fn name(self) -> &'static str {
-        match self {
-            LeaseOp::Release => "release",
-            LeaseOp::Renew => "renew",
-        }
     }
 }
 
@@ -189,14 +179,16 @@ fn server_now(now: sluicegate::store::Now) -> Now {
 }
 
 impl RedisStore {
-    /// Applies `op` to each lease in `held`, taken by a call on `requests`.
+    /// Applies `op` to each lease in `held`, taken by a call on `requests`; whether every one
+    /// was still held.
     async fn on_leases<K: AsRef<[u8]> + ?Sized>(
         &self,
         requests: &[Request<'_, Arc<NamedLimit>, K>],
         held: &[Held],
         op: LeaseOp,
         now: Now,
-    ) -> Result<(), RedisLimitError> {
+    ) -> Result<bool, RedisLimitError> {
+        let mut all_held = true;
         for Held { request, id } in held {
             let Some(asked) = requests.get(*request) else {
                 return Err(RedisLimitError::Unsupported(format!(
@@ -227,10 +219,9 @@ impl RedisStore {
                 expires_at: 0,
             };
             // `false`: the lease had run out already (or was released), which is no error.
-            self.lease_op(&asked.limit.limit, &lease, op.name(), now)
-                .await?;
+            all_held &= self.lease_op(&asked.limit.limit, &lease, op, now).await?;
         }
-        Ok(())
+        Ok(all_held)
     }
 }
 

@@ -97,6 +97,10 @@ pub enum FailSafeError<P, L> {
         /// The most the limit grants to one request.
         capacity: u64,
     },
+    /// The store did not answer a call no policy answers in its place (a lease's renewal)
+    /// within the timeout.
+    #[error("the store did not answer within {0:?}")]
+    TimedOut(Duration),
 }
 
 impl<P: StoreError, L: StoreError> StoreError for FailSafeError<P, L> {
@@ -105,6 +109,7 @@ impl<P: StoreError, L: StoreError> StoreError for FailSafeError<P, L> {
             FailSafeError::Primary(error) => error.kind(),
             FailSafeError::Local(error) => error.kind(),
             FailSafeError::InsufficientCapacity { .. } => FailureKind::Request,
+            FailSafeError::TimedOut(_) => FailureKind::Outage,
         }
     }
 }
@@ -355,21 +360,30 @@ where
     }
 
     /// Renews the leases in `held`: the primary's (the fallback's permits, held in memory,
-    /// never expire).
+    /// never expire), within the timeout. While the primary is down nothing is asked of it
+    /// (the breaker's probe is what finds it back) and the answer is "still held": the
+    /// holder's next renewal after that tells.
     async fn renew_held<'a>(
         &'a self,
         requests: &'a [Asked<'a, P, L, K>],
         held: &'a [Held],
         now: Now,
-    ) -> Result<(), FailSafeError<P::Error, L::Error>> {
-        if held.is_empty() {
-            return Ok(());
+    ) -> Result<bool, FailSafeError<P::Error, L::Error>> {
+        if held.is_empty() || self.is_down() {
+            return Ok(true);
         }
         let asked = primary_requests::<P, L, K>(requests);
-        self.primary
-            .renew(&asked, held, now)
-            .await
-            .map_err(FailSafeError::Primary)
+        match tokio::time::timeout(self.timeout, self.primary.renew(&asked, held, now)).await {
+            Ok(Ok(held)) => Ok(held),
+            Ok(Err(error)) => {
+                self.failed(&Failure::Store(&error));
+                Err(FailSafeError::Primary(error))
+            }
+            Err(_) => {
+                self.failed(&Failure::Timeout(self.timeout));
+                Err(FailSafeError::TimedOut(self.timeout))
+            }
+        }
     }
 
     /// The policy's answer: the fallback's decision, or every limit allowed (`open`, nothing
@@ -471,7 +485,7 @@ where
         requests: &'a [Request<'a, Self::Limit, K>],
         held: &'a [Held],
         now: Now,
-    ) -> Result<(), Self::Error> {
+    ) -> Result<bool, Self::Error> {
         self.renew_held(requests, held, now).await
     }
 
@@ -525,7 +539,7 @@ where
         requests: &'a [Request<'a, Self::Limit, K>],
         held: &'a [Held],
         now: Now,
-    ) -> Result<(), Self::Error> {
+    ) -> Result<bool, Self::Error> {
         self.store.renew_held(requests, held, now).await
     }
 

@@ -140,7 +140,7 @@ impl<K: AsRef<[u8]> + ?Sized + Sync + 'static> Store<K> for LazyStore {
     }
 
     fn lease(&self, limit: &Arc<NamedLimit>) -> Option<Duration> {
-        limit.limit.lease_us().map(Duration::from_micros)
+        limit.lease()
     }
 
     async fn renew<'a>(
@@ -148,9 +148,9 @@ impl<K: AsRef<[u8]> + ?Sized + Sync + 'static> Store<K> for LazyStore {
         requests: &'a [Request<'a, Arc<NamedLimit>, K>],
         held: &'a [Held],
         now: Now,
-    ) -> Result<(), LazyStoreError> {
+    ) -> Result<bool, LazyStoreError> {
         if held.is_empty() {
-            return Ok(());
+            return Ok(true);
         }
         let store = self.connected()?;
         Ok(Store::<K>::renew(store, requests, held, now).await?)

@@ -18,6 +18,25 @@ pub struct Lease {
     pub expires_at: Micros,
 }
 
+/// What is done to a lease its holder has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LeaseOp {
+    /// Given back.
+    Release,
+    /// Extended for another lease from now.
+    Renew,
+}
+
+impl LeaseOp {
+    /// The op as the concurrency script reads it.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            LeaseOp::Release => "release",
+            LeaseOp::Renew => "renew",
+        }
+    }
+}
+
 /// 128 random bits (std's per-process random hash keys) plus a counter: unique without a
 /// random number crate.
 pub(crate) fn new_lease_id() -> String {

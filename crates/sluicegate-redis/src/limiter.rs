@@ -5,7 +5,7 @@ use std::num::NonZeroU64;
 use sluicegate::{Decision, Op};
 
 use crate::error::RedisLimitError;
-use crate::lease::Lease;
+use crate::lease::{Lease, LeaseOp};
 use crate::limit::{LimitKind, RedisLimit};
 use crate::reply::{LimitRequest, Now};
 use crate::store::RedisStore;
@@ -112,13 +112,15 @@ impl RedisLimiter {
     /// Gives a lease back. `Ok(false)` if it was no longer held (expired or released).
     pub async fn release(&self, lease: &Lease, now: Now) -> Result<bool, RedisLimitError> {
         self.store
-            .lease_op(&self.limit, lease, "release", now)
+            .lease_op(&self.limit, lease, LeaseOp::Release, now)
             .await
     }
 
     /// Extends a lease by the limit's lease time from `now`. `Ok(false)` if it was no longer
     /// held.
     pub async fn renew(&self, lease: &Lease, now: Now) -> Result<bool, RedisLimitError> {
-        self.store.lease_op(&self.limit, lease, "renew", now).await
+        self.store
+            .lease_op(&self.limit, lease, LeaseOp::Renew, now)
+            .await
     }
 }

@@ -13,7 +13,7 @@ use crate::batch::{Batcher, OneCall};
 use crate::connection::{Connection, Link, bounded};
 use crate::error::RedisLimitError;
 use crate::keys::KeyScheme;
-use crate::lease::{Lease, new_lease_id};
+use crate::lease::{Lease, LeaseOp, new_lease_id};
 use crate::limit::{Joined, RedisLimit};
 use crate::reply::{
     LimitRequest, MultiDecision, Now, check_request, now_arg, parse_one_reply, parse_reply,
@@ -336,10 +336,10 @@ impl RedisStore {
         &self,
         limit: &RedisLimit,
         lease: &Lease,
-        op: &str,
+        op: LeaseOp,
         now: Now,
     ) -> Result<bool, RedisLimitError> {
-        let mut args = vec![now_arg(now), op.into(), "1".into()];
+        let mut args = vec![now_arg(now), op.name().into(), "1".into()];
         args.push(limit.name().into());
         args.push(lease.permits.to_string().into());
         limit.push_args(&mut args, None, &lease.id, self.grace_ms);

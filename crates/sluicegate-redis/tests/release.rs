@@ -141,12 +141,21 @@ async fn a_renewed_lease_is_held_for_another_lease_from_the_renewal() -> Result<
         key: "alice",
         permits: NonZeroU64::MIN,
     }];
-    // Times chosen by the test (microseconds), not Redis's clock: 1 000 s past the epoch.
-    let at = |seconds: u64| Now::At(1_000_000_000 + seconds * 1_000_000);
+    // Times chosen by the test, from now on: `release` reads Redis's clock, and this way a
+    // lease the test holds is one Redis's clock has not seen run out.
+    let base = u64::try_from(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)?
+            .as_micros(),
+    )?;
+    let at = |seconds: u64| Now::At(base + seconds * 1_000_000);
     let taken = store.decide(&call, Op::Check, at(0)).await?;
     assert!(taken.allowed);
     // Renewed at 8 s: held until 18 s, past the 10 s it was taken for.
-    store.renew(&call, &taken.held, at(8)).await?;
+    assert!(
+        store.renew(&call, &taken.held, at(8)).await?,
+        "held when renewed"
+    );
     let at_15 = store.decide(&call, Op::Check, at(15)).await?;
     assert!(
         !at_15.allowed,
@@ -155,9 +164,13 @@ async fn a_renewed_lease_is_held_for_another_lease_from_the_renewal() -> Result<
     let at_19 = store.decide(&call, Op::Check, at(19)).await?;
     assert!(at_19.allowed, "the renewed lease ran out at 18 s");
 
-    // A lease released, or run out, is not taken again by a renewal.
+    // A lease run out is not taken again by a renewal, which says it is gone.
+    assert!(!store.renew(&call, &taken.held, at(20)).await?);
+    // Nor is one released.
+    let at_21 = store.decide(&call, Op::Check, at(21)).await?;
+    assert!(!at_21.allowed, "19 s's lease holds the permit");
     store.release(&call, &at_19.held).await?;
-    store.renew(&call, &at_19.held, at(20)).await?;
-    assert!(store.decide(&call, Op::Check, at(20)).await?.allowed);
+    assert!(!store.renew(&call, &at_19.held, at(22)).await?);
+    assert!(store.decide(&call, Op::Check, at(22)).await?.allowed);
     Ok(())
 }

@@ -49,7 +49,14 @@ async fn a_lingering_connection_is_not_counted_as_served() -> TestResult {
     let upstream = Upstream::start().await?;
     let proxy = ProxyProcess::passing(
         &upstream,
-        &["--client-max-body-size", "1k", "--lingering-timeout", "60s"],
+        &[
+            "--client-max-body-size",
+            "1k",
+            "--lingering-timeout",
+            "60s",
+            "--lingering-time",
+            "60s",
+        ],
     )?;
     let mut client = TcpStream::connect(proxy.address).await?;
     let (head, body) = post_with_long_body();
@@ -64,6 +71,10 @@ async fn a_lingering_connection_is_not_counted_as_served() -> TestResult {
         Ok(proxy.metric_sum("sluicegate_proxy_connections").await? == 0)
     })
     .await?;
-    drop(client);
+    // Still lingering: what the client sends is read, not answered with a reset (which a
+    // second write after the first's would meet).
+    client.write_all(&body[4096..8192]).await?;
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    client.write_all(&body[8192..12288]).await?;
     Ok(())
 }

@@ -241,16 +241,20 @@ pub trait Store<K: ?Sized + 'static>: Send + Sync {
 
     /// Extends the permits in `held`, taken by an allowed call on `requests`, for another
     /// [`lease`](Store::lease) from `now`, so that a holder keeping them longer than a lease
-    /// keeps its place. A permit no longer held (it ran out, or was released) is no error and
-    /// is not taken again. The default, for stores whose permits never expire, does nothing.
+    /// keeps its place; `Ok(false)` if one was no longer held (it ran out, or was released),
+    /// which is no error and is not taken again. The default, for stores whose permits never
+    /// expire, does nothing and answers `true`.
+    ///
+    /// A store that overrides [`lease`](Store::lease) overrides this too (and a store wrapping
+    /// another forwards both), or its holders lose their permits after a lease.
     fn renew<'a>(
         &'a self,
         requests: &'a [Request<'a, Self::Limit, K>],
         held: &'a [Held],
         now: Now,
-    ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'a {
+    ) -> impl Future<Output = Result<bool, Self::Error>> + Send + 'a {
         let _ = (requests, held, now);
-        ready(Ok(()))
+        ready(Ok(true))
     }
 
     /// Whether the store answers now (a failure policy's probe while the store is down). A

@@ -85,7 +85,8 @@ fn least_loaded(open: &[Option<usize>], me: usize) -> usize {
         .map_or(me, |(worker, _)| worker)
 }
 
-/// A connection counted in its worker's load until dropped (with the connection's task).
+/// A connection counted in its worker's load until dropped (with the connection's task, or
+/// when the connection starts lingering).
 #[derive(Debug)]
 pub(crate) struct Counted {
     loads: Arc<Loads>,

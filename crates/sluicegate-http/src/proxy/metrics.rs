@@ -72,7 +72,7 @@ pub(crate) struct Metrics {
     backend_errors: [AtomicU64; sluicegate_redis::FAILURE_LABELS.len()],
     /// The adaptive limits of the rules in force, by route name.
     adaptive: Mutex<Vec<(String, AdaptiveLimitLayer)>>,
-    /// Client connections open by worker (set once the listener is up).
+    /// Client connections served by worker (set once the listener is up).
     connections: OnceLock<Arc<Loads>>,
 }
 
@@ -224,8 +224,8 @@ impl Metrics {
         }
         if let Some(loads) = self.connections.get() {
             out.push_str(
-                "# HELP sluicegate_proxy_connections Client connections open, by worker (0: no \
-                 workers, the caller's runtime).\n\
+                "# HELP sluicegate_proxy_connections Client connections served, by worker (0: no \
+                 workers, the caller's runtime; lingering ones not counted).\n\
                  # TYPE sluicegate_proxy_connections gauge\n",
             );
             for (worker, open) in loads.by_worker() {

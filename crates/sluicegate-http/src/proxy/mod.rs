@@ -19,7 +19,7 @@
 //! Metrics (`/metrics` on the admin address): `sluicegate_proxy_requests_total{route,outcome}`
 //! (outcome `allowed`, `delayed`, `limited`, `dry_run`),
 //! `sluicegate_proxy_upstream_errors_total{kind}`, `sluicegate_proxy_reloads_total{result}`,
-//! `sluicegate_proxy_connections{worker}` (client connections open).
+//! `sluicegate_proxy_connections{worker}` (client connections served, lingering ones left out).
 
 mod backend;
 mod backing;

@@ -102,7 +102,8 @@ impl ConnectionServer {
         }
     }
 
-    /// Serves `stream` from `peer` until it closes; `counted` is dropped with it.
+    /// Serves `stream` from `peer` until it closes; `counted` is dropped with it, or when it
+    /// starts lingering.
     pub(crate) fn serve(&self, stream: TcpStream, peer: SocketAddr, counted: Counted) {
         let state = Arc::clone(&self.state);
         let client = ForwardedClient::new(peer.ip().to_canonical());

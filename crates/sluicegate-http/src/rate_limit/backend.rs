@@ -16,7 +16,6 @@ use sluicegate::{Admission, Algorithm, AnyAlgorithm, CheckError, Decision, Micro
 use smallvec::SmallVec;
 
 use crate::rate_limit::error::BackendError;
-use crate::rate_limit::store::Renewing;
 
 /// Decides requests for keys of type `K`, several limits together, all or nothing.
 ///
@@ -87,7 +86,10 @@ impl AtOnce {
 }
 
 /// The answer to one request: whether it passes, and each limit's decision.
-#[derive(Debug, Clone)]
+///
+/// A clone describes the same decisions but holds nothing: the permits a store keeps under
+/// its ids ([`held`](Verdict::held)) stay with the original, which alone gives them back.
+#[derive(Debug)]
 #[non_exhaustive]
 pub struct Verdict {
     allowed: bool,
@@ -100,9 +102,38 @@ pub struct Verdict {
     limits: Option<Arc<[LimitInfo]>>,
     /// The permits held under a store's ids, for [`Backend::release`].
     held: Vec<Held>,
-    /// Renews the leases in `held` until the last clone is dropped (a store's permits that
-    /// expire).
-    renewing: Option<Arc<Renewing>>,
+    /// Renews the leases in `held` until dropped (a store's permits that expire).
+    renewing: Option<Renewing>,
+}
+
+impl Clone for Verdict {
+    fn clone(&self) -> Verdict {
+        Verdict {
+            allowed: self.allowed,
+            holds_permits: false,
+            decisions: self.decisions.clone(),
+            limits: self.limits.clone(),
+            held: Vec::new(),
+            renewing: None,
+        }
+    }
+}
+
+/// Renews a request's leases in its store (a task of the runtime) until dropped, which
+/// happens when its permits are given back or the verdict holding them is dropped unused.
+#[derive(Debug)]
+pub(crate) struct Renewing(tokio::task::AbortHandle);
+
+impl Renewing {
+    pub(crate) fn new(task: tokio::task::AbortHandle) -> Renewing {
+        Renewing(task)
+    }
+}
+
+impl Drop for Renewing {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// What a request holds in a store until its response ends: the store's ids for its permits,
@@ -110,7 +141,7 @@ pub struct Verdict {
 #[derive(Debug, Default)]
 pub(crate) struct HeldInStore {
     pub(crate) held: Vec<Held>,
-    pub(crate) renewing: Option<Arc<Renewing>>,
+    pub(crate) renewing: Option<Renewing>,
 }
 
 impl Verdict {
@@ -162,7 +193,7 @@ impl Verdict {
     /// The same verdict with its leases renewed by `renewing` while it (or what
     /// [takes](Self::take_held) them) lives.
     pub(crate) fn renewed_by(mut self, renewing: Renewing) -> Verdict {
-        self.renewing = Some(Arc::new(renewing));
+        self.renewing = Some(renewing);
         self
     }
 

@@ -89,7 +89,8 @@ struct Held<X: KeyExtractor, Bk: Backend<X::Key>> {
 impl<X: KeyExtractor, Bk: Backend<X::Key>> Drop for Held<X, Bk> {
     fn drop(&mut self) {
         let HeldInStore { held, renewing } = std::mem::take(&mut self.in_store);
-        // No renewal after the release, which would find the lease gone.
+        // Renewals stop before the release is sent. One already on its way may still reach
+        // the store after it, which is harmless: a lease given back is not taken again.
         drop(renewing);
         self.shared.backend.release(&self.key, self.permits, held);
     }

@@ -14,7 +14,7 @@ use sluicegate::Op;
 use sluicegate::store::{FailureKind, Held, Now, Request, Store, StoreError as _};
 use tokio::time::{Instant, MissedTickBehavior};
 
-use crate::rate_limit::backend::{Backend, LimitInfo, Verdict};
+use crate::rate_limit::backend::{Backend, LimitInfo, Renewing, Verdict};
 use crate::rate_limit::error::BackendError;
 
 /// The answer of a [`StoreBackend`]: boxed, as a store's answer may wait on the network.
@@ -26,7 +26,8 @@ pub type StoreFuture = Pin<Box<dyn Future<Output = Result<Verdict, BackendError>
 /// in Redis, the request's leases (which also expire, so a process that dies holding one
 /// cannot leak it); behind a failure policy, in the store that answered. Until then the
 /// leases are renewed every third of the shortest [lease](Store::lease), so a response (a
-/// download, a WebSocket) that lasts longer than a lease keeps its place.
+/// download, a WebSocket) that lasts longer than a lease keeps its place; choose a lease of
+/// several times the store's timeout, or one slow renewal loses it.
 pub struct StoreBackend<S: Store<String>> {
     store: Arc<S>,
     limits: Arc<[S::Limit]>,
@@ -109,26 +110,20 @@ async fn decide_in<S: Store<String>>(
     }
 }
 
-/// Renews a request's leases in its store until dropped, which happens when its permits are
-/// given back (or the verdict holding them is dropped unused).
-#[derive(Debug)]
-pub(crate) struct Renewing(tokio::task::AbortHandle);
-
-impl Drop for Renewing {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
+/// The shortest wait between two renewals of one request's leases: a lease far shorter than
+/// a network round trip cannot be held anyway, and a shorter wait would only load the store.
+const RENEW_AT_MOST_EVERY: Duration = Duration::from_millis(10);
 
 /// How often a holder renews the permits of `limits`: every third of the shortest lease, so
 /// that a renewal late by most of a lease still comes in time; `None` if none expire.
 fn renew_every<S: Store<String>>(store: &S, limits: &[S::Limit]) -> Option<Duration> {
     let shortest = limits.iter().filter_map(|limit| store.lease(limit)).min()?;
-    Some((shortest / 3).max(Duration::from_millis(1)))
+    Some((shortest / 3).max(RENEW_AT_MOST_EVERY))
 }
 
-/// Renews `held` every `every`, from a task of the current runtime (`None` outside one: the
-/// leases then simply run out, as a release they miss would).
+/// Renews `held` every `every`, from a task of the current runtime, until dropped or a lease
+/// is found gone (`None` outside a runtime: the leases then run out, as a release they miss
+/// would).
 fn renew_while_held<S>(
     store: Arc<S>,
     limits: Arc<[S::Limit]>,
@@ -141,19 +136,33 @@ where
     S: Store<String> + 'static,
     S::Limit: 'static,
 {
-    let runtime = tokio::runtime::Handle::try_current().ok()?;
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        tracing::warn!(
+            "concurrency leases taken outside a tokio runtime are not renewed: they run out \
+             after their lease even while their responses last"
+        );
+        return None;
+    };
     let task = runtime.spawn(async move {
         let mut ticks = tokio::time::interval_at(Instant::now() + every, every);
         ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
         loop {
             ticks.tick().await;
             let requests = requests(&limits, &key, permits);
-            if let Err(error) = store.renew(&requests, &held, Now::Store).await {
-                tracing::debug!(%error, "a concurrency lease was not renewed");
+            match store.renew(&requests, &held, Now::Store).await {
+                Ok(true) => {}
+                Ok(false) => {
+                    tracing::warn!(
+                        "a concurrency lease ran out before it was renewed (the store was \
+                         unreachable for a lease?): the response no longer holds its permit"
+                    );
+                    return;
+                }
+                Err(error) => tracing::debug!(%error, "a concurrency lease was not renewed"),
             }
         }
     });
-    Some(Renewing(task.abort_handle()))
+    Some(Renewing::new(task.abort_handle()))
 }
 
 impl<K, S> Backend<K> for StoreBackend<S>
@@ -205,5 +214,114 @@ where
 
     fn limits(&self) -> &Arc<[LimitInfo]> {
         &self.infos
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+    use sluicegate::store::Outcome;
+    use sluicegate::{CheckError, Decision};
+
+    use super::*;
+
+    /// A store of one limit that leases its one permit for three seconds, counting renewals;
+    /// `held` says whether a renewal finds the lease still held.
+    struct Leasing {
+        renewals: AtomicUsize,
+        held: AtomicBool,
+    }
+
+    impl Leasing {
+        fn new(held: bool) -> Arc<Leasing> {
+            Arc::new(Leasing {
+                renewals: AtomicUsize::new(0),
+                held: AtomicBool::new(held),
+            })
+        }
+
+        fn renewals(&self) -> usize {
+            self.renewals.load(Ordering::Relaxed)
+        }
+    }
+
+    impl Store<String> for Leasing {
+        type Limit = ();
+        type Error = CheckError;
+
+        fn capacity(&self, _limit: &()) -> u64 {
+            1
+        }
+
+        async fn decide<'a>(
+            &'a self,
+            _requests: &'a [Request<'a, (), String>],
+            _op: Op,
+            _now: Now,
+        ) -> Result<sluicegate::store::Outcome, CheckError> {
+            let lease = Held {
+                request: 0,
+                id: "lease".into(),
+            };
+            Ok(Outcome::one(Decision::allow(1, 0, 0)).holding(vec![lease]))
+        }
+
+        async fn release<'a>(
+            &'a self,
+            _requests: &'a [Request<'a, (), String>],
+            _held: &'a [Held],
+        ) -> Result<(), CheckError> {
+            Ok(())
+        }
+
+        fn lease(&self, _limit: &()) -> Option<Duration> {
+            Some(Duration::from_secs(3))
+        }
+
+        async fn renew<'a>(
+            &'a self,
+            _requests: &'a [Request<'a, (), String>],
+            _held: &'a [Held],
+            _now: Now,
+        ) -> Result<bool, CheckError> {
+            self.renewals.fetch_add(1, Ordering::Relaxed);
+            Ok(self.held.load(Ordering::Relaxed))
+        }
+    }
+
+    async fn holding_verdict(store: &Arc<Leasing>) -> Result<Verdict, BackendError> {
+        let info = LimitInfo::concurrency("in_flight", 1);
+        let backend = StoreBackend::new(Arc::clone(store), [(info, ())]);
+        Backend::<()>::decide(&backend, &(), NonZeroU64::MIN, Op::Check).await
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn leases_are_renewed_while_held_and_not_after() -> Result<(), BackendError> {
+        let store = Leasing::new(true);
+        let mut verdict = holding_verdict(&store).await?;
+        assert!(verdict.holds_permits());
+        // Every second, a third of the lease.
+        tokio::time::sleep(Duration::from_millis(3500)).await;
+        assert_eq!(store.renewals(), 3);
+        // A clone holds nothing, so it keeps nothing renewed.
+        let clone = verdict.clone();
+        assert!(clone.held().is_empty() && !clone.holds_permits());
+        // Taken to be given back, and dropped (the response ended): no renewal after that.
+        drop(verdict.take_held());
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        assert_eq!(store.renewals(), 3);
+        drop(clone);
+        Ok(())
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_lease_found_gone_is_not_renewed_again() -> Result<(), BackendError> {
+        let store = Leasing::new(false);
+        let verdict = holding_verdict(&store).await?;
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        assert_eq!(store.renewals(), 1);
+        drop(verdict);
+        Ok(())
     }
 }
