@@ -39,7 +39,7 @@ pub(crate) fn write_head(
     let Fields {
         has_length,
         websocket,
-    } = write_fields(out, parts, fallback_host);
+    } = write_fields(out, parts, fallback_host, !body.is_end_stream());
     // The server has checked a client's Content-Length against the body it frames (h1 and h2
     // alike), so a Content-Length that came with the request is passed on as it is.
     let framing = if body.is_end_stream() {
@@ -152,9 +152,10 @@ struct Fields {
     /// A `Content-Length` was among the fields.
     has_length: bool,
     /// The request asks to switch to WebSocket (RFC 6455 section 4.1: an HTTP/1.1 `GET` with
-    /// `Upgrade: websocket` and `Connection: upgrade`): its `Upgrade` and `Connection: upgrade`
-    /// were written. Other switches (`h2c`) are not asked of the upstream: a tunnel to it
-    /// would carry requests no limit sees.
+    /// `Upgrade: websocket` and `Connection: upgrade`, and no body): its `Upgrade` and
+    /// `Connection: upgrade` were written. Other switches (`h2c`) are not asked of the
+    /// upstream: a tunnel to it would carry requests no limit sees. Nor is a switch with a
+    /// body, which would still be on its way when the tunnel opened.
     websocket: bool,
 }
 
@@ -166,7 +167,8 @@ struct Fields {
 /// and `Expect`, left out; a `Host` from the URI (h2 names its host there alone) or `fallback_host`
 /// (HTTP/1.0 may name none) when the request has no `Host`; the connection's client (a
 /// [`ForwardedClient`] in the extensions) appended to `X-Forwarded-For` and `Forwarded`.
-fn write_fields(out: &mut Vec<u8>, parts: &Parts, fallback_host: &str) -> Fields {
+/// `has_body`: the request has a body (not an empty one).
+fn write_fields(out: &mut Vec<u8>, parts: &Parts, fallback_host: &str, has_body: bool) -> Fields {
     let target = parts
         .uri
         .path_and_query()
@@ -233,6 +235,7 @@ fn write_fields(out: &mut Vec<u8>, parts: &Parts, fallback_host: &str) -> Fields
         named_host,
     );
     let websocket = connection_upgrade
+        && !has_body
         && parts.method == Method::GET
         && parts.version == Version::HTTP_11
         && upgrade.is_some_and(|value| value.as_bytes().eq_ignore_ascii_case(b"websocket"));
@@ -453,14 +456,20 @@ impl Outgoing {
 mod tests {
     use super::*;
 
-    /// The head `request` is written as, with the client 192.0.2.1.
+    /// The head `request` is written as, with the client 192.0.2.1 (and no body).
     fn written(request: http::request::Builder) -> (String, Fields) {
+        written_with(request, false)
+    }
+
+    /// The head `request` is written as, with the client 192.0.2.1, `has_body` saying whether
+    /// a body follows.
+    fn written_with(request: http::request::Builder, has_body: bool) -> (String, Fields) {
         let (mut parts, ()) = request.body(()).expect("request").into_parts();
         parts
             .extensions
             .insert(ForwardedClient::new("192.0.2.1".parse().expect("ip")));
         let mut out = Vec::new();
-        let fields = write_fields(&mut out, &parts, "upstream:8080");
+        let fields = write_fields(&mut out, &parts, "upstream:8080", has_body);
         (String::from_utf8_lossy(&out).into_owned(), fields)
     }
 
@@ -556,5 +565,9 @@ mod tests {
             assert!(!fields.websocket, "{head}");
             assert!(!head.contains("upgrade"), "{head}");
         }
+        // Not with a body: it goes on as a plain request.
+        let (head, fields) = written_with(asking().header("content-length", "5"), true);
+        assert!(!fields.websocket && fields.has_length, "{head}");
+        assert!(!head.contains("upgrade"), "{head}");
     }
 }
