@@ -87,6 +87,12 @@ pub(crate) struct ProxyArgs {
     /// Shared counters: several proxies with the same Redis keep one budget.
     #[command(flatten)]
     redis: RedisArgs,
+    /// After how many requests a thread serving clients offers its CPU to the other threads
+    /// waiting for one (`sched_yield`), so that on cores shared with the app or its clients a
+    /// busy worker does not keep its CPU for a whole scheduler slice while they wait (the tail
+    /// of the latency then counts timer ticks); `0`: never.
+    #[arg(long, default_value_t = 64)]
+    yield_every: u32,
     /// How many threads serve clients, each with its own runtime and upstream connections, as
     /// nginx's worker processes, new connections spread evenly over them; 0 for one
     /// work-stealing runtime on every CPU. Default: the number of CPUs.
@@ -182,6 +188,7 @@ impl ProxyArgs {
             store: self.redis.store_config(),
             failure_policy: self.redis.failure_policy.into(),
         });
+        config.yield_every = std::num::NonZeroU32::new(self.yield_every);
         config.workers = self.workers();
         config
     }

@@ -25,6 +25,7 @@ mod backend;
 mod backing;
 mod branch_wakers;
 mod client_idle;
+mod cpu_yield;
 mod error;
 mod forward;
 pub(crate) mod forwarding;

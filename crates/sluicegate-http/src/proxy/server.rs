@@ -3,6 +3,7 @@
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
+use std::num::NonZeroU32;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -111,6 +112,11 @@ pub struct ProxyConfig {
     /// this proxy).
     #[cfg(feature = "proxy-redis")]
     pub redis: Option<crate::proxy::shared::RedisSettings>,
+    /// After how many requests a thread serving clients offers its CPU to the other threads
+    /// waiting for one (`sched_yield`), so that on cores shared with the app or the clients a
+    /// busy worker does not keep its CPU for a whole scheduler slice while those that would
+    /// read its answers wait (the tail of the latency then counts timer ticks). None: never.
+    pub yield_every: Option<NonZeroU32>,
     /// How many threads serve clients, each with its own single-threaded runtime and its own
     /// pool of upstream connections, as nginx's worker processes do. Each accepts on the one
     /// listening socket and hands a new connection to the worker serving fewest when that is
@@ -124,7 +130,8 @@ impl ProxyConfig {
     /// a client to read and for the next piece of a request body, rule file checked every
     /// second, 30 s shutdown grace, no bound on request bodies, bodies of up to 16 KiB read
     /// whole before they are sent, a closed connection lingering up to 30 s (5 s without a
-    /// byte from its client), clients served on the caller's runtime.
+    /// byte from its client), the CPU offered every 64 requests, clients served on the
+    /// caller's runtime.
     pub fn new(upstream: impl Into<String>, rules: impl Into<PathBuf>, listen: SocketAddr) -> Self {
         ProxyConfig {
             upstream: upstream.into(),
@@ -145,6 +152,7 @@ impl ProxyConfig {
             shutdown_grace: Duration::from_secs(30),
             #[cfg(feature = "proxy-redis")]
             redis: None,
+            yield_every: NonZeroU32::new(64),
             workers: 0,
         }
     }
@@ -204,6 +212,7 @@ pub async fn start(config: ProxyConfig) -> Result<Proxy, ProxyError> {
                 time: config.lingering_time,
                 timeout: config.lingering_timeout,
             }),
+        yield_every: config.yield_every,
     });
     let bind = |address: SocketAddr| async move {
         TcpListener::bind(address)

@@ -4,6 +4,7 @@
 use std::convert::Infallible;
 use std::future::poll_fn;
 use std::net::SocketAddr;
+use std::num::NonZeroU32;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::Poll;
@@ -22,6 +23,7 @@ use tokio::time::Instant;
 use crate::proxy::backing::Backing;
 use crate::proxy::branch_wakers::BranchWakers;
 use crate::proxy::client_idle::{OpenBody, Requests};
+use crate::proxy::cpu_yield;
 use crate::proxy::forward::Forwarder;
 use crate::proxy::forwarding::ForwardedClient;
 use crate::proxy::h2_stall::Stalls;
@@ -47,6 +49,8 @@ pub(crate) struct State {
     /// How an HTTP/1.1 connection the proxy ends goes on taking its client's bytes (none:
     /// closed at once).
     pub(crate) lingering: Option<Lingering>,
+    /// After how many requests a thread offers its CPU to others (`cpu_yield`; none: never).
+    pub(crate) yield_every: Option<NonZeroU32>,
 }
 
 /// What every h2 connection opens with (RFC 9113 section 3.4).
@@ -146,6 +150,9 @@ impl ConnectionServer {
                     let stalls = h2_stalls.clone();
                     request.extensions_mut().insert(client.clone());
                     let open = requests.open();
+                    if let Some(every) = state.yield_every {
+                        cpu_yield::count_request(every);
+                    }
                     // Routed and limited now: the future hyper keeps holds only what waits.
                     let handling = table::handle(&state.table.load(), request);
                     async move {
