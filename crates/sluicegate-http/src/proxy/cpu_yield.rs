@@ -7,7 +7,7 @@
 //! next requests wait for that CPU: requests then wait whole ticks in socket buffers, and the
 //! tail of the latency is counted in ticks. Yielding every few dozen requests interleaves the
 //! worker with them finely (measured in BENCHMARKS.md: on a loaded 2-core machine the p99 of
-//! denied traffic fell from 7.9 ms, two ticks, to about 1.2 ms, and that of allowed traffic by
+//! denied traffic fell from 7.9 ms, two ticks, to about 1 ms, and that of allowed traffic by
 //! a third). On a CPU nobody else waits for, the yield returns at once: one system call per
 //! that many requests.
 
