@@ -360,20 +360,21 @@ where
     }
 
     /// Renews the leases in `held`: the primary's (the fallback's permits, held in memory,
-    /// never expire), within the timeout. While the primary is down nothing is asked of it
-    /// (the breaker's probe is what finds it back) and the answer is "still held": the
-    /// holder's next renewal after that tells.
-    async fn renew_held<'a>(
+    /// never expire), by `deadline`. While the primary is down nothing is asked of it (the
+    /// breaker's probe is what finds it back) and the answer is "still held": the holder's
+    /// next renewal after that tells.
+    async fn renew_by<'a>(
         &'a self,
         requests: &'a [Asked<'a, P, L, K>],
         held: &'a [Held],
         now: Now,
+        deadline: Instant,
     ) -> Result<bool, FailSafeError<P::Error, L::Error>> {
         if held.is_empty() || self.is_down() {
             return Ok(true);
         }
         let asked = primary_requests::<P, L, K>(requests);
-        match tokio::time::timeout(self.timeout, self.primary.renew(&asked, held, now)).await {
+        match tokio::time::timeout_at(deadline, self.primary.renew(&asked, held, now)).await {
             Ok(Ok(held)) => Ok(held),
             Ok(Err(error)) => {
                 self.failed(&Failure::Store(&error));
@@ -486,7 +487,8 @@ where
         held: &'a [Held],
         now: Now,
     ) -> Result<bool, Self::Error> {
-        self.renew_held(requests, held, now).await
+        self.renew_by(requests, held, now, Instant::now() + self.timeout)
+            .await
     }
 
     async fn ping(&self) -> Result<(), Self::Error> {
@@ -540,7 +542,9 @@ where
         held: &'a [Held],
         now: Now,
     ) -> Result<bool, Self::Error> {
-        self.store.renew_held(requests, held, now).await
+        self.store
+            .renew_by(requests, held, now, self.deadline)
+            .await
     }
 
     async fn ping(&self) -> Result<(), Self::Error> {
