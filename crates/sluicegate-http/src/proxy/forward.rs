@@ -14,9 +14,9 @@ use http::header::{self, HeaderValue};
 use http::uri::{Authority, Scheme};
 use http::{Method, Request, Response, StatusCode, Uri};
 use http_body_util::{Either, Full};
-use hyper::body::Incoming;
 use tower_service::Service;
 
+use crate::proxy::client_body::ClientBody;
 use crate::proxy::error::ProxyError;
 use crate::proxy::metrics::{Metrics, RouteCounters};
 use crate::proxy::upstream::{PooledBody, Pools, SendError, Timeouts, Written};
@@ -64,7 +64,7 @@ pub(crate) struct Upstream {
     pub(crate) counters: Arc<RouteCounters>,
 }
 
-impl Service<Request<Incoming>> for Upstream {
+impl Service<Request<ClientBody>> for Upstream {
     type Response = Response<UpstreamBody>;
     type Error = Infallible;
     type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Infallible>> + Send>>;
@@ -73,7 +73,7 @@ impl Service<Request<Incoming>> for Upstream {
         Poll::Ready(Ok(()))
     }
 
-    fn call(&mut self, request: Request<Incoming>) -> Self::Future {
+    fn call(&mut self, request: Request<ClientBody>) -> Self::Future {
         Metrics::count(&self.counters.passed);
         if request.method() == Method::CONNECT {
             // Its 2xx answer would turn the upstream connection into a tunnel.

@@ -100,21 +100,21 @@ fn write_list(out: &mut Vec<u8>, name: &[u8], came: &[&HeaderValue], appended: O
 }
 
 /// Writes a request's `X-Forwarded-For` and `Forwarded` fields as they go to the upstream:
-/// the lists that came (`xff`, `forwarded`), each with `client` appended when there is one.
-/// `host`: the host the request names, for `Forwarded`'s `host=`.
+/// the lists that came (`xff`, `forwarded`), each with `client` appended. `host`: the host
+/// the request names, for `Forwarded`'s `host=`.
 pub(crate) fn write_forwarding_fields(
     out: &mut Vec<u8>,
-    client: Option<&ForwardedClient>,
+    client: &ForwardedClient,
     xff: &[&HeaderValue],
     forwarded: &[&HeaderValue],
     host: Option<&[u8]>,
 ) {
-    let element = client.and_then(|client| client.forwarded_for_host(host));
+    let element = client.forwarded_for_host(host);
     write_list(
         out,
         X_FORWARDED_FOR.as_str().as_bytes(),
         xff,
-        client.map(|client| client.0.address.as_bytes()),
+        Some(client.0.address.as_bytes()),
     );
     write_list(
         out,
@@ -162,8 +162,7 @@ impl ForwardedClient {
         }))
     }
 
-    /// The client's address (the peer's, which the limits' `peer_ip` reads too: one
-    /// extension per request instead of two).
+    /// The client's address (the peer's, which the limits' `peer_ip` reads too).
     pub(crate) fn ip(&self) -> IpAddr {
         self.0.ip
     }
@@ -241,7 +240,7 @@ mod tests {
     }
 
     fn fields(
-        client: Option<&ForwardedClient>,
+        client: &ForwardedClient,
         xff: &[&'static str],
         forwarded: &[&'static str],
         host: Option<&str>,
@@ -267,7 +266,7 @@ mod tests {
         let client = ForwardedClient::new("127.0.0.1".parse().expect("ip"));
         assert_eq!(
             fields(
-                Some(&client),
+                &client,
                 &["10.0.0.1", "10.0.0.2"],
                 &["for=10.0.0.1"],
                 Some("app.example:8080")
@@ -275,29 +274,23 @@ mod tests {
             "x-forwarded-for: 10.0.0.1, 10.0.0.2, 127.0.0.1\r\n\
              forwarded: for=10.0.0.1, for=127.0.0.1;host=\"app.example:8080\";proto=http\r\n"
         );
-        // None came: the client's alone. No client: what came, as it came.
+        // None came: the client's alone.
         assert_eq!(
-            fields(Some(&client), &[], &[], None),
+            fields(&client, &[], &[], None),
             "x-forwarded-for: 127.0.0.1\r\nforwarded: for=127.0.0.1;proto=http\r\n"
         );
-        assert_eq!(
-            fields(None, &["10.0.0.1"], &[], Some("a")),
-            "x-forwarded-for: 10.0.0.1\r\n"
-        );
-        assert_eq!(fields(None, &[], &[], Some("a")), "");
     }
 
     #[test]
     fn a_v6_client_is_quoted_and_a_host_that_cannot_be_is_left_out() {
         let v6 = ForwardedClient::new("::1".parse().expect("ip"));
         assert_eq!(
-            fields(Some(&v6), &[], &[], Some("a\"b")),
+            fields(&v6, &[], &[], Some("a\"b")),
             "x-forwarded-for: ::1\r\nforwarded: for=\"[::1]\";proto=http\r\n"
         );
         let v4 = ForwardedClient::new("10.1.2.3".parse().expect("ip"));
         assert!(
-            fields(Some(&v4), &[], &[], Some("a\\"))
-                .ends_with("forwarded: for=10.1.2.3;proto=http\r\n")
+            fields(&v4, &[], &[], Some("a\\")).ends_with("forwarded: for=10.1.2.3;proto=http\r\n")
         );
     }
 
@@ -305,15 +298,12 @@ mod tests {
     fn each_request_of_a_connection_names_its_own_host() {
         let client = ForwardedClient::new("192.0.2.7".parse().expect("ip"));
         for host in ["a.example", "a.example", "b.example", "a.example"] {
-            assert!(
-                fields(Some(&client), &[], &[], Some(host)).ends_with(&format!(
-                    "forwarded: for=192.0.2.7;host=\"{host}\";proto=http\r\n"
-                ))
-            );
+            assert!(fields(&client, &[], &[], Some(host)).ends_with(&format!(
+                "forwarded: for=192.0.2.7;host=\"{host}\";proto=http\r\n"
+            )));
         }
         assert!(
-            fields(Some(&client), &[], &[], None)
-                .ends_with("forwarded: for=192.0.2.7;proto=http\r\n")
+            fields(&client, &[], &[], None).ends_with("forwarded: for=192.0.2.7;proto=http\r\n")
         );
     }
 }

@@ -24,6 +24,7 @@
 mod backend;
 mod backing;
 mod branch_wakers;
+pub(crate) mod client_body;
 mod client_idle;
 mod cpu_yield;
 mod error;

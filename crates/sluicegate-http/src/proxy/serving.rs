@@ -22,6 +22,7 @@ use tokio::time::Instant;
 
 use crate::proxy::backing::Backing;
 use crate::proxy::branch_wakers::BranchWakers;
+use crate::proxy::client_body::ClientBody;
 use crate::proxy::client_idle::{OpenBody, Requests};
 use crate::proxy::cpu_yield;
 use crate::proxy::forward::Forwarder;
@@ -146,9 +147,12 @@ impl ConnectionServer {
                 let stalled = h2_stalls
                     .as_ref()
                     .map(|stalls| (Arc::clone(stalls), send_timeout));
-                let service = service_fn(move |mut request: Request<Incoming>| {
+                let service = service_fn(move |request: Request<Incoming>| {
                     let stalls = h2_stalls.clone();
-                    request.extensions_mut().insert(client.clone());
+                    let request = request.map(|body| ClientBody {
+                        body,
+                        client: client.clone(),
+                    });
                     let open = requests.open();
                     if let Some(every) = state.yield_every {
                         cpu_yield::count_request(every);

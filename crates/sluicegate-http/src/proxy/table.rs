@@ -10,7 +10,6 @@ use std::task::{Context, Poll, ready};
 
 use http::{Request, Response, StatusCode, Version, header};
 use http_body_util::Either;
-use hyper::body::Incoming;
 use pin_project_lite::pin_project;
 use tower_layer::Layer;
 use tower_service::Service;
@@ -19,6 +18,7 @@ use crate::adaptive::{AdaptiveBody, AdaptiveLimit, AdaptiveLimitLayer};
 
 use crate::proxy::backend::RouteBackend;
 use crate::proxy::backing::Backing;
+use crate::proxy::client_body::ClientBody;
 use crate::proxy::forward::{Forwarder, Upstream, UpstreamBody, text, too_large};
 use crate::proxy::key::RouteExtractor;
 use crate::proxy::limiter::Limiter;
@@ -231,7 +231,7 @@ pub type ProxyBody = http_body_util::Either<AdaptiveBody<RouteBody>, RouteBody>;
 ///
 /// Not an `async fn`: each layer of those would hold the request (264 bytes) and be copied
 /// into the next, and the future hyper keeps per request would be the sum of them.
-pub(crate) fn handle(table: &Arc<Table>, request: Request<Incoming>) -> Handling {
+pub(crate) fn handle(table: &Arc<Table>, request: Request<ClientBody>) -> Handling {
     if let Some(refused) = refused_before_limits(table, &request) {
         return Handling::Now {
             future: std::future::ready(refused.map(|body| Either::Right(Either::Right(body)))),
@@ -257,7 +257,7 @@ pub(crate) fn handle(table: &Arc<Table>, request: Request<Incoming>) -> Handling
 
 impl Table {
     /// `request` through the handler of route `index` (none: no route matched).
-    fn send_through(&self, index: Option<usize>, request: Request<Incoming>) -> Routing {
+    fn send_through(&self, index: Option<usize>, request: Request<ClientBody>) -> Routing {
         match index.map(|i| &self.routes[i].handler) {
             Some(Handler::Limited(service)) => Routing::Limited {
                 future: service.clone().call(request),
@@ -281,7 +281,7 @@ pin_project! {
         /// Through a route's limits, or none.
         Route { #[pin] future: Routing },
         /// Through a route's adaptive limit, then its limits.
-        Adaptive { #[pin] future: <AdaptiveLimit<ByRoute> as Service<Request<Incoming>>>::Future },
+        Adaptive { #[pin] future: <AdaptiveLimit<ByRoute> as Service<Request<ClientBody>>>::Future },
     }
 }
 
@@ -306,8 +306,8 @@ pin_project! {
     /// A request on its way through a route's handler.
     #[project = RoutingProj]
     pub(crate) enum Routing {
-        Limited { #[pin] future: <Limited as Service<Request<Incoming>>>::Future },
-        Plain { #[pin] future: <Upstream as Service<Request<Incoming>>>::Future },
+        Limited { #[pin] future: <Limited as Service<Request<ClientBody>>>::Future },
+        Plain { #[pin] future: <Upstream as Service<Request<ClientBody>>>::Future },
     }
 }
 
@@ -335,14 +335,14 @@ impl Future for Routing {
 /// the proxy takes (413, as nginx's `client_max_body_size`).
 fn refused_before_limits(
     table: &Table,
-    request: &Request<Incoming>,
+    request: &Request<ClientBody>,
 ) -> Option<Response<UpstreamBody>> {
     if let Some(wrong) = host_is_wrong(request) {
         let body = format!("400 Bad Request: {wrong}\n");
         return Some(text(StatusCode::BAD_REQUEST, body));
     }
     let forwarder = &table.unmatched.forwarder;
-    let max = forwarder.pools.refuses(request.body())?;
+    let max = forwarder.pools.refuses(&request.body().body)?;
     Some(too_large(&forwarder.metrics, max))
 }
 
@@ -350,7 +350,7 @@ fn refused_before_limits(
 /// reads it): never more than one field, for the limits keyed on the first and the upstream
 /// could read another; and one in every HTTP/1.1 request, its target in absolute form or not
 /// (h2 names its host in `:authority`, HTTP/1.0 may name none).
-fn host_is_wrong(request: &Request<Incoming>) -> Option<&'static str> {
+fn host_is_wrong<B>(request: &Request<B>) -> Option<&'static str> {
     let mut hosts = request.headers().get_all(header::HOST).iter();
     match (hosts.next(), hosts.next()) {
         (Some(_), Some(_)) => Some("the request has more than one Host field"),
@@ -384,7 +384,7 @@ struct ByRoute {
     index: Option<usize>,
 }
 
-impl Service<Request<Incoming>> for ByRoute {
+impl Service<Request<ClientBody>> for ByRoute {
     type Response = Response<RouteBody>;
     type Error = Infallible;
     type Future = Answered<Routing>;
@@ -393,7 +393,7 @@ impl Service<Request<Incoming>> for ByRoute {
         Poll::Ready(Ok(()))
     }
 
-    fn call(&mut self, request: Request<Incoming>) -> Self::Future {
+    fn call(&mut self, request: Request<ClientBody>) -> Self::Future {
         Answered {
             future: self.table.send_through(self.index, request),
         }

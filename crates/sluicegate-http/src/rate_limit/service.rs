@@ -183,7 +183,7 @@ where
 
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
         let shared = &self.shared;
-        let key = match shared.extractor.extract(&RequestHead::of(&request)) {
+        let key = match shared.extractor.extract(&RequestHead::of_served(&request)) {
             Ok(key) => key,
             Err(error) => {
                 Counters::count(&shared.counters.missing_key);

@@ -21,6 +21,7 @@ use hyper::upgrade::OnUpgrade;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
+use crate::proxy::client_body::ClientBody;
 use crate::proxy::upstream::body::PooledBody;
 use crate::proxy::upstream::conn::{Conn, Failed};
 use crate::proxy::upstream::error::UpstreamError;
@@ -234,11 +235,11 @@ impl Pools {
     /// Writes `request`'s head as the upstream receives it ([`request::write_head`]), for
     /// [`Pools::send`]: done at once, so that the future that sends it keeps (and copies
     /// wherever it is moved) only what sending needs, not the request.
-    pub(crate) fn write(&self, request: Request<Incoming>) -> Written {
-        let (mut parts, body) = request.into_parts();
+    pub(crate) fn write(&self, request: Request<ClientBody>) -> Written {
+        let (mut parts, ClientBody { body, client }) = request.into_parts();
         let mut head = Vec::with_capacity(256 + 64 * parts.headers.len());
         let (outgoing, websocket) =
-            request::write_head(&mut head, &parts, body, &self.host, self.bodies);
+            request::write_head(&mut head, &parts, body, &client, &self.host, self.bodies);
         // Without the client's side of a switch, a 101 is refused (502): the switch is asked
         // only of a connection that can make it.
         let client_switch = websocket

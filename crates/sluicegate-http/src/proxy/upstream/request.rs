@@ -33,13 +33,14 @@ pub(crate) fn write_head(
     out: &mut Vec<u8>,
     parts: &Parts,
     body: Incoming,
+    client: &ForwardedClient,
     fallback_host: &str,
     bounds: BodyBounds,
 ) -> (Option<Outgoing>, bool) {
     let Fields {
         has_length,
         websocket,
-    } = write_fields(out, parts, fallback_host, !body.is_end_stream());
+    } = write_fields(out, parts, client, fallback_host, !body.is_end_stream());
     // The server has checked a client's Content-Length against the body it frames (h1 and h2
     // alike), so a Content-Length that came with the request is passed on as it is.
     let framing = if body.is_end_stream() {
@@ -165,10 +166,16 @@ struct Fields {
 /// On the way: the target in origin form (the path and query alone, whatever the URI holds:
 /// the connection is to the upstream already); hop-by-hop fields, those `Connection` names,
 /// and `Expect`, left out; a `Host` from the URI (h2 names its host there alone) or `fallback_host`
-/// (HTTP/1.0 may name none) when the request has no `Host`; the connection's client (a
-/// [`ForwardedClient`] in the extensions) appended to `X-Forwarded-For` and `Forwarded`.
-/// `has_body`: the request has a body (not an empty one).
-fn write_fields(out: &mut Vec<u8>, parts: &Parts, fallback_host: &str, has_body: bool) -> Fields {
+/// (HTTP/1.0 may name none) when the request has no `Host`; the connection's `client`
+/// appended to `X-Forwarded-For` and `Forwarded`. `has_body`: the request has a body (not an
+/// empty one).
+fn write_fields(
+    out: &mut Vec<u8>,
+    parts: &Parts,
+    client: &ForwardedClient,
+    fallback_host: &str,
+    has_body: bool,
+) -> Fields {
     let target = parts
         .uri
         .path_and_query()
@@ -227,13 +234,7 @@ fn write_fields(out: &mut Vec<u8>, parts: &Parts, fallback_host: &str, has_body:
         out.extend_from_slice(named_host.unwrap_or(fallback_host.as_bytes()));
         out.extend_from_slice(b"\r\n");
     }
-    write_forwarding_fields(
-        out,
-        parts.extensions.get::<ForwardedClient>(),
-        &xff,
-        &forwarded,
-        named_host,
-    );
+    write_forwarding_fields(out, client, &xff, &forwarded, named_host);
     let websocket = connection_upgrade
         && !has_body
         && parts.method == Method::GET
@@ -464,12 +465,10 @@ mod tests {
     /// The head `request` is written as, with the client 192.0.2.1, `has_body` saying whether
     /// a body follows.
     fn written_with(request: http::request::Builder, has_body: bool) -> (String, Fields) {
-        let (mut parts, ()) = request.body(()).expect("request").into_parts();
-        parts
-            .extensions
-            .insert(ForwardedClient::new("192.0.2.1".parse().expect("ip")));
+        let (parts, ()) = request.body(()).expect("request").into_parts();
+        let client = ForwardedClient::new("192.0.2.1".parse().expect("ip"));
         let mut out = Vec::new();
-        let fields = write_fields(&mut out, &parts, "upstream:8080", has_body);
+        let fields = write_fields(&mut out, &parts, &client, "upstream:8080", has_body);
         (String::from_utf8_lossy(&out).into_owned(), fields)
     }
 

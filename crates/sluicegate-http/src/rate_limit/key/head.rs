@@ -1,5 +1,7 @@
 //! What an extractor sees of a request: its head, borrowed.
 
+use std::net::IpAddr;
+
 use http::request::Parts;
 use http::{Extensions, HeaderMap, Method, Request, Uri, Version};
 
@@ -13,6 +15,9 @@ pub struct RequestHead<'a> {
     version: Version,
     headers: &'a HeaderMap,
     extensions: &'a Extensions,
+    /// The peer, when the server that made the request told it otherwise than in the
+    /// extensions (`sluicegate proxy`).
+    peer: Option<IpAddr>,
 }
 
 impl<'a> RequestHead<'a> {
@@ -24,6 +29,24 @@ impl<'a> RequestHead<'a> {
             version: request.version(),
             headers: request.headers(),
             extensions: request.extensions(),
+            peer: None,
+        }
+    }
+
+    /// The head of `request` as a layer is called with it: with the peer that
+    /// `sluicegate proxy`'s requests carry in their body
+    /// ([`ClientBody`](crate::proxy::client_body::ClientBody)), which no other body type does.
+    #[inline]
+    pub(crate) fn of_served<B: 'static>(request: &'a Request<B>) -> RequestHead<'a> {
+        #[cfg(feature = "proxy")]
+        let peer = (request.body() as &dyn std::any::Any)
+            .downcast_ref::<crate::proxy::client_body::ClientBody>()
+            .map(|body| body.client.ip());
+        #[cfg(not(feature = "proxy"))]
+        let peer = None;
+        RequestHead {
+            peer,
+            ..RequestHead::of(request)
         }
     }
 
@@ -35,6 +58,7 @@ impl<'a> RequestHead<'a> {
             version: parts.version,
             headers: &parts.headers,
             extensions: &parts.extensions,
+            peer: None,
         }
     }
 
@@ -61,6 +85,11 @@ impl<'a> RequestHead<'a> {
     /// The extensions (the peer address, axum's matched route).
     pub fn extensions(&self) -> &'a Extensions {
         self.extensions
+    }
+
+    /// The peer the server told beside the extensions ([`RequestHead::of_served`]).
+    pub(crate) fn served_peer(&self) -> Option<IpAddr> {
+        self.peer
     }
 }
 

@@ -30,12 +30,11 @@ impl KeyExtractor for PeerIp {
 /// The peer's address, if the server made it known.
 #[inline]
 pub(crate) fn peer_ip(request: &RequestHead<'_>) -> Option<IpAddr> {
-    let extensions = request.extensions();
     // `sluicegate proxy`'s own, which its requests carry instead of the peer's `SocketAddr`.
-    #[cfg(feature = "proxy")]
-    if let Some(client) = extensions.get::<crate::proxy::forwarding::ForwardedClient>() {
-        return Some(client.ip());
+    if let Some(peer) = request.served_peer() {
+        return Some(peer);
     }
+    let extensions = request.extensions();
     #[cfg(feature = "axum")]
     if let Some(axum::extract::ConnectInfo(addr)) =
         extensions.get::<axum::extract::ConnectInfo<SocketAddr>>()
