@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use sluicegate_http::proxy::RedisSettings;
+use sluicegate_http::proxy::{ForwardingFields, RedisSettings};
 use sluicegate_server::redis_args::RedisArgs;
 
 /// Arguments of `sluicegate proxy`.
@@ -93,6 +93,12 @@ pub(crate) struct ProxyArgs {
     /// of the latency then counts timer ticks); `0`: never.
     #[arg(long, default_value_t = 64)]
     yield_every: u32,
+    /// Which forwarding fields the client's address is appended to: `both` (`X-Forwarded-For`
+    /// and `Forwarded`), `x-forwarded-for` (nginx's `proxy_set_header X-Forwarded-For
+    /// $proxy_add_x_forwarded_for`), `forwarded`, or `none`. A field not appended to is
+    /// passed on as the client sent it.
+    #[arg(long, default_value = "both", value_parser = parse_forwarding_fields)]
+    forwarding_fields: ForwardingFields,
     /// How many threads serve clients, each with its own runtime and upstream connections, as
     /// nginx's worker processes, new connections spread evenly over them; 0 for one
     /// work-stealing runtime on every CPU. Default: the number of CPUs.
@@ -113,6 +119,18 @@ fn parse_admin(text: &str) -> Result<Admin, String> {
     text.parse()
         .map(|a| Admin(Some(a)))
         .map_err(|_| format!("`{text}` is not an address (host:port) or `off`"))
+}
+
+fn parse_forwarding_fields(text: &str) -> Result<ForwardingFields, String> {
+    match text {
+        "both" => Ok(ForwardingFields::Both),
+        "x-forwarded-for" => Ok(ForwardingFields::XForwardedFor),
+        "forwarded" => Ok(ForwardingFields::Forwarded),
+        "none" => Ok(ForwardingFields::Neither),
+        _ => Err(format!(
+            "`{text}` is not one of `both`, `x-forwarded-for`, `forwarded`, `none`"
+        )),
+    }
 }
 
 fn parse_duration(text: &str) -> Result<Duration, String> {
@@ -189,6 +207,7 @@ impl ProxyArgs {
             failure_policy: self.redis.failure_policy.into(),
         });
         config.yield_every = std::num::NonZeroU32::new(self.yield_every);
+        config.forwarding_fields = self.forwarding_fields;
         config.workers = self.workers();
         config
     }
@@ -219,7 +238,26 @@ pub(crate) fn run(args: &ProxyArgs, shutdown: impl Future<Output = ()>) -> anyho
 
 #[cfg(test)]
 mod tests {
-    use super::{parse_positive_size, parse_size};
+    use super::{ForwardingFields, parse_forwarding_fields, parse_positive_size, parse_size};
+
+    #[test]
+    fn forwarding_fields_are_named_as_the_flag_documents_them() {
+        assert_eq!(parse_forwarding_fields("both"), Ok(ForwardingFields::Both));
+        assert_eq!(
+            parse_forwarding_fields("x-forwarded-for"),
+            Ok(ForwardingFields::XForwardedFor)
+        );
+        assert_eq!(
+            parse_forwarding_fields("forwarded"),
+            Ok(ForwardingFields::Forwarded)
+        );
+        assert_eq!(
+            parse_forwarding_fields("none"),
+            Ok(ForwardingFields::Neither)
+        );
+        let error = parse_forwarding_fields("xff").expect_err("xff");
+        assert!(error.contains("`xff` is not one of"), "{error}");
+    }
 
     #[test]
     fn sizes_read_as_nginx_writes_them() {

@@ -427,6 +427,37 @@ async fn forwarding_fields_streaming_h2_and_bodies() -> TestResult {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_the_chosen_forwarding_fields_get_the_client() -> TestResult {
+    let upstream = Upstream::start().await?;
+    let rules = "routes:\n  - { prefix: / }\n";
+    let echoed = |proxy: &ProxyProcess| {
+        let request = client()
+            .get(proxy.url("/echo"))
+            .header("x-forwarded-for", "192.0.2.1")
+            .header("forwarded", "for=192.0.2.1");
+        async move {
+            let text = request.send().await?.text().await?;
+            Ok::<_, BoxError>(serde_json::from_str::<serde_json::Value>(&text)?)
+        }
+    };
+
+    let xff_only = ProxyProcess::start(
+        &upstream.url(),
+        rules,
+        &["--forwarding-fields", "x-forwarded-for"],
+    )?;
+    let echo = echoed(&xff_only).await?;
+    assert_eq!(echo["x-forwarded-for"], "192.0.2.1, 127.0.0.1");
+    assert_eq!(echo["forwarded"], "for=192.0.2.1");
+
+    let neither = ProxyProcess::start(&upstream.url(), rules, &["--forwarding-fields", "none"])?;
+    let echo = echoed(&neither).await?;
+    assert_eq!(echo["x-forwarded-for"], "192.0.2.1");
+    assert_eq!(echo["forwarded"], "for=192.0.2.1");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_finishes_requests_in_flight_and_stops_accepting() -> TestResult {
     let upstream = Upstream::start().await?;
     let rules = "routes:\n  - { prefix: / }\n";

@@ -99,22 +99,58 @@ fn write_list(out: &mut Vec<u8>, name: &[u8], came: &[&HeaderValue], appended: O
     out.extend_from_slice(b"\r\n");
 }
 
+/// Which forwarding fields the proxy appends the client's address to. A field it does not
+/// append is passed on as the client sent it, as any other field.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ForwardingFields {
+    /// `X-Forwarded-For` and `Forwarded` (RFC 7239).
+    #[default]
+    Both,
+    /// `X-Forwarded-For` alone, as nginx's `proxy_set_header X-Forwarded-For
+    /// $proxy_add_x_forwarded_for`.
+    XForwardedFor,
+    /// `Forwarded` alone.
+    Forwarded,
+    /// Neither, as nginx's `proxy_pass` with no `proxy_set_header`.
+    Neither,
+}
+
+impl ForwardingFields {
+    fn x_forwarded_for(self) -> bool {
+        matches!(
+            self,
+            ForwardingFields::Both | ForwardingFields::XForwardedFor
+        )
+    }
+
+    fn forwarded(self) -> bool {
+        matches!(self, ForwardingFields::Both | ForwardingFields::Forwarded)
+    }
+}
+
 /// Writes a request's `X-Forwarded-For` and `Forwarded` fields as they go to the upstream:
-/// the lists that came (`xff`, `forwarded`), each with `client` appended. `host`: the host
-/// the request names, for `Forwarded`'s `host=`.
+/// the lists that came (`xff`, `forwarded`), with `client` appended to those `appended`
+/// names. `host`: the host the request names, for `Forwarded`'s `host=`.
 pub(crate) fn write_forwarding_fields(
     out: &mut Vec<u8>,
     client: &ForwardedClient,
+    appended: ForwardingFields,
     xff: &[&HeaderValue],
     forwarded: &[&HeaderValue],
     host: Option<&[u8]>,
 ) {
-    let element = client.forwarded_for_host(host);
+    let element = appended
+        .forwarded()
+        .then(|| client.forwarded_for_host(host))
+        .flatten();
     write_list(
         out,
         X_FORWARDED_FOR.as_str().as_bytes(),
         xff,
-        Some(client.0.address.as_bytes()),
+        appended
+            .x_forwarded_for()
+            .then(|| client.0.address.as_bytes()),
     );
     write_list(
         out,
@@ -245,6 +281,16 @@ mod tests {
         forwarded: &[&'static str],
         host: Option<&str>,
     ) -> String {
+        fields_appended(ForwardingFields::Both, client, xff, forwarded, host)
+    }
+
+    fn fields_appended(
+        appended: ForwardingFields,
+        client: &ForwardedClient,
+        xff: &[&'static str],
+        forwarded: &[&'static str],
+        host: Option<&str>,
+    ) -> String {
         let xff: Vec<HeaderValue> = xff.iter().map(|v| HeaderValue::from_static(v)).collect();
         let forwarded: Vec<HeaderValue> = forwarded
             .iter()
@@ -254,6 +300,7 @@ mod tests {
         write_forwarding_fields(
             &mut out,
             client,
+            appended,
             &xff.iter().collect::<Vec<_>>(),
             &forwarded.iter().collect::<Vec<_>>(),
             host.map(str::as_bytes),
@@ -279,6 +326,31 @@ mod tests {
             fields(&client, &[], &[], None),
             "x-forwarded-for: 127.0.0.1\r\nforwarded: for=127.0.0.1;proto=http\r\n"
         );
+    }
+
+    #[test]
+    fn only_the_chosen_fields_get_the_client_and_the_others_pass_as_they_came() {
+        let client = ForwardedClient::new("127.0.0.1".parse().expect("ip"));
+        let came =
+            |appended| fields_appended(appended, &client, &["10.0.0.1"], &["for=10.0.0.1"], None);
+        assert_eq!(
+            came(ForwardingFields::XForwardedFor),
+            "x-forwarded-for: 10.0.0.1, 127.0.0.1\r\nforwarded: for=10.0.0.1\r\n"
+        );
+        assert_eq!(
+            came(ForwardingFields::Forwarded),
+            "x-forwarded-for: 10.0.0.1\r\nforwarded: for=10.0.0.1, for=127.0.0.1;proto=http\r\n"
+        );
+        assert_eq!(
+            came(ForwardingFields::Neither),
+            "x-forwarded-for: 10.0.0.1\r\nforwarded: for=10.0.0.1\r\n"
+        );
+        let none_came = |appended| fields_appended(appended, &client, &[], &[], None);
+        assert_eq!(
+            none_came(ForwardingFields::XForwardedFor),
+            "x-forwarded-for: 127.0.0.1\r\n"
+        );
+        assert_eq!(none_came(ForwardingFields::Neither), "");
     }
 
     #[test]

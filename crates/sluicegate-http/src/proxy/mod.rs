@@ -4,7 +4,7 @@
 //! Clients connect over HTTP/1.1 or h2 (prior knowledge); requests are passed to the upstream
 //! over pooled keep-alive HTTP/1.1 connections with their bodies streamed both ways,
 //! hop-by-hop fields dropped, and the peer's address appended to `X-Forwarded-For` and
-//! `Forwarded`. An upstream that refuses the connection is answered 502, one that does not
+//! `Forwarded` (or those of them [`ProxyConfig::forwarding_fields`] names). An upstream that refuses the connection is answered 502, one that does not
 //! answer in time 504, each with a text body saying so.
 //!
 //! The [rule file](Rules) names limits (each a key made of parts, as Envoy's `rate_limits`
@@ -50,6 +50,7 @@ mod workers;
 
 pub use error::{ProxyError, RuleFileError, RuleProblem};
 pub use forward::UpstreamBody;
+pub use forwarding::ForwardingFields;
 pub use key::{KeyBytes, KeyPart, RouteKeys};
 pub use rules::{
     AdaptiveDef, BackendChoice, ControllerKind, DEFAULT_LIMIT_KEYS, LimitDef, PathMatch, RouteDef,

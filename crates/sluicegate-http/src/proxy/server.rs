@@ -24,6 +24,7 @@ use tokio::task::JoinHandle;
 use crate::proxy::backing::Backing;
 use crate::proxy::error::ProxyError;
 use crate::proxy::forward::{Forwarder, Target};
+use crate::proxy::forwarding::ForwardingFields;
 use crate::proxy::lingering::Lingering;
 use crate::proxy::loads::Loads;
 use crate::proxy::metrics::Metrics;
@@ -117,6 +118,10 @@ pub struct ProxyConfig {
     /// busy worker does not keep its CPU for a whole scheduler slice while those that would
     /// read its answers wait (the tail of the latency then counts timer ticks). None: never.
     pub yield_every: Option<NonZeroU32>,
+    /// Which forwarding fields the client's address is appended to (nginx's
+    /// `proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for`); those it is not are
+    /// passed on as they came.
+    pub forwarding_fields: ForwardingFields,
     /// How many threads serve clients, each with its own single-threaded runtime and its own
     /// pool of upstream connections, as nginx's worker processes do. Each accepts on the one
     /// listening socket and hands a new connection to the worker serving fewest when that is
@@ -130,8 +135,8 @@ impl ProxyConfig {
     /// a client to read and for the next piece of a request body, rule file checked every
     /// second, 30 s shutdown grace, no bound on request bodies, bodies of up to 16 KiB read
     /// whole before they are sent, a closed connection lingering up to 30 s (5 s without a
-    /// byte from its client), the CPU offered every 64 requests, clients served on the
-    /// caller's runtime.
+    /// byte from its client), the CPU offered every 64 requests, the client appended to
+    /// `X-Forwarded-For` and `Forwarded`, clients served on the caller's runtime.
     pub fn new(upstream: impl Into<String>, rules: impl Into<PathBuf>, listen: SocketAddr) -> Self {
         ProxyConfig {
             upstream: upstream.into(),
@@ -153,6 +158,7 @@ impl ProxyConfig {
             #[cfg(feature = "proxy-redis")]
             redis: None,
             yield_every: NonZeroU32::new(64),
+            forwarding_fields: ForwardingFields::Both,
             workers: 0,
         }
     }
@@ -191,7 +197,8 @@ pub async fn start(config: ProxyConfig) -> Result<Proxy, ProxyError> {
                 buffer_size: config.client_body_buffer_size,
             },
             Arc::clone(&metrics.websockets_open),
-        ),
+        )
+        .appending_to(config.forwarding_fields),
         target,
         timeouts: Timeouts {
             upstream: config.upstream_timeout,

@@ -22,6 +22,7 @@ use tokio::net::TcpStream;
 use tokio::time::Instant;
 
 use crate::proxy::client_body::ClientBody;
+use crate::proxy::forwarding::ForwardingFields;
 use crate::proxy::upstream::body::PooledBody;
 use crate::proxy::upstream::conn::{Conn, Failed};
 use crate::proxy::upstream::error::UpstreamError;
@@ -182,6 +183,8 @@ pub(crate) struct Pools {
     connect_timeout: Duration,
     /// How request bodies are taken.
     bodies: BodyBounds,
+    /// The forwarding fields the client is appended to.
+    forwarding: ForwardingFields,
     /// The WebSocket tunnels open.
     pub(crate) tunnels: Tunnels,
 }
@@ -207,8 +210,14 @@ impl Pools {
             host: authority.as_str().to_owned(),
             connect_timeout,
             bodies,
+            forwarding: ForwardingFields::default(),
             tunnels: Tunnels::new(tunnels_open),
         }
+    }
+
+    /// These pools, appending the client to the `forwarding` fields of every request.
+    pub(crate) fn appending_to(self, forwarding: ForwardingFields) -> Pools {
+        Pools { forwarding, ..self }
     }
 
     /// Marks the current thread as worker `index` (1-based).
@@ -238,8 +247,9 @@ impl Pools {
     pub(crate) fn write(&self, request: Request<ClientBody>) -> Written {
         let (mut parts, ClientBody { body, client }) = request.into_parts();
         let mut head = Vec::with_capacity(256 + 64 * parts.headers.len());
+        let forwarding = (&client, self.forwarding);
         let (outgoing, websocket) =
-            request::write_head(&mut head, &parts, body, &client, &self.host, self.bodies);
+            request::write_head(&mut head, &parts, body, forwarding, &self.host, self.bodies);
         // Without the client's side of a switch, a 101 is refused (502): the switch is asked
         // only of a connection that can make it.
         let client_switch = websocket

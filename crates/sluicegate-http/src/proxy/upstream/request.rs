@@ -15,7 +15,8 @@ use smallvec::SmallVec;
 use tokio::io::AsyncWrite;
 
 use crate::proxy::forwarding::{
-    ForwardedClient, X_FORWARDED_FOR, connection_named, is_hop_by_hop, write_forwarding_fields,
+    ForwardedClient, ForwardingFields, X_FORWARDED_FOR, connection_named, is_hop_by_hop,
+    write_forwarding_fields,
 };
 use crate::proxy::upstream::error::UpstreamError;
 
@@ -33,14 +34,14 @@ pub(crate) fn write_head(
     out: &mut Vec<u8>,
     parts: &Parts,
     body: Incoming,
-    client: &ForwardedClient,
+    forwarding: (&ForwardedClient, ForwardingFields),
     fallback_host: &str,
     bounds: BodyBounds,
 ) -> (Option<Outgoing>, bool) {
     let Fields {
         has_length,
         websocket,
-    } = write_fields(out, parts, client, fallback_host, !body.is_end_stream());
+    } = write_fields(out, parts, forwarding, fallback_host, !body.is_end_stream());
     // The server has checked a client's Content-Length against the body it frames (h1 and h2
     // alike), so a Content-Length that came with the request is passed on as it is.
     let framing = if body.is_end_stream() {
@@ -166,13 +167,13 @@ struct Fields {
 /// On the way: the target in origin form (the path and query alone, whatever the URI holds:
 /// the connection is to the upstream already); hop-by-hop fields, those `Connection` names,
 /// and `Expect`, left out; a `Host` from the URI (h2 names its host there alone) or `fallback_host`
-/// (HTTP/1.0 may name none) when the request has no `Host`; the connection's `client`
-/// appended to `X-Forwarded-For` and `Forwarded`. `has_body`: the request has a body (not an
-/// empty one).
+/// (HTTP/1.0 may name none) when the request has no `Host`; the connection's client
+/// appended to `X-Forwarded-For` and `Forwarded`, or those of them `forwarding` names.
+/// `has_body`: the request has a body (not an empty one).
 fn write_fields(
     out: &mut Vec<u8>,
     parts: &Parts,
-    client: &ForwardedClient,
+    (client, appended): (&ForwardedClient, ForwardingFields),
     fallback_host: &str,
     has_body: bool,
 ) -> Fields {
@@ -234,7 +235,7 @@ fn write_fields(
         out.extend_from_slice(named_host.unwrap_or(fallback_host.as_bytes()));
         out.extend_from_slice(b"\r\n");
     }
-    write_forwarding_fields(out, client, &xff, &forwarded, named_host);
+    write_forwarding_fields(out, client, appended, &xff, &forwarded, named_host);
     let websocket = connection_upgrade
         && !has_body
         && parts.method == Method::GET
@@ -468,7 +469,8 @@ mod tests {
         let (parts, ()) = request.body(()).expect("request").into_parts();
         let client = ForwardedClient::new("192.0.2.1".parse().expect("ip"));
         let mut out = Vec::new();
-        let fields = write_fields(&mut out, &parts, &client, "upstream:8080", has_body);
+        let forwarding = (&client, ForwardingFields::Both);
+        let fields = write_fields(&mut out, &parts, forwarding, "upstream:8080", has_body);
         (String::from_utf8_lossy(&out).into_owned(), fields)
     }
 
