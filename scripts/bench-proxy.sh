@@ -13,8 +13,9 @@
 #   httparse-floor wrk -> the least HTTP/1.1 proxy loop without hyper (crates/sluicegate-http/
 #                        examples/httparse_floor_proxy.rs: httparse, Content-Length only) -> upstream
 # Every nginx that proxies appends the client to X-Forwarded-For, as a reverse proxy's
-# configuration does and scripts/count-proxy-instructions.sh's nginx did already (the proxy
-# appends it, and `Forwarded` too).
+# configuration does and scripts/count-proxy-instructions.sh's nginx did already, and every
+# `sluicegate proxy` appends it alone (`--forwarding-fields x-forwarded-for`; its default
+# appends to `Forwarded` too): both send the upstream the same request.
 # Each pair (upstream / proxy-bare, nginx-allow / sg-allow, nginx-deny / sg-deny,
 # nginx-plain / hyper-floor: how near hyper alone comes to nginx here, nginx-plain /
 # httparse-floor: how near a proxy that parses HTTP/1.1 itself comes) is measured
@@ -31,6 +32,10 @@
 # rules, what the proxy costs without any limit),
 # BENCH_ROUNDS=9 rounds per pair and run (default 9), BENCH_RUNS=3 runs (default 3),
 # SLUICEGATE_PROXY_ARGS="--workers 2" adds arguments to every `sluicegate proxy`,
+# BENCH_FORWARDING=both the fields every `sluicegate proxy` appends the client to (default
+# x-forwarded-for: the upstream then gets from it the request nginx sends, whose
+# configuration appends to X-Forwarded-For alone; the proxy's own default also appends to
+# Forwarded),
 # SLUICEGATE_BIN=path measures that binary (no build), HYPER_FLOOR_BIN=path and
 # LEAN_FLOOR_BIN=path those floor proxies.
 set -euo pipefail
@@ -69,7 +74,8 @@ proxy_start() {
   local dir="$work/$1"; mkdir -p "$dir"
   printf '%s\n' "$3" > "$dir/rules.yaml"
   SLUICEGATE_LOG=warn "$sluicegate" proxy --upstream "http://127.0.0.1:$up" \
-    --config "$dir/rules.yaml" --listen "127.0.0.1:$2" --admin off ${SLUICEGATE_PROXY_ARGS:-} \
+    --config "$dir/rules.yaml" --listen "127.0.0.1:$2" --admin off \
+    --forwarding-fields "${BENCH_FORWARDING:-x-forwarded-for}" ${SLUICEGATE_PROXY_ARGS:-} \
     2>>"$dir/stderr.log" &
   pids+=($!)
   wait_port "$2"

@@ -4,7 +4,9 @@
 # one worker, each sent the same exact number of HTTP/1.1 requests by h2load. Counted
 # instructions do not depend on the machine's load, so this separates a change's effect from the
 # noise that wrk's requests per second carry on a shared machine (scripts/bench-proxy.sh).
-# Both proxies append the client to X-Forwarded-For (nginx: proxy_add_x_forwarded_for).
+# Both proxies append the client to X-Forwarded-For alone (nginx: proxy_add_x_forwarded_for;
+# the proxy: --forwarding-fields x-forwarded-for, where its default appends to Forwarded too;
+# BENCH_FORWARDING=both counts that default).
 # Counted beside them, without any limit: nginx as a plain proxy, `sluicegate proxy` with no
 # rules, and the least proxy on hyper (crates/sluicegate-http/examples/hyper_floor_proxy.rs,
 # hyper's server and client and nothing else), which tell hyper's share from Sluicegate's, and
@@ -107,7 +109,8 @@ sg() {
   mkdir -p "$work/$1"
   printf '%s\n' "$2" > "$work/$1/rules.yaml"
   SLUICEGATE_LOG=warn count "$1" "$port" "$sluicegate" proxy --workers 1 \
-    --upstream "http://127.0.0.1:$up" --config "$work/$1/rules.yaml" --listen "127.0.0.1:$port" --admin off
+    --upstream "http://127.0.0.1:$up" --config "$work/$1/rules.yaml" --listen "127.0.0.1:$port" --admin off \
+    --forwarding-fields "${BENCH_FORWARDING:-x-forwarded-for}"
 }
 bare_per=$(sg sluicegate-bare 'routes:
   - { prefix: / }')
