@@ -35,6 +35,31 @@ pub fn wait_listening(address: SocketAddr) -> Result<(), BoxError> {
     Ok(())
 }
 
+/// Waits until every one of `addresses` accepts connections, or `child` has exited (up to
+/// 20 s: a slow machine, not a timing test).
+fn wait_started(child: &mut Child, addresses: &[SocketAddr]) -> Result<(), BoxError> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    for &address in addresses {
+        while std::net::TcpStream::connect(address).is_err() {
+            if let Some(status) = child.try_wait()? {
+                return Err(format!("the proxy exited ({status}) before it listened").into());
+            }
+            if Instant::now() > deadline {
+                return Err(format!("nothing listens on {address}").into());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    Ok(())
+}
+
+/// How an attempt to start the proxy went.
+enum Started {
+    Listening(ProxyProcess),
+    /// A port found free was taken before the proxy bound it; the directory it was to use.
+    PortTaken(tempfile::TempDir),
+}
+
 /// The upstream: an axum app answering every path with what it received (method, path, the
 /// forwarding and hop-by-hop fields, as JSON), `?hold_ms=N` after N ms; `/stream` sends a
 /// first chunk and ends when the test calls [`Upstream::release`]; `/big` sends 64 MiB (at
@@ -163,14 +188,32 @@ pub struct ProxyProcess {
 impl ProxyProcess {
     /// Starts the proxy in front of `upstream` with the rule file `rules` and `extra`
     /// arguments, and waits until it listens.
+    ///
+    /// A port [`free_port`] found can be taken by another test before the proxy binds it: the
+    /// proxy then exits with "address in use", and is started again on other ports.
     pub fn start(upstream: &str, rules: &str, extra: &[&str]) -> Result<ProxyProcess, BoxError> {
-        let dir = tempfile::tempdir()?;
+        let mut dir = tempfile::tempdir()?;
+        std::fs::write(dir.path().join("rules.yaml"), rules)?;
+        for _ in 0..5 {
+            match ProxyProcess::try_start(upstream, dir, extra)? {
+                Started::Listening(proxy) => return Ok(proxy),
+                Started::PortTaken(back) => dir = back,
+            }
+        }
+        Err("every port tried for the proxy was taken by the time it bound it".into())
+    }
+
+    /// Starts the proxy with the rule file in `dir`, on ports found free.
+    fn try_start(
+        upstream: &str,
+        dir: tempfile::TempDir,
+        extra: &[&str],
+    ) -> Result<Started, BoxError> {
         let rules_path = dir.path().join("rules.yaml");
-        std::fs::write(&rules_path, rules)?;
         let log = dir.path().join("proxy.log");
         let address: SocketAddr = format!("127.0.0.1:{}", free_port()?).parse()?;
         let admin: SocketAddr = format!("127.0.0.1:{}", free_port()?).parse()?;
-        let child = Command::new(env!("CARGO_BIN_EXE_sluicegate"))
+        let mut child = Command::new(env!("CARGO_BIN_EXE_sluicegate"))
             .arg("proxy")
             .args(["--upstream", upstream])
             .arg("--config")
@@ -183,7 +226,17 @@ impl ProxyProcess {
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log)?)
             .spawn()?;
-        let mut proxy = ProxyProcess {
+        // The metrics too: a test may read them before anything else.
+        if let Err(error) = wait_started(&mut child, &[address, admin]) {
+            let _ = child.kill();
+            let _ = child.wait();
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            if text.contains("Address already in use") {
+                return Ok(Started::PortTaken(dir));
+            }
+            return Err(format!("{error}; log:\n{text}").into());
+        }
+        let proxy = ProxyProcess {
             child,
             address,
             admin,
@@ -191,12 +244,7 @@ impl ProxyProcess {
             log,
             _dir: dir,
         };
-        // The metrics too: a test may read them before anything else.
-        if let Err(error) = wait_listening(address).and_then(|()| wait_listening(admin)) {
-            let _ = proxy.child.kill();
-            return Err(format!("{error}; log:\n{}", proxy.log_text()).into());
-        }
-        Ok(proxy)
+        Ok(Started::Listening(proxy))
     }
 
     /// Starts the proxy in front of `upstream` with one route passing everything, no limit.
