@@ -48,27 +48,6 @@ command -v wrk >/dev/null || { echo "wrk is needed (apt-get install wrk)"; exit 
 [ -x /usr/sbin/nginx ] || { echo "nginx is needed (apt-get install nginx)"; exit 1; }
 source scripts/lib/bench-setup.sh
 
-# nginx NAME PORT HTTP-BODY: an nginx as this user under $work/NAME.
-nginx_start() {
-  local dir="$work/$1"; mkdir -p "$dir"
-  cat > "$dir/nginx.conf" <<CONF
-daemon off;
-worker_processes auto;
-pid $dir/nginx.pid;
-error_log $dir/error.log error;
-events { worker_connections 4096; }
-http {
-  access_log off;
-  client_body_temp_path $dir/body; proxy_temp_path $dir/proxy; fastcgi_temp_path $dir/fcgi;
-  uwsgi_temp_path $dir/uwsgi; scgi_temp_path $dir/scgi;
-  $3
-}
-CONF
-  /usr/sbin/nginx -p "$dir" -c "$dir/nginx.conf" -e stderr 2>>"$dir/stderr.log" &
-  pids+=($!)
-  wait_port "$2"
-}
-
 # proxy NAME PORT RULES
 proxy_start() {
   local dir="$work/$1"; mkdir -p "$dir"

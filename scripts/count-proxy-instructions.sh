@@ -27,26 +27,11 @@ done
 [ -x /usr/sbin/nginx ] || { echo "nginx is needed (apt-get install nginx)"; exit 1; }
 source scripts/lib/bench-setup.sh
 
-# nginx_conf NAME HTTP-BODY: one worker, no master, in the foreground, under $work/NAME.
-nginx_conf() {
-  local dir="$work/$1"; mkdir -p "$dir"
-  cat > "$dir/nginx.conf" <<CONF
-daemon off; master_process off; worker_processes 1;
-pid $dir/nginx.pid;
-error_log $dir/error.log error;
-events { worker_connections 4096; }
-http {
-  access_log off;
-  client_body_temp_path $dir/body; proxy_temp_path $dir/proxy; fastcgi_temp_path $dir/fcgi;
-  uwsgi_temp_path $dir/uwsgi; scgi_temp_path $dir/scgi;
-  $2
-}
-CONF
-  echo "$dir/nginx.conf"
-}
+# One worker, no master: the process callgrind counts.
+single='master_process off; worker_processes 1;'
 
 up=$(free_port)
-/usr/sbin/nginx -p "$work" -c "$(nginx_conf upstream "server { listen 127.0.0.1:$up; location / { return 200 'ok\n'; } }")" -e stderr &
+/usr/sbin/nginx -p "$work" -c "$(nginx_conf upstream "$single" "server { listen 127.0.0.1:$up; location / { return 200 'ok\n'; } }")" -e stderr &
 pids+=($!)
 wait_port "$up"
 
@@ -73,7 +58,7 @@ count() {
 }
 
 p_nginx=$(free_port)
-nginx_per=$(count nginx "$p_nginx" /usr/sbin/nginx -p "$work" -e stderr -c "$(nginx_conf nginx "
+nginx_per=$(count nginx "$p_nginx" /usr/sbin/nginx -p "$work" -e stderr -c "$(nginx_conf nginx "$single" "
 limit_req_zone \$binary_remote_addr zone=z:10m rate=1000000r/s;
 upstream app { server 127.0.0.1:$up; keepalive 256; }
 server {
@@ -87,7 +72,7 @@ server {
 }")")
 
 p_plain=$(free_port)
-plain_per=$(count nginx-plain "$p_plain" /usr/sbin/nginx -p "$work" -e stderr -c "$(nginx_conf nginx-plain "
+plain_per=$(count nginx-plain "$p_plain" /usr/sbin/nginx -p "$work" -e stderr -c "$(nginx_conf nginx-plain "$single" "
 upstream app { server 127.0.0.1:$up; keepalive 256; }
 server {
   listen 127.0.0.1:$p_plain;

@@ -25,26 +25,6 @@ command -v wrk >/dev/null || { echo "wrk is needed (apt-get install wrk)"; exit 
 HYPER_FLOOR_BIN=unused LEAN_FLOOR_BIN=unused
 source scripts/lib/bench-setup.sh
 
-# nginx NAME PORT HTTP-BODY: an nginx as this user under $work/NAME; its master's pid in
-# master_NAME.
-nginx_start() {
-  local dir="$work/$1"; mkdir -p "$dir"
-  cat > "$dir/nginx.conf" <<CONF
-daemon off; worker_processes auto; pid $dir/nginx.pid; error_log $dir/error.log error;
-events { worker_connections 4096; }
-http {
-  access_log off;
-  client_body_temp_path $dir/body; proxy_temp_path $dir/proxy; fastcgi_temp_path $dir/fcgi;
-  uwsgi_temp_path $dir/uwsgi; scgi_temp_path $dir/scgi;
-  $3
-}
-CONF
-  /usr/sbin/nginx -p "$dir" -c "$dir/nginx.conf" -e stderr 2>>"$dir/stderr.log" &
-  pids+=($!)
-  printf -v "master_$1" '%s' "$!"
-  wait_port "$2"
-}
-
 up=$(free_port)
 nginx_start upstream "$up" "server { listen 127.0.0.1:$up; location / { return 200 'ok\n'; } }"
 ng=$(free_port)
@@ -77,8 +57,8 @@ run_ns() {
   echo "$total"
 }
 
-upstream_workers=$(pgrep -P "$master_upstream" | tr '\n' ' ')
-limited_workers=$(pgrep -P "$master_limited" | tr '\n' ' ')
+upstream_workers=$(pgrep -P "$nginx_master_upstream" | tr '\n' ' ')
+limited_workers=$(pgrep -P "$nginx_master_limited" | tr '\n' ' ')
 for port in "$ng" "$sg"; do wrk -t2 -c64 -d1s "http://127.0.0.1:$port/" >/dev/null; done
 
 echo "| round | side | requests/s | p99 | server µs | upstream µs | wrk µs | total µs |"

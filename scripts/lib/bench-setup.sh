@@ -1,7 +1,7 @@
-# Sourced from the repository's root by scripts/bench-proxy.sh and
-# scripts/count-proxy-instructions.sh: the sluicegate binary and the two floor proxies to
-# measure, a work directory and the processes to stop on exit, free ports, and waiting for a
-# listener.
+# Sourced from the repository's root by scripts/bench-proxy.sh,
+# scripts/count-proxy-instructions.sh and scripts/proxy-cpu-per-request.sh: the sluicegate
+# binary and the two floor proxies to measure, a work directory and the processes to stop on
+# exit, free ports, waiting for a listener, and nginx configurations.
 
 # $SLUICEGATE_BIN, or a release build of this tree.
 if [ -n "${SLUICEGATE_BIN:-}" ]; then
@@ -41,4 +41,34 @@ wait_port() {
     sleep 0.05
   done
   echo "nothing listens on $1"; exit 1
+}
+
+# nginx_conf NAME MAIN HTTP-BODY: writes $work/NAME/nginx.conf, an nginx as this user in the
+# foreground with the top-level directives MAIN (`worker_processes auto;`) and HTTP-BODY in
+# its `http` block, and prints its path.
+nginx_conf() {
+  local dir="$work/$1"; mkdir -p "$dir"
+  cat > "$dir/nginx.conf" <<CONF
+daemon off; $2
+pid $dir/nginx.pid;
+error_log $dir/error.log error;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  client_body_temp_path $dir/body; proxy_temp_path $dir/proxy; fastcgi_temp_path $dir/fcgi;
+  uwsgi_temp_path $dir/uwsgi; scgi_temp_path $dir/scgi;
+  $3
+}
+CONF
+  echo "$dir/nginx.conf"
+}
+
+# nginx_start NAME PORT HTTP-BODY: an nginx with a worker per CPU (nginx_conf), started and
+# waited for on PORT; its master's pid in nginx_master_NAME (a `-` in NAME read as `_`).
+nginx_start() {
+  local conf; conf=$(nginx_conf "$1" "worker_processes auto;" "$3")
+  /usr/sbin/nginx -p "$work/$1" -c "$conf" -e stderr 2>>"$work/$1/stderr.log" &
+  pids+=($!)
+  printf -v "nginx_master_${1//-/_}" "%s" "$!"
+  wait_port "$2"
 }

@@ -3,9 +3,11 @@
 
 #![allow(dead_code, unreachable_pub)]
 
+use std::collections::BTreeSet;
 use std::net::{SocketAddr, TcpListener as StdListener};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use axum::Router;
@@ -18,9 +20,21 @@ use tokio::sync::watch;
 pub type TestResult = Result<(), Box<dyn std::error::Error>>;
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
-/// A port nobody listens on now (bound, read, released).
+/// A port nobody listens on now (bound, read, released), and never handed out before in this
+/// process: the kernel may give a released port to the next `bind`, and two tests running
+/// side by side would then start their proxies on one port. One of them would fail to bind,
+/// and its test could find the other's listener there.
 pub fn free_port() -> Result<u16, BoxError> {
-    Ok(StdListener::bind("127.0.0.1:0")?.local_addr()?.port())
+    static HANDED_OUT: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
+    loop {
+        let port = StdListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        let mut handed_out = HANDED_OUT
+            .lock()
+            .map_err(|_| "a test panicked holding the ports")?;
+        if handed_out.insert(port) {
+            return Ok(port);
+        }
+    }
 }
 
 /// Waits until `address` accepts connections (up to 20 s: a slow machine, not a timing test).
