@@ -37,18 +37,6 @@ pub fn free_port() -> Result<u16, BoxError> {
     }
 }
 
-/// Waits until `address` accepts connections (up to 20 s: a slow machine, not a timing test).
-pub fn wait_listening(address: SocketAddr) -> Result<(), BoxError> {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while std::net::TcpStream::connect(address).is_err() {
-        if Instant::now() > deadline {
-            return Err(format!("nothing listens on {address}").into());
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    Ok(())
-}
-
 /// Waits until every one of `addresses` accepts connections, or `child` has exited (up to
 /// 20 s: a slow machine, not a timing test).
 fn wait_started(child: &mut Child, addresses: &[SocketAddr]) -> Result<(), BoxError> {
@@ -407,8 +395,19 @@ pub struct Nginx {
 
 impl Nginx {
     /// Starts nginx with `http_body` (the inside of its `http {}` block, `LISTEN` replaced by
-    /// the port it listens on).
+    /// the port it listens on); again on another port if something took the one found free
+    /// before nginx bound it.
     pub fn start(http_body: &str) -> Result<Nginx, BoxError> {
+        for _ in 0..5 {
+            if let Some(nginx) = Nginx::try_start(http_body)? {
+                return Ok(nginx);
+            }
+        }
+        Err("every port tried for nginx was taken by the time it bound it".into())
+    }
+
+    /// Starts nginx on a port found free; `None` if it was taken before nginx bound it.
+    fn try_start(http_body: &str) -> Result<Option<Nginx>, BoxError> {
         let dir = tempfile::tempdir()?;
         let port = free_port()?;
         let address: SocketAddr = format!("127.0.0.1:{port}").parse()?;
@@ -440,11 +439,14 @@ impl Nginx {
             address,
             dir,
         };
-        if let Err(error) = wait_listening(address) {
-            let _ = nginx.child.kill();
-            return Err(format!("{error}; nginx said:\n{}", nginx.errors()).into());
+        if let Err(error) = wait_started(&mut nginx.child, &[address]) {
+            let errors = nginx.errors();
+            if errors.contains("Address already in use") {
+                return Ok(None);
+            }
+            return Err(format!("{error}; nginx said:\n{errors}").into());
         }
-        Ok(nginx)
+        Ok(Some(nginx))
     }
 
     pub fn errors(&self) -> String {
