@@ -4,7 +4,7 @@
 # first alternates). For each round it reads the run time the kernel accounts to every thread
 # (`/proc/PID/task/TID/schedstat`: user and system time alike, in nanoseconds) of the server,
 # of the upstream's workers and of wrk, over the middle of the round, and divides by the
-# requests served meanwhile. On a machine whose CPUs the three share, the requests per second
+# requests served meanwhile at wrk's average rate for the round. On a machine whose CPUs the three share, the requests per second
 # follow the sum; the server's part is what a proxy can change. Unlike wrk's requests per
 # second, these figures barely move with how the scheduler interleaves the processes.
 # Both proxies append the client to X-Forwarded-For alone, as scripts/bench-proxy.sh's do.
@@ -57,9 +57,10 @@ run_ns() {
   echo "$total"
 }
 
+for port in "$ng" "$sg"; do wrk -t2 -c64 -d1s "http://127.0.0.1:$port/" >/dev/null; done
+# After the warm-up: nginx's master listens before it has forked its workers.
 upstream_workers=$(pgrep -P "$nginx_master_upstream" | tr '\n' ' ')
 limited_workers=$(pgrep -P "$nginx_master_limited" | tr '\n' ' ')
-for port in "$ng" "$sg"; do wrk -t2 -c64 -d1s "http://127.0.0.1:$port/" >/dev/null; done
 
 echo "| round | side | requests/s | p99 | server µs | upstream µs | wrk µs | total µs |"
 echo "|---|---|---|---|---|---|---|---|"
@@ -79,6 +80,7 @@ for round in $(seq "$rounds"); do
       wait "$wrk_pid"
     }
     rps=$(awk '/^Requests\/sec/ {printf "%.0f", $2}' "$work/wrk.out")
+    [ -n "$rps" ] || { echo "wrk printed no rate:"; cat "$work/wrk.out"; exit 1; }
     p99=$(awk '$1=="99%" {print $2}' "$work/wrk.out")
     awk -v round="$round" -v side="$side" -v rps="$rps" -v p99="$p99" -v s=$((s1 - s0)) \
       -v u=$((u1 - u0)) -v w=$((w1 - w0)) -v t=$((t1 - t0)) 'BEGIN {

@@ -1,5 +1,6 @@
 //! The fields a reverse proxy rewrites: hop-by-hop fields dropped (RFC 9110 7.6.1), and the
-//! client appended to `X-Forwarded-For` and `Forwarded` (RFC 7239).
+//! client appended to `X-Forwarded-For` and `Forwarded` (RFC 7239), or to those of them
+//! [`ForwardingFields`] names.
 //!
 //! Both happen on the way through, never by editing a header map: a request's fields are
 //! sorted as its head is written for the upstream (`upstream::request`), a response's as its

@@ -4,8 +4,9 @@
 //! Clients connect over HTTP/1.1 or h2 (prior knowledge); requests are passed to the upstream
 //! over pooled keep-alive HTTP/1.1 connections with their bodies streamed both ways,
 //! hop-by-hop fields dropped, and the peer's address appended to `X-Forwarded-For` and
-//! `Forwarded` (or those of them [`ProxyConfig::forwarding_fields`] names). An upstream that refuses the connection is answered 502, one that does not
-//! answer in time 504, each with a text body saying so.
+//! `Forwarded` (or those of them [`ProxyConfig::forwarding_fields`] names). An upstream that
+//! refuses the connection is answered 502, one that does not answer in time 504, each with a
+//! text body saying so.
 //!
 //! The [rule file](Rules) names limits (each a key made of parts, as Envoy's `rate_limits`
 //! actions make descriptors, and a spec of the core: `leaky-queue:rate=10/s,burst=20,nodelay`,

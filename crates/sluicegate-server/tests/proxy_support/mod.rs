@@ -37,20 +37,28 @@ pub fn free_port() -> Result<u16, BoxError> {
     }
 }
 
-/// Waits until every one of `addresses` accepts connections, or `child` has exited (up to
-/// 20 s: a slow machine, not a timing test).
-fn wait_started(child: &mut Child, addresses: &[SocketAddr]) -> Result<(), BoxError> {
+/// Waits until every one of `addresses` accepts connections and `ready` says so, or `child`
+/// has exited (up to 20 s: a slow machine, not a timing test).
+fn wait_started(
+    child: &mut Child,
+    addresses: &[SocketAddr],
+    ready: impl Fn() -> bool,
+) -> Result<(), BoxError> {
     let deadline = Instant::now() + Duration::from_secs(20);
-    for &address in addresses {
-        while std::net::TcpStream::connect(address).is_err() {
-            if let Some(status) = child.try_wait()? {
-                return Err(format!("the proxy exited ({status}) before it listened").into());
-            }
-            if Instant::now() > deadline {
-                return Err(format!("nothing listens on {address}").into());
-            }
-            std::thread::sleep(Duration::from_millis(20));
+    let started = || {
+        addresses
+            .iter()
+            .all(|&address| std::net::TcpStream::connect(address).is_ok())
+            && ready()
+    };
+    while !started() {
+        if let Some(status) = child.try_wait()? {
+            return Err(format!("the process exited ({status}) before it listened").into());
         }
+        if Instant::now() > deadline {
+            return Err(format!("nothing listens on {addresses:?}").into());
+        }
+        std::thread::sleep(Duration::from_millis(20));
     }
     Ok(())
 }
@@ -228,8 +236,11 @@ impl ProxyProcess {
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log)?)
             .spawn()?;
-        // The metrics too: a test may read them before anything else.
-        if let Err(error) = wait_started(&mut child, &[address, admin]) {
+        // The metrics too: a test may read them before anything else. Its log line says it
+        // bound both: a port taken by another test's listener accepts connections too.
+        let listening =
+            || std::fs::read_to_string(&log).is_ok_and(|t| t.contains("proxy: listening"));
+        if let Err(error) = wait_started(&mut child, &[address, admin], listening) {
             let _ = child.kill();
             let _ = child.wait();
             let text = std::fs::read_to_string(&log).unwrap_or_default();
@@ -439,7 +450,10 @@ impl Nginx {
             address,
             dir,
         };
-        if let Err(error) = wait_started(&mut nginx.child, &[address]) {
+        // nginx logs nothing once it listens: a port another listener took in the meantime
+        // would pass for nginx's (`free_port` hands out no port twice, so not another test's
+        // proxy or nginx).
+        if let Err(error) = wait_started(&mut nginx.child, &[address], || true) {
             let errors = nginx.errors();
             if errors.contains("Address already in use") {
                 return Ok(None);
