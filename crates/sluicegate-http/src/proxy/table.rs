@@ -229,8 +229,9 @@ pub type ProxyBody = http_body_util::Either<AdaptiveBody<RouteBody>, RouteBody>;
 /// Answers `request` as `table` says: routed, and through the route's limits, at once; the
 /// returned future waits for what they and the upstream answer.
 ///
-/// Not an `async fn`: each layer of those would hold the request (264 bytes) and be copied
-/// into the next, and the future hyper keeps per request would be the sum of them.
+/// Not an `async fn`: each layer of those would hold the request (272 bytes with its
+/// `ClientBody`) and be copied into the next, and the future hyper keeps per request would be
+/// the sum of them.
 pub(crate) fn handle(table: &Arc<Table>, request: Request<ClientBody>) -> Handling {
     if let Some(refused) = refused_before_limits(table, &request) {
         return Handling::Now {
