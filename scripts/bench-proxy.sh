@@ -36,8 +36,9 @@
 # x-forwarded-for: the upstream then gets from it the request nginx sends, whose
 # configuration appends to X-Forwarded-For alone; the proxy's own default also appends to
 # Forwarded),
-# SLUICEGATE_BIN=path measures that binary (no build), HYPER_FLOOR_BIN=path and
-# LEAN_FLOOR_BIN=path those floor proxies.
+# SLUICEGATE_BIN=path measures that binary (no build; by default scripts/build-pgo.sh builds
+# the binary to ship, and BENCH_BUILD=plain measures `cargo build --release` instead),
+# HYPER_FLOOR_BIN=path and LEAN_FLOOR_BIN=path those floor proxies.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 duration="${1:-3}"

@@ -172,21 +172,8 @@ run_rls_load() {
   printf 'rls_load\t%s\t%s\t%s\t%s\t%s\t%s\n' "$keys" "$target" "$dps" "$p50" "$p99" "$cpu_us" >>"$results"
 }
 
-# h2load sends one fixed body: the framed protobuf of domain "bench", entry (key, k0), encoded
-# here by hand so this path shares no code with the service.
-write_grpc_body() {
-  python3 - "$1" <<'EOF'
-import struct, sys
-def field(number, payload):
-    assert len(payload) < 128
-    return bytes([number << 3 | 2, len(payload)]) + payload
-entry = field(1, b"key") + field(2, b"k0")
-descriptor = field(1, entry)
-request = field(1, b"bench") + field(2, descriptor)
-with open(sys.argv[1], "wb") as out:
-    out.write(b"\x00" + struct.pack(">I", len(request)) + request)
-EOF
-}
+# h2load sends one fixed body: domain "bench", entry (key, k0).
+source scripts/lib/grpc-body.sh
 
 run_h2load() {
   local target="$1" out="$work/h2load.out" log="$work/h2load.log" cpu_before cpu_after
@@ -223,7 +210,7 @@ if [ "$use_h2load" = 1 ] && ! command -v h2load >/dev/null 2>&1; then
   echo "!! h2load rows NOT measured: h2load is not installed (apt-get install nghttp2-client)."
   use_h2load=0
 fi
-[ "$use_h2load" = 1 ] && write_grpc_body "$work/body.grpc"
+[ "$use_h2load" = 1 ] && write_grpc_body "$work/body.grpc" bench key k0
 
 echo "== load: $concurrency calls in flight over $connections connections, ${warmup}s warm-up, ${duration}s measured, $repeats repeats"
 for repeat in $(seq 1 "$repeats"); do

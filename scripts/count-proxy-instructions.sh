@@ -14,8 +14,9 @@
 #
 #   scripts/count-proxy-instructions.sh [requests, default 5000]
 #
-# Environment: SLUICEGATE_BIN=path counts that binary, HYPER_FLOOR_BIN=path and
-# LEAN_FLOOR_BIN=path those floors (no build). Needs valgrind, nginx and
+# Environment: SLUICEGATE_BIN=path counts that binary (by default scripts/build-pgo.sh builds
+# the binary to ship; BENCH_BUILD=plain counts `cargo build --release`), HYPER_FLOOR_BIN=path
+# and LEAN_FLOOR_BIN=path those floors (no build). Needs valgrind, nginx and
 # h2load (apt-get install valgrind nginx nghttp2-client).
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -11,8 +11,9 @@
 #
 #   scripts/proxy-cpu-per-request.sh [rounds, default 6] [seconds per side and round, default 4]
 #
-# Environment: SLUICEGATE_BIN=path measures that binary (no build). Needs wrk and nginx
-# (apt-get install wrk nginx).
+# Environment: SLUICEGATE_BIN=path measures that binary (no build; by default
+# scripts/build-pgo.sh builds the binary to ship, BENCH_BUILD=plain `cargo build --release`).
+# Needs wrk and nginx (apt-get install wrk nginx).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds="${1:-6}"

@@ -1,0 +1,136 @@
+#!/usr/bin/env bash
+# The `sluicegate` release binary, built with profile-guided optimisation (PGO), the build to
+# ship and the one the benchmark scripts measure. Three steps:
+#   1. a release build instrumented to count which branches and calls run;
+#   2. a training run: the proxy and the service, each under a few seconds of several kinds of
+#      load (below), then stopped with SIGTERM, which writes the counts;
+#   3. the release build again, with the counts, so that the compiler inlines and lays out what
+#      runs most. On the proxy this is about a fifth fewer instructions per request than
+#      `cargo build --release` (BENCHMARKS.md).
+# Each run trains and builds again (about 7 minutes on two cores). Prints the binary's path
+# (build output goes to stderr):
+#
+#   scripts/build-pgo.sh      # -> ${CARGO_TARGET_DIR:-target}/pgo/release/sluicegate
+#
+# The training covers the proxy over HTTP/1.1 and h2: GETs allowed and denied, POST bodies, a
+# route with two limits (a header and path tuple, and a concurrency limit on the client address
+# from X-Forwarded-For); and the service: ShouldRateLimit over gRPC and POST /json, in memory.
+# Not Redis, the remote-RLS backend or the admin page: their code is built as without PGO.
+# Environment: PGO_SECONDS per load (default 3). Needs rustup's llvm-tools (added here when
+# missing: llvm-profdata must read what this rustc's LLVM writes), nginx (the proxy's upstream),
+# wrk and h2load (apt-get install nginx wrk nghttp2-client).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+seconds="${PGO_SECONDS:-3}"
+
+for tool in wrk h2load; do
+  command -v "$tool" >/dev/null || { echo "$tool is needed (apt-get install wrk nghttp2-client)" >&2; exit 1; }
+done
+[ -x /usr/sbin/nginx ] || { echo "nginx is needed (apt-get install nginx)" >&2; exit 1; }
+sysroot=$(rustc --print sysroot)
+profdata=$(find "$sysroot/lib/rustlib" -name llvm-profdata -type f | head -n 1)
+if [ -z "$profdata" ]; then
+  rustup component add llvm-tools >&2
+  profdata=$(find "$sysroot/lib/rustlib" -name llvm-profdata -type f | head -n 1)
+fi
+[ -n "$profdata" ] || { echo "no llvm-profdata after rustup component add llvm-tools" >&2; exit 1; }
+
+target="${CARGO_TARGET_DIR:-target}"
+profiles="$(pwd)/$target/pgo-profiles"
+[[ "$target" = /* ]] && profiles="$target/pgo-profiles"
+rm -rf "$profiles"
+mkdir -p "$profiles/raw"
+
+echo "== PGO 1/3: instrumented build" >&2
+RUSTFLAGS="-Cprofile-generate=$profiles/raw" CARGO_TARGET_DIR="$target/pgo-instrumented" \
+  cargo build -q --release -p sluicegate-server --bin sluicegate >&2
+instrumented="$target/pgo-instrumented/release/sluicegate"
+
+echo "== PGO 2/3: training, ${seconds}s per load" >&2
+source scripts/lib/processes.sh
+source scripts/lib/grpc-body.sh
+export LLVM_PROFILE_FILE="$profiles/raw/sluicegate-%p.profraw"
+export SLUICEGATE_LOG=warn
+
+up=$(free_port)
+nginx_start upstream "$up" "server { listen 127.0.0.1:$up; location / { return 200 'ok\n'; } }"
+
+cat > "$work/proxy.yaml" <<'YAML'
+client_ip:
+  header: x-forwarded-for
+  trusted_proxies: [127.0.0.0/8]
+limits:
+  per_ip: { key: peer_ip, spec: "leaky-queue:rate=1000000/s,burst=1000000,nodelay" }
+  tenant: { key: [{ header: x-tenant }, path], spec: "gcra:rate=1000000/s,burst=1000" }
+  client_conn: { key: client_ip, spec: "concurrency:limit=1000" }
+  strict: { key: peer_ip, spec: "leaky-queue:rate=1/s" }
+routes:
+  - prefix: /api/
+    limits: [tenant, client_conn]
+  - prefix: /deny
+    limits: [strict]
+    status: 503
+  - prefix: /
+    limits: [per_ip]
+    status: 503
+YAML
+proxy=$(free_port)
+"$instrumented" proxy --upstream "http://127.0.0.1:$up" --config "$work/proxy.yaml" \
+  --listen "127.0.0.1:$proxy" --admin off &
+proxy_pid=$!
+pids+=("$proxy_pid")
+wait_port "$proxy"
+
+head -c 4096 /dev/zero | tr '\0' x > "$work/upload"
+url="http://127.0.0.1:$proxy"
+api=(-H "x-tenant: t1" -H "x-forwarded-for: 10.1.2.3")
+run() { "$@" >"$work/load.out" 2>&1 || { echo "training load failed: $*" >&2; cat "$work/load.out" >&2; exit 1; }; }
+run wrk -t2 -c64 -d"${seconds}s" "$url/"
+run wrk -t2 -c64 -d"${seconds}s" "$url/deny"
+run wrk -t2 -c32 -d"${seconds}s" "${api[@]}" "$url/api/items"
+run h2load -c 8 -m 16 -D "$seconds" "$url/"
+run h2load -c 4 -m 8 -D "$seconds" "${api[@]}" -d "$work/upload" "$url/api/upload"
+run h2load --h1 -c 16 -D "$seconds" "${api[@]}" -d "$work/upload" "$url/api/upload"
+
+mkdir -p "$work/rules"
+cat > "$work/rules/train.yaml" <<'YAML'
+domain: train
+descriptors:
+  - key: user
+    rate_limit: { unit: second, requests_per_unit: 1000000 }
+  - key: plan
+    rate_limits:
+      - { unit: second, requests_per_unit: 100 }
+      - { unit: hour, requests_per_unit: 1000000 }
+YAML
+grpc=$(free_port); http=$(free_port)
+"$instrumented" serve --config "$work/rules" --grpc-addr "127.0.0.1:$grpc" \
+  --http-addr "127.0.0.1:$http" --no-admin &
+serve_pid=$!
+pids+=("$serve_pid")
+wait_port "$grpc"
+wait_port "$http"
+for entry in "user u1" "plan free"; do
+  write_grpc_body "$work/call.grpc" train $entry
+  run h2load -c 4 -m 16 -D "$seconds" -d "$work/call.grpc" -H 'content-type: application/grpc' \
+    -H 'te: trailers' "http://127.0.0.1:$grpc/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
+done
+printf '{"domain":"train","descriptors":[{"entries":[{"key":"user","value":"u2"}]}]}' > "$work/call.json"
+run h2load --h1 -c 16 -D "$seconds" -d "$work/call.json" -H 'content-type: application/json' \
+  "http://127.0.0.1:$http/json"
+
+# SIGTERM: both shut down gracefully, and the counts are written as each process exits.
+kill -TERM "$proxy_pid" "$serve_pid"
+wait "$proxy_pid" || { echo "the instrumented proxy did not exit cleanly" >&2; exit 1; }
+wait "$serve_pid" || { echo "the instrumented service did not exit cleanly" >&2; exit 1; }
+# Only the training's counts: the build scripts and proc macros of step 1 were instrumented too.
+"$profdata" merge -o "$profiles/merged.profdata" "$profiles"/raw/sluicegate-*.profraw
+# Cargo does not see a profile's contents change, only the flags: a path named by the
+# contents' hash makes each new profile rebuild everything with it.
+sum=$(sha256sum "$profiles/merged.profdata" | cut -c1-16)
+mv "$profiles/merged.profdata" "$profiles/$sum.profdata"
+
+echo "== PGO 3/3: optimised build" >&2
+RUSTFLAGS="-Cprofile-use=$profiles/$sum.profdata" CARGO_TARGET_DIR="$target/pgo" \
+  cargo build -q --release -p sluicegate-server --bin sluicegate >&2
+echo "$target/pgo/release/sluicegate"

@@ -1,0 +1,20 @@
+# Sourced by scripts that load the service's gRPC API with h2load (scripts/bench-service.sh,
+# scripts/build-pgo.sh).
+
+# write_grpc_body FILE DOMAIN KEY VALUE: writes the framed protobuf of a ShouldRateLimit
+# request with one descriptor of one entry, encoded here by hand so that the load shares no
+# code with the service. Each string must be shorter than 128 bytes.
+write_grpc_body() {
+  python3 - "$@" <<'EOF'
+import struct, sys
+path, domain, key, value = sys.argv[1:5]
+def field(number, payload):
+    assert len(payload) < 128
+    return bytes([number << 3 | 2, len(payload)]) + payload
+entry = field(1, key.encode()) + field(2, value.encode())
+descriptor = field(1, entry)
+request = field(1, domain.encode()) + field(2, descriptor)
+with open(path, "wb") as out:
+    out.write(b"\x00" + struct.pack(">I", len(request)) + request)
+EOF
+}
