@@ -38,7 +38,9 @@
 # Forwarded),
 # SLUICEGATE_BIN=path measures that binary (no build; by default scripts/build-pgo.sh builds
 # the binary to ship, and BENCH_BUILD=plain measures `cargo build --release` instead),
-# HYPER_FLOOR_BIN=path and LEAN_FLOOR_BIN=path those floor proxies.
+# HYPER_FLOOR_BIN=path and LEAN_FLOOR_BIN=path those floor proxies. Needs wrk and nginx
+# (apt-get install wrk nginx), and for the default build what scripts/build-pgo.sh needs
+# (h2load too: nghttp2-client).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 duration="${1:-3}"

@@ -10,7 +10,7 @@
 # Each run trains and builds again (about 7 minutes on two cores). Prints the binary's path
 # (build output goes to stderr):
 #
-#   scripts/build-pgo.sh      # -> ${CARGO_TARGET_DIR:-target}/pgo/release/sluicegate
+#   scripts/build-pgo.sh      # -> /abs/path/${CARGO_TARGET_DIR:-target}/pgo/release/sluicegate
 #
 # The training covers the proxy over HTTP/1.1 and h2: GETs allowed and denied, POST bodies, a
 # route with two limits (a header and path tuple, and a concurrency limit on the client address
@@ -41,8 +41,17 @@ profiles="$(pwd)/$target/pgo-profiles"
 rm -rf "$profiles"
 mkdir -p "$profiles/raw"
 
+# with_flag FLAG: the caller's RUSTFLAGS and FLAG, as cargo's CARGO_ENCODED_RUSTFLAGS (one
+# flag per 0x1f-separated field), so that a path with a space in FLAG stays one flag.
+with_flag() {
+  local flag encoded=""
+  for flag in ${RUSTFLAGS:-}; do encoded+="$flag"$'\x1f'; done
+  printf '%s' "$encoded$1"
+}
+
 echo "== PGO 1/3: instrumented build" >&2
-RUSTFLAGS="-Cprofile-generate=$profiles/raw" CARGO_TARGET_DIR="$target/pgo-instrumented" \
+CARGO_ENCODED_RUSTFLAGS=$(with_flag "-Cprofile-generate=$profiles/raw") \
+  CARGO_TARGET_DIR="$target/pgo-instrumented" \
   cargo build -q --release -p sluicegate-server --bin sluicegate >&2
 instrumented="$target/pgo-instrumented/release/sluicegate"
 
@@ -84,7 +93,16 @@ wait_port "$proxy"
 head -c 4096 /dev/zero | tr '\0' x > "$work/upload"
 url="http://127.0.0.1:$proxy"
 api=(-H "x-tenant: t1" -H "x-forwarded-for: 10.1.2.3")
-run() { "$@" >"$work/load.out" 2>&1 || { echo "training load failed: $*" >&2; cat "$work/load.out" >&2; exit 1; }; }
+# run LOAD...: runs a wrk or h2load command, and stops the build if any request of it failed
+# (both exit 0 on failed requests), so that no profile is trained on errors.
+run() {
+  if ! "$@" >"$work/load.out" 2>&1 || grep -q "Socket errors" "$work/load.out" ||
+    { [ "$1" = h2load ] && ! grep -q ", 0 failed, 0 errored, 0 timeout" "$work/load.out"; }; then
+    echo "training load failed: $*" >&2
+    cat "$work/load.out" >&2
+    exit 1
+  fi
+}
 run wrk -t2 -c64 -d"${seconds}s" "$url/"
 run wrk -t2 -c64 -d"${seconds}s" "$url/deny"
 run wrk -t2 -c32 -d"${seconds}s" "${api[@]}" "$url/api/items"
@@ -123,6 +141,7 @@ run h2load --h1 -c 16 -D "$seconds" -d "$work/call.json" -H 'content-type: appli
 kill -TERM "$proxy_pid" "$serve_pid"
 wait "$proxy_pid" || { echo "the instrumented proxy did not exit cleanly" >&2; exit 1; }
 wait "$serve_pid" || { echo "the instrumented service did not exit cleanly" >&2; exit 1; }
+pids=("${pids[0]}") # the upstream nginx, still running
 # Only the training's counts: the build scripts and proc macros of step 1 were instrumented too.
 "$profdata" merge -o "$profiles/merged.profdata" "$profiles"/raw/sluicegate-*.profraw
 # Cargo does not see a profile's contents change, only the flags: a path named by the
@@ -131,6 +150,6 @@ sum=$(sha256sum "$profiles/merged.profdata" | cut -c1-16)
 mv "$profiles/merged.profdata" "$profiles/$sum.profdata"
 
 echo "== PGO 3/3: optimised build" >&2
-RUSTFLAGS="-Cprofile-use=$profiles/$sum.profdata" CARGO_TARGET_DIR="$target/pgo" \
-  cargo build -q --release -p sluicegate-server --bin sluicegate >&2
-echo "$target/pgo/release/sluicegate"
+CARGO_ENCODED_RUSTFLAGS=$(with_flag "-Cprofile-use=$profiles/$sum.profdata") \
+  CARGO_TARGET_DIR="$target/pgo" cargo build -q --release -p sluicegate-server --bin sluicegate >&2
+echo "$(cd "$target/pgo/release" && pwd)/sluicegate"

@@ -17,7 +17,8 @@
 # Environment: SLUICEGATE_BIN=path counts that binary (by default scripts/build-pgo.sh builds
 # the binary to ship; BENCH_BUILD=plain counts `cargo build --release`), HYPER_FLOOR_BIN=path
 # and LEAN_FLOOR_BIN=path those floors (no build). Needs valgrind, nginx and
-# h2load (apt-get install valgrind nginx nghttp2-client).
+# h2load (apt-get install valgrind nginx nghttp2-client), and for the default build what
+# scripts/build-pgo.sh needs (wrk too).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 requests="${1:-5000}"

@@ -13,7 +13,8 @@
 #
 # Environment: SLUICEGATE_BIN=path measures that binary (no build; by default
 # scripts/build-pgo.sh builds the binary to ship, BENCH_BUILD=plain `cargo build --release`).
-# Needs wrk and nginx (apt-get install wrk nginx).
+# Needs wrk and nginx (apt-get install wrk nginx), and for the default build what
+# scripts/build-pgo.sh needs (h2load too: nghttp2-client).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds="${1:-6}"

@@ -3,7 +3,8 @@
 
 # write_grpc_body FILE DOMAIN KEY VALUE: writes the framed protobuf of a ShouldRateLimit
 # request with one descriptor of one entry, encoded here by hand so that the load shares no
-# code with the service. Each string must be shorter than 128 bytes.
+# code with the service. Lengths are written in one byte: DOMAIN at most 127 bytes, KEY and
+# VALUE at most 121 together.
 write_grpc_body() {
   python3 - "$@" <<'EOF'
 import struct, sys

@@ -1,4 +1,4 @@
-# Sourced by the benchmark scripts (through bench-setup.sh) and scripts/build-pgo.sh: a work
+# Sourced by the proxy's benchmark scripts (through bench-setup.sh) and scripts/build-pgo.sh: a work
 # directory and the processes to stop on exit, free ports, waiting for a listener, and nginx
 # configurations.
 
@@ -19,7 +19,7 @@ wait_port() {
     (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
     sleep 0.05
   done
-  echo "nothing listens on $1"; exit 1
+  echo "nothing listens on $1" >&2; exit 1
 }
 
 # nginx_conf NAME MAIN HTTP-BODY: writes $work/NAME/nginx.conf, an nginx as this user in the
