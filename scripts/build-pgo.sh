@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # The `sluicegate` release binary, built with profile-guided optimisation (PGO), the build to
-# ship and the one the benchmark scripts measure. Three steps:
+# ship and the one the proxy's benchmark scripts measure. Three steps:
 #   1. a release build instrumented to count which branches and calls run;
 #   2. a training run: the proxy and the service, each under a few seconds of several kinds of
 #      load (below), then stopped with SIGTERM, which writes the counts;
 #   3. the release build again, with the counts, so that the compiler inlines and lays out what
 #      runs most. On the proxy this is about a fifth fewer instructions per request than
 #      `cargo build --release` (BENCHMARKS.md).
-# Each run trains and builds again (about 7 minutes on two cores). Prints the binary's path
-# (build output goes to stderr):
+# Each run trains and builds again (on two cores about 7 minutes, 3.5 once the instrumented
+# build is cached). Prints the binary's path (build output goes to stderr):
 #
 #   scripts/build-pgo.sh      # -> /abs/path/${CARGO_TARGET_DIR:-target}/pgo/release/sluicegate
 #
@@ -129,7 +129,7 @@ pids+=("$serve_pid")
 wait_port "$grpc"
 wait_port "$http"
 for entry in "user u1" "plan free"; do
-  write_grpc_body "$work/call.grpc" train $entry
+  write_grpc_body "$work/call.grpc" train $entry # split on purpose: KEY VALUE
   run h2load -c 4 -m 16 -D "$seconds" -d "$work/call.grpc" -H 'content-type: application/grpc' \
     -H 'te: trailers' "http://127.0.0.1:$grpc/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
 done
