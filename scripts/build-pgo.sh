@@ -141,7 +141,7 @@ run h2load --h1 -c 16 -D "$seconds" -d "$work/call.json" -H 'content-type: appli
 kill -TERM "$proxy_pid" "$serve_pid"
 wait "$proxy_pid" || { echo "the instrumented proxy did not exit cleanly" >&2; exit 1; }
 wait "$serve_pid" || { echo "the instrumented service did not exit cleanly" >&2; exit 1; }
-pids=("${pids[0]}") # the upstream nginx, still running
+pids=("$nginx_master_upstream") # what is left to stop on exit
 # Only the training's counts: the build scripts and proc macros of step 1 were instrumented too.
 "$profdata" merge -o "$profiles/merged.profdata" "$profiles"/raw/sluicegate-*.profraw
 # Cargo does not see a profile's contents change, only the flags: a path named by the
