@@ -52,10 +52,10 @@ mod workers;
 pub use error::{ProxyError, RuleFileError, RuleProblem};
 pub use forward::UpstreamBody;
 pub use forwarding::ForwardingFields;
-pub use key::{KeyBytes, KeyPart, RouteKeys};
+pub use key::{KeyBytes, KeyPart, OnMissingKey, RouteKeys};
 pub use rules::{
-    AdaptiveDef, BackendChoice, ControllerKind, DEFAULT_LIMIT_KEYS, LimitDef, PathMatch, RouteDef,
-    Rules,
+    AdaptiveDef, BackendChoice, ControllerKind, DEFAULT_LIMIT_KEYS, LimitDef, PathMatch, PathRules,
+    RouteDef, Rules,
 };
 pub use server::{Proxy, ProxyConfig, start};
 #[cfg(feature = "proxy-redis")]

@@ -12,8 +12,9 @@ use sluicegate_rules::Position;
 use sluicegate_rules::yaml::{self, Node, Scalar, Value};
 
 use crate::proxy::error::{RuleFileError, RuleProblem};
-use crate::proxy::key::{ClientIpSource, KeyPart};
+use crate::proxy::key::{ClientIpSource, KeyPart, OnMissingKey};
 use crate::rate_limit::key::ClientIp;
+use crate::rate_limit::key::normal::normal_path;
 
 mod adaptive;
 
@@ -32,6 +33,8 @@ pub struct Rules {
     pub backend: Option<BackendChoice>,
     /// How `client_ip` is read.
     pub client_ip: ClientIp,
+    /// How paths are matched and passed on.
+    pub paths: PathRules,
     /// The limits, by name, in file order.
     pub limits: Vec<LimitDef>,
     /// The routes, in file order.
@@ -39,6 +42,19 @@ pub struct Rules {
     /// Where `backend` and each limit's `spec` are written, for problems found once the
     /// proxy's own settings are known.
     places: Places,
+}
+
+/// How routes match paths and what path the upstream gets (`paths:` in the file). Routes
+/// always match a path in its normal form
+/// ([`normal_path`](crate::rate_limit::key::normal::normal_path)).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PathRules {
+    /// Routes match (and `path` keys are made) without regard to ASCII case.
+    pub case_insensitive: bool,
+    /// The upstream gets the path in its normal form, not as the client sent it (nginx's
+    /// `proxy_pass` with a URI part).
+    pub forward_normal: bool,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -73,15 +89,18 @@ pub struct LimitDef {
     pub spec: String,
     /// Keys held at most (nginx's zone size).
     pub max_keys: usize,
+    /// What a request whose key cannot be made gets.
+    pub on_missing_key: OnMissingKey,
 }
 
 /// How a route matches a path.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum PathMatch {
-    /// The path is exactly this (nginx `location = /x`).
+    /// The path is exactly this (nginx `location = /x`), in its normal form.
     Exact(String),
-    /// The path starts with this (nginx `location /x`); the longest prefix wins.
+    /// The path starts with this (nginx `location /x`), in its normal form; the longest
+    /// prefix wins.
     Prefix(String),
 }
 
@@ -303,11 +322,12 @@ impl Reader {
     }
 
     fn rules(&mut self, root: &Node) -> Option<Rules> {
-        let known = ["backend", "client_ip", "limits", "routes"];
+        let known = ["backend", "client_ip", "paths", "limits", "routes"];
         let entries = self.entries(root, "the rule file", &known)?;
         let mut backend = None;
         let mut places = Places::default();
         let mut client_ip = ClientIp::x_forwarded_for();
+        let mut paths = PathRules::default();
         let mut limits = Vec::new();
         // Every limit name given, valid or not: a route naming an invalid one is not told
         // that it does not exist.
@@ -333,6 +353,7 @@ impl Reader {
                         client_ip = c;
                     }
                 }
+                "paths" => paths = self.paths(value).unwrap_or_default(),
                 "limits" => (limits, named, places.specs) = self.limits(value),
                 "routes" => {
                     routes_at = value.pos;
@@ -363,6 +384,7 @@ impl Reader {
         Some(Rules {
             backend,
             client_ip,
+            paths,
             limits,
             routes,
             places,
@@ -422,6 +444,51 @@ impl Reader {
         }
     }
 
+    fn paths(&mut self, node: &Node) -> Option<PathRules> {
+        let entries = self.entries(node, "`paths`", &["case_insensitive", "forward"])?;
+        let mut paths = PathRules::default();
+        for (name, value) in entries {
+            match name {
+                "case_insensitive" => {
+                    paths.case_insensitive = self.boolean(value, "`paths.case_insensitive`")?;
+                }
+                "forward" => match self.string(value, "`paths.forward`")?.as_str() {
+                    "as_sent" => paths.forward_normal = false,
+                    "normalised" => paths.forward_normal = true,
+                    other => self.fail(
+                        value.pos,
+                        format!("`paths.forward` is `{other}`: one of as_sent, normalised"),
+                    ),
+                },
+                _ => {}
+            }
+        }
+        Some(paths)
+    }
+
+    /// `on_missing_key`: `skip`, `deny` or `{ key: TEXT }`.
+    fn on_missing_key(&mut self, node: &Node) -> Option<OnMissingKey> {
+        const KNOWN: &str = "one of skip, deny, { key: TEXT }";
+        if map_of(node).is_some() {
+            let entries = self.entries(node, "`on_missing_key`", &["key"])?;
+            let [(_, value)] = entries[..] else {
+                self.fail(node.pos, format!("`on_missing_key` is {KNOWN}"));
+                return None;
+            };
+            return Some(OnMissingKey::Key(
+                self.string(value, "`on_missing_key.key`")?,
+            ));
+        }
+        match self.string(node, "`on_missing_key`")?.as_str() {
+            "skip" => Some(OnMissingKey::Skip),
+            "deny" => Some(OnMissingKey::Deny),
+            other => {
+                self.fail(node.pos, format!("`on_missing_key` is `{other}`: {KNOWN}"));
+                None
+            }
+        }
+    }
+
     /// The valid limits, every name given, and where each valid limit's spec is.
     fn limits(&mut self, node: &Node) -> (Vec<LimitDef>, Vec<String>, Vec<Position>) {
         let Some(entries) = map_of(node) else {
@@ -450,8 +517,10 @@ impl Reader {
 
     fn limit(&mut self, name: String, node: &Node) -> Option<(LimitDef, Position)> {
         let what = format!("limit `{name}`");
-        let entries = self.entries(node, &what, &["key", "spec", "max_keys"])?;
+        let known = ["key", "spec", "max_keys", "on_missing_key"];
+        let entries = self.entries(node, &what, &known)?;
         let (mut key, mut spec, mut max_keys) = (None, None, DEFAULT_LIMIT_KEYS);
+        let mut on_missing_key = OnMissingKey::default();
         let mut spec_at = node.pos;
         let mut given = (false, false);
         for (field, value) in entries {
@@ -468,6 +537,9 @@ impl Reader {
                         Ok(algorithm) => spec = Some((text, algorithm)),
                         Err(error) => self.fail(value.pos, format!("spec `{text}`: {error}")),
                     }
+                }
+                "on_missing_key" => {
+                    on_missing_key = self.on_missing_key(value).unwrap_or_default();
                 }
                 "max_keys" => match value.value {
                     Value::Scalar(Scalar::Int(n)) if n > 0 => {
@@ -504,6 +576,7 @@ impl Reader {
             algorithm,
             spec,
             max_keys,
+            on_missing_key,
         };
         Some((limit, spec_at))
     }
@@ -615,10 +688,30 @@ impl Reader {
             match field {
                 "name" => route.name = self.string(value, "`name`")?,
                 "prefix" | "exact" => {
-                    let text = self.string(value, "the route's path")?;
-                    if !text.starts_with('/') {
-                        self.fail(value.pos, format!("the path `{text}` must start with `/`"));
-                    }
+                    let written = self.string(value, "the route's path")?;
+                    let text = match normal_path(written.as_bytes(), false) {
+                        _ if !written.starts_with('/') => {
+                            self.fail(
+                                value.pos,
+                                format!("the path `{written}` must start with `/`"),
+                            );
+                            written
+                        }
+                        Ok(normal) => match String::from_utf8(normal.into_owned()) {
+                            Ok(normal) => normal,
+                            Err(_) => {
+                                self.fail(
+                                    value.pos,
+                                    format!("the path `{written}` is not UTF-8 once decoded"),
+                                );
+                                written
+                            }
+                        },
+                        Err(error) => {
+                            self.fail(value.pos, format!("the path `{written}`: {error}"));
+                            written
+                        }
+                    };
                     if path.is_some() {
                         self.fail(
                             value.pos,

@@ -8,7 +8,10 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 
-use http::{Request, Response, StatusCode, Version, header};
+use std::borrow::Cow;
+
+use http::uri::PathAndQuery;
+use http::{HeaderValue, Request, Response, StatusCode, Uri, Version, header};
 use http_body_util::Either;
 use pin_project_lite::pin_project;
 use tower_layer::Layer;
@@ -20,10 +23,12 @@ use crate::proxy::backend::RouteBackend;
 use crate::proxy::backing::Backing;
 use crate::proxy::client_body::ClientBody;
 use crate::proxy::forward::{Forwarder, Upstream, UpstreamBody, text, too_large};
-use crate::proxy::key::RouteExtractor;
+use crate::proxy::key::{LimitKey, RouteExtractor};
 use crate::proxy::limiter::Limiter;
 use crate::proxy::metrics::Metrics;
-use crate::proxy::rules::{AdaptiveDef, RouteDef, Rules};
+use crate::proxy::rules::{AdaptiveDef, PathMatch, PathRules, RouteDef, Rules};
+use crate::rate_limit::key::RequestHead;
+use crate::rate_limit::key::normal::{encoded_path, normal_host, normal_path, request_host};
 use crate::rate_limit::{BuildError, RateLimit, RateLimitBody, RateLimitLayer, Rejection};
 
 /// A route's limits around the upstream.
@@ -44,9 +49,12 @@ pub(crate) struct Route {
 /// The routes of one version of the rules.
 pub(crate) struct Table {
     routes: Vec<Route>,
-    exact: HashMap<String, usize>,
+    /// Paths in their normal form, in lower case when `paths.case_insensitive`.
+    exact: HashMap<Box<[u8]>, usize>,
     /// Longest first.
-    prefixes: Vec<(String, usize)>,
+    prefixes: Vec<(Box<[u8]>, usize)>,
+    /// How paths are matched and passed on.
+    paths: PathRules,
     /// Requests no route matches: passed on, counted under `unmatched`.
     unmatched: Upstream,
     /// Every limit's state, by name, for the next reload to keep.
@@ -95,6 +103,7 @@ impl Table {
             routes: Vec::new(),
             exact: HashMap::new(),
             prefixes: Vec::new(),
+            paths: rules.paths,
             unmatched: Upstream {
                 forwarder: Arc::clone(forwarder),
                 counters: metrics.route(UNMATCHED),
@@ -125,13 +134,17 @@ impl Table {
                     .insert(def.name.clone(), (adaptive.clone(), layer));
             }
             table.routes.push(route);
+            let fold = |pattern: &str| -> Box<[u8]> {
+                match rules.paths.case_insensitive {
+                    true => pattern.to_ascii_lowercase().into_bytes().into(),
+                    false => pattern.as_bytes().into(),
+                }
+            };
             match &def.path {
-                crate::proxy::rules::PathMatch::Exact(p) => {
-                    table.exact.insert(p.clone(), index);
+                PathMatch::Exact(p) => {
+                    table.exact.insert(fold(p), index);
                 }
-                crate::proxy::rules::PathMatch::Prefix(p) => {
-                    table.prefixes.push((p.clone(), index));
-                }
+                PathMatch::Prefix(p) => table.prefixes.push((fold(p), index)),
             }
         }
         table
@@ -171,10 +184,15 @@ impl Table {
                 adaptive: None,
             });
         }
+        let keys = limiters.iter().map(|l| LimitKey {
+            parts: l.def.key.clone(),
+            on_missing: l.def.on_missing_key.clone(),
+        });
         let extractor = RouteExtractor {
             route: def.name.as_str().into(),
             client_ip: rules.client_ip.clone(),
-            keys: limiters.iter().map(|l| l.def.key.clone()).collect(),
+            keys: keys.collect(),
+            fold_case: rules.paths.case_insensitive,
         };
         let backend = RouteBackend::new(limiters, &self.backing);
         let mut builder = RateLimitLayer::builder(extractor)
@@ -208,14 +226,14 @@ impl Table {
         })
     }
 
-    /// The index of the route serving `path`.
-    pub(crate) fn find(&self, path: &str) -> Option<usize> {
+    /// The index of the route serving `path` (in its normal form).
+    pub(crate) fn find(&self, path: &[u8]) -> Option<usize> {
         if let Some(&i) = self.exact.get(path) {
             return Some(i);
         }
         self.prefixes
             .iter()
-            .find(|(prefix, _)| path.starts_with(prefix.as_str()))
+            .find(|(prefix, _)| path.starts_with(prefix))
             .map(|(_, i)| *i)
     }
 }
@@ -232,13 +250,39 @@ pub type ProxyBody = http_body_util::Either<AdaptiveBody<RouteBody>, RouteBody>;
 /// Not an `async fn`: each layer of those would hold the request (272 bytes with its
 /// `ClientBody`) and be copied into the next, and the future hyper keeps per request would be
 /// the sum of them.
-pub(crate) fn handle(table: &Arc<Table>, request: Request<ClientBody>) -> Handling {
-    if let Some(refused) = refused_before_limits(table, &request) {
-        return Handling::Now {
-            future: std::future::ready(refused.map(|body| Either::Right(Either::Right(body)))),
-        };
+pub(crate) fn handle(table: &Arc<Table>, mut request: Request<ClientBody>) -> Handling {
+    let refused = |refused: Response<UpstreamBody>| Handling::Now {
+        future: std::future::ready(refused.map(|body| Either::Right(Either::Right(body)))),
+    };
+    let path = request.uri().path();
+    let (index, rewrite) = match normal_path(path.as_bytes(), table.paths.case_insensitive) {
+        Ok(normal) => {
+            let index = table.find(&normal);
+            let rewrite = match normal {
+                Cow::Owned(_) if table.paths.forward_normal => {
+                    // The normal form in the case it was sent in.
+                    normal_path(path.as_bytes(), false)
+                        .ok()
+                        .map(Cow::into_owned)
+                }
+                _ => None,
+            };
+            (index, rewrite)
+        }
+        Err(error) => {
+            return refused(text(
+                StatusCode::BAD_REQUEST,
+                format!("400 Bad Request: {error}\n"),
+            ));
+        }
+    };
+    if let Some(answer) = refused_before_limits(table, &request) {
+        return refused(answer);
     }
-    let index = table.find(request.uri().path());
+    absolute_form_names_the_host(&mut request);
+    if let Some(normal) = rewrite {
+        set_path(&mut request, &normal);
+    }
     match index.and_then(|i| table.routes[i].adaptive.as_ref()) {
         None => Handling::Route {
             future: table.send_through(index, request),
@@ -347,18 +391,51 @@ fn refused_before_limits(
     Some(too_large(&forwarder.metrics, max))
 }
 
-/// What is wrong with the request's `Host`, if anything (RFC 9112 section 3.2, as nginx
-/// reads it): never more than one field, for the limits keyed on the first and the upstream
-/// could read another; and one in every HTTP/1.1 request, its target in absolute form or not
-/// (h2 names its host in `:authority`, HTTP/1.0 may name none).
-fn host_is_wrong<B>(request: &Request<B>) -> Option<&'static str> {
-    let mut hosts = request.headers().get_all(header::HOST).iter();
-    match (hosts.next(), hosts.next()) {
-        (Some(_), Some(_)) => Some("the request has more than one Host field"),
-        (None, _) if request.version() == Version::HTTP_11 => {
-            Some("an HTTP/1.1 request needs a Host field")
+/// What is wrong with the request's host, if anything (RFC 9112 section 3.2, as nginx reads
+/// it): never more than one `Host` field, for the limits could key on one and the upstream
+/// read another; one in every HTTP/1.1 request, its target in absolute form or not (h2 names
+/// its host in `:authority`, HTTP/1.0 may name none); and the host named must be one
+/// ([`normal_host`]), and an h2 request's `Host` the same as its `:authority`.
+fn host_is_wrong<B>(request: &Request<B>) -> Option<String> {
+    let named =
+        request_host(&RequestHead::of(request)).and_then(|host| host.map(normal_host).transpose());
+    match named {
+        Err(wrong) => Some(wrong.to_string()),
+        Ok(None) if request.version() == Version::HTTP_11 => {
+            Some("an HTTP/1.1 request needs a Host field".to_owned())
         }
-        _ => None,
+        Ok(_) => None,
+    }
+}
+
+/// An HTTP/1 request in absolute form (`GET http://a.example/x`) is for the host its request
+/// line names, whatever its `Host` says (RFC 9112 section 3.2.2): the upstream gets that host.
+fn absolute_form_names_the_host<B>(request: &mut Request<B>) {
+    if request.version() >= Version::HTTP_2 {
+        return;
+    }
+    let Some(authority) = request.uri().authority() else {
+        return;
+    };
+    if let Ok(host) = HeaderValue::from_str(authority.as_str()) {
+        request.headers_mut().insert(header::HOST, host);
+    }
+}
+
+/// Sets the request's path to `normal` (percent-encoded again where it must be), keeping its
+/// query.
+fn set_path<B>(request: &mut Request<B>, normal: &[u8]) {
+    let mut target = encoded_path(normal).into_owned();
+    if let Some(query) = request.uri().query() {
+        target.push(b'?');
+        target.extend_from_slice(query.as_bytes());
+    }
+    let mut parts = request.uri().clone().into_parts();
+    if let Ok(path) = PathAndQuery::try_from(target) {
+        parts.path_and_query = Some(path);
+        if let Ok(uri) = Uri::from_parts(parts) {
+            *request.uri_mut() = uri;
+        }
     }
 }
 

@@ -6,6 +6,8 @@ use std::borrow::Cow;
 use http::{HeaderName, StatusCode};
 use sluicegate::{CheckError, ConfigError};
 
+use crate::rate_limit::key::normal::HostError;
+
 /// A request's key could not be extracted. Its message names what was missing; its
 /// [`status`](KeyError::status) says whose fault it is: 400 for the client's (a header it did
 /// not send), 500 for the server's (a layer placed where the peer address or the route is not
@@ -34,6 +36,15 @@ pub enum KeyError {
         /// The entry as written (cut to 64 bytes).
         value: String,
     },
+    /// The path's `..` segments climb above the root, so it names no resource.
+    #[error("rate limit key: the path `{path}` climbs above the root")]
+    PathAboveRoot {
+        /// The path as sent (cut to 64 bytes).
+        path: String,
+    },
+    /// The request's host is not one (see [`HostError`]).
+    #[error("rate limit key: {0}")]
+    BadHost(#[from] HostError),
     /// No route template: the layer does not run inside an axum router.
     #[error(
         "rate limit key: no matched route (axum's `MatchedPath`): add the layer with \
@@ -63,7 +74,10 @@ impl KeyError {
     /// the key needs, 500 when the server is set up so that the key cannot be known.
     pub fn status(&self) -> StatusCode {
         match self {
-            KeyError::MissingHeader { .. } | KeyError::BadAddress { .. } => StatusCode::BAD_REQUEST,
+            KeyError::MissingHeader { .. }
+            | KeyError::BadAddress { .. }
+            | KeyError::PathAboveRoot { .. }
+            | KeyError::BadHost(_) => StatusCode::BAD_REQUEST,
             KeyError::NoPeerAddress | KeyError::NoMatchedPath => StatusCode::INTERNAL_SERVER_ERROR,
             KeyError::Custom { status, .. } => *status,
         }

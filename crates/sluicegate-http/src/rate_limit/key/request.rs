@@ -1,5 +1,6 @@
 //! Keys read from the request line and headers, a constant, and closures.
 
+use std::borrow::Cow;
 use std::hash::{Hash, Hasher};
 
 use crate::rate_limit::key::RequestHead;
@@ -7,6 +8,7 @@ use http::{HeaderName, HeaderValue};
 
 use crate::rate_limit::error::KeyError;
 use crate::rate_limit::key::KeyExtractor;
+use crate::rate_limit::key::normal::{PathError, normal_host, normal_path, request_host};
 
 /// One budget for every request: a global limit.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -66,8 +68,12 @@ impl KeyExtractor for Method {
     }
 }
 
-/// The request's path, without the query. Every distinct path is a key: for a route with
-/// parameters (`/users/{id}`) prefer [`Route`], which counts the route once.
+/// The request's path, without the query, in its normal form (see
+/// [`normal_path`](crate::rate_limit::key::normal::normal_path): `//a`, `/./a` and `/%61` are
+/// all `/a`), so that no spelling of a path steps around its limit; a path whose `..` climbs
+/// above the root is a [`KeyError::PathAboveRoot`] (400). Bytes that are not UTF-8 once
+/// decoded are kept as U+FFFD. Every distinct path is a key: for a route with parameters
+/// (`/users/{id}`) prefer [`Route`], which counts the route once.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Path;
 
@@ -75,14 +81,46 @@ impl KeyExtractor for Path {
     type Key = Box<str>;
 
     fn extract(&self, request: &RequestHead<'_>) -> Result<Box<str>, KeyError> {
-        Ok(request.uri().path().into())
+        normal_path_key(request)
+    }
+}
+
+fn normal_path_key(request: &RequestHead<'_>) -> Result<Box<str>, KeyError> {
+    let path = request.uri().path();
+    match normal_path(path.as_bytes(), false) {
+        Ok(Cow::Borrowed(_)) => Ok(path.into()),
+        Ok(Cow::Owned(normal)) => Ok(String::from_utf8_lossy(&normal).into()),
+        Err(PathError::AboveRoot) => Err(KeyError::PathAboveRoot {
+            path: path.chars().take(64).collect(),
+        }),
+    }
+}
+
+/// The host the request names, in its normal form (nginx's `$host`: lower case, without port
+/// or trailing dot; see [`normal_host`](crate::rate_limit::key::normal::normal_host)), read
+/// from an absolute-form request line first, then h2's `:authority`, then `Host` (see
+/// [`request_host`](crate::rate_limit::key::normal::request_host)). A host that is not one,
+/// or two `Host` fields, is a [`KeyError::BadHost`] (400); a request that names none (HTTP/1.0)
+/// a [`KeyError::MissingHeader`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Host;
+
+impl KeyExtractor for Host {
+    type Key = Box<str>;
+
+    fn extract(&self, request: &RequestHead<'_>) -> Result<Box<str>, KeyError> {
+        let host = request_host(request)?.ok_or(KeyError::MissingHeader {
+            name: http::header::HOST,
+        })?;
+        // A normal host is ASCII.
+        Ok(String::from_utf8_lossy(&normal_host(host)?).into())
     }
 }
 
 /// The route template axum matched (`/users/{id}`), from its `MatchedPath` extension: present
 /// when the layer is added with `Router::layer` or `Router::route_layer`. Without one (around
 /// the router, or a request no route matched), [`KeyError::NoMatchedPath`], or, with
-/// [`or_path`](Route::or_path), the request's path.
+/// [`or_path`](Route::or_path), the request's path in its normal form, as [`Path`] reads it.
 ///
 /// Without the `axum` feature there is no template: only `or_path` gives a key.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -147,7 +185,7 @@ impl KeyExtractor for Route {
             return Ok(RouteKey(RouteText::Template(matched.clone())));
         }
         if self.or_path {
-            Ok(RouteKey(RouteText::Path(request.uri().path().into())))
+            Ok(RouteKey(RouteText::Path(normal_path_key(request)?)))
         } else {
             Err(KeyError::NoMatchedPath)
         }
