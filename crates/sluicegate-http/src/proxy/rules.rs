@@ -469,10 +469,13 @@ impl Reader {
     /// `on_missing_key`: `skip`, `deny` or `{ key: TEXT }`.
     fn on_missing_key(&mut self, node: &Node) -> Option<OnMissingKey> {
         const KNOWN: &str = "one of skip, deny, { key: TEXT }";
-        if map_of(node).is_some() {
+        if let Some(given) = map_of(node) {
             let entries = self.entries(node, "`on_missing_key`", &["key"])?;
             let [(_, value)] = entries[..] else {
-                self.fail(node.pos, format!("`on_missing_key` is {KNOWN}"));
+                // Keys given but unknown are reported already.
+                if given.is_empty() {
+                    self.fail(node.pos, format!("`on_missing_key` is {KNOWN}"));
+                }
                 return None;
             };
             return Some(OnMissingKey::Key(
@@ -837,6 +840,32 @@ mod tests {
         }
         // `a` is defined, if wrongly: no route is told it does not exist.
         assert!(!text.contains("no limit `a`"), "{text}");
+    }
+
+    #[test]
+    fn paths_and_missing_keys_are_read() {
+        let text = "paths: { case_insensitive: true, forward: normalised }\nlimits:\n  a: { key: { header: x-k }, spec: \"gcra:rate=1/s\", on_missing_key: deny }\n  b: { key: host, spec: \"gcra:rate=1/s\", on_missing_key: { key: none } }\nroutes:\n  - { exact: //x/./y/../z, limits: [a, b] }\n  - { prefix: /%61pi/ }\n";
+        let rules = Rules::parse(Path::new("r.yaml"), text).expect("valid");
+        assert!(rules.paths.case_insensitive && rules.paths.forward_normal);
+        assert_eq!(rules.limits[0].on_missing_key, OnMissingKey::Deny);
+        assert_eq!(rules.limits[1].on_missing_key, OnMissingKey::Key("none".into()));
+        assert_eq!(rules.routes[0].path, PathMatch::Exact("/x/z".into()));
+        assert_eq!(rules.routes[1].path, PathMatch::Prefix("/api/".into()));
+        assert_eq!(rules.routes[0].name, "=/x/z");
+
+        let text = "paths: { forward: raw, case_insensitive: 1 }\nlimits:\n  a: { key: global, spec: \"gcra:rate=1/s\", on_missing_key: allow }\n  b: { key: global, spec: \"gcra:rate=1/s\", on_missing_key: { value: x } }\nroutes:\n  - { prefix: /../x }\n  - { prefix: /x, name: one }\n  - { prefix: //x, name: two }\n";
+        let text = problems(text);
+        let expected = [
+            "r.yaml:1:19: `paths.forward` is `raw`: one of as_sent, normalised",
+            "r.yaml:1:42: `paths.case_insensitive` must be true or false",
+            "r.yaml:3:60: `on_missing_key` is `allow`: one of skip, deny, { key: TEXT }",
+            "r.yaml:4:62: unknown key `value` in `on_missing_key`",
+            "r.yaml:6:15: the path `/../x`: the path climbs above the root",
+            "r.yaml:8:7: the same path as the route at 7:7",
+        ];
+        for line in expected {
+            assert!(text.contains(line), "{line} not in:\n{text}");
+        }
     }
 
     #[test]

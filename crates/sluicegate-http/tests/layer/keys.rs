@@ -7,7 +7,7 @@ use axum::routing::{any, get};
 use http::StatusCode;
 use sluicegate::ManualClock;
 use sluicegate_http::rate_limit::key::{
-    ClientIp, Global, Header, KeyExtractor, Method, Path, PeerIp, RequestHead, Route, from_fn,
+    ClientIp, Global, Header, Host, KeyExtractor, Method, Path, PeerIp, RequestHead, Route, from_fn,
 };
 use sluicegate_http::rate_limit::{KeyError, MemoryBackend, RateLimitLayer};
 
@@ -141,10 +141,11 @@ async fn forwarded_and_x_real_ip() {
     );
     let forged = "for=6.6.6.6, for=\"198.51.100.1:4711\"";
     assert_eq!(fetch(&proxy, address, "/", &forwarded(forged)).await.0, 429);
-    // A proxy that wrote `for=unknown` where the client should be: a clear 400.
-    let (status, _, body) = fetch(&proxy, address, "/", &forwarded("for=unknown")).await;
-    assert_eq!(status, 400);
-    assert!(body.contains("`forwarded` holds `for=unknown`"), "{body}");
+    // A proxy that wrote `for=unknown` where the client should be: the proxy, which vouched
+    // for it, is the key.
+    let unknown = forwarded("for=unknown");
+    assert_eq!(fetch(&proxy, address, "/", &unknown).await.0, 200);
+    assert_eq!(fetch(&proxy, address, "/", &unknown).await.0, 429);
 
     let key = ClientIp::x_real_ip()
         .trusted_proxies(["127.0.0.1"])
@@ -219,6 +220,70 @@ async fn route_template_counts_a_route_once_and_path_each_path() {
         429,
         "the query is no part"
     );
+}
+
+#[tokio::test]
+async fn a_path_spelt_otherwise_is_the_same_path() {
+    let client = client();
+    let address = serve_with(once_per_key(Path)).await;
+    assert_eq!(fetch(&client, address, "/users/3", &[]).await.0, 200);
+    for spelling in [
+        "//users/3",
+        "/users//3",
+        "/users/%33",
+        "/%75sers/3",
+        "/users/x/%2e%2e/3",
+    ] {
+        assert_eq!(
+            fetch(&client, address, spelling, &[]).await.0,
+            429,
+            "{spelling}"
+        );
+    }
+    // A path above the root (400) is a unit test of `normal_path`: reqwest's URLs never
+    // carry one.
+}
+
+#[tokio::test]
+async fn a_host_spelt_otherwise_is_the_same_host() {
+    let client = client();
+    let address = serve_with(once_per_key(Host)).await;
+    let host = |value| [("host", value)];
+    assert_eq!(fetch(&client, address, "/", &host("hk.test")).await.0, 200);
+    for spelling in ["HK.TEST", "hk.test:80", "hk.test.", "Hk.Test.:8080"] {
+        let status = fetch(&client, address, "/", &host(spelling)).await.0;
+        assert_eq!(status, 429, "{spelling}");
+    }
+    assert_eq!(
+        fetch(&client, address, "/", &host("other.test")).await.0,
+        200
+    );
+    let (status, _, body) = fetch(&client, address, "/", &host("hk.test x")).await;
+    assert_eq!(status, 400, "{body}");
+}
+
+#[tokio::test]
+async fn a_client_quote_does_not_swallow_what_the_proxy_appended() {
+    let key = ClientIp::x_forwarded_for()
+        .trusted_proxies(["127.0.0.1/32"])
+        .expect("proxies");
+    let address = serve_with(once_per_key(key)).await;
+    let proxy = client_from("127.0.0.1");
+    let xff = |value| [("x-forwarded-for", value)];
+    // As the trusted proxy writes it: what the client sent, then the client's address.
+    for (sent, expected) in [
+        ("\", 203.0.113.9", 200),
+        ("\"6.6.6.6, 203.0.113.9", 429),
+        ("unknown, 203.0.113.9", 429),
+        ("203.0.113.10, \"", 200),
+        ("203.0.113.11, \"", 429),
+    ] {
+        assert_eq!(
+            fetch(&proxy, address, "/", &xff(sent)).await.0,
+            expected,
+            "{sent}"
+        );
+    }
 }
 
 #[tokio::test]
