@@ -150,11 +150,8 @@ impl RouteExtractor {
                 }
                 KeyPart::Path => {
                     let path = request.uri().path();
-                    let normal = normal_path(path.as_bytes(), self.fold_case).map_err(|_| {
-                        KeyError::PathAboveRoot {
-                            path: path.chars().take(64).collect(),
-                        }
-                    })?;
+                    let normal = normal_path(path.as_bytes(), self.fold_case)
+                        .map_err(|reason| KeyError::bad_path(path, reason))?;
                     out.extend_from_slice(&normal);
                     None
                 }

@@ -6,7 +6,7 @@ use std::borrow::Cow;
 use http::{HeaderName, StatusCode};
 use sluicegate::{CheckError, ConfigError};
 
-use crate::rate_limit::key::normal::HostError;
+use crate::rate_limit::key::normal::{HostError, PathError};
 
 /// A request's key could not be extracted. Its message names what was missing; its
 /// [`status`](KeyError::status) says whose fault it is: 400 for the client's (a header it did
@@ -36,11 +36,13 @@ pub enum KeyError {
         /// The entry as written (cut to 64 bytes).
         value: String,
     },
-    /// The path's `..` segments climb above the root, so it names no resource.
-    #[error("rate limit key: the path `{path}` climbs above the root")]
-    PathAboveRoot {
-        /// The path as sent (cut to 64 bytes).
+    /// The path has no normal form (see [`PathError`]), so it names no resource.
+    #[error("rate limit key: the path `{path}`: {reason}")]
+    BadPath {
+        /// The path as sent (cut to 64 characters).
         path: String,
+        /// What is wrong with it.
+        reason: PathError,
     },
     /// The request's host is not one (see [`HostError`]).
     #[error("rate limit key: {0}")]
@@ -62,6 +64,14 @@ pub enum KeyError {
 }
 
 impl KeyError {
+    /// The error of `path`, which has no normal form.
+    pub(crate) fn bad_path(path: &str, reason: PathError) -> KeyError {
+        KeyError::BadPath {
+            path: path.chars().take(64).collect(),
+            reason,
+        }
+    }
+
     /// An error of a custom extractor, answered with `status` and `message`.
     pub fn custom(status: StatusCode, message: impl Into<Cow<'static, str>>) -> KeyError {
         KeyError::Custom {
@@ -76,7 +86,7 @@ impl KeyError {
         match self {
             KeyError::MissingHeader { .. }
             | KeyError::BadAddress { .. }
-            | KeyError::PathAboveRoot { .. }
+            | KeyError::BadPath { .. }
             | KeyError::BadHost(_) => StatusCode::BAD_REQUEST,
             KeyError::NoPeerAddress | KeyError::NoMatchedPath => StatusCode::INTERNAL_SERVER_ERROR,
             KeyError::Custom { status, .. } => *status,

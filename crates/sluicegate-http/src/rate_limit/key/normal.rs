@@ -15,6 +15,10 @@ pub enum PathError {
     /// Its `..` segments climb above the root (`/../etc`, `/a/%2e%2e/..`).
     #[error("the path climbs above the root")]
     AboveRoot,
+    /// It holds a NUL byte (`%00`), which a server that reads paths as C strings would cut
+    /// the path at; nginx refuses it too.
+    #[error("the path holds a NUL byte")]
+    Nul,
 }
 
 /// Why a request names no host that can be used.
@@ -28,7 +32,8 @@ pub enum HostError {
     #[error("the Host field and :authority name different hosts")]
     Conflicting,
     /// A host that is not a name, an IPv4 address or a bracketed IPv6 address, with an
-    /// optional port: a space, a slash, a byte that is not ASCII, an empty name, `..`.
+    /// optional port: a space, a slash, a byte that is not ASCII, an empty name, a leading
+    /// dot, `..`.
     #[error("the host is not a valid host name")]
     Invalid,
 }
@@ -37,7 +42,8 @@ pub enum HostError {
 /// `$uri`, `%2F` included), dot segments removed (RFC 3986 section 5.2.4), repeated slashes
 /// merged (nginx's `merge_slashes on`), and, with `fold_case`, ASCII letters in lower case.
 /// A path already normal is borrowed. A path that does not start with `/` (`*`) is left as it
-/// is; one whose `..` climbs above the root is an error, which nginx answers 400.
+/// is; one whose `..` climbs above the root, or that holds `%00`, is an error, which nginx
+/// answers 400.
 ///
 /// ```
 /// use sluicegate_http::rate_limit::key::normal::normal_path;
@@ -52,6 +58,9 @@ pub fn normal_path(path: &[u8], fold_case: bool) -> Result<Cow<'_, [u8]>, PathEr
         return Ok(Cow::Borrowed(path));
     }
     let decoded = percent_decoded(path);
+    if decoded.contains(&0) {
+        return Err(PathError::Nul);
+    }
     let mut out = Vec::with_capacity(decoded.len());
     // Where each segment kept starts in `out`, for `..` to take it back.
     let mut starts: Vec<usize> = Vec::new();
@@ -226,7 +235,10 @@ pub fn normal_host(host: &[u8]) -> Result<Cow<'_, [u8]>, HostError> {
     let name = name.strip_suffix(b".").unwrap_or(name);
     let reg_name_byte = |b: &u8| b.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=%".contains(b);
     let valid = name.first() == Some(&b'[')
-        || (!name.is_empty() && name.iter().all(reg_name_byte) && !contains(name, b".."));
+        || (!name.is_empty()
+            && name[0] != b'.'
+            && name.iter().all(reg_name_byte)
+            && !contains(name, b".."));
     if !valid {
         return Err(HostError::Invalid);
     }

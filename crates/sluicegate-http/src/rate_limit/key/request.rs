@@ -8,7 +8,7 @@ use http::{HeaderName, HeaderValue};
 
 use crate::rate_limit::error::KeyError;
 use crate::rate_limit::key::KeyExtractor;
-use crate::rate_limit::key::normal::{PathError, normal_host, normal_path, request_host};
+use crate::rate_limit::key::normal::{normal_host, normal_path, request_host};
 
 /// One budget for every request: a global limit.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -71,9 +71,9 @@ impl KeyExtractor for Method {
 /// The request's path, without the query, in its normal form (see
 /// [`normal_path`](crate::rate_limit::key::normal::normal_path): `//a`, `/./a` and `/%61` are
 /// all `/a`), so that no spelling of a path steps around its limit; a path whose `..` climbs
-/// above the root is a [`KeyError::PathAboveRoot`] (400). Bytes that are not UTF-8 once
-/// decoded are kept as U+FFFD. Every distinct path is a key: for a route with parameters
-/// (`/users/{id}`) prefer [`Route`], which counts the route once.
+/// above the root, or that holds `%00`, is a [`KeyError::BadPath`] (400). Bytes that are not
+/// UTF-8 once decoded are kept as U+FFFD. Every distinct path is a key: for a route with
+/// parameters (`/users/{id}`) prefer [`Route`], which counts the route once.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Path;
 
@@ -90,9 +90,7 @@ fn normal_path_key(request: &RequestHead<'_>) -> Result<Box<str>, KeyError> {
     match normal_path(path.as_bytes(), false) {
         Ok(Cow::Borrowed(_)) => Ok(path.into()),
         Ok(Cow::Owned(normal)) => Ok(String::from_utf8_lossy(&normal).into()),
-        Err(PathError::AboveRoot) => Err(KeyError::PathAboveRoot {
-            path: path.chars().take(64).collect(),
-        }),
+        Err(reason) => Err(KeyError::bad_path(path, reason)),
     }
 }
 

@@ -121,6 +121,7 @@ fn hosts_spelt_otherwise_are_one_host() {
         b"[::1]x",
         b"host:80:80",
         b"a\\b",
+        b".hk.test",
     ] {
         assert_eq!(
             host(bad),
