@@ -848,7 +848,10 @@ mod tests {
         let rules = Rules::parse(Path::new("r.yaml"), text).expect("valid");
         assert!(rules.paths.case_insensitive && rules.paths.forward_normal);
         assert_eq!(rules.limits[0].on_missing_key, OnMissingKey::Deny);
-        assert_eq!(rules.limits[1].on_missing_key, OnMissingKey::Key("none".into()));
+        assert_eq!(
+            rules.limits[1].on_missing_key,
+            OnMissingKey::Key("none".into())
+        );
         assert_eq!(rules.routes[0].path, PathMatch::Exact("/x/z".into()));
         assert_eq!(rules.routes[1].path, PathMatch::Prefix("/api/".into()));
         assert_eq!(rules.routes[0].name, "=/x/z");
