@@ -1,7 +1,11 @@
-//! `sluicegate check-config PATH`: validate rule files without serving.
+//! `sluicegate check-config PATH`: validate rule files without serving: the service's
+//! (envoyproxy/ratelimit's format) or the proxy's, told apart by their shape.
 
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+
+use sluicegate_http::proxy::PathMatch;
+use sluicegate_rules::yaml::Value;
 
 use sluicegate_rules::{LoadErrors, LoadOptions, RuleSet};
 use sluicegate_server::serve::{Engine, EngineError, EngineOptions, Metrics};
@@ -22,6 +26,10 @@ pub(crate) struct CheckConfigArgs {
     /// denied requests.
     #[arg(long, env = "SLUICEGATE_COUNT_DENIED")]
     count_denied: bool,
+    /// Check a `sluicegate proxy` rule file (one with `routes:`; told by its shape without
+    /// this flag).
+    #[arg(long, conflicts_with_all = ["merge_domains", "json", "count_denied"])]
+    proxy: bool,
 }
 
 /// Loads the rules: when they are valid, prints them to `out` (warnings to `err`) and returns
@@ -32,6 +40,9 @@ pub(crate) fn run(
     out: &mut impl Write,
     err: &mut impl Write,
 ) -> anyhow::Result<bool> {
+    if args.proxy || is_proxy_rule_file(&args.path) {
+        return finish(check_proxy_rules(&args.path, out, err), true);
+    }
     let options = LoadOptions::default().merge_domains(args.merge_domains);
     // What the service cannot honour (a leaky queue that shapes) is refused here as `serve`
     // refuses it, at its file:line:column.
@@ -46,12 +57,69 @@ pub(crate) fn run(
         Some(refusal) => writeln!(err, "{refusal}").and_then(|()| err.flush()),
         None => print(args, &loaded, out, err),
     };
+    finish(printed.map(|()| valid), valid)
+}
+
+/// What `printed` says of the check, `valid` when the reader stopped early.
+fn finish(printed: std::io::Result<bool>, valid: bool) -> anyhow::Result<bool> {
     match printed {
         // A reader that stops early (`| head`) is not a failure of the check.
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(valid),
         Err(e) => Err(e.into()),
-        Ok(()) => Ok(valid),
+        Ok(valid) => Ok(valid),
     }
+}
+
+/// Whether `path` is a proxy's rule file: one file whose top level names `routes` (a
+/// service's names `domain`). Anything unreadable is left for the service's loader to
+/// report.
+fn is_proxy_rule_file(path: &Path) -> bool {
+    let Ok(text) = std::fs::read_to_string(path) else {
+        return false;
+    };
+    match sluicegate_rules::yaml::parse(&text) {
+        Ok(Some(root)) => match &root.value {
+            Value::Map(entries) => entries.iter().any(|(key, _)| key.text == "routes"),
+            _ => false,
+        },
+        _ => false,
+    }
+}
+
+/// Checks a proxy's rule file as the proxy loads it: prints a summary to `out` and returns
+/// `true`, or prints every problem as `file:line:column: message` to `err` and returns
+/// `false`.
+fn check_proxy_rules(
+    path: &Path,
+    out: &mut impl Write,
+    err: &mut impl Write,
+) -> std::io::Result<bool> {
+    let rules = match sluicegate_http::proxy::check_rule_file(path) {
+        Ok(rules) => rules,
+        Err(error) => {
+            writeln!(err, "{error}")?;
+            err.flush()?;
+            return Ok(false);
+        }
+    };
+    writeln!(out, "proxy rules {}", path.display())?;
+    for limit in &rules.limits {
+        writeln!(out, "  limit {}: {}", limit.name, limit.spec)?;
+    }
+    for route in &rules.routes {
+        let path = match &route.path {
+            PathMatch::Exact(p) => format!("= {p}"),
+            PathMatch::Prefix(p) => p.clone(),
+            _ => "?".to_owned(),
+        };
+        let limits = match route.limits.is_empty() {
+            true => "no limits".to_owned(),
+            false => route.limits.join(", "),
+        };
+        writeln!(out, "  route {} ({path}): {limits}", route.name)?;
+    }
+    out.flush()?;
+    Ok(true)
 }
 
 /// Why `serve --count-denied` would refuse `rules` (a limit whose algorithm cannot count

@@ -169,3 +169,50 @@ fn a_leaky_queue_that_shapes_is_refused_at_its_line_and_column() -> TestResult {
     }
     Ok(())
 }
+
+#[test]
+fn a_proxy_rule_file_is_told_by_its_shape_and_checked_as_the_proxy_loads_it() -> TestResult {
+    let dir = scratch_dir("check_config_proxy")?;
+    let file = dir.join("proxy.yaml");
+    std::fs::write(
+        &file,
+        "limits:\n  per_ip: { key: client_ip, spec: \"leaky-queue:rate=10/s,burst=20,nodelay\" }\nroutes:\n  - { exact: /login, limits: [per_ip] }\n  - { prefix: / }\n",
+    )?;
+    let (code, stdout, stderr) = check_config(&[file.as_os_str()])?;
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stdout.contains("limit per_ip: leaky-queue:rate=10/s,burst=20,nodelay"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("route =/login (= /login): per_ip"),
+        "{stdout}"
+    );
+    let (code, _, stderr) = check_config(&["--proxy".as_ref(), file.as_os_str()])?;
+    assert_eq!(code, 0, "{stderr}");
+
+    // Every problem at its file:line:column; `backend: redis` checked as Redis holds limits.
+    std::fs::write(
+        &file,
+        "backend: redis\nlimits:\n  a: { key: nope, spec: \"gcra:rate=1/s\" }\n  b: { key: global, spec: \"smooth-warmup:rate=1,warmup=1s\" }\nroutes:\n  - { prefix: x, limits: [a, b] }\n",
+    )?;
+    let (code, stdout, stderr) = check_config(&[file.as_os_str()])?;
+    assert_eq!(code, 1, "{stdout}");
+    let shown = file.display().to_string();
+    assert!(
+        stderr.contains(&format!("{shown}:3:13: unknown key part")),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(&format!("{shown}:6:15: the path `x` must start with `/`")),
+        "{stderr}"
+    );
+
+    // A service's rule file given `--proxy` is read as the proxy's, and refused.
+    let service = dir.join("service.yaml");
+    std::fs::write(&service, "domain: edge\ndescriptors: []\n")?;
+    let (code, _, stderr) = check_config(&["--proxy".as_ref(), service.as_os_str()])?;
+    assert_eq!(code, 1);
+    assert!(stderr.contains("unknown key `domain`"), "{stderr}");
+    Ok(())
+}

@@ -69,3 +69,18 @@ impl Backing {
         }
     }
 }
+
+/// Loads the rule file at `path` and checks it as a proxy would keep it: in Redis when the
+/// file says `backend: redis` (naming each limit Redis cannot hold, at its spec), in memory
+/// otherwise. What `sluicegate check-config` runs on a proxy's rule file.
+pub fn check_rule_file(path: &Path) -> Result<Rules, RuleFileError> {
+    let rules = Rules::load(path)?;
+    match rules.backend {
+        #[cfg(feature = "proxy-redis")]
+        Some(crate::proxy::rules::BackendChoice::Redis) => {
+            rules.check_backend(path, true, crate::proxy::shared::Shared::refuse)?;
+        }
+        _ => rules.check_backend(path, false, |_| None)?,
+    }
+    Ok(rules)
+}

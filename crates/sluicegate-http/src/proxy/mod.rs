@@ -49,6 +49,7 @@ mod table;
 mod upstream;
 mod workers;
 
+pub use backing::check_rule_file;
 pub use error::{ProxyError, RuleFileError, RuleProblem};
 pub use forward::UpstreamBody;
 pub use forwarding::ForwardingFields;
