@@ -113,20 +113,27 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
     // Redis down at start is not fatal: the failure policy answers until it is up.
     let connected = engine.connect().await.context("invalid redis settings")?;
 
-    let grpc_listener = TcpListener::bind(config.grpc_addr)
-        .await
-        .with_context(|| format!("cannot listen for gRPC on {}", config.grpc_addr))?;
-    let http_listener = TcpListener::bind(config.http_addr)
-        .await
-        .with_context(|| format!("cannot listen for HTTP on {}", config.http_addr))?;
+    let grpc_listener = TcpListener::bind(config.grpc_addr).await.with_context(|| {
+        format!(
+            "cannot listen for gRPC on {} (choose another with --grpc-addr)",
+            config.grpc_addr
+        )
+    })?;
+    let http_listener = TcpListener::bind(config.http_addr).await.with_context(|| {
+        format!(
+            "cannot listen for HTTP on {} (choose another with --http-addr)",
+            config.http_addr
+        )
+    })?;
     let grpc_addr = grpc_listener.local_addr()?;
     let http_addr = http_listener.local_addr()?;
     let admin_listener = match config.admin_addr {
-        Some(address) => Some(
-            TcpListener::bind(address)
-                .await
-                .with_context(|| format!("cannot listen for the admin page on {address}"))?,
-        ),
+        Some(address) => Some(TcpListener::bind(address).await.with_context(|| {
+            format!(
+                "cannot listen for the admin page on {address} (choose another with \
+                         --admin-addr, or turn it off with --no-admin)"
+            )
+        })?),
         None => None,
     };
     let admin_addr = admin_listener
