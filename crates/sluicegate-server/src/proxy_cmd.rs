@@ -67,6 +67,18 @@ pub(crate) struct ProxyArgs {
     /// streamed. `0`: every body is streamed as it comes.
     #[arg(long, default_value = "16k", value_parser = parse_size)]
     client_body_buffer_size: u64,
+    /// The most bytes of a request head, its request line included (`32k`, `1m` or bytes; in
+    /// line with nginx's `large_client_header_buffers 4 8k`). An HTTP/1.1 head past it is
+    /// answered 431 and its connection closed; an h2 request whose header list is past it is
+    /// answered 431 and its stream reset.
+    #[arg(long, default_value = "32k", value_parser = parse_header_size)]
+    client_max_header_size: usize,
+    /// Keep request fields whose names hold an underscore (`X_Api_Key`; nginx's
+    /// `underscores_in_headers on`). By default they are dropped before any limit and the
+    /// upstream see the request, as nginx drops them: an upstream reading `HTTP_X_FORWARDED_FOR`
+    /// could take `X_Forwarded_For` for the field the limits read.
+    #[arg(long)]
+    underscores_in_headers: bool,
     /// How long a connection the proxy closes while its client may still be sending (after a
     /// 413 on a request head, a 408, a denial whose body was not read) goes on reading and
     /// throwing away what the client sends, so that the client gets the answer and not a
@@ -153,6 +165,19 @@ fn parse_positive_size(text: &str) -> Result<u64, String> {
     }
 }
 
+/// A bound on request heads ([`parse_size`]): at least one byte, and no more than h2 can
+/// announce (`SETTINGS_MAX_HEADER_LIST_SIZE` is 32 bits).
+fn parse_header_size(text: &str) -> Result<usize, String> {
+    let size = parse_size(text)?;
+    if size == 0 {
+        return Err("must be more than zero".to_owned());
+    }
+    u32::try_from(size)
+        .ok()
+        .and_then(|size| usize::try_from(size).ok())
+        .ok_or_else(|| format!("`{text}` is more than a request head may be bounded to (4g - 1)"))
+}
+
 /// Bytes, or a count of them with nginx's suffixes: `k` (1024), `m`, `g`, either case.
 fn parse_size(text: &str) -> Result<u64, String> {
     let (digits, unit) = match text.char_indices().last() {
@@ -197,6 +222,8 @@ impl ProxyArgs {
         config.client_body_timeout = self.client_body_timeout;
         config.client_max_body_size = self.client_max_body_size;
         config.client_body_buffer_size = self.client_body_buffer_size;
+        config.client_max_header_size = self.client_max_header_size;
+        config.underscores_in_headers = self.underscores_in_headers;
         config.lingering_time = self.lingering_time;
         config.lingering_timeout = self.lingering_timeout;
         config.reload_interval = self.reload_interval;
@@ -238,7 +265,10 @@ pub(crate) fn run(args: &ProxyArgs, shutdown: impl Future<Output = ()>) -> anyho
 
 #[cfg(test)]
 mod tests {
-    use super::{ForwardingFields, parse_forwarding_fields, parse_positive_size, parse_size};
+    use super::{
+        ForwardingFields, parse_forwarding_fields, parse_header_size, parse_positive_size,
+        parse_size,
+    };
 
     #[test]
     fn forwarding_fields_are_named_as_the_flag_documents_them() {
@@ -279,5 +309,14 @@ mod tests {
         assert!(error("+5").contains("`+5` is not a size"));
         assert!(error("1é").contains("not a size"));
         assert!(error("99999999999999999g").contains("64-bit"));
+    }
+
+    #[test]
+    fn a_head_size_is_a_size_h2_can_announce() {
+        assert_eq!(parse_header_size("32k"), Ok(32 << 10));
+        assert_eq!(parse_header_size("4294967295"), Ok(4_294_967_295));
+        let error = |text| parse_header_size(text).expect_err(text);
+        assert!(error("0").contains("more than zero"));
+        assert!(error("4g").contains("`4g` is more than a request head"));
     }
 }

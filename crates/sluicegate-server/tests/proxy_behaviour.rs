@@ -508,11 +508,27 @@ async fn a_second_proxy_on_the_same_address_is_refused_not_sharing_it() -> TestR
         &["--workers", "2", "--listen", &address],
     )?;
     assert!(
-        stderr.contains(&format!("cannot listen on {address}")),
+        stderr.contains(&format!(
+            "cannot listen on {address} (choose another with --listen)"
+        )),
         "{stderr}"
     );
     assert!(stderr.contains("in use"), "{stderr}");
     assert_eq!(reqwest::get(first.url("/")).await?.status(), 200);
+
+    // A busy admin address names its own flag, not the listening one.
+    let admin = first.admin.to_string();
+    let stderr = start_refused(
+        dir.path(),
+        "routes:\n  - { prefix: / }\n",
+        &["--listen", "127.0.0.1:0", "--admin", &admin],
+    )?;
+    assert!(
+        stderr.contains(&format!(
+            "cannot listen on {admin} (choose another with --admin)"
+        )),
+        "{stderr}"
+    );
     Ok(())
 }
 

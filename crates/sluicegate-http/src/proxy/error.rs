@@ -67,10 +67,12 @@ pub enum ProxyError {
     #[error("redis: {0}")]
     Redis(String),
     /// A listening address cannot be bound.
-    #[error("cannot listen on {address}: {source}")]
+    #[error("cannot listen on {address} (choose another with {flag}): {source}")]
     Bind {
         /// The address.
         address: std::net::SocketAddr,
+        /// The flag that sets it (`--listen`, `--admin`).
+        flag: &'static str,
         /// Why.
         source: std::io::Error,
     },

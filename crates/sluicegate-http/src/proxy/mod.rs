@@ -31,6 +31,7 @@ mod cpu_yield;
 mod error;
 mod forward;
 pub(crate) mod forwarding;
+mod guards;
 mod h2_stall;
 mod key;
 mod limiter;

@@ -95,6 +95,19 @@ pub struct ProxyConfig {
     /// (nginx's `proxy_request_buffering off`), which a client streaming both ways over one
     /// request needs.
     pub client_body_buffer_size: u64,
+    /// The most bytes of a request head, its request line included (nginx's
+    /// `large_client_header_buffers`, whose default `4 8k` allows 32 KiB in all). An HTTP/1.1
+    /// head past it is answered 431 and its connection closed, whether it came whole or is
+    /// still coming, so that a client sending an endless head holds no more than this of the
+    /// proxy's memory; an h2 request whose header list (as h2 counts it: each field's name
+    /// and value and 32 bytes) is past it is answered 431 and its stream reset.
+    pub client_max_header_size: usize,
+    /// Keep the fields whose names hold an underscore (nginx's `underscores_in_headers on`).
+    /// By default they are dropped as the request enters, before any limit reads it and
+    /// before the upstream does, as nginx drops them (`ignore_invalid_headers on`): upstreams
+    /// that read fields by CGI-style names (`HTTP_X_FORWARDED_FOR`) would take
+    /// `X_Forwarded_For` for the `X-Forwarded-For` the limits read.
+    pub underscores_in_headers: bool,
     /// How long an HTTP/1.1 connection the proxy closes (after a 413 on a request head, a 408,
     /// a denial whose body was not read, `Connection: close`) may go on taking what its client
     /// still sends, read and thrown away, so that a client sending its whole body before it
@@ -134,7 +147,8 @@ impl ProxyConfig {
     /// timeout, upstream connections kept 60 s idle, 60 s for a client's request head, for
     /// a client to read and for the next piece of a request body, rule file checked every
     /// second, 30 s shutdown grace, no bound on request bodies, bodies of up to 16 KiB read
-    /// whole before they are sent, a closed connection lingering up to 30 s (5 s without a
+    /// whole before they are sent, request heads of up to 32 KiB, fields named with an
+    /// underscore dropped, a closed connection lingering up to 30 s (5 s without a
     /// byte from its client), the CPU offered every 64 requests, the client appended to
     /// `X-Forwarded-For` and `Forwarded`, clients served on the caller's runtime.
     pub fn new(upstream: impl Into<String>, rules: impl Into<PathBuf>, listen: SocketAddr) -> Self {
@@ -151,6 +165,8 @@ impl ProxyConfig {
             client_body_timeout: Duration::from_secs(60),
             client_max_body_size: None,
             client_body_buffer_size: 16 * 1024,
+            client_max_header_size: 32 * 1024,
+            underscores_in_headers: false,
             lingering_time: Duration::from_secs(30),
             lingering_timeout: Duration::from_secs(5),
             reload_interval: Duration::from_secs(1),
@@ -220,19 +236,26 @@ pub async fn start(config: ProxyConfig) -> Result<Proxy, ProxyError> {
                 timeout: config.lingering_timeout,
             }),
         yield_every: config.yield_every,
+        underscores_in_headers: config.underscores_in_headers,
+        client_max_header_size: config.client_max_header_size,
     });
-    let bind = |address: SocketAddr| async move {
+    let bind = |address: SocketAddr, flag| async move {
         TcpListener::bind(address)
             .await
-            .map_err(|source| ProxyError::Bind { address, source })
+            .map_err(|source| ProxyError::Bind {
+                address,
+                flag,
+                source,
+            })
     };
     let (stop, stopped) = watch::channel(false);
     let loads = Loads::new(config.workers);
     state.metrics.connections(Arc::clone(&loads));
     let (main, local_addr) = if config.workers == 0 {
-        let listener = bind(config.listen).await?;
+        let listener = bind(config.listen, "--listen").await?;
         let local_addr = listener.local_addr().map_err(|source| ProxyError::Bind {
             address: config.listen,
+            flag: "--listen",
             source,
         })?;
         let main = tokio::spawn(serve(
@@ -255,10 +278,12 @@ pub async fn start(config: ProxyConfig) -> Result<Proxy, ProxyError> {
     };
     let (admin, admin_addr) = match config.admin {
         Some(address) => {
-            let listener = bind(address).await?;
-            let addr = listener
-                .local_addr()
-                .map_err(|source| ProxyError::Bind { address, source })?;
+            let listener = bind(address, "--admin").await?;
+            let addr = listener.local_addr().map_err(|source| ProxyError::Bind {
+                address,
+                flag: "--admin",
+                source,
+            })?;
             let task = tokio::spawn(serve_admin(listener, Arc::clone(&state), stopped.clone()));
             (Some(task), Some(addr))
         }

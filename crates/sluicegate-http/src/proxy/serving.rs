@@ -27,6 +27,7 @@ use crate::proxy::client_idle::{OpenBody, Requests};
 use crate::proxy::cpu_yield;
 use crate::proxy::forward::Forwarder;
 use crate::proxy::forwarding::ForwardedClient;
+use crate::proxy::guards;
 use crate::proxy::h2_stall::Stalls;
 use crate::proxy::lingering::{HandedBack, Lingering};
 use crate::proxy::loads::Counted;
@@ -52,7 +53,16 @@ pub(crate) struct State {
     pub(crate) lingering: Option<Lingering>,
     /// After how many requests a thread offers its CPU to others (`cpu_yield`; none: never).
     pub(crate) yield_every: Option<NonZeroU32>,
+    /// Whether fields whose names hold an underscore are kept (nginx's
+    /// `underscores_in_headers`); by default they are dropped as the request enters.
+    pub(crate) underscores_in_headers: bool,
+    /// The most bytes of a request head (HTTP/1.1), or of its header list as h2 counts it.
+    pub(crate) client_max_header_size: usize,
 }
+
+/// hyper's default cap on an HTTP/1.1 connection's read buffer (`http1::Builder::max_buf_size`),
+/// which a head must fit in too.
+const HYPER_MAX_BUF_SIZE: usize = 8192 + 4096 * 100;
 
 /// What every h2 connection opens with (RFC 9113 section 3.4).
 const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
@@ -99,10 +109,23 @@ pub(crate) struct ConnectionServer {
 
 impl ConnectionServer {
     pub(crate) fn new(state: Arc<State>) -> ConnectionServer {
+        let max_header = state.client_max_header_size;
+        let mut http1 = http1::Builder::new();
+        // A head past the bound is answered 431 and its connection closed, whether it came
+        // whole or is still coming: the connection's buffer goes with it, instead of growing
+        // up to the read buffer's cap and being held there.
+        http1.max_header_size(max_header);
+        if max_header > HYPER_MAX_BUF_SIZE {
+            // The read buffer's cap would refuse a head first.
+            http1.max_buf_size(max_header);
+        }
+        let mut http2 = http2::Builder::new(TokioExecutor::new());
+        // h2 answers a header list past it 431 and resets the stream, the connection left open.
+        http2.max_header_list_size(u32::try_from(max_header).unwrap_or(u32::MAX));
         ConnectionServer {
             state,
-            http1: http1::Builder::new(),
-            http2: http2::Builder::new(TokioExecutor::new()),
+            http1,
+            http2,
             stopping: watch::Sender::new(()),
         }
     }
@@ -149,10 +172,13 @@ impl ConnectionServer {
                     .map(|stalls| (Arc::clone(stalls), send_timeout));
                 let service = service_fn(move |request: Request<Incoming>| {
                     let stalls = h2_stalls.clone();
-                    let request = request.map(|body| ClientBody {
+                    let mut request = request.map(|body| ClientBody {
                         body,
                         client: client.clone(),
                     });
+                    if !state.underscores_in_headers {
+                        guards::drop_underscored(request.headers_mut());
+                    }
                     let open = requests.open();
                     if let Some(every) = state.yield_every {
                         cpu_yield::count_request(every);
@@ -221,8 +247,8 @@ impl ConnectionServer {
 /// How a connection's serving ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Ended {
-    /// hyper ended it cleanly: the client closed, an answer closed it, or it finished when
-    /// told to.
+    /// hyper ended it cleanly: the client closed, an answer closed it (hyper's own 431 to a
+    /// head past the bound included), or it finished when told to.
     Closed,
     /// hyper ended it on an error: the client reset it, broke HTTP, or read nothing of its
     /// response for the send timeout.
@@ -232,11 +258,14 @@ enum Ended {
 }
 
 impl Ended {
-    fn of<E>(served: &Result<(), E>) -> Ended {
-        if served.is_ok() {
-            Ended::Closed
-        } else {
-            Ended::Failed
+    fn of(served: &Result<(), hyper::Error>) -> Ended {
+        match served {
+            Ok(()) => Ended::Closed,
+            // hyper answered the head itself (431, or 414 for a target past 64 KiB) and closed:
+            // the client may still be sending the rest of the head, and is to read that
+            // answer, not a reset, as nginx lingers after its own 400.
+            Err(error) if error.is_parse_too_large() => Ended::Closed,
+            Err(_) => Ended::Failed,
         }
     }
 }
@@ -262,7 +291,7 @@ enum Closing {
 /// - A connection with an h2 response `stalled` says its client has taken nothing of for
 ///   that long is dropped at any time, its other streams with it: hyper gives no way to reset
 ///   one stream whose body it is not asking for more.
-async fn until_ended<C: Future<Output = Result<(), E>>, E>(
+async fn until_ended<C: Future<Output = Result<(), hyper::Error>>>(
     connection: C,
     finish: impl FnOnce(Pin<&mut C>),
     protocol: Protocol,

@@ -36,6 +36,7 @@ pub(crate) fn start_workers(
 ) -> Result<(JoinHandle<()>, SocketAddr), ProxyError> {
     let fail = |source| ProxyError::Bind {
         address: listen,
+        flag: "--listen",
         source,
     };
     let listener = std_listener(listen).map_err(fail)?;

@@ -351,18 +351,18 @@ impl Drop for ProxyProcess {
 }
 
 /// Runs `sluicegate proxy` with `rules` and `extra` arguments (listening on a free port unless
-/// they say `--listen`) until it exits (it must not start), and returns its standard error.
+/// they say `--listen`, with no admin listener unless they say `--admin`) until it exits (it
+/// must not start), and returns its standard error.
 pub fn start_refused(dir: &Path, rules: &str, extra: &[&str]) -> Result<String, BoxError> {
     let path = dir.join("rules.yaml");
     std::fs::write(&path, rules)?;
     let output = std::process::Command::new(env!("CARGO_BIN_EXE_sluicegate"))
-        .args([
-            "proxy",
-            "--upstream",
-            "http://127.0.0.1:1",
-            "--admin",
-            "off",
-        ])
+        .args(["proxy", "--upstream", "http://127.0.0.1:1"])
+        .args(if extra.contains(&"--admin") {
+            &[][..]
+        } else {
+            &["--admin", "off"][..]
+        })
         .args(if extra.contains(&"--listen") {
             &[][..]
         } else {

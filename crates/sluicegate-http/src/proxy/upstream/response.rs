@@ -160,7 +160,14 @@ pub(crate) fn parse(buf: &mut BytesMut, asked: Asked) -> Result<Parsed, Upstream
         headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
         (Framing::Empty, false)
     } else {
-        framing_fields.framing(status, version, asked == Asked::HeadOnly)?
+        let framing = framing_fields.framing(status, version, asked == Asked::HeadOnly)?;
+        if let (true, Some(length)) = (framing_fields.listed, framing_fields.content_length) {
+            // One value for the client (RFC 9110 section 8.6 lets a recipient replace a list of
+            // one value repeated by the value): a list is a shape other parsers read apart,
+            // and hyper's server would refuse to send two fields.
+            headers.insert(header::CONTENT_LENGTH, HeaderValue::from(length));
+        }
+        framing
     };
     let mut response = Response::new(());
     *response.status_mut() = status;
@@ -180,6 +187,8 @@ struct FramingFields {
     /// Whether a Transfer-Encoding came, and whether it is one field saying `chunked` alone.
     transfer_encoding: Option<bool>,
     content_length: Option<u64>,
+    /// Whether the length came more than once (a list, or several fields), all equal.
+    listed: bool,
     close: bool,
     keep_alive: bool,
 }
@@ -200,8 +209,11 @@ impl FramingFields {
                     .ok()
                     .and_then(|digits| digits.parse::<u64>().ok())
                     .ok_or(invalid("a Content-Length does not fit in 64 bits"))?;
-                if self.content_length.is_some_and(|other| other != length) {
-                    return Err(invalid("Content-Length fields disagree"));
+                if let Some(other) = self.content_length {
+                    if other != length {
+                        return Err(invalid("Content-Length fields disagree"));
+                    }
+                    self.listed = true;
                 }
                 self.content_length = Some(length);
             }
@@ -384,6 +396,39 @@ mod tests {
     }
 
     #[test]
+    fn a_length_given_more_than_once_reaches_the_client_as_one_value() -> Result<(), UpstreamError>
+    {
+        let lists: [&[u8]; 4] = [
+            b"HTTP/1.1 200 OK\r\nContent-Length: 5, 5\r\n\r\nhello",
+            b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nX-A: 1\r\ncontent-length: 5\r\n\r\nhello",
+            b"HTTP/1.1 200 OK\r\nContent-Length: 5,5 , 5\r\nContent-Length: 5\r\n\r\nhello",
+            b"HTTP/1.1 200 OK\r\nContent-Length: 05, 5\r\n\r\nhello",
+        ];
+        for wire in lists {
+            let text = String::from_utf8_lossy(wire);
+            let (head, rest) = final_head(wire, false)?;
+            assert_eq!(head.framing, Framing::Length(5), "{text}");
+            let lengths: Vec<_> = head
+                .response
+                .headers()
+                .get_all(header::CONTENT_LENGTH)
+                .iter()
+                .collect();
+            assert_eq!(lengths, ["5"], "{text}");
+            assert_eq!(&rest[..], b"hello", "{text}");
+        }
+        // To a HEAD too, where the length frames nothing but is still the client's to read.
+        let (head, _) = final_head(b"HTTP/1.1 200 OK\r\nContent-Length: 9, 9\r\n\r\n", true)?;
+        assert_eq!(head.framing, Framing::Empty);
+        assert_eq!(head.response.headers()[header::CONTENT_LENGTH], "9");
+        // A single value is passed on as it came.
+        let (head, _) = final_head(b"HTTP/1.1 200 OK\r\nContent-Length: 007\r\n\r\n", false)?;
+        assert_eq!(head.framing, Framing::Length(7));
+        assert_eq!(head.response.headers()[header::CONTENT_LENGTH], "007");
+        Ok(())
+    }
+
+    #[test]
     fn http_1_0_keeps_the_connection_only_when_asked() -> Result<(), UpstreamError> {
         let (head, _) = final_head(b"HTTP/1.0 200 OK\r\nContent-Length: 0\r\n\r\n", false)?;
         assert!(!head.keep_alive);
@@ -397,7 +442,7 @@ mod tests {
 
     #[test]
     fn bad_heads_are_errors_that_say_what() {
-        let cases: [(&[u8], &str); 9] = [
+        let cases: [(&[u8], &str); 10] = [
             (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n", "both"),
             (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", "other than chunked"),
             (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n", "other than chunked"),
@@ -406,6 +451,7 @@ mod tests {
                 b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\nContent-Length: 5\r\n\r\n",
                 "disagree",
             ),
+            (b"HTTP/1.1 200 OK\r\nContent-Length: 5, 6\r\n\r\n", "disagree"),
             (
                 b"HTTP/1.1 200 OK\r\nContent-Length: -4\r\n\r\n",
                 "not a number",

@@ -174,10 +174,10 @@ impl KeyExtractor for ClientIp {
             None => return Err(KeyError::NoPeerAddress),
         };
         let lines = request.headers().get_all(&self.name).iter();
-        let lines = lines.map(HeaderValue::as_bytes);
+        let mut lines = lines.map(HeaderValue::as_bytes);
         match self.header {
             // One address, set by the proxy: the last line if it was sent twice.
-            ForwardingHeader::XRealIp => self.walk(lines.last().map(trim_ows), vouched),
+            ForwardingHeader::XRealIp => self.walk(lines.next_back().map(trim_ows), vouched),
             ForwardingHeader::XForwardedFor | ForwardingHeader::Forwarded => {
                 self.walk(elements_from_right(lines), vouched)
             }
