@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Hostile input benchmark (issue 9; DESIGN.md section 6, "Hostile input is bounded"): can a client
+# Hostile input benchmark (issue 9; docs/design.md section 6, "Bounded"): can a client
 # grow `sluicegate serve`'s memory or metric series without limit, or, by flooding it, reset a
 # key that is limited? A benchmark, not a test: it prints figures and PASS/FAIL, and exits 0
 # unless --strict is given.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Service load benchmark (DESIGN.md section 8): decisions per second and p50/p99 latency of
+# Service load benchmark (BENCHMARKS.md, "Service"): decisions per second and p50/p99 latency of
 # `sluicegate serve` over gRPC on loopback, against the ceiling measured in the same run (a no-op
 # ShouldRateLimit server on the same stack: tonic, envoy-types, the same runtime settings).
 #

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Redis outage benchmark (issue 9; DESIGN.md section 6, "Backend failure ... never a hang"): what
+# Redis outage benchmark (issue 9; docs/design.md section 8, "When Redis fails"): what
 # `sluicegate serve --redis` answers, and how fast, while its Redis is killed and restarted.
 #
 # Starts a redis-server on a free loopback port and, for each failure policy (open, closed,
