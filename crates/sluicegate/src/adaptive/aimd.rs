@@ -2,7 +2,9 @@
 
 use std::time::Duration;
 
-use crate::adaptive::sample::{Controller, LimitBounds, Sample, limit_setters, positive_micros};
+use crate::adaptive::sample::{
+    Controller, DEFAULT_BACKOFF, LimitBounds, Sample, check_backoff, limit_setters, positive_micros,
+};
 use crate::clock::Micros;
 use crate::error::ConfigError;
 
@@ -16,8 +18,19 @@ use crate::error::ConfigError;
 ///   limit`), the limit grows by one. Below that the service was not the bottleneck, so its
 ///   latency says nothing about a higher limit (this keeps an idle limiter from drifting up).
 ///
-/// The result is kept within `[min_limit, max_limit]`. Defaults (Netflix's): limits 20 / 20 /
-/// 200 (min / initial / max), `backoff_ratio` 0.9, `timeout` 5 s.
+/// The result is kept within `[min_limit, max_limit]`. A loss backs off whatever the
+/// in-flight count, and a request that got no answer has no latency to read.
+///
+/// Defaults, and why:
+/// - limits 1 / 20 / 1000 (min / initial / max). Netflix's are 20 / 20 / 200, but a floor of
+///   20 cannot protect a service that holds fewer than 20 requests at once (it keeps a
+///   standing queue there for good), and a ceiling of 200 caps one that holds more. From any
+///   limit AIMD climbs back by one per busy answer, so a floor of 1 costs nothing but the
+///   climb. 20 to start is Netflix's: small enough for most services, and reached at once.
+/// - `backoff_ratio` 0.9 (Netflix's): a random failure costs a tenth of the limit.
+/// - `timeout` 5 s (Netflix's): AIMD is loss-based and sees no latency below it. Set it to
+///   the latency your callers wait for, or AIMD keeps the queue as long as their timeout
+///   allows.
 ///
 /// ```
 /// use sluicegate::adaptive::{Aimd, Controller, Sample};
@@ -36,7 +49,7 @@ pub struct Aimd {
     limit: u32,
 }
 
-/// Builds an [`Aimd`]; every parameter starts at Netflix's default.
+/// Builds an [`Aimd`]; every parameter starts at its default.
 #[derive(Debug, Clone)]
 pub struct AimdBuilder {
     min: u32,
@@ -46,8 +59,7 @@ pub struct AimdBuilder {
     timeout: Duration,
 }
 
-const DEFAULT_BOUNDS: LimitBounds = LimitBounds::known(20, 20, 200);
-const DEFAULT_BACKOFF: f64 = 0.9;
+const DEFAULT_BOUNDS: LimitBounds = LimitBounds::known(1, 20, 1000);
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
 
 impl AimdBuilder {
@@ -69,13 +81,7 @@ impl AimdBuilder {
     pub fn build(self) -> Result<Aimd, ConfigError> {
         let bounds = LimitBounds::new(self.min, self.initial, self.max)?;
         let ratio = self.backoff_ratio;
-        if !(ratio.is_finite() && (0.5..1.0).contains(&ratio)) {
-            return Err(ConfigError::invalid(
-                "backoff_ratio",
-                ratio,
-                "must be in [0.5, 1)",
-            ));
-        }
+        check_backoff(ratio)?;
         let timeout = positive_micros("timeout", self.timeout)?;
         Ok(Aimd {
             bounds,
@@ -120,7 +126,7 @@ impl Controller for Aimd {
         let limit = u64::from(self.limit);
         let next = if sample.outcome.is_loss() || sample.rtt > self.timeout {
             (limit as f64 * self.backoff_ratio) as u64
-        } else if 2 * u64::from(sample.in_flight) >= limit {
+        } else if sample.used(limit as f64) {
             limit + 1
         } else {
             limit
@@ -171,15 +177,17 @@ mod tests {
     }
 
     #[test]
-    fn netflix_defaults() {
+    fn defaults() {
         let mut aimd = Aimd::default();
         assert_eq!(aimd.limit(), 20);
-        assert_eq!(aimd.bounds(), LimitBounds::known(20, 20, 200));
-        // 20 * 0.9 = 18, held at the minimum of 20.
-        assert_eq!(aimd.on_sample(0, Sample::dropped(0, 1, 20)), 20);
-        assert_eq!(aimd.on_sample(0, Sample::ok(0, 1, 10)), 21);
+        assert_eq!(aimd.bounds(), LimitBounds::known(1, 20, 1000));
+        assert_eq!(aimd.on_sample(0, Sample::dropped(0, 1, 20)), 18);
+        assert_eq!(aimd.on_sample(0, Sample::ok(0, 1, 9)), 19);
         // Netflix's default timeout is 5 s.
-        assert_eq!(aimd.on_sample(0, Sample::ok(0, 5_000_001, 21)), 20);
+        assert_eq!(aimd.on_sample(0, Sample::ok(0, 5_000_001, 19)), 17);
+        // The builder starts from the same defaults.
+        let built = Aimd::builder().build().map(|a| (a.bounds(), a.limit()));
+        assert_eq!(built, Ok((aimd.bounds(), 20)));
     }
 
     #[test]
@@ -202,6 +210,10 @@ mod tests {
         ));
         assert!(matches!(
             Aimd::builder().max_limit(10).build(),
+            Err(ConfigError::OutOfOrder { .. })
+        ));
+        assert!(matches!(
+            Aimd::builder().min_limit(30).build(),
             Err(ConfigError::OutOfOrder { .. })
         ));
     }

@@ -4,17 +4,20 @@ use std::time::Duration;
 
 use crate::adaptive::reservoir::Reservoir;
 use crate::adaptive::sample::{
-    Controller, LimitBounds, Sample, check_fraction, limit_setters, positive_micros,
+    Controller, DEFAULT_BACKOFF, LimitBounds, LossGate, Sample, check_backoff, check_fraction,
+    limit_setters, positive_micros,
 };
 use crate::clock::Micros;
 use crate::error::ConfigError;
 
 /// A percentile of each window's latency held under a target.
 ///
-/// Latencies are kept per `window` (which closes on the first sample at or after its end; that
-/// sample opens the next) in a bounded uniform sample (`reservoir` values, reservoir sampling
-/// seeded by `seed`). A window with fewer than `min_samples` samples is dropped unread. At the
-/// end of each other window, with `p` its `percentile` latency:
+/// Answered latencies are kept per `window` (which closes on the first sample at or after its
+/// end; that sample opens the next) in a bounded uniform sample (`reservoir` values,
+/// reservoir sampling seeded by `seed`). A window with fewer than `min_samples` answers keeps
+/// collecting until it has them, or for 10 windows' time, and is then read on what it has
+/// (thrown away, at a low limit no window would ever be read again). At the end of each
+/// window, with `p` its `percentile` latency:
 /// - `p > target`: the limit halves (not below `min_limit`), and the limit it may slow-start
 ///   back to is the last good one: the limit of the latest window that met the target, if that
 ///   was below the one that just failed, else the halved limit itself (the old good limit no
@@ -26,19 +29,38 @@ use crate::error::ConfigError;
 /// There is no good limit before the first miss, so the limit starts by doubling, up to
 /// `max_limit`, as TCP starts.
 ///
-/// Drops and timeouts count through their latency.
+/// **The target.** Either fixed ([`Percentile::builder`]), or, by default, relative
+/// ([`Percentile::relative_builder`], [`Percentile::default`]): `target_multiple` times the
+/// lowest `percentile` latency of any window read so far (the service's own latency at the
+/// lightest load it was seen under), so that it runs with no tuning. A relative target is
+/// re-based when the limit misses it at `min_limit`: no limit can meet it then, so the
+/// service itself is slower than it was, and that window's latency becomes the new lowest.
+/// Before the first window is read a relative target is met by any latency.
 ///
-/// Defaults: `percentile` 0.99, `window` 1 s, `min_samples` 10, `reservoir` 1000, limits 1 /
-/// 10 / 1000, `seed` 0; the target has none.
+/// **Losses.** A dropped or timed-out request is overload whatever its latency: it cuts the
+/// limit by `backoff_ratio` at once, at most once per round trip (a loss of a request that
+/// started before the latest cut does not cut again), and its latency is not kept.
+///
+/// Defaults, and why: `percentile` 0.99 (the tail is what callers feel); `target_multiple` 2
+/// (a queue may double the tail the service shows unloaded, and no more: on an M/M/c service
+/// that keeps the workers busy at overload); `window` 1 s and `min_samples` 10 (a p99 needs
+/// samples; fewer than 10 in a second say little); `reservoir` 1000 (bounded memory, exact up
+/// to 1000 answers a window); limits 1 / 10 / 1000 (doubling reaches any limit within a few
+/// windows); `backoff_ratio` 0.9 (AIMD's); `seed` 0.
 #[derive(Debug, Clone)]
 pub struct Percentile {
     bounds: LimitBounds,
     percentile: f64,
-    target: Micros,
+    target: Target,
+    /// The lowest window latency read, for a relative target.
+    lowest: Option<Micros>,
+    backoff: f64,
+    losses: LossGate,
     window: Micros,
     min_samples: u64,
     limit: u32,
-    window_end: Option<Micros>,
+    /// When the current window opened and when it may close (`None` before any sample).
+    open: Option<(Micros, Micros)>,
     max_in_flight: u32,
     samples: Reservoir,
     last_good: Option<u32>,
@@ -51,7 +73,8 @@ pub struct PercentileBuilder {
     min: u32,
     initial: u32,
     max: u32,
-    target: Duration,
+    target: TargetSpec,
+    backoff: f64,
     percentile: f64,
     window: Duration,
     min_samples: u32,
@@ -59,8 +82,49 @@ pub struct PercentileBuilder {
     seed: u64,
 }
 
+/// The target as built: fixed, or a multiple of the lowest window latency.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Target {
+    Fixed(Micros),
+    Relative(f64),
+}
+
+/// The target as given to the builder.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum TargetSpec {
+    Fixed(Duration),
+    Relative(f64),
+}
+
+/// How many windows a window short of `min_samples` answers collects before it is read on
+/// what it has.
+const MAX_COLLECT_WINDOWS: u64 = 10;
+
+/// How many times the lowest window latency a relative target allows.
+const DEFAULT_MULTIPLE: f64 = 2.0;
+
 impl PercentileBuilder {
     limit_setters!();
+
+    /// A fixed target: the `percentile` latency held at or under `target` (replaces a
+    /// `target_multiple`).
+    pub fn target(mut self, target: Duration) -> Self {
+        self.target = TargetSpec::Fixed(target);
+        self
+    }
+
+    /// A relative target: `multiple` (more than 1) times the lowest `percentile` latency of
+    /// any window read (replaces a fixed `target`).
+    pub fn target_multiple(mut self, multiple: f64) -> Self {
+        self.target = TargetSpec::Relative(multiple);
+        self
+    }
+
+    /// What the limit is multiplied by on a loss, in `[0.5, 1)`.
+    pub fn backoff_ratio(mut self, ratio: f64) -> Self {
+        self.backoff = ratio;
+        self
+    }
 
     /// The percentile held under the target, in `(0, 1]` (0.9 for p90, 0.99 for p99).
     pub fn percentile(mut self, percentile: f64) -> Self {
@@ -95,7 +159,20 @@ impl PercentileBuilder {
     /// The controller, or what is wrong with the parameters.
     pub fn build(self) -> Result<Percentile, ConfigError> {
         let bounds = LimitBounds::new(self.min, self.initial, self.max)?;
-        let target = positive_micros("target", self.target)?;
+        let target = match self.target {
+            TargetSpec::Fixed(target) => Target::Fixed(positive_micros("target", target)?),
+            TargetSpec::Relative(multiple) => {
+                if !(multiple.is_finite() && multiple > 1.0) {
+                    return Err(ConfigError::invalid(
+                        "target_multiple",
+                        multiple,
+                        "must be more than 1",
+                    ));
+                }
+                Target::Relative(multiple)
+            }
+        };
+        check_backoff(self.backoff)?;
         check_fraction("percentile", self.percentile, 0.0, false, 1.0)?;
         let window = positive_micros("window", self.window)?;
         if self.min_samples == 0 {
@@ -108,10 +185,13 @@ impl PercentileBuilder {
             bounds,
             percentile: self.percentile,
             target,
+            lowest: None,
+            backoff: self.backoff,
+            losses: LossGate::default(),
             window,
             min_samples: self.min_samples.into(),
             limit: bounds.initial(),
-            window_end: None,
+            open: None,
             max_in_flight: 0,
             samples: Reservoir::new(self.reservoir, self.seed),
             last_good: None,
@@ -121,14 +201,21 @@ impl PercentileBuilder {
 }
 
 impl Percentile {
-    /// A builder holding the `percentile` latency at or under `target`, other parameters at
-    /// their defaults.
+    /// A builder holding the `percentile` latency at or under a fixed `target`, other
+    /// parameters at their defaults.
     pub fn builder(target: Duration) -> PercentileBuilder {
+        Percentile::relative_builder().target(target)
+    }
+
+    /// A builder with a relative target (twice the lowest window latency), every parameter
+    /// at its default.
+    pub fn relative_builder() -> PercentileBuilder {
         PercentileBuilder {
             min: 1,
             initial: 10,
             max: 1000,
-            target,
+            target: TargetSpec::Relative(DEFAULT_MULTIPLE),
+            backoff: DEFAULT_BACKOFF,
             percentile: 0.99,
             window: Duration::from_secs(1),
             min_samples: 10,
@@ -137,9 +224,15 @@ impl Percentile {
         }
     }
 
-    /// The latency target, in microseconds.
+    /// The latency target in force, in microseconds: the fixed one, or the relative one as
+    /// it stands (`Micros::MAX` before the first window is read).
     pub fn target(&self) -> Micros {
-        self.target
+        match self.target {
+            Target::Fixed(target) => target,
+            Target::Relative(multiple) => self.lowest.map_or(Micros::MAX, |lowest| {
+                (lowest as f64 * multiple).min(Micros::MAX as f64) as Micros
+            }),
+        }
     }
 
     /// The bounds the limit stays within.
@@ -149,14 +242,19 @@ impl Percentile {
 
     fn close_window(&mut self) {
         let max_in_flight = std::mem::take(&mut self.max_in_flight);
-        let seen = self.samples.seen();
         let latency = self.samples.percentile(self.percentile);
         self.samples.clear();
-        let Some(latency) = latency.filter(|_| seen >= self.min_samples) else {
+        let Some(latency) = latency else {
             return;
         };
         let limit = self.limit;
-        if latency > self.target {
+        if let Target::Relative(_) = self.target {
+            let rebase = limit == self.bounds.min() && latency > self.target();
+            if rebase || self.lowest.is_none_or(|lowest| latency < lowest) {
+                self.lowest = Some(latency);
+            }
+        }
+        if latency > self.target() {
             let halved = self.bounds.clamp(u64::from(limit / 2));
             self.slow_start_until = match self.last_good {
                 Some(good) if good < limit => good,
@@ -179,18 +277,55 @@ impl Percentile {
     }
 }
 
+impl Default for Percentile {
+    /// A relative target, every parameter at its default.
+    fn default() -> Self {
+        let bounds = LimitBounds::known(1, 10, 1000);
+        Percentile {
+            bounds,
+            percentile: 0.99,
+            target: Target::Relative(DEFAULT_MULTIPLE),
+            lowest: None,
+            backoff: DEFAULT_BACKOFF,
+            losses: LossGate::default(),
+            window: 1_000_000,
+            min_samples: 10,
+            limit: bounds.initial(),
+            open: None,
+            max_in_flight: 0,
+            samples: Reservoir::new(1000, 0),
+            last_good: None,
+            slow_start_until: bounds.max(),
+        }
+    }
+}
+
 impl Controller for Percentile {
     fn on_sample(&mut self, now: Micros, sample: Sample) -> u32 {
-        match self.window_end {
-            Some(end) if now < end => {}
-            Some(_) => {
+        let (opened, end) = *self
+            .open
+            .get_or_insert((now, now.saturating_add(self.window)));
+        if now >= end || now < opened {
+            let enough = self.samples.seen() >= self.min_samples;
+            // A clock that went back before the window opened counts as a stale window.
+            let stale = now
+                .checked_sub(opened)
+                .is_none_or(|age| age >= self.window.saturating_mul(MAX_COLLECT_WINDOWS));
+            if enough || stale {
                 self.close_window();
-                self.window_end = Some(now.saturating_add(self.window));
+                self.open = Some((now, now.saturating_add(self.window)));
             }
-            None => self.window_end = Some(now.saturating_add(self.window)),
+        }
+        self.max_in_flight = self.max_in_flight.max(sample.in_flight);
+        if sample.outcome.is_loss() {
+            if self.losses.cuts(now, &sample) {
+                self.limit = self
+                    .bounds
+                    .clamp((f64::from(self.limit) * self.backoff) as u64);
+            }
+            return self.limit;
         }
         self.samples.push(sample.rtt);
-        self.max_in_flight = self.max_in_flight.max(sample.in_flight);
         self.limit
     }
 
@@ -241,7 +376,7 @@ mod tests {
                 &fast[..9],
                 18,
                 18,
-                "9 samples are too few: the window is not read",
+                "9 answers are too few: the window keeps collecting",
             ),
         ];
         // Window k runs from k seconds; its first sample closes window k - 1.
@@ -258,6 +393,9 @@ mod tests {
         }
         let end = steps.len() as Micros * SECOND;
         assert_eq!(p.on_sample(end, Sample::ok(end, 0, 0)), 18);
+        // With its 10th answer the window is read at the next sample: fast, and 18 in
+        // flight: +1.
+        assert_eq!(p.on_sample(end + SECOND, Sample::ok(end, 0, 0)), 19);
         Ok(())
     }
 

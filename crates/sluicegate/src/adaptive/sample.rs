@@ -9,28 +9,45 @@ use crate::error::ConfigError;
 pub enum Outcome {
     /// It was answered: its latency says how loaded the service is.
     Ok,
-    /// It failed in a way that signals overload (a rejection from downstream), or its permit
-    /// was abandoned without being completed.
+    /// It failed in a way that signals overload (a rejection from downstream, however fast),
+    /// or its permit was abandoned without being completed.
     Dropped,
     /// It took longer than its caller would wait.
     Timeout,
 }
 
 impl Outcome {
-    /// Whether the loss-based rules (AIMD, Vegas) back off on it: anything but [`Outcome::Ok`].
+    /// Whether it is a loss, anything but [`Outcome::Ok`]: every controller backs off on one,
+    /// and none reads its latency (a rejection that comes back in a millisecond says nothing
+    /// about how fast the service answers).
     pub fn is_loss(self) -> bool {
         !matches!(self, Outcome::Ok)
     }
 }
 
 /// One finished request, as a controller sees it.
+///
+/// **Times.** `start` and the `now` given with the sample to
+/// [`Controller::on_sample`] are microseconds on one monotonic clock whose origin may be
+/// anything (a process's start, boot, the Unix epoch): controllers only ever compare and
+/// subtract them, so the same samples shifted by any offset give the same limits.
+///
+/// **In flight.** `in_flight` tells a controller whether the limit was in use: each grows
+/// only on samples with at least half the limit in flight (`2 * in_flight >= limit`; below
+/// that the service was not tested, so a fast answer says nothing about a higher limit),
+/// and none lets it stop a back-off on a loss. The count at the grant, counting the request
+/// itself, is what [`AdaptiveLimiter`](crate::adaptive::AdaptiveLimiter) passes. A caller that
+/// only sees requests finish may pass the count at completion instead, counting the one that
+/// finished: under a steady load the two differ by the noise of arrivals, and either says
+/// whether the limit was used. [`Sample::at_completion`] builds such a sample.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Sample {
-    /// When the request got its permit.
+    /// When the request got its permit (any monotonic origin, the same as `now`'s).
     pub start: Micros,
-    /// How long it held the permit (round-trip time).
+    /// How long it held the permit (round-trip time). Read only from [`Outcome::Ok`] samples.
     pub rtt: Micros,
-    /// Permits in flight when it got its own, counting itself.
+    /// Permits in flight when it got its own, counting itself (or at its completion, counting
+    /// itself: see above).
     pub in_flight: u32,
     /// How it ended.
     pub outcome: Outcome,
@@ -63,6 +80,23 @@ impl Sample {
         }
     }
 
+    /// A request that ended at `end` with `outcome` after `rtt`, with `in_flight` permits held
+    /// when it ended, itself included: for callers that see only completions (the start is
+    /// `end - rtt`).
+    pub fn at_completion(end: Micros, rtt: Micros, in_flight: u32, outcome: Outcome) -> Sample {
+        Sample {
+            start: end.saturating_sub(rtt),
+            rtt,
+            in_flight,
+            outcome,
+        }
+    }
+
+    /// Whether the request found the limit in use: at least half of `limit` in flight.
+    pub(crate) fn used(&self, limit: f64) -> bool {
+        2.0 * f64::from(self.in_flight) >= limit
+    }
+
     /// The round-trip time as a float, at least one microsecond: the delay rules divide by it,
     /// and a zero (a clock too coarse to see the request) must not make their ratios infinite.
     pub(crate) fn rtt_f64(&self) -> f64 {
@@ -75,9 +109,13 @@ impl Sample {
 /// limits.
 ///
 /// The limit it returns always lies within the bounds it was built with, whatever the samples:
-/// zero or huge latencies and times that go backwards included.
+/// zero or huge latencies and times that go backwards included. Every controller here also
+/// keeps two promises whatever state it is in: under sustained fast answers with the limit in
+/// use it climbs to its maximum, and under sustained losses it falls to its minimum (no limit
+/// is a trap it cannot leave).
 pub trait Controller: Send {
-    /// Takes the sample of a request that finished at `now`; returns the limit from now on.
+    /// Takes the sample of a request that finished at `now` (microseconds on the same
+    /// monotonic clock as [`Sample::start`], any origin); returns the limit from now on.
     fn on_sample(&mut self, now: Micros, sample: Sample) -> u32;
 
     /// The current limit.
@@ -152,6 +190,45 @@ impl LimitBounds {
         let clamped = limit.clamp(u64::from(self.min), u64::from(self.max));
         u32::try_from(clamped).unwrap_or(self.max)
     }
+}
+
+/// One back-off per round trip: a loss cuts the limit unless its request started before the
+/// latest cut. Such a request was admitted under the limit that cut already answered, so
+/// counting it again would shrink the limit once per request of one burst of rejections
+/// instead of once per burst (TCP NewReno's rule).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct LossGate {
+    last_cut: Option<Micros>,
+}
+
+impl LossGate {
+    /// Whether the loss of `sample`, heard at `now`, cuts the limit (and records the cut).
+    pub(crate) fn cuts(&mut self, now: Micros, sample: &Sample) -> bool {
+        // A clock that went back past the latest cut cannot order the two: cut again.
+        let answered = self
+            .last_cut
+            .is_some_and(|cut| cut <= now && sample.start < cut);
+        if !answered {
+            self.last_cut = Some(now);
+        }
+        !answered
+    }
+}
+
+/// What the limit is multiplied by on a loss, unless told otherwise: AIMD's 0.9, gentle
+/// enough that a random failure now and then costs a tenth of the limit, not half of it.
+pub(crate) const DEFAULT_BACKOFF: f64 = 0.9;
+
+/// `ratio` as a back-off ratio: in `[0.5, 1)`.
+pub(crate) fn check_backoff(ratio: f64) -> Result<(), ConfigError> {
+    if !(ratio.is_finite() && (0.5..1.0).contains(&ratio)) {
+        return Err(ConfigError::invalid(
+            "backoff_ratio",
+            ratio,
+            "must be in [0.5, 1)",
+        ));
+    }
+    Ok(())
 }
 
 /// The whole part of a limit kept as a float (already within bounds, so it fits).

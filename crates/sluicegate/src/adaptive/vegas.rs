@@ -13,7 +13,8 @@ use crate::error::ConfigError;
 /// The no-load latency `rtt_noload` is the lowest latency seen. Each sample then estimates the
 /// requests queued at the service as `queue = ceil(limit * (1 - rtt_noload / rtt))`, and with
 /// `log = max(1, floor(log10(limit)))`, `alpha = 3 * log` and `beta = 6 * log`:
-/// - a loss (dropped or timed out) lowers the limit by `log`;
+/// - a loss (dropped or timed out) lowers the limit by `log`, whatever the in-flight count; its
+///   latency is not read (neither a minimum nor a probe);
 /// - otherwise, when fewer than half the limit were in flight (`2 * in_flight < limit`), the
 ///   limit stays: an application that does not use its limit says nothing about it;
 /// - `queue <= log` (no queue to speak of) raises the limit by `beta`;
@@ -176,7 +177,7 @@ impl Vegas {
         let log = f64::from(log_scale(current));
         let next = if sample.outcome.is_loss() {
             estimate - log
-        } else if 2.0 * f64::from(sample.in_flight) < estimate {
+        } else if !sample.used(estimate) {
             return current;
         } else {
             let queue = (estimate * (1.0 - rtt_noload / rtt)).ceil();
@@ -209,6 +210,10 @@ impl Default for Vegas {
 
 impl Controller for Vegas {
     fn on_sample(&mut self, _now: Micros, sample: Sample) -> u32 {
+        if sample.outcome.is_loss() {
+            // Its latency is no measure of the service: neither a probe nor a minimum.
+            return self.update(0.0, 0.0, sample);
+        }
         let rtt = sample.rtt.max(1);
         self.probe_count = self.probe_count.saturating_add(1);
         if self.should_probe() {

@@ -22,32 +22,40 @@ pub enum WindowAggregate {
 /// Netflix concurrency-limits' `WindowedLimit`: per-sample rules (AIMD, Vegas, Gradient2) then
 /// move once per window, on a summary less noisy than any one request.
 ///
-/// Samples faster than `min_rtt_threshold` are ignored (cache hits and other answers that never
-/// reached the service). A window closes with the first sample finishing after its end
-/// (that sample included); the next one then lasts twice the closed window's lowest latency,
-/// kept within `[min_window, max_window]`. A closed window with at least `min_samples`
-/// samples becomes one sample: its [`WindowAggregate`] latency, its largest in-flight count,
-/// and the worst outcome in it (a timeout, else a drop, else ok). The first sample makes a
-/// window of its own, as in Netflix's code, which starts with a window already over.
+/// A window opens with its first sample and lasts twice the lowest latency of the window
+/// before it (the first: `min_window`), kept within `[min_window, max_window]`. It closes with
+/// the first sample after its end (that sample included) once it holds `min_samples` samples;
+/// a window still short of them keeps collecting, and after `max_collect` it closes on
+/// whatever it holds. So a window never waits forever: at a limit of 1 and a latency of
+/// 125 ms, 10 samples take 1.25 s, and the limit moves then, where Netflix's wrapper throws
+/// such windows away and the limit can never move again.
 ///
-/// Defaults (Netflix's): `min_window` and `max_window` 1 s, `min_samples` 10,
-/// `min_rtt_threshold` 100 µs, [`WindowAggregate::Average`]; reservoir 1000 and `seed` 0 for a
-/// percentile.
+/// The summary is one sample: its [`WindowAggregate`] latency over the answered
+/// ([`Outcome::Ok`]) samples (a loss's latency is no measure of the service), its largest
+/// in-flight count, and the worst outcome in it (a timeout, else a drop, else ok), so a
+/// window with a loss backs the wrapped controller off whatever its latencies.
+/// Answers faster than `min_rtt_threshold` are ignored (cache hits and other answers that
+/// never reached the service); losses count however fast.
+///
+/// What a window costs: the wrapped controller moves once per window, so AIMD grows by one
+/// per window, not per answer (from 1 to 40 takes 40 windows), and at a low limit a window
+/// takes `min_samples` round trips of the limit. Prefer the per-sample rule where it works.
+///
+/// Defaults: `min_window` and `max_window` 1 s, `min_samples` 10, `min_rtt_threshold` 100 µs,
+/// [`WindowAggregate::Average`] (Netflix's); `max_collect` 10 s (ten windows: long enough
+/// for 10 samples at any limit of a service answering within a second, short enough that a
+/// quiet limit still moves); reservoir 1000 and `seed` 0 for a percentile.
 ///
 /// ```
 /// use sluicegate::adaptive::{Aimd, Controller, Sample, Windowed};
 /// use std::time::Duration;
 ///
 /// let aimd = Aimd::builder().min_limit(1).initial_limit(10).build()?;
-/// let mut windowed = Windowed::builder(aimd)
-///     .min_samples(2)
-///     .max_window(Duration::from_secs(2))
-///     .build()?;
-/// windowed.on_sample(0, Sample::ok(0, 1_000, 10)); // a window of its own, too small
-/// for t in [1, 2, 3] {
-///     windowed.on_sample(t * 100_000, Sample::ok(0, 1_000, 10));
+/// let mut windowed = Windowed::builder(aimd).min_samples(2).build()?;
+/// for t in [0, 1, 2, 3] {
+///     windowed.on_sample(t * 300_000, Sample::ok(0, 1_000, 10));
 /// }
-/// assert_eq!(windowed.limit(), 10); // one window still open
+/// assert_eq!(windowed.limit(), 10); // the first window, open from 0, ends at 1 s
 /// windowed.on_sample(1_000_001, Sample::ok(0, 1_000, 10));
 /// assert_eq!(windowed.limit(), 11); // one increase for the whole window
 /// # Ok::<(), sluicegate::ConfigError>(())
@@ -57,11 +65,14 @@ pub struct Windowed<C> {
     inner: C,
     min_window: Micros,
     max_window: Micros,
+    max_collect: Micros,
     min_samples: u64,
     min_rtt_threshold: Micros,
     aggregate: WindowAggregate,
-    /// When the current window ends (`None` before the first sample).
-    next_update: Option<Micros>,
+    /// When the current window opened and when it may close (`None` before its first sample).
+    open: Option<(Micros, Micros)>,
+    /// The length of the next window.
+    next_length: Micros,
     window: Window,
 }
 
@@ -71,6 +82,7 @@ pub struct WindowedBuilder<C> {
     inner: C,
     min_window: Duration,
     max_window: Duration,
+    max_collect: Duration,
     min_samples: u32,
     min_rtt_threshold: Duration,
     aggregate: WindowAggregate,
@@ -91,7 +103,14 @@ impl<C: Controller> WindowedBuilder<C> {
         self
     }
 
-    /// The fewest samples a window needs to be passed on (at least 1).
+    /// The longest a window collects (at least `max_window`): one still short of
+    /// `min_samples` then passes on what it has.
+    pub fn max_collect(mut self, duration: Duration) -> Self {
+        self.max_collect = duration;
+        self
+    }
+
+    /// The fewest samples a window waits for before it is passed on (at least 1).
     pub fn min_samples(mut self, samples: u32) -> Self {
         self.min_samples = samples;
         self
@@ -126,6 +145,8 @@ impl<C: Controller> WindowedBuilder<C> {
         let min_window = positive_micros("min_window", self.min_window)?;
         let max_window = positive_micros("max_window", self.max_window)?;
         check_order("min_window", min_window, "max_window", max_window)?;
+        let max_collect = positive_micros("max_collect", self.max_collect)?;
+        check_order("max_window", max_window, "max_collect", max_collect)?;
         if self.min_samples == 0 {
             return Err(ConfigError::invalid("min_samples", 0, "must be at least 1"));
         }
@@ -143,10 +164,12 @@ impl<C: Controller> WindowedBuilder<C> {
             inner: self.inner,
             min_window,
             max_window,
+            max_collect,
             min_samples: self.min_samples.into(),
             min_rtt_threshold: micros_ceil(self.min_rtt_threshold),
             aggregate: self.aggregate,
-            next_update: None,
+            open: None,
+            next_length: min_window,
             window: Window::new(reservoir),
         })
     }
@@ -159,6 +182,7 @@ impl<C: Controller> Windowed<C> {
             inner,
             min_window: Duration::from_secs(1),
             max_window: Duration::from_secs(1),
+            max_collect: Duration::from_secs(10),
             min_samples: 10,
             min_rtt_threshold: Duration::from_micros(100),
             aggregate: WindowAggregate::Average,
@@ -175,30 +199,38 @@ impl<C: Controller> Windowed<C> {
 
 impl<C: Controller> Controller for Windowed<C> {
     fn on_sample(&mut self, now: Micros, sample: Sample) -> u32 {
-        if sample.rtt < self.min_rtt_threshold {
+        if sample.outcome == Outcome::Ok && sample.rtt < self.min_rtt_threshold {
             return self.inner.limit();
         }
         self.window.add(sample);
-        if self.next_update.is_none_or(|end| now > end) {
-            let window = &mut self.window;
-            let length = window.min_rtt.saturating_mul(2);
-            self.next_update =
-                Some(now.saturating_add(length.clamp(self.min_window, self.max_window)));
-            let rtt = window.summary(self.aggregate);
-            let ready = window.count >= self.min_samples;
-            let (in_flight, outcome) = (window.max_in_flight, window.outcome);
-            window.reset();
-            if let Some(rtt) = rtt.filter(|_| ready) {
-                let summary = Sample {
-                    start: sample.start,
-                    rtt,
-                    in_flight,
-                    outcome,
-                };
-                return self.inner.on_sample(now, summary);
-            }
+        let (opened, end) = *self
+            .open
+            .get_or_insert((now, now.saturating_add(self.next_length)));
+        // A clock that went back before the window opened reopens it from now.
+        let age = now.checked_sub(opened);
+        let full = self.window.count >= self.min_samples;
+        let due = match age {
+            Some(age) => now > end && full || age >= self.max_collect,
+            None => true,
+        };
+        if !due {
+            return self.inner.limit();
         }
-        self.inner.limit()
+        let window = &mut self.window;
+        self.next_length = window
+            .min_rtt
+            .unwrap_or(self.min_window)
+            .saturating_mul(2)
+            .clamp(self.min_window, self.max_window);
+        self.open = None;
+        let summary = Sample {
+            start: sample.start,
+            rtt: window.summary(self.aggregate),
+            in_flight: window.max_in_flight,
+            outcome: window.outcome,
+        };
+        window.reset();
+        self.inner.on_sample(now, summary)
     }
 
     fn limit(&self) -> u32 {
@@ -209,8 +241,14 @@ impl<C: Controller> Controller for Windowed<C> {
 /// What a window has seen so far.
 #[derive(Debug, Clone)]
 struct Window {
-    min_rtt: Micros,
+    /// The lowest latency answered (`None` with no answer yet).
+    min_rtt: Option<Micros>,
+    /// The sum and count of the answered latencies.
     sum: u128,
+    answered: u64,
+    /// The highest latency of any sample: the summary of a window with no answer, read by no
+    /// controller (each ignores a loss's latency) but the closest thing to one.
+    max_rtt: Micros,
     count: u64,
     max_in_flight: u32,
     outcome: Outcome,
@@ -220,8 +258,10 @@ struct Window {
 impl Window {
     fn new(reservoir: Option<Reservoir>) -> Window {
         Window {
-            min_rtt: Micros::MAX,
+            min_rtt: None,
             sum: 0,
+            answered: 0,
+            max_rtt: 0,
             count: 0,
             max_in_flight: 0,
             outcome: Outcome::Ok,
@@ -230,15 +270,20 @@ impl Window {
     }
 
     fn add(&mut self, sample: Sample) {
-        self.min_rtt = self.min_rtt.min(sample.rtt);
-        self.sum += u128::from(sample.rtt);
         self.count += 1;
+        self.max_rtt = self.max_rtt.max(sample.rtt);
         self.max_in_flight = self.max_in_flight.max(sample.in_flight);
         self.outcome = match (self.outcome, sample.outcome) {
             (Outcome::Timeout, _) | (_, Outcome::Timeout) => Outcome::Timeout,
             (Outcome::Dropped, _) | (_, Outcome::Dropped) => Outcome::Dropped,
             _ => Outcome::Ok,
         };
+        if sample.outcome != Outcome::Ok {
+            return;
+        }
+        self.min_rtt = Some(self.min_rtt.map_or(sample.rtt, |m| m.min(sample.rtt)));
+        self.sum += u128::from(sample.rtt);
+        self.answered += 1;
         if let Some(reservoir) = &mut self.reservoir {
             reservoir.push(sample.rtt);
         }
@@ -252,14 +297,16 @@ impl Window {
         *self = Window::new(reservoir);
     }
 
-    fn summary(&mut self, aggregate: WindowAggregate) -> Option<Micros> {
-        match aggregate {
-            WindowAggregate::Average => {
-                let mean = self.sum.checked_div(u128::from(self.count))?;
-                Some(u64::try_from(mean).unwrap_or(Micros::MAX))
-            }
-            WindowAggregate::Percentile(p) => self.reservoir.as_mut()?.percentile(p),
-        }
+    /// The answered latencies' summary, or the highest latency of a window with no answer.
+    fn summary(&mut self, aggregate: WindowAggregate) -> Micros {
+        let answered = match aggregate {
+            WindowAggregate::Average => self
+                .sum
+                .checked_div(u128::from(self.answered))
+                .map(|mean| u64::try_from(mean).unwrap_or(Micros::MAX)),
+            WindowAggregate::Percentile(p) => self.reservoir.as_mut().and_then(|r| r.percentile(p)),
+        };
+        answered.unwrap_or(self.max_rtt)
     }
 }
 
@@ -285,6 +332,7 @@ mod tests {
     }
 
     const MS: Micros = 1_000;
+    const SECOND: Micros = 1_000_000;
 
     #[test]
     fn summarizes_each_window() -> Result<(), ConfigError> {
@@ -293,32 +341,70 @@ mod tests {
             .min_window(Duration::from_millis(100))
             .max_window(Duration::from_millis(500))
             .build()?;
-        // The first sample makes a window of its own, too small to pass on; the next closes
-        // after 0 + clamp(2 * 10 ms, 100 ms, 500 ms) = 100 ms.
+        // The first window opens with its first sample and lasts min_window: 0 to 100 ms.
         w.on_sample(0, Sample::ok(0, 10 * MS, 3));
         w.on_sample(50 * MS, Sample::ok(40 * MS, 10 * MS, 7));
         w.on_sample(100 * MS, Sample::dropped(70 * MS, 30 * MS, 5));
         assert!(w.inner().seen.is_empty(), "100 ms is not after the end");
-        // 101 ms closes it, this sample included: mean (10 + 30 + 60) / 3 ms, max in flight 7,
-        // a drop. Its lowest latency, 10 ms, makes the next window 100 ms long again.
+        // 101 ms closes it, this sample included: the answers' mean (10 + 10 + 60) / 3 ms
+        // (the drop's 30 ms is no answer), max in flight 7, a drop. Its lowest latency,
+        // 10 ms, makes the next window 100 ms long again (2 x 10 ms, held at the minimum).
         w.on_sample(101 * MS, Sample::ok(41 * MS, 60 * MS, 2));
         assert_eq!(
             w.inner().seen,
-            vec![(101 * MS, Sample::dropped(41 * MS, 100 * MS / 3, 7))]
+            vec![(101 * MS, Sample::dropped(41 * MS, 80 * MS / 3, 7))]
         );
-        // The next window ends at 201 ms. 90 µs is under the 100 µs threshold: ignored.
+        // A loss counts however fast: 90 µs is under the 100 µs threshold. It opens the next
+        // window, 150 to 250 ms.
         w.on_sample(150 * MS, Sample::timeout(0, 90, 9));
-        w.on_sample(202 * MS, Sample::ok(0, 300 * MS, 1));
-        // A window of one sample is too small to pass on; its 300 ms minimum makes the next
-        // window 500 ms (the maximum, under 600).
+        w.on_sample(160 * MS, Sample::ok(0, 50, 9)); // a fast answer: ignored
+        w.on_sample(240 * MS, Sample::ok(0, 300 * MS, 1));
         assert_eq!(w.inner().seen.len(), 1);
-        w.on_sample(700 * MS, Sample::timeout(0, 250 * MS, 1));
-        w.on_sample(702 * MS, Sample::ok(0, 250 * MS, 1));
-        w.on_sample(703 * MS, Sample::ok(0, 250 * MS, 1));
-        assert_eq!(w.inner().seen.len(), 2);
+        w.on_sample(251 * MS, Sample::ok(0, 200 * MS, 1));
         assert_eq!(
             w.inner().seen[1],
-            (703 * MS, Sample::timeout(0, 250 * MS, 1))
+            (251 * MS, Sample::timeout(0, 250 * MS, 9))
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn a_window_short_of_samples_keeps_collecting() -> Result<(), ConfigError> {
+        // At a limit of 1 and 300 ms a request, a 1 s window holds 4 samples: the window
+        // waits for its 10th (at 2.7 s) instead of being thrown away.
+        let aimd = Aimd::builder().min_limit(1).initial_limit(1).build()?;
+        let mut w = Windowed::builder(aimd).build()?;
+        for i in 0..9 {
+            w.on_sample(i * 300 * MS, Sample::ok(0, 300 * MS, 1));
+            assert_eq!(w.limit(), 1, "sample {i}");
+        }
+        assert_eq!(w.on_sample(2_700 * MS, Sample::ok(0, 300 * MS, 1)), 2);
+        // Past max_collect a window closes on what it has.
+        let mut w = Windowed::builder(Recorder::default())
+            .min_samples(100)
+            .max_collect(Duration::from_secs(3))
+            .build()?;
+        w.on_sample(10 * SECOND, Sample::ok(0, MS, 1));
+        w.on_sample(12 * SECOND, Sample::ok(0, 3 * MS, 1));
+        assert!(w.inner().seen.is_empty());
+        w.on_sample(13 * SECOND, Sample::ok(0, 5 * MS, 1));
+        assert_eq!(
+            w.inner().seen,
+            vec![(13 * SECOND, Sample::ok(0, 3 * MS, 1))]
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn a_window_of_losses_only_is_passed_on() -> Result<(), ConfigError> {
+        let mut w = Windowed::builder(Recorder::default())
+            .min_samples(2)
+            .build()?;
+        w.on_sample(0, Sample::dropped(0, MS, 4));
+        w.on_sample(SECOND + 1, Sample::dropped(SECOND, 2 * MS, 4));
+        assert_eq!(
+            w.inner().seen,
+            vec![(SECOND + 1, Sample::dropped(SECOND, 2 * MS, 4))]
         );
         Ok(())
     }
@@ -329,15 +415,15 @@ mod tests {
             .aggregate(WindowAggregate::Percentile(0.9))
             .min_samples(1)
             .build()?;
-        w.on_sample(0, Sample::ok(0, 1_000, 1));
         for rtt in 1..=10 {
             w.on_sample(500 * MS, Sample::ok(0, rtt * 1_000, 1));
         }
+        w.on_sample(600 * MS, Sample::dropped(0, 50 * MS, 1));
         w.on_sample(2_000 * MS, Sample::ok(0, 1_000, 1));
-        // The first sample was a window of its own; then 1..10 ms and the closing sample's
-        // 1 ms: the 10th of 11 (ceil(0.9 * 11) = 10) is 9 ms.
+        // 1..10 ms and the closing sample's 1 ms (the drop is no answer): the 10th of 11
+        // (ceil(0.9 * 11) = 10) is 9 ms.
         let rtts: Vec<Micros> = w.inner().seen.iter().map(|(_, s)| s.rtt).collect();
-        assert_eq!(rtts, [1_000, 9_000]);
+        assert_eq!(rtts, [9_000]);
         Ok(())
     }
 
@@ -345,8 +431,7 @@ mod tests {
     fn aimd_moves_once_per_window() -> Result<(), ConfigError> {
         let aimd = Aimd::builder().min_limit(1).initial_limit(10).build()?;
         let mut w = Windowed::builder(aimd).build()?;
-        w.on_sample(0, Sample::ok(0, 1_000, 10));
-        for i in 1..=50 {
+        for i in 0..=50 {
             w.on_sample(i * 10 * MS, Sample::ok(0, 1_000, 10));
         }
         assert_eq!(w.limit(), 10);
@@ -369,5 +454,9 @@ mod tests {
         assert!(build(|b| b.aggregate(WindowAggregate::Percentile(0.0))).is_some());
         assert!(build(|b| b.aggregate(WindowAggregate::Percentile(f64::NAN))).is_some());
         assert!(build(|b| b.reservoir(0)).is_some());
+        assert!(matches!(
+            build(|b| b.max_collect(Duration::from_millis(500))),
+            Some(ConfigError::OutOfOrder { .. })
+        ));
     }
 }
