@@ -53,8 +53,6 @@
 
 pub mod adaptive;
 pub mod pace;
-#[cfg(feature = "proxy")]
-pub mod proxy;
 pub mod rate_limit;
 #[cfg(feature = "rls")]
 pub mod rls;

@@ -4,8 +4,8 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use sluicegate_http::proxy::PathMatch;
 use sluicegate_rules::yaml::Value;
+use sluicegate_server::proxy::PathMatch;
 
 use sluicegate_rules::{LoadErrors, LoadOptions, RuleSet};
 use sluicegate_server::serve::{Engine, EngineError, EngineOptions, Metrics};
@@ -94,7 +94,7 @@ fn check_proxy_rules(
     out: &mut impl Write,
     err: &mut impl Write,
 ) -> std::io::Result<bool> {
-    let rules = match sluicegate_http::proxy::check_rule_file(path) {
+    let rules = match sluicegate_server::proxy::check_rule_file(path) {
         Ok(rules) => rules,
         Err(error) => {
             writeln!(err, "{error}")?;

@@ -1,11 +1,11 @@
-//! `sluicegate proxy`: the rate limiting reverse proxy (its engine is
-//! `sluicegate_http::proxy`).
+//! `sluicegate proxy`: the rate limiting reverse proxy (its engine is the library's
+//! `proxy` module, beside `serve`).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use sluicegate_http::proxy::{ForwardingFields, RedisSettings};
+use sluicegate_server::proxy::{ForwardingFields, RedisSettings};
 use sluicegate_server::redis_args::RedisArgs;
 
 /// Arguments of `sluicegate proxy`.
@@ -210,9 +210,9 @@ impl ProxyArgs {
         })
     }
 
-    fn config(&self) -> sluicegate_http::proxy::ProxyConfig {
+    fn config(&self) -> sluicegate_server::proxy::ProxyConfig {
         let mut config =
-            sluicegate_http::proxy::ProxyConfig::new(&self.upstream, &self.config, self.listen);
+            sluicegate_server::proxy::ProxyConfig::new(&self.upstream, &self.config, self.listen);
         config.admin = self.admin.0;
         config.upstream_timeout = self.upstream_timeout;
         config.connect_timeout = self.connect_timeout;
@@ -252,7 +252,7 @@ pub(crate) fn run(args: &ProxyArgs, shutdown: impl Future<Output = ()>) -> anyho
     };
     let runtime = runtime.enable_all().build()?;
     runtime.block_on(async {
-        let proxy = sluicegate_http::proxy::start(args.config()).await?;
+        let proxy = sluicegate_server::proxy::start(args.config()).await?;
         if let Some(admin) = proxy.admin_addr() {
             tracing::info!(%admin, "proxy: metrics at http://{admin}/metrics");
         }

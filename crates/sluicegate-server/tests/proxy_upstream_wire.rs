@@ -3,7 +3,7 @@
 //! interim responses, keep-alive reuse, which requests are sent again, an upstream that closes
 //! idle connections or answers before reading the body, and responses that must be refused.
 //! The parser's own cases (every framing rule, bad heads, chunked in any pieces) are unit
-//! tests of `sluicegate_http::proxy::upstream`.
+//! tests of `sluicegate_server::proxy::upstream`.
 
 mod proxy_support;
 

@@ -230,7 +230,7 @@ impl Verdict {
     /// Whether the request passes at once with nothing added to its response: allowed,
     /// holding no permit, with no shaping wait (the layer's fast path).
     #[inline]
-    pub(crate) fn passes_plainly(&self) -> bool {
+    pub fn passes_plainly(&self) -> bool {
         self.allowed && !self.holds_permits && self.decisions.iter().all(|d| d.wait_micros() == 0)
     }
 

@@ -64,8 +64,8 @@ pub enum KeyError {
 }
 
 impl KeyError {
-    /// The error of `path`, which has no normal form.
-    pub(crate) fn bad_path(path: &str, reason: PathError) -> KeyError {
+    /// The error of `path`, which has no normal form (the path cut to 64 characters).
+    pub fn bad_path(path: &str, reason: PathError) -> KeyError {
         KeyError::BadPath {
             path: path.chars().take(64).collect(),
             reason,

@@ -1,5 +1,7 @@
 //! The layer and its builder.
 
+use std::any::Any;
+use std::net::IpAddr;
 use std::num::NonZeroU64;
 use std::sync::Arc;
 
@@ -257,6 +259,18 @@ impl<X: KeyExtractor, C: Clock + Clone + 'static> Builder<X, C> {
         F: Fn(&Rejection, Response<Bytes>) -> Response<Bytes> + Send + Sync + 'static,
     {
         self.options.hook = Some(Arc::new(hook));
+        self
+    }
+
+    /// Reads the peer's address from request bodies of type `Bd` with `peer`, for a server that
+    /// carries it there rather than in each request's extensions (where inserting it allocates
+    /// the extensions' map for every request). Requests with a body of another type are read
+    /// as usual; [`PeerIp`](crate::rate_limit::key::PeerIp) and
+    /// [`ClientIp`](crate::rate_limit::key::ClientIp) prefer this address to the extensions'.
+    pub fn peer_from_body<Bd: 'static>(mut self, peer: fn(&Bd) -> IpAddr) -> Self {
+        self.options.peer_of_body = Some(Arc::new(move |body: &dyn Any| {
+            body.downcast_ref::<Bd>().map(peer)
+        }));
         self
     }
 

@@ -1,6 +1,8 @@
 //! How a layer answers: the denial status, which fields, dry run, what a request whose key
 //! cannot be read or a backend that cannot decide gets, and a hook to rewrite any rejection.
 
+use std::any::Any;
+use std::net::IpAddr;
 use std::num::NonZeroU64;
 use std::sync::Arc;
 
@@ -55,6 +57,11 @@ pub enum Rejection {
     Backend(BackendError),
 }
 
+/// Reads the peer's address from a request body of the type it was made for
+/// ([`Builder::peer_from_body`](crate::rate_limit::Builder::peer_from_body)); `None` for a body
+/// of another type.
+pub(crate) type PeerOfBody = Arc<dyn Fn(&dyn Any) -> Option<IpAddr> + Send + Sync>;
+
 /// Rewrites a rejection's default answer (status, fields and a text body) into another.
 pub type RejectionHook = Arc<dyn Fn(&Rejection, Response<Bytes>) -> Response<Bytes> + Send + Sync>;
 
@@ -68,6 +75,7 @@ pub(crate) struct Options {
     pub(crate) on_backend_error: OnBackendError,
     pub(crate) hook: Option<RejectionHook>,
     pub(crate) permits: NonZeroU64,
+    pub(crate) peer_of_body: Option<PeerOfBody>,
 }
 
 impl Default for Options {
@@ -80,6 +88,7 @@ impl Default for Options {
             on_backend_error: OnBackendError::default(),
             hook: None,
             permits: NonZeroU64::MIN,
+            peer_of_body: None,
         }
     }
 }
@@ -94,6 +103,7 @@ impl std::fmt::Debug for Options {
             .field("on_backend_error", &self.on_backend_error)
             .field("hook", &self.hook.is_some())
             .field("permits", &self.permits)
+            .field("peer_of_body", &self.peer_of_body.is_some())
             .finish()
     }
 }

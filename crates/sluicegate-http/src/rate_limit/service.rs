@@ -183,7 +183,9 @@ where
 
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
         let shared = &self.shared;
-        let key = match shared.extractor.extract(&RequestHead::of_served(&request)) {
+        let peer = (shared.options.peer_of_body.as_ref()).and_then(|peer| peer(request.body()));
+        let head = RequestHead::of(&request).with_peer(peer);
+        let key = match shared.extractor.extract(&head) {
             Ok(key) => key,
             Err(error) => {
                 Counters::count(&shared.counters.missing_key);

@@ -16,7 +16,7 @@ pub struct RequestHead<'a> {
     headers: &'a HeaderMap,
     extensions: &'a Extensions,
     /// The peer, when the server that made the request told it otherwise than in the
-    /// extensions (`sluicegate proxy`).
+    /// extensions ([`RequestHead::with_peer`]).
     peer: Option<IpAddr>,
 }
 
@@ -33,21 +33,13 @@ impl<'a> RequestHead<'a> {
         }
     }
 
-    /// The head of `request` as a layer is called with it: with the peer that
-    /// `sluicegate proxy`'s requests carry in their body
-    /// ([`ClientBody`](crate::proxy::client_body::ClientBody)), which no other body type does.
+    /// This head with `peer` as the peer's address, for a server that knows it otherwise
+    /// than in the request's extensions (see
+    /// [`Builder::peer_from_body`](crate::rate_limit::Builder::peer_from_body)); `None` leaves
+    /// the extensions to tell it.
     #[inline]
-    pub(crate) fn of_served<B: 'static>(request: &'a Request<B>) -> RequestHead<'a> {
-        #[cfg(feature = "proxy")]
-        let peer = (request.body() as &dyn std::any::Any)
-            .downcast_ref::<crate::proxy::client_body::ClientBody>()
-            .map(|body| body.client.ip());
-        #[cfg(not(feature = "proxy"))]
-        let peer = None;
-        RequestHead {
-            peer,
-            ..RequestHead::of(request)
-        }
+    pub fn with_peer(self, peer: Option<IpAddr>) -> RequestHead<'a> {
+        RequestHead { peer, ..self }
     }
 
     /// The head held by `parts`.
@@ -87,7 +79,7 @@ impl<'a> RequestHead<'a> {
         self.extensions
     }
 
-    /// The peer the server told beside the extensions ([`RequestHead::of_served`]).
+    /// The peer the server told beside the extensions ([`RequestHead::with_peer`]).
     pub(crate) fn served_peer(&self) -> Option<IpAddr> {
         self.peer
     }

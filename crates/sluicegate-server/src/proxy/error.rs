@@ -62,7 +62,7 @@ pub enum ProxyError {
     },
     /// A route's rate limit layer cannot be built.
     #[error("a route's rate limit layer: {0}")]
-    Layer(#[from] crate::rate_limit::BuildError),
+    Layer(#[from] sluicegate_http::rate_limit::BuildError),
     /// The Redis settings are wrong (a bad URL or key prefix).
     #[error("redis: {0}")]
     Redis(String),

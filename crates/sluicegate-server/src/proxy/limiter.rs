@@ -7,7 +7,7 @@ use sluicegate::{AnyAlgorithm, KeyedLimiter};
 
 use crate::proxy::key::KeyBytes;
 use crate::proxy::rules::LimitDef;
-use crate::rate_limit::LimitInfo;
+use sluicegate_http::rate_limit::LimitInfo;
 
 /// One limit's keyed state, kept across reloads while its definition stays the same (as
 /// nginx keeps a zone whose size and rate are unchanged).
@@ -18,7 +18,6 @@ pub(crate) struct Limiter {
     /// away, and concurrency limits, which stay here).
     pub(crate) limiter: Arc<KeyedLimiter<KeyBytes, AnyAlgorithm>>,
     /// The limit in Redis, when the counters are shared there.
-    #[cfg(feature = "proxy-redis")]
     pub(crate) shared: Option<Arc<sluicegate_redis::NamedLimit>>,
 }
 
@@ -31,14 +30,12 @@ impl Limiter {
             def,
             info,
             limiter: Arc::new(limiter),
-            #[cfg(feature = "proxy-redis")]
             shared: None,
         }
     }
 
     /// Keeps the counters of `def` in Redis, but for a concurrency limit's (see
     /// [`shared`](crate::proxy::shared)); `Err` says why Redis cannot hold it.
-    #[cfg(feature = "proxy-redis")]
     pub(crate) fn in_redis(def: LimitDef) -> Result<Limiter, sluicegate::ConfigError> {
         let shared = crate::proxy::shared::Shared::limit(&def)?;
         Ok(Limiter {

@@ -12,7 +12,7 @@
 //! actions make descriptors, and a spec of the core: `leaky-queue:rate=10/s,burst=20,nodelay`,
 //! `concurrency:limit=10`) and routes (an exact path or a prefix, the limits applied, the
 //! denial status, dry run). A route's limits are decided together, all or nothing, each on its
-//! own key, through the [`RateLimitLayer`](crate::rate_limit::RateLimitLayer). The file is
+//! own key, through the [`RateLimitLayer`](sluicegate_http::rate_limit::RateLimitLayer). The file is
 //! re-read when it changes; one that does not load is logged with its `file:line:column`
 //! errors and the rules in force stay. docs/proxy.md has the format and the table of nginx
 //! directives and their equivalents.
@@ -42,9 +42,7 @@ mod rules;
 mod send_deadline;
 mod server;
 mod serving;
-#[cfg(feature = "proxy-redis")]
 mod shared;
-#[cfg(feature = "proxy-redis")]
 mod shared_route;
 mod table;
 mod upstream;
@@ -60,7 +58,6 @@ pub use rules::{
     RouteDef, Rules,
 };
 pub use server::{Proxy, ProxyConfig, start};
-#[cfg(feature = "proxy-redis")]
 pub use shared::RedisSettings;
 pub use table::{ProxyBody, RouteBody};
 pub use upstream::{PooledBody, UpstreamError};

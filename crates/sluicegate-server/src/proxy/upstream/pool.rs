@@ -31,7 +31,7 @@ use crate::proxy::upstream::request::{self, BodyBounds, Outgoing, ReadFirst};
 use crate::proxy::upstream::response::Asked;
 use crate::proxy::upstream::send_wait::{SendWait, Stall, Timeouts};
 use crate::proxy::upstream::tunnel::Tunnels;
-use crate::rate_limit::HoldPermits;
+use sluicegate_http::rate_limit::HoldPermits;
 
 thread_local! {
     /// The worker the current thread is (0: none, a thread of the caller's runtime).

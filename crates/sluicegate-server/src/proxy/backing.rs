@@ -1,7 +1,6 @@
 //! Where the proxy keeps its counters: in the proxy, or in Redis (fixed at start).
 
 use std::path::Path;
-#[cfg(feature = "proxy-redis")]
 use std::sync::Arc;
 
 use sluicegate::ConfigError;
@@ -16,14 +15,12 @@ pub(crate) enum Backing {
     /// In the proxy.
     Memory,
     /// In Redis.
-    #[cfg(feature = "proxy-redis")]
     Redis(Arc<crate::proxy::shared::Shared>),
 }
 
 impl Backing {
     /// Where `settings` says: Redis if given (not connected yet: see
     /// [`Backing::connect`]), memory otherwise.
-    #[cfg(feature = "proxy-redis")]
     pub(crate) fn new(
         settings: Option<&crate::proxy::shared::RedisSettings>,
         metrics: &Arc<crate::proxy::metrics::Metrics>,
@@ -40,7 +37,6 @@ impl Backing {
     pub(crate) async fn connect(&self) -> Result<(), ProxyError> {
         match self {
             Backing::Memory => Ok(()),
-            #[cfg(feature = "proxy-redis")]
             Backing::Redis(shared) => shared
                 .connect()
                 .await
@@ -53,7 +49,6 @@ impl Backing {
     pub(crate) fn limiter(&self, def: LimitDef) -> Result<Limiter, ConfigError> {
         match self {
             Backing::Memory => Ok(Limiter::new(def)),
-            #[cfg(feature = "proxy-redis")]
             Backing::Redis(_) => Limiter::in_redis(def),
         }
     }
@@ -62,7 +57,6 @@ impl Backing {
     pub(crate) fn check(&self, rules: &Rules, path: &Path) -> Result<(), RuleFileError> {
         match self {
             Backing::Memory => rules.check_backend(path, false, |_| None),
-            #[cfg(feature = "proxy-redis")]
             Backing::Redis(_) => {
                 rules.check_backend(path, true, crate::proxy::shared::Shared::refuse)
             }
@@ -76,7 +70,6 @@ impl Backing {
 pub fn check_rule_file(path: &Path) -> Result<Rules, RuleFileError> {
     let rules = Rules::load(path)?;
     match rules.backend {
-        #[cfg(feature = "proxy-redis")]
         Some(crate::proxy::rules::BackendChoice::Redis) => {
             rules.check_backend(path, true, crate::proxy::shared::Shared::refuse)?;
         }

@@ -22,7 +22,7 @@ use sluicegate_redis::{
 use crate::proxy::key::KeyBytes;
 use crate::proxy::metrics::Metrics;
 use crate::proxy::rules::LimitDef;
-use crate::rate_limit::BackendError;
+use sluicegate_http::rate_limit::BackendError;
 
 /// Where the proxy's shared counters are, and what answers when they cannot be reached.
 #[derive(Debug, Clone)]

@@ -1,5 +1,5 @@
 //! A route's `adaptive:` setting: an adaptive concurrency limit in front of the upstream, as
-//! the HTTP layer's [`AdaptiveLimitLayer`](crate::adaptive::AdaptiveLimitLayer) holds it.
+//! the HTTP layer's [`AdaptiveLimitLayer`](sluicegate_http::adaptive::AdaptiveLimitLayer) holds it.
 //!
 //! ```yaml
 //! adaptive:
@@ -23,7 +23,7 @@ use sluicegate::{ConfigError, parse_duration};
 use sluicegate_rules::yaml::{Node, Scalar, Value};
 
 use super::Reader;
-use crate::adaptive::AdaptiveLimitLayer;
+use sluicegate_http::adaptive::AdaptiveLimitLayer;
 
 /// Which rule sets the limit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

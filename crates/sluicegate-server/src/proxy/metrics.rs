@@ -7,9 +7,9 @@ use std::sync::{Arc, OnceLock};
 
 use parking_lot::Mutex;
 
-use crate::adaptive::AdaptiveLimitLayer;
 use crate::proxy::loads::Loads;
-use crate::rate_limit::Stats;
+use sluicegate_http::adaptive::AdaptiveLimitLayer;
+use sluicegate_http::rate_limit::Stats;
 
 /// One route's counts, kept across reloads (by route name).
 #[derive(Default)]
@@ -68,7 +68,6 @@ pub(crate) struct Metrics {
     pub(crate) reloads_failed: AtomicU64,
     /// Calls Redis did not answer (the failure policy did), by kind (as
     /// `sluicegate_redis::FAILURE_LABELS`).
-    #[cfg(feature = "proxy-redis")]
     backend_errors: [AtomicU64; sluicegate_redis::FAILURE_LABELS.len()],
     /// The adaptive limits of the rules in force, by route name.
     adaptive: Mutex<Vec<(String, AdaptiveLimitLayer)>>,
@@ -95,7 +94,6 @@ impl Metrics {
 
     /// Counts a call Redis did not answer, of kind `kind` (one of
     /// `sluicegate_redis::FAILURE_LABELS`).
-    #[cfg(feature = "proxy-redis")]
     pub(crate) fn backend_error(&self, kind: &str) {
         let labels = sluicegate_redis::FAILURE_LABELS;
         let index = labels
@@ -203,7 +201,6 @@ impl Metrics {
             "sluicegate_proxy_reloads_total{{result=\"failed\"}} {}",
             read(&self.reloads_failed)
         );
-        #[cfg(feature = "proxy-redis")]
         {
             out.push_str(
                 "# HELP sluicegate_proxy_backend_errors_total Decisions Redis did not make, by \

@@ -14,7 +14,7 @@ use smallvec::SmallVec;
 use crate::proxy::backing::Backing;
 use crate::proxy::key::{KeyBytes, RouteKeys};
 use crate::proxy::limiter::Limiter;
-use crate::rate_limit::{AtOnce, Backend, BackendError, LimitInfo, Verdict};
+use sluicegate_http::rate_limit::{AtOnce, Backend, BackendError, LimitInfo, Verdict};
 
 /// The limits of one route.
 pub(crate) struct RouteBackend {
@@ -23,20 +23,16 @@ pub(crate) struct RouteBackend {
     /// Whether any limit is a concurrency limit (its permits held until the response ends).
     concurrency: bool,
     /// Redis, when the counters are shared there.
-    #[cfg(feature = "proxy-redis")]
     shared: Option<Arc<crate::proxy::shared::Shared>>,
 }
 
 impl RouteBackend {
     pub(crate) fn new(limiters: Vec<Arc<Limiter>>, backing: &Backing) -> RouteBackend {
         let infos: Arc<[LimitInfo]> = limiters.iter().map(|l| l.info.clone()).collect();
-        #[cfg(not(feature = "proxy-redis"))]
-        let _ = backing;
         RouteBackend {
             concurrency: infos.iter().any(LimitInfo::is_concurrency),
             limiters: limiters.into(),
             infos,
-            #[cfg(feature = "proxy-redis")]
             shared: match backing {
                 Backing::Memory => None,
                 Backing::Redis(shared) => Some(Arc::clone(shared)),
@@ -77,7 +73,6 @@ impl RouteBackend {
 /// A route's answer: ready at once in memory, after a round trip with Redis.
 pub(crate) enum RouteFuture {
     Ready(Ready<Result<Verdict, BackendError>>),
-    #[cfg(feature = "proxy-redis")]
     Waiting(Pin<Box<dyn Future<Output = Result<Verdict, BackendError>> + Send>>),
 }
 
@@ -87,7 +82,6 @@ impl Future for RouteFuture {
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match self.get_mut() {
             RouteFuture::Ready(ready) => Pin::new(ready).poll(cx),
-            #[cfg(feature = "proxy-redis")]
             RouteFuture::Waiting(waiting) => waiting.as_mut().poll(cx),
         }
     }
@@ -97,7 +91,6 @@ impl Backend<RouteKeys> for RouteBackend {
     type Future = RouteFuture;
 
     fn decide(&self, keys: &RouteKeys, permits: NonZeroU64, _op: Op) -> RouteFuture {
-        #[cfg(feature = "proxy-redis")]
         if let Some(shared) = &self.shared {
             let shared = Arc::clone(shared);
             let limiters = Arc::clone(&self.limiters);
@@ -113,7 +106,6 @@ impl Backend<RouteKeys> for RouteBackend {
 
     #[inline]
     fn decide_at_once(&self, keys: &RouteKeys, permits: NonZeroU64, _op: Op) -> AtOnce {
-        #[cfg(feature = "proxy-redis")]
         if self.shared.is_some() {
             return AtOnce::Later;
         }

@@ -17,7 +17,7 @@ use pin_project_lite::pin_project;
 use tower_layer::Layer;
 use tower_service::Service;
 
-use crate::adaptive::{AdaptiveBody, AdaptiveLimit, AdaptiveLimitLayer};
+use sluicegate_http::adaptive::{AdaptiveBody, AdaptiveLimit, AdaptiveLimitLayer};
 
 use crate::proxy::backend::RouteBackend;
 use crate::proxy::backing::Backing;
@@ -27,9 +27,13 @@ use crate::proxy::key::{LimitKey, RouteExtractor};
 use crate::proxy::limiter::Limiter;
 use crate::proxy::metrics::Metrics;
 use crate::proxy::rules::{AdaptiveDef, PathMatch, PathRules, RouteDef, Rules};
-use crate::rate_limit::key::RequestHead;
-use crate::rate_limit::key::normal::{encoded_path, normal_host, normal_path, request_host};
-use crate::rate_limit::{BuildError, RateLimit, RateLimitBody, RateLimitLayer, Rejection};
+use sluicegate_http::rate_limit::key::RequestHead;
+use sluicegate_http::rate_limit::key::normal::{
+    encoded_path, normal_host, normal_path, request_host,
+};
+use sluicegate_http::rate_limit::{
+    BuildError, RateLimit, RateLimitBody, RateLimitLayer, Rejection,
+};
 
 /// A route's limits around the upstream.
 pub(crate) type Limited = RateLimit<Upstream, RouteExtractor, RouteBackend>;
@@ -196,6 +200,7 @@ impl Table {
         };
         let backend = RouteBackend::new(limiters, &self.backing);
         let mut builder = RateLimitLayer::builder(extractor)
+            .peer_from_body(|body: &ClientBody| body.client.ip())
             .status(def.status)
             .dry_run(def.dry_run)
             .headers_on_allowed(def.headers_on_allowed);

@@ -124,7 +124,6 @@ pub struct ProxyConfig {
     pub shutdown_grace: Duration,
     /// Keep the counters in Redis, shared by every proxy started with the same (none: in
     /// this proxy).
-    #[cfg(feature = "proxy-redis")]
     pub redis: Option<crate::proxy::shared::RedisSettings>,
     /// After how many requests a thread serving clients offers its CPU to the other threads
     /// waiting for one (`sched_yield`), so that on cores shared with the app or the clients a
@@ -171,7 +170,6 @@ impl ProxyConfig {
             lingering_timeout: Duration::from_secs(5),
             reload_interval: Duration::from_secs(1),
             shutdown_grace: Duration::from_secs(30),
-            #[cfg(feature = "proxy-redis")]
             redis: None,
             yield_every: NonZeroU32::new(64),
             forwarding_fields: ForwardingFields::Both,
@@ -196,10 +194,7 @@ pub async fn start(config: ProxyConfig) -> Result<Proxy, ProxyError> {
     let target = Target::parse(&config.upstream)?;
     let rules = Rules::load(&config.rules)?;
     let metrics = Arc::new(Metrics::default());
-    #[cfg(feature = "proxy-redis")]
     let backing = Backing::new(config.redis.as_ref(), &metrics);
-    #[cfg(not(feature = "proxy-redis"))]
-    let backing = Backing::Memory;
     backing.check(&rules, &config.rules)?;
     backing.connect().await?;
     let forwarder = Arc::new(Forwarder {

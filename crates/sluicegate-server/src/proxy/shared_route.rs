@@ -12,7 +12,7 @@ use smallvec::SmallVec;
 use crate::proxy::key::{KeyBytes, RouteKeys};
 use crate::proxy::limiter::Limiter;
 use crate::proxy::shared::{Shared, SharedLimit};
-use crate::rate_limit::{BackendError, LimitInfo, Verdict};
+use sluicegate_http::rate_limit::{BackendError, LimitInfo, Verdict};
 
 /// Decides a route's limits for `keys`, all or nothing: the proxy's own (concurrency) first,
 /// then the shared ones in Redis, giving back the proxy's permits if Redis denies.

@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::proxy::upstream::conn::Io;
-use crate::rate_limit::HoldPermits;
+use sluicegate_http::rate_limit::HoldPermits;
 
 /// What one direction reads and writes at a time.
 const PIECE: usize = 16 * 1024;

@@ -13,8 +13,8 @@ use sluicegate_rules::yaml::{self, Node, Scalar, Value};
 
 use crate::proxy::error::{RuleFileError, RuleProblem};
 use crate::proxy::key::{ClientIpSource, KeyPart, OnMissingKey};
-use crate::rate_limit::key::ClientIp;
-use crate::rate_limit::key::normal::normal_path;
+use sluicegate_http::rate_limit::key::ClientIp;
+use sluicegate_http::rate_limit::key::normal::normal_path;
 
 mod adaptive;
 
@@ -46,7 +46,7 @@ pub struct Rules {
 
 /// How routes match paths and what path the upstream gets (`paths:` in the file). Routes
 /// always match a path in its normal form
-/// ([`normal_path`](crate::rate_limit::key::normal::normal_path)).
+/// ([`normal_path`](sluicegate_http::rate_limit::key::normal::normal_path)).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct PathRules {

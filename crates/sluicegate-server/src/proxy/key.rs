@@ -8,9 +8,9 @@ use std::sync::Arc;
 use http::HeaderName;
 use smallvec::SmallVec;
 
-use crate::rate_limit::KeyError;
-use crate::rate_limit::key::normal::{normal_host, normal_path, request_host};
-use crate::rate_limit::key::{ClientIp, KeyExtractor, PeerIp, RequestHead};
+use sluicegate_http::rate_limit::KeyError;
+use sluicegate_http::rate_limit::key::normal::{normal_host, normal_path, request_host};
+use sluicegate_http::rate_limit::key::{ClientIp, KeyExtractor, PeerIp, RequestHead};
 
 /// One part of a key.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -26,13 +26,13 @@ pub enum KeyPart {
     /// The method.
     Method,
     /// The path without the query, in its normal form (nginx's `$uri`: see
-    /// [`normal_path`](crate::rate_limit::key::normal::normal_path)), in lower case when the
+    /// [`normal_path`](sluicegate_http::rate_limit::key::normal::normal_path)), in lower case when the
     /// rules match paths without case.
     Path,
     /// The matched route's name.
     Route,
     /// The host the request names, in its normal form: lower case, without port or trailing
-    /// dot (nginx's `$host`; see [`request_host`](crate::rate_limit::key::normal::request_host)).
+    /// dot (nginx's `$host`; see [`request_host`](sluicegate_http::rate_limit::key::normal::request_host)).
     Host,
     /// Always this text (`global` is the empty one): one budget.
     Constant(String),
