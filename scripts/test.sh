@@ -28,5 +28,10 @@ if cargo tree -e normal -p sluicegate --prefix none | grep -E '^(tonic|axum|hype
   echo "the core crate (sluicegate) must not depend on tonic, axum, hyper or redis" >&2
   exit 1
 fi
+echo "== the tower layers stay apart from the applications"
+if cargo tree -e normal -p sluicegate-http --all-features --prefix none | grep -E '^(sluicegate-rules|sluicegate-redis|sluicegate-server) '; then
+  echo "sluicegate-http (the tower layers) must not depend on the rules crate, the Redis crate or the applications" >&2
+  exit 1
+fi
 echo "== cargo test"
 cargo test --workspace --all-features
