@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use sluicegate_server::proxy::{ForwardingFields, RedisSettings};
+use sluicegate_server::proxy::ForwardingFields;
 use sluicegate_server::redis_args::RedisArgs;
 
 /// Arguments of `sluicegate proxy`.
@@ -228,11 +228,7 @@ impl ProxyArgs {
         config.lingering_timeout = self.lingering_timeout;
         config.reload_interval = self.reload_interval;
         config.shutdown_grace = self.shutdown_grace;
-        config.redis = self.redis.target().map(|target| RedisSettings {
-            target,
-            store: self.redis.store_config(),
-            failure_policy: self.redis.failure_policy.into(),
-        });
+        config.redis = self.redis.settings();
         config.yield_every = std::num::NonZeroU32::new(self.yield_every);
         config.forwarding_fields = self.forwarding_fields;
         config.workers = self.workers();

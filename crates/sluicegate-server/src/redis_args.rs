@@ -4,7 +4,9 @@
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
-use sluicegate_redis::{FailurePolicy, RedisTarget, StoreConfig};
+use sluicegate_redis::{FailurePolicy, RedisTarget};
+
+use crate::plumbing::RedisSettings;
 
 /// Where shared counters live, and what to answer when they cannot be reached.
 #[derive(Debug, Clone, Args)]
@@ -68,12 +70,13 @@ impl RedisArgs {
         Duration::from_millis(self.redis_timeout_ms)
     }
 
-    /// The store's settings: key prefix and timeout.
-    pub fn store_config(&self) -> StoreConfig {
-        StoreConfig {
-            prefix: self.redis_prefix.clone(),
-            timeout: self.timeout(),
-            ..StoreConfig::default()
-        }
+    /// How to reach the server or cluster named and what to answer without it; `None` when
+    /// none is named (counters stay in memory).
+    pub fn settings(&self) -> Option<RedisSettings> {
+        let settings = RedisSettings::new(self.target()?)
+            .prefix(self.redis_prefix.clone())
+            .timeout(self.timeout())
+            .failure_policy(self.failure_policy.into());
+        Some(settings)
     }
 }

@@ -13,7 +13,7 @@ use sluicegate_redis::FailurePolicy;
 use sluicegate_redis::testing::RedisServer;
 use sluicegate_rules::{LoadOptions, RuleSet};
 use sluicegate_server::serve::{
-    BackendOptions, Engine, EngineError, EngineOptions, Metrics, RedisOptions, RedisTarget,
+    BackendOptions, Engine, EngineError, EngineOptions, Metrics, RedisSettings, RedisTarget,
 };
 
 mod loopback;
@@ -67,12 +67,12 @@ impl Store {
     fn options(&self, count_denied: bool, service: &str) -> EngineOptions {
         let backend = match self {
             Store::Memory => BackendOptions::Memory,
-            Store::Redis(server) => BackendOptions::Redis(RedisOptions {
-                target: RedisTarget::Single(server.url()),
-                prefix: format!("{service}:"),
-                timeout: Duration::from_secs(10),
-                failure_policy: FailurePolicy::Closed,
-            }),
+            Store::Redis(server) => BackendOptions::Redis(
+                RedisSettings::new(RedisTarget::Single(server.url()))
+                    .prefix(format!("{service}:"))
+                    .timeout(Duration::from_secs(10))
+                    .failure_policy(FailurePolicy::Closed),
+            ),
         };
         EngineOptions {
             backend,

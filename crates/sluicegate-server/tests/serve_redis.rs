@@ -10,7 +10,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimit
 use envoy_types::pb::google::protobuf::UInt64Value;
 use sluicegate_redis::testing::{RedisCluster, RedisServer};
 use sluicegate_redis::{FailurePolicy, StoreConfig};
-use sluicegate_server::serve::{BackendOptions, EngineOptions, RedisOptions, RedisTarget};
+use sluicegate_server::serve::{BackendOptions, EngineOptions, RedisSettings, RedisTarget};
 
 mod loopback;
 
@@ -42,17 +42,15 @@ descriptors:
     rate_limit: {unit: hour, requests_per_unit: 1, algorithm: token-bucket}
 "#;
 
-fn on_redis(url: &str, policy: FailurePolicy) -> RedisOptions {
-    RedisOptions {
-        target: RedisTarget::Single(url.to_owned()),
-        prefix: "sluicegate:".into(),
-        timeout: TIMEOUT,
-        failure_policy: policy,
-    }
+fn on_redis(url: &str, policy: FailurePolicy) -> RedisSettings {
+    RedisSettings::new(RedisTarget::Single(url.to_owned()))
+        .prefix("sluicegate:")
+        .timeout(TIMEOUT)
+        .failure_policy(policy)
 }
 
 /// Serves the rules on Redis with `redis`'s settings.
-async fn start_on(redis: RedisOptions) -> Result<Service, BoxError> {
+async fn start_on(redis: RedisSettings) -> Result<Service, BoxError> {
     let engine = EngineOptions {
         backend: BackendOptions::Redis(redis),
         ..EngineOptions::default()
@@ -422,12 +420,10 @@ async fn bad_redis_settings_stop_the_start() -> TestResult {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_shares_budgets_and_keeps_calls_all_or_none() -> TestResult {
     let cluster = RedisCluster::start()?;
-    let options = RedisOptions {
-        target: RedisTarget::Cluster(cluster.urls()),
-        prefix: "sluicegate:".into(),
-        timeout: TIMEOUT,
-        failure_policy: FailurePolicy::Closed,
-    };
+    let options = RedisSettings::new(RedisTarget::Cluster(cluster.urls()))
+        .prefix("sluicegate:")
+        .timeout(TIMEOUT)
+        .failure_policy(FailurePolicy::Closed);
     let mut one = start_on(options.clone()).await?;
     let mut two = start_on(options).await?;
     // Counter keys on different slots in one call: denied as a whole when one is spent.

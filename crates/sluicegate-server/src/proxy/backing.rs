@@ -22,7 +22,7 @@ impl Backing {
     /// Where `settings` says: Redis if given (not connected yet: see
     /// [`Backing::connect`]), memory otherwise.
     pub(crate) fn new(
-        settings: Option<&crate::proxy::shared::RedisSettings>,
+        settings: Option<&crate::plumbing::RedisSettings>,
         metrics: &Arc<crate::proxy::metrics::Metrics>,
     ) -> Backing {
         match settings {

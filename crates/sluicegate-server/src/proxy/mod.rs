@@ -48,6 +48,7 @@ mod table;
 mod upstream;
 mod workers;
 
+pub use crate::plumbing::RedisSettings;
 pub use backing::check_rule_file;
 pub use error::{ProxyError, RuleFileError, RuleProblem};
 pub use forward::UpstreamBody;
@@ -58,6 +59,5 @@ pub use rules::{
     RouteDef, Rules,
 };
 pub use server::{Proxy, ProxyConfig, start};
-pub use shared::RedisSettings;
 pub use table::{ProxyBody, RouteBody};
 pub use upstream::{PooledBody, UpstreamError};

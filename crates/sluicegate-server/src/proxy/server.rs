@@ -124,7 +124,7 @@ pub struct ProxyConfig {
     pub shutdown_grace: Duration,
     /// Keep the counters in Redis, shared by every proxy started with the same (none: in
     /// this proxy).
-    pub redis: Option<crate::proxy::shared::RedisSettings>,
+    pub redis: Option<crate::plumbing::RedisSettings>,
     /// After how many requests a thread serving clients offers its CPU to the other threads
     /// waiting for one (`sched_yield`), so that on cores shared with the app or the clients a
     /// busy worker does not keep its CPU for a whole scheduler slice while those that would

@@ -8,7 +8,7 @@ use clap::Args;
 use sluicegate_rules::LoadOptions;
 
 use crate::redis_args::RedisArgs;
-use crate::serve::backend::{BackendOptions, RedisOptions};
+use crate::serve::backend::BackendOptions;
 use crate::serve::clock::ServiceClock;
 use crate::serve::engine::EngineOptions;
 use crate::serve::headers::{HeaderOptions, LegacyHeaderNames};
@@ -120,15 +120,10 @@ impl ServeArgs {
 
     /// Where counters live: Redis if a server or cluster is named, memory otherwise.
     fn backend(&self) -> BackendOptions {
-        let Some(target) = self.redis.target() else {
-            return BackendOptions::Memory;
-        };
-        BackendOptions::Redis(RedisOptions {
-            target,
-            prefix: self.redis.redis_prefix.clone(),
-            timeout: self.redis.timeout(),
-            failure_policy: self.redis.failure_policy.into(),
-        })
+        match self.redis.settings() {
+            Some(settings) => BackendOptions::Redis(settings),
+            None => BackendOptions::Memory,
+        }
     }
 }
 

@@ -17,7 +17,7 @@ use sluicegate_rules::{Match, RuleSet};
 use smallvec::SmallVec;
 use tokio::time::Instant;
 
-use crate::serve::backend::{BackendOptions, RedisBackend, RedisLimits};
+use crate::serve::backend::{BackendOptions, RedisBackend, RedisLimits, redis_backend};
 use crate::serve::check::{Check, Decided, Role};
 use crate::serve::clock::ServiceClock;
 use crate::serve::decide::decide_call;
@@ -147,7 +147,7 @@ impl Engine {
             build_limiter_table(&rules, None, options.count_denied, &options.clock, &keys)?;
         let redis = match &options.backend {
             BackendOptions::Memory => None,
-            BackendOptions::Redis(redis) => Some(RedisBackend::new(redis.clone(), &metrics)),
+            BackendOptions::Redis(redis) => Some(redis_backend(redis.clone(), &metrics)),
         };
         let redis_limits = match redis {
             Some(_) => Some(build_redis_table(&rules, None)?),
@@ -182,15 +182,7 @@ impl Engine {
         let Some(redis) = &self.redis else {
             return Ok(true);
         };
-        match redis.connect().await {
-            Ok(()) => Ok(true),
-            Err(error) if error.is_backend_failure() => {
-                tracing::warn!(%error, policy = ?redis.options().failure_policy,
-                    "redis unreachable at start; serving by the failure policy until it answers");
-                Ok(false)
-            }
-            Err(error) => Err(error),
-        }
+        redis.connect().await
     }
 
     /// With Redis, retries connecting until it succeeds (the connection then reconnects by
@@ -332,7 +324,7 @@ impl Engine {
             Some(redis) => serde_json::json!({
                 "store": "redis",
                 "redis_up": redis.is_up(),
-                "failure_policy": format!("{:?}", redis.options().failure_policy).to_lowercase(),
+                "failure_policy": format!("{:?}", redis.settings().failure_policy).to_lowercase(),
                 "errors": redis.failures(),
                 "reloads": self.reloads(),
             }),
@@ -411,7 +403,7 @@ impl Engine {
         // One timeout for the whole call, however many times it asks Redis.
         let store = redis
             .store()
-            .until(Instant::now() + redis.options().timeout);
+            .until(Instant::now() + redis.settings().timeout);
         let now = self.options.clock.store_now();
         let decided =
             decide_call(&store, &checks, self.options.count_denied, &self.keys, now).await;

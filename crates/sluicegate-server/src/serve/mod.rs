@@ -27,10 +27,11 @@ mod redis_table;
 mod reload;
 mod server;
 
+pub use crate::plumbing::RedisSettings;
 pub use crate::redis_args::PolicyArg;
 pub use admin::{admin_address_allowed, admin_router};
 pub use args::ServeArgs;
-pub use backend::{BackendOptions, RedisOptions, RedisTarget};
+pub use backend::{BackendOptions, RedisTarget};
 pub use clock::ServiceClock;
 pub use engine::{Engine, EngineOptions, LoadedRules};
 pub use engine_error::EngineError;

@@ -13,7 +13,7 @@ use sluicegate::{ManualClock, Micros};
 use sluicegate_redis::FailurePolicy;
 use sluicegate_redis::testing::RedisServer;
 use sluicegate_server::serve::{
-    BackendOptions, EngineOptions, RedisOptions, RedisTarget, RunningServer, ServerConfig,
+    BackendOptions, EngineOptions, RedisSettings, RedisTarget, RunningServer, ServerConfig,
     ServiceClock, start,
 };
 use tonic::transport::Channel;
@@ -225,12 +225,12 @@ pub async fn in_memory_and_on_redis(
     let memory = Service::start(rules, EngineOptions::default()).await?;
     let redis = RedisServer::start()?;
     let on_redis = EngineOptions {
-        backend: BackendOptions::Redis(RedisOptions {
-            target: RedisTarget::Single(redis.url()),
-            prefix: "sluicegate:".into(),
-            timeout: Duration::from_secs(5),
-            failure_policy: FailurePolicy::Closed,
-        }),
+        backend: BackendOptions::Redis(
+            RedisSettings::new(RedisTarget::Single(redis.url()))
+                .prefix("sluicegate:")
+                .timeout(Duration::from_secs(5))
+                .failure_policy(FailurePolicy::Closed),
+        ),
         ..EngineOptions::default()
     };
     let shared = Service::start(rules, on_redis).await?;
