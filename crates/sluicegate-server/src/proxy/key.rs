@@ -61,33 +61,6 @@ pub(crate) struct LimitKey {
     pub(crate) on_missing: OnMissingKey,
 }
 
-/// Which header `client_ip` reads.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum ClientIpSource {
-    XForwardedFor,
-    Forwarded,
-    XRealIp,
-}
-
-impl ClientIpSource {
-    pub(crate) fn parse(text: &str) -> Option<ClientIpSource> {
-        match text.to_ascii_lowercase().as_str() {
-            "x-forwarded-for" => Some(ClientIpSource::XForwardedFor),
-            "forwarded" => Some(ClientIpSource::Forwarded),
-            "x-real-ip" => Some(ClientIpSource::XRealIp),
-            _ => None,
-        }
-    }
-
-    pub(crate) fn extractor(self) -> ClientIp {
-        match self {
-            ClientIpSource::XForwardedFor => ClientIp::x_forwarded_for(),
-            ClientIpSource::Forwarded => ClientIp::forwarded(),
-            ClientIpSource::XRealIp => ClientIp::x_real_ip(),
-        }
-    }
-}
-
 /// A limit's key as bytes: the parts one after the other, each ended by a separator byte a
 /// header value cannot hold, so `("a", "bc")` and `("ab", "c")` differ.
 pub type KeyBytes = SmallVec<[u8; 24]>;

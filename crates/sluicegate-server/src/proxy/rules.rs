@@ -12,9 +12,9 @@ use sluicegate_rules::Position;
 use sluicegate_rules::yaml::{self, Node, Scalar, Value};
 
 use crate::proxy::error::{RuleFileError, RuleProblem};
-use crate::proxy::key::{ClientIpSource, KeyPart, OnMissingKey};
-use sluicegate_http::rate_limit::key::ClientIp;
+use crate::proxy::key::{KeyPart, OnMissingKey};
 use sluicegate_http::rate_limit::key::normal::normal_path;
+use sluicegate_http::rate_limit::key::{ClientIp, ForwardingHeader};
 
 mod adaptive;
 
@@ -393,22 +393,16 @@ impl Reader {
 
     fn client_ip(&mut self, node: &Node) -> Option<ClientIp> {
         let entries = self.entries(node, "`client_ip`", &["header", "trusted_proxies"])?;
-        let mut source = ClientIpSource::XForwardedFor;
+        let mut source = ForwardingHeader::XForwardedFor;
         let mut trusted: Vec<String> = Vec::new();
         let mut at = node.pos;
         for (name, value) in entries {
             match name {
                 "header" => {
                     let text = self.string(value, "`client_ip.header`")?;
-                    match ClientIpSource::parse(&text) {
-                        Some(s) => source = s,
-                        None => self.fail(
-                            value.pos,
-                            format!(
-                                "`client_ip.header` is `{text}`: one of x-forwarded-for, \
-                                 forwarded, x-real-ip"
-                            ),
-                        ),
+                    match text.parse::<ForwardingHeader>() {
+                        Ok(header) => source = header,
+                        Err(error) => self.fail(value.pos, format!("`client_ip.header`: {error}")),
                     }
                 }
                 "trusted_proxies" => {
@@ -435,7 +429,7 @@ impl Reader {
                 _ => {}
             }
         }
-        match source.extractor().trusted_proxies(&trusted) {
+        match ClientIp::new(source).trusted_proxies(&trusted) {
             Ok(c) => Some(c),
             Err(error) => {
                 self.fail(at, error.to_string());
@@ -886,6 +880,12 @@ mod tests {
         assert!(
             problems("backend: disk\nroutes: [{prefix: /}]")
                 .contains("r.yaml:1:10: unknown backend `disk` (known: memory, redis)")
+        );
+        assert!(
+            problems("client_ip: { header: x-client }\nroutes: [{prefix: /}]").contains(
+                "r.yaml:1:22: `client_ip.header`: `x-client` is not a forwarding header: one of \
+                 x-forwarded-for, forwarded, x-real-ip"
+            )
         );
     }
 }

@@ -22,7 +22,7 @@ use std::hash::Hash;
 
 use crate::rate_limit::error::KeyError;
 
-pub use client::{ClientIp, ForwardingHeader};
+pub use client::{ClientIp, ForwardingHeader, UnknownForwardingHeader};
 pub use head::RequestHead;
 pub use peer::PeerIp;
 pub use request::{FromFn, Global, Header, Host, Method, Path, Route, RouteKey, from_fn};

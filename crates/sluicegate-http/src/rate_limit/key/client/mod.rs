@@ -27,6 +27,25 @@ pub enum ForwardingHeader {
     XRealIp,
 }
 
+/// The name of a header [`ForwardingHeader`] does not know.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("`{0}` is not a forwarding header: one of x-forwarded-for, forwarded, x-real-ip")]
+pub struct UnknownForwardingHeader(pub String);
+
+impl std::str::FromStr for ForwardingHeader {
+    type Err = UnknownForwardingHeader;
+
+    /// The header named `text` (`x-forwarded-for`, `forwarded`, `x-real-ip`), in any case.
+    fn from_str(text: &str) -> Result<ForwardingHeader, UnknownForwardingHeader> {
+        match text.to_ascii_lowercase().as_str() {
+            "x-forwarded-for" => Ok(ForwardingHeader::XForwardedFor),
+            "forwarded" => Ok(ForwardingHeader::Forwarded),
+            "x-real-ip" => Ok(ForwardingHeader::XRealIp),
+            _ => Err(UnknownForwardingHeader(text.to_owned())),
+        }
+    }
+}
+
 impl ForwardingHeader {
     /// The header's name.
     pub fn name(&self) -> HeaderName {
