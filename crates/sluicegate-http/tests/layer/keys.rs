@@ -353,3 +353,34 @@ async fn closure_keys() {
         (401, "rate limit key: no tenant given\n")
     );
 }
+
+/// A request body that carries the address of the client that sent it.
+struct BodyWithPeer(std::net::IpAddr);
+
+#[tokio::test]
+async fn a_peer_carried_in_the_body_is_read_from_there() {
+    use tower::{Layer, Service, ServiceExt};
+
+    let layer = RateLimitLayer::builder(PeerIp)
+        .clock(ManualClock::new(0))
+        .limit("fixed-window:limit=1,window=1h")
+        .peer_from_body(|body: &BodyWithPeer| body.0)
+        .build()
+        .expect("layer");
+    let inner = tower::service_fn(|_request: http::Request<BodyWithPeer>| async {
+        Ok::<_, std::convert::Infallible>(http::Response::new(String::new()))
+    });
+    let mut service = layer.layer(inner);
+    let mut status_from = async |peer: &str| {
+        let body = BodyWithPeer(peer.parse().expect("an address"));
+        let request = http::Request::new(body);
+        let ready = service.ready().await.expect("ready");
+        ready.call(request).await.expect("an answer").status()
+    };
+    assert_eq!(status_from("192.0.2.1").await, StatusCode::OK);
+    assert_eq!(
+        status_from("192.0.2.1").await,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    assert_eq!(status_from("192.0.2.2").await, StatusCode::OK);
+}
