@@ -185,7 +185,7 @@ fn bad_flags_name_the_problem() -> TestResult {
             vec!["--adaptive", "aimd:min=5,max=4"],
             "min (5) must not exceed max (4)",
         ),
-        (vec!["--adaptive", "aimd:max=10"], "defaults: min 20"),
+        (vec!["--adaptive", "aimd:max=10"], "defaults: min 1"),
         (vec!["--adaptive", "aimd:backoff=2"], "bad backoff `2`"),
         (vec!["--adaptive", "vegas:alpha=x"], "bad alpha `x`"),
         (
@@ -193,8 +193,30 @@ fn bad_flags_name_the_problem() -> TestResult {
             "unknown parameter `speed` for vegas",
         ),
         (
-            vec!["--adaptive", "percentile"],
-            "missing parameter `target`",
+            vec!["--adaptive", "percentile:target=1s,multiple=3"],
+            "a fixed `target` or a relative `multiple`, not both",
+        ),
+        (
+            vec!["--adaptive", "aimd", "--limits", "min=0"],
+            "bad min `0`",
+        ),
+        (
+            vec![
+                "--adaptive",
+                "aimd",
+                "--client",
+                "poisson:rate=1/s,duration=1s@soon",
+            ],
+            "bad start `soon`",
+        ),
+        (
+            vec![
+                "--adaptive",
+                "aimd",
+                "--server",
+                "mmc:workers=1,service=1ms,fail=2",
+            ],
+            "bad fail `2`",
         ),
         (
             vec!["--adaptive", "percentile:target=50ms,p=2"],

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use clap::Args;
 use sluicegate::{AlgorithmSpec, AnyAlgorithm, Micros, micros_ceil, parse_duration};
 
-use crate::simulate::adaptive::{ControllerSpec, ServerSpec};
+use crate::simulate::adaptive::{ControllerSpec, LimitsSpec, Load, ServerSpec};
 use crate::simulate::traffic::TrafficSpec;
 
 /// Runs limiters over a trace and prints each decision as a JSON line; or, with `--adaptive`,
@@ -55,7 +55,10 @@ pub struct SimulateArgs {
 
     /// With --adaptive: the simulated server, `mmc:workers=W,service=MEAN[,change=T:W2,...]`:
     /// W workers, exponential service times of mean MEAN (e.g. 20ms), one FIFO queue; each
-    /// change sets the workers to W2 at T (e.g. change=60s:5).
+    /// change sets the workers to W2 at T (e.g. change=60s:5). Also `cv=X` (lognormal service
+    /// times with that coefficient of variation), `queue=N` (at most N wait; more are
+    /// rejected after `reject=DUR`, default 1ms), `fail=P` (each answer an error with
+    /// probability P).
     #[arg(
         long,
         value_name = "SERVER",
@@ -64,6 +67,39 @@ pub struct SimulateArgs {
         conflicts_with_all = ["limiters", "trace"]
     )]
     pub(crate) server: Option<ServerSpec>,
+
+    /// With --adaptive: more arrivals on the first client, `GEN@START` (e.g.
+    /// `poisson:rate=1000/s,duration=10s@60s`, a spike at 60 s); repeatable.
+    #[arg(
+        long,
+        value_name = "GEN@START",
+        value_parser = parse_extra,
+        requires = "adaptive",
+        conflicts_with_all = ["limiters", "trace"]
+    )]
+    pub(crate) extra_traffic: Vec<(TrafficSpec, Micros)>,
+
+    /// With --adaptive: another client, `GEN[@START]`, with a limit of its own (the same
+    /// controller) in front of the same server; repeatable.
+    #[arg(
+        long,
+        value_name = "GEN[@START]",
+        value_parser = parse_extra,
+        requires = "adaptive",
+        conflicts_with_all = ["limiters", "trace"]
+    )]
+    pub(crate) client: Vec<(TrafficSpec, Micros)>,
+
+    /// With --adaptive: `min=N,initial=N,max=N` (any of them), the bounds of every adaptive
+    /// controller that does not set its own.
+    #[arg(
+        long,
+        value_name = "BOUNDS",
+        value_parser = LimitsSpec::parse,
+        requires = "adaptive",
+        conflicts_with_all = ["limiters", "trace"]
+    )]
+    pub(crate) limits: Option<LimitsSpec>,
 
     /// With --adaptive: how long a client waits for its answer (default 1s); one answered
     /// later is not goodput, and the limit hears of it as a timeout.
@@ -86,6 +122,41 @@ pub struct SimulateArgs {
     /// own randomness): the same seed gives the same output.
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub(crate) seed: u64,
+}
+
+impl SimulateArgs {
+    /// `--extra-traffic` and `--client` as the adaptive scenario's loads.
+    pub(crate) fn loads(&self) -> Vec<Load> {
+        let extra = self.extra_traffic.iter().map(|(traffic, start)| Load {
+            client: 0,
+            traffic: traffic.clone(),
+            start: *start,
+        });
+        let clients = self
+            .client
+            .iter()
+            .enumerate()
+            .map(|(index, (traffic, start))| Load {
+                client: index + 1,
+                traffic: traffic.clone(),
+                start: *start,
+            });
+        extra.chain(clients).collect()
+    }
+}
+
+/// `GEN[@START]`: a traffic generator and when it begins (default 0).
+pub(crate) fn parse_extra(text: &str) -> Result<(TrafficSpec, Micros), String> {
+    let (generator, start) = match text.rsplit_once('@') {
+        Some((generator, start)) => {
+            let start = parse_duration(start.trim())
+                .map(micros_ceil)
+                .map_err(|e| format!("bad start `{}`: {e}", start.trim()))?;
+            (generator, start)
+        }
+        None => (text, 0),
+    };
+    Ok((TrafficSpec::parse(generator)?, start))
 }
 
 /// How long a simulated client waits when `--client-timeout` is not given.
@@ -119,7 +190,10 @@ or {\"t\":...,\"error\":\"...\"} for an event the limiter cannot take; the run g
             window=DUR]
   envoy-gradient[:min=N,max=N,initial=N,pinned=N,percentile=F,buffer=F,requests=N,jitter=F,
                  interval=DUR,update=DUR]
-  percentile:target=DUR[,p=F,window=DUR,min_samples=N,min=N,max=N,initial=N]
+  percentile[:target=DUR|multiple=F,p=F,window=DUR,min_samples=N,min=N,max=N,initial=N]
+  (aimd, gradient2, envoy-gradient and percentile also take backoff=F, gradient2
+   short_window=N and long_rise=F; percentile without a target holds twice the lowest
+   window latency it has seen)
   fixed:limit=N
   none
 window=DUR on aimd, vegas and gradient2 feeds them one sample per window (the average

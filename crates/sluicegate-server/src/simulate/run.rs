@@ -51,8 +51,10 @@ fn run_adaptive(args: &SimulateArgs) -> anyhow::Result<()> {
     let scenario = adaptive::Scenario {
         server: server.clone(),
         traffic: traffic.clone(),
+        loads: args.loads(),
         client_timeout: args.client_timeout.unwrap_or(DEFAULT_CLIENT_TIMEOUT),
         seed: args.seed,
+        limits: args.limits,
     };
     adaptive::run(&args.adaptive, &scenario, args.plot.as_deref())
 }

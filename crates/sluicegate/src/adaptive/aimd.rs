@@ -22,11 +22,13 @@ use crate::error::ConfigError;
 /// in-flight count, and a request that got no answer has no latency to read.
 ///
 /// Defaults, and why:
-/// - limits 1 / 20 / 1000 (min / initial / max). Netflix's are 20 / 20 / 200, but a floor of
-///   20 cannot protect a service that holds fewer than 20 requests at once (it keeps a
-///   standing queue there for good), and a ceiling of 200 caps one that holds more. From any
-///   limit AIMD climbs back by one per busy answer, so a floor of 1 costs nothing but the
-///   climb. 20 to start is Netflix's: small enough for most services, and reached at once.
+/// - limits 1 / 20 / 200 (min / initial / max). Netflix's floor is 20, but a floor of 20
+///   cannot protect a service that holds fewer than 20 requests at once (it keeps a standing
+///   queue there for good); from any limit AIMD climbs back by one per busy answer, so a
+///   floor of 1 costs nothing but the climb. The ceiling is Netflix's 200: AIMD sees no
+///   latency below its `timeout`, so the ceiling is what keeps its queue short of callers'
+///   timeouts (at 1000 it grows until they time out, and wastes half the capacity on answers
+///   nobody waits for). 20 to start is Netflix's.
 /// - `backoff_ratio` 0.9 (Netflix's): a random failure costs a tenth of the limit.
 /// - `timeout` 5 s (Netflix's): AIMD is loss-based and sees no latency below it. Set it to
 ///   the latency your callers wait for, or AIMD keeps the queue as long as their timeout
@@ -59,7 +61,7 @@ pub struct AimdBuilder {
     timeout: Duration,
 }
 
-const DEFAULT_BOUNDS: LimitBounds = LimitBounds::known(1, 20, 1000);
+const DEFAULT_BOUNDS: LimitBounds = LimitBounds::known(1, 20, 200);
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
 
 impl AimdBuilder {
@@ -180,7 +182,7 @@ mod tests {
     fn defaults() {
         let mut aimd = Aimd::default();
         assert_eq!(aimd.limit(), 20);
-        assert_eq!(aimd.bounds(), LimitBounds::known(1, 20, 1000));
+        assert_eq!(aimd.bounds(), LimitBounds::known(1, 20, 200));
         assert_eq!(aimd.on_sample(0, Sample::dropped(0, 1, 20)), 18);
         assert_eq!(aimd.on_sample(0, Sample::ok(0, 1, 9)), 19);
         // Netflix's default timeout is 5 s.

@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use crate::adaptive::reservoir::{Reservoir, SeededRng};
 use crate::adaptive::sample::{
-    Controller, DEFAULT_BACKOFF, LimitBounds, LossGate, Sample, check_backoff, check_fraction,
-    check_order, limit_setters, positive_micros,
+    Controller, DEFAULT_BACKOFF, LimitBounds, LossGate, Outcome, Sample, check_backoff,
+    check_fraction, check_order, limit_setters, positive_micros,
 };
 use crate::clock::{Micros, micros_ceil};
 use crate::error::ConfigError;
@@ -29,9 +29,10 @@ use crate::error::ConfigError;
 /// instead of the pin: nothing has been admitted yet, so the first requests see the service
 /// as unloaded as the initial limit lets them, and pinning lower would only turn traffic away
 /// for as long as `min_rtt_request_count` answers take at the pin (seconds, on a slow
-/// service). A first `min_rtt` inflated by a queue is corrected by the next rule: a window
-/// whose summary is below `min_rtt` lowers it to that summary (the ideal latency is never
-/// above a latency the service was seen to keep).
+/// service). A first `min_rtt` inflated by a queue is corrected by the next rule: a window of
+/// at least `min_rtt_request_count` answers whose summary is below `min_rtt` lowers it to
+/// that summary (the ideal latency is never above a latency the service was seen to keep;
+/// smaller windows wander, and the lowest of their wanderings would ratchet it down).
 ///
 /// **Limit.** Outside a measurement, the answered latencies of each `update_interval` are
 /// summarized by their `percentile` (`sample_rtt`), and with
@@ -42,10 +43,13 @@ use crate::error::ConfigError;
 /// window saw no loss (Envoy grows it regardless, to its maximum whenever the load is below
 /// the service's capacity); it shrinks whenever latency says so.
 ///
-/// **Losses.** A dropped or timed-out request is overload, whatever its latency: it cuts the
-/// limit (or the limit to restore, during a measurement) by `backoff_ratio` at once, at most
-/// once per round trip (a loss of a request that started before the latest cut does not cut
-/// again), and its latency is never recorded.
+/// **Losses.** A dropped request (a rejection, however fast) is overload: it cuts the limit
+/// (or the limit to restore, during a measurement) by `backoff_ratio` at once, whatever the
+/// in-flight count, at most once per round trip (a loss of a request that started before the
+/// latest cut does not cut again), and its latency is never recorded. A timeout counts
+/// through its latency, as in Envoy: it is at least the caller's timeout, a lower bound of
+/// the service's, so it never flatters the service, and on a long-tailed service some
+/// answers time out at any load (backing off on each would starve it).
 ///
 /// A measurement that hears `min_rtt_request_count` losses before as many answers ends
 /// without a new minRTT (a failing service gives nothing to measure, and a limit held at the
@@ -347,11 +351,18 @@ impl EnvoyGradient {
         self.window_end = now.saturating_add(self.update_interval);
         let used = 2 * u64::from(std::mem::take(&mut self.max_in_flight)) >= u64::from(self.limit);
         let loss = std::mem::take(&mut self.window_loss);
+        let seen = self.samples.seen();
         let Some(sample_rtt) = self.samples.percentile(self.percentile) else {
             return;
         };
         self.samples.clear();
-        let min_rtt = self.min_rtt.map_or(sample_rtt, |m| m.min(sample_rtt));
+        // Only a window of as many answers as a measurement trusts: the percentile of a few
+        // wanders, and the lowest of such wanderings would ratchet minRTT down.
+        let min_rtt = match self.min_rtt {
+            Some(min_rtt) if seen < self.request_count => min_rtt,
+            Some(min_rtt) => min_rtt.min(sample_rtt),
+            None => sample_rtt,
+        };
         self.min_rtt = Some(min_rtt);
         let buffered = min_rtt as f64 * (1.0 + self.buffer);
         let gradient = (buffered / sample_rtt as f64).clamp(0.5, 2.0);
@@ -400,7 +411,7 @@ impl Controller for EnvoyGradient {
             }
         }
         self.max_in_flight = self.max_in_flight.max(sample.in_flight);
-        if sample.outcome.is_loss() {
+        if sample.outcome == Outcome::Dropped {
             if self.losses.cuts(now, &sample) {
                 self.cut();
             }
@@ -486,8 +497,11 @@ mod tests {
         );
         // 125 / 125 = 1 would grow it to 7 + 2.65 -> 9, but the window saw a loss.
         assert_eq!(g.on_sample(505 * MS, ok(505 * MS, 80)), 7);
-        // A window's median under minRTT lowers it: min_rtt = 80, gradient 100 / 80 = 1.25:
-        // 8.75 + 2.96 -> 11.
+        for _ in 0..4 {
+            g.on_sample(550 * MS, ok(550 * MS, 80));
+        }
+        // A window of 5 answers (as many as a measurement trusts) whose median is under
+        // minRTT lowers it: min_rtt = 80, gradient 100 / 80 = 1.25: 8.75 + 2.96 -> 11.
         assert_eq!(g.on_sample(605 * MS, ok(605 * MS, 125)), 11);
         assert_eq!(g.min_rtt(), Some(80));
 

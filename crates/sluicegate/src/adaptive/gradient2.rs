@@ -2,8 +2,8 @@
 //! their ratio when the short term runs slower.
 
 use crate::adaptive::sample::{
-    Controller, DEFAULT_BACKOFF, LimitBounds, LossGate, Sample, check_backoff, check_fraction,
-    limit_setters, whole,
+    Controller, DEFAULT_BACKOFF, LimitBounds, LossGate, Outcome, Sample, check_backoff,
+    check_fraction, limit_setters, whole,
 };
 use crate::clock::Micros;
 use crate::error::ConfigError;
@@ -33,40 +33,62 @@ impl QueueHeadroom {
 }
 
 /// Delay-based Gradient2, after Netflix concurrency-limits' `Gradient2Limit`, made to hold
-/// up on noisy latencies, after a capacity drop and against a service that rejects quickly.
+/// up on noisy latencies and against a service that rejects quickly.
 ///
-/// It keeps two averages of the answered latencies: `short`, an exponential average over the
-/// last `short_window` answers (Netflix compares a single answer, which on a service with
-/// noisy latency shrinks the limit on every slow one, until it settles at a low number
-/// whatever the demand), and `long`, over `long_window` answers (the mean of the first 10,
-/// then exponential). `long` follows a lower latency at once but a higher one only
-/// `long_rise` times more slowly: a queue that stands for long does not become the new
-/// normal (Netflix's average drifts up to meet it within `long_window` answers, and the queue
-/// then stays), yet a service that has really slowed is accepted in the end. On every
-/// answered sample:
-/// 1. if `long / short > 2` (latency recovered after a long overload), `long` is cut by 5%
-///    for the next samples, so the average does not hold the limit down while it catches up;
-/// 2. if fewer than half the limit were in flight (`in_flight < limit / 2`) the limit stays:
+/// It keeps two averages of the latencies answered (or timed out): `short`, an exponential
+/// average over the last `short_window` of them, and `long`, over `long_window` (each the
+/// plain mean of its first samples, up to 10, then exponential). Netflix compares a single
+/// answer with `long`: on a service with noisy latency every slow answer then shrinks the
+/// limit, and it settles at a low number whatever the demand. Once `short` has been over
+/// `rtt_tolerance` times `long` for more than `short_window` answers in a row (a standing
+/// queue), `long` learns `long_rise` times more slowly, so the queue is not taken as the new
+/// normal as quickly; at `min_limit` it learns at its usual pace (no queue of ours is to
+/// blame there: the service itself is slower). On every such sample:
+/// 1. if fewer than half the limit were in flight (`in_flight < limit / 2`) the limit stays:
 ///    the application does not use it, so its latency says nothing about it;
-/// 3. `gradient = clamp(rtt_tolerance * long / short, 0.5, 1)`: 1 while the service is no
+/// 2. `gradient = clamp(rtt_tolerance * long / short, 0.5, 1)`: 1 while the service is no
 ///    slower than its average allows, down to 0.5;
-/// 4. `new = limit * gradient`, plus `headroom(limit)` when `gradient` is 1 (while latency
-///    holds; with a queue the headroom would keep a floor under the limit, `4 / (1 - g)` at
-///    a gradient `g`, that a service of fewer workers can never drain), then smoothed,
-///    `limit = (1 - smoothing) * limit + smoothing * new`, and kept within bounds.
+/// 3. `new = limit * gradient + headroom(limit)`, then smoothed per round trip,
+///    `limit += smoothing * share * (new - limit)`, and kept within bounds, where `share` is
+///    the time since the previous answer over `short`, within `[1 / limit, 1]`: a round
+///    trip of answers moves the limit by about `smoothing` of the way, whatever their rate
+///    (and a windowed summary, a round trip or more after the previous one, by all of it).
+///    Netflix moves it by `smoothing` of the way on every answer: at 500 answers a second
+///    the headroom alone then adds hundreds a second, and the limit swings between its
+///    bounds faster than the queue can follow.
 ///
-/// A dropped or timed-out request is overload whatever its latency (a rejection that comes
-/// back in a millisecond looks fast): it multiplies the limit by `backoff_ratio`, whatever
-/// the in-flight count, at most once per round trip (a loss of a request that started before
-/// the latest cut does not cut again), and its latency enters neither average.
+/// Netflix also cuts `long` by 5% whenever it is over twice `short`; on a long-tailed
+/// service that holds for most answers (the median is far below the mean), and the cuts
+/// ratchet `long` down until the limit collapses, so there is no such cut here.
+///
+/// A dropped request is overload whatever its latency (a rejection that comes back in a
+/// millisecond looks fast): it multiplies the limit by `backoff_ratio`, whatever the
+/// in-flight count, at most once per round trip (a loss of a request that started before the
+/// latest cut does not cut again), and its latency enters neither average. A timeout counts
+/// through its latency, as in Netflix's rule (at least the caller's timeout, a lower bound of
+/// the service's, never flattering), unless more than 5% of the last 100 or so answers timed
+/// out: then it is overload too, as a drop, and the limit does not grow while that lasts.
+/// A long-tailed service times out a few answers in
+/// a thousand at any load, which a back-off on each would take for overload; a queue that
+/// outlasts its callers times out most of them, and its latency, the same for every answer,
+/// shows no gradient at all.
+///
+/// Where it falls short: `long` follows the latency at its operating point, so it keeps the
+/// queue that it finds normal. After the service loses most of its capacity (from 10
+/// workers to one) the limit comes down at once, but then drifts back up as `long` learns
+/// the longer latency, and p99 stays several times the unloaded one.
+/// [`Percentile`](crate::adaptive::Percentile) holds a target tied to the service's own
+/// latency and drains such a queue.
 ///
 /// Defaults, and why: limits 1 / 20 / 1000 (Netflix's 20 / 20 / 200 put a floor under the
 /// limit that a service of fewer than 20 workers cannot drain, and a ceiling on one of
 /// more); `smoothing` 0.2, `rtt_tolerance` 1.5 and `long_window` 600 (Netflix's);
 /// `short_window` 10 (averages out a single slow answer, yet follows a queue within a few
 /// round trips); `long_rise` 10; `backoff_ratio` 0.9 (AIMD's). The headroom defaults to
-/// [`QueueHeadroom::SquareRoot`] at least 4, as Gradient2's documentation describes it (the
-/// same as a fixed 4, the builder's default in Netflix's current code, up to a limit of 24).
+/// [`QueueHeadroom::SquareRoot`] at least 1: Gradient2's documentation says at least 4, but
+/// the headroom puts a floor under the limit, `h / (1 - g)` at a gradient `g` (8 at the
+/// steepest, with 4), that a service of fewer workers can never drain; with 1 the floor is
+/// 4 at a limit of 4 and below.
 #[derive(Debug, Clone)]
 pub struct Gradient2 {
     bounds: LimitBounds,
@@ -74,6 +96,14 @@ pub struct Gradient2 {
     tolerance: f64,
     headroom: QueueHeadroom,
     backoff: f64,
+    long_rise: f64,
+    short_window: u32,
+    /// When the latest answer came.
+    last_answer: Option<Micros>,
+    /// The share of recent answers that timed out (an exponential average).
+    timeouts: f64,
+    /// Answers in a row with `short` over tolerance.
+    queued_for: u32,
     short_rtt: ExpAverage,
     long_rtt: ExpAverage,
     estimate: f64,
@@ -96,6 +126,12 @@ pub struct Gradient2Builder {
 }
 
 const DEFAULT_BOUNDS: LimitBounds = LimitBounds::known(1, 20, 1000);
+
+/// The answers over which the share of timeouts is averaged.
+const TIMEOUT_WINDOW: f64 = 100.0;
+/// The share of timeouts past which a timeout is overload: a long tail alone times out a few
+/// answers in a thousand at any load; a queue that outlasts callers times out most.
+const TIMEOUT_SHARE: f64 = 0.05;
 
 impl Gradient2Builder {
     limit_setters!();
@@ -132,8 +168,8 @@ impl Gradient2Builder {
         self
     }
 
-    /// How many times more slowly the long-term average follows a higher latency than a
-    /// lower one (at least 1; 1 is Netflix's plain average).
+    /// How many times more slowly the long-term average learns during a standing queue
+    /// (at least 1; 1 is Netflix's plain average).
     pub fn long_rise(mut self, factor: f64) -> Self {
         self.long_rise = factor;
         self
@@ -184,8 +220,13 @@ impl Gradient2Builder {
             tolerance: self.tolerance,
             headroom: self.headroom,
             backoff: self.backoff,
-            short_rtt: ExpAverage::new(self.short_window, 1.0),
-            long_rtt: ExpAverage::new(self.long_window, self.long_rise),
+            long_rise: self.long_rise,
+            short_window: self.short_window,
+            last_answer: None,
+            timeouts: 0.0,
+            queued_for: 0,
+            short_rtt: ExpAverage::new(self.short_window),
+            long_rtt: ExpAverage::new(self.long_window),
             estimate: f64::from(bounds.initial()),
             losses: LossGate::default(),
         }
@@ -201,7 +242,7 @@ impl Gradient2 {
             max: DEFAULT_BOUNDS.max(),
             smoothing: 0.2,
             tolerance: 1.5,
-            headroom: QueueHeadroom::SquareRoot { at_least: 4 },
+            headroom: QueueHeadroom::SquareRoot { at_least: 1 },
             long_window: 600,
             short_window: 10,
             long_rise: 10.0,
@@ -234,30 +275,44 @@ impl Default for Gradient2 {
 impl Controller for Gradient2 {
     fn on_sample(&mut self, now: Micros, sample: Sample) -> u32 {
         let estimate = self.estimate;
-        if sample.outcome.is_loss() {
+        let timeout = sample.outcome == Outcome::Timeout;
+        if sample.outcome != Outcome::Dropped {
+            let weight = 2.0 / (TIMEOUT_WINDOW + 1.0);
+            let seen = if timeout { 1.0 } else { 0.0 };
+            self.timeouts = self.timeouts * (1.0 - weight) + seen * weight;
+        }
+        let overload = timeout && self.timeouts > TIMEOUT_SHARE;
+        if sample.outcome == Outcome::Dropped || overload {
             if self.losses.cuts(now, &sample) {
                 self.estimate = self.bounds.clamp_f64(estimate * self.backoff);
             }
             return whole(self.estimate);
         }
         let rtt = sample.rtt_f64();
-        let short = self.short_rtt.add(rtt);
-        let long = self.long_rtt.add(rtt);
-        if long / short > 2.0 {
-            self.long_rtt.value *= 0.95;
-        }
+        let last_answer = self.last_answer.replace(now);
+        let short = self.short_rtt.add(rtt, 1.0);
+        // A standing queue is learnt `long_rise` times more slowly, so that it does not
+        // become the new normal; a single slow stretch (noise) is learnt as usual.
+        let queued = short > self.tolerance * self.long_rtt.value;
+        self.queued_for = if queued { self.queued_for + 1 } else { 0 };
+        let sustained = self.queued_for > self.short_window;
+        let slow = if sustained { self.long_rise } else { 1.0 };
+        let long = self.long_rtt.add(rtt, slow);
         if !sample.used(estimate) {
             return whole(estimate);
         }
-        // `long` as it was before the cut, as in Netflix's rule.
         let gradient = (self.tolerance * long / short).clamp(0.5, 1.0);
-        let headroom = if gradient >= 1.0 {
-            self.headroom.at(whole(estimate))
-        } else {
-            0.0
-        };
-        let next = estimate * gradient + headroom;
-        let next = estimate * (1.0 - self.smoothing) + next * self.smoothing;
+        let mut next = estimate * gradient + self.headroom.at(whole(estimate));
+        if self.timeouts > TIMEOUT_SHARE {
+            // Callers are giving up: whatever the gradient says, the limit is not too low.
+            next = next.min(estimate);
+        }
+        // Per round trip: each answer weighs the share of a round trip since the previous
+        // one, at least 1 / limit (answers that come together share one round trip).
+        let elapsed = last_answer.map_or(0, |last| now.saturating_sub(last));
+        let share = (elapsed as f64 / short).clamp(1.0 / estimate.max(1.0), 1.0);
+        let smoothing = self.smoothing * share;
+        let next = estimate * (1.0 - smoothing) + next * smoothing;
         self.estimate = self.bounds.clamp_f64(next);
         whole(self.estimate)
     }
@@ -268,9 +323,7 @@ impl Controller for Gradient2 {
 }
 
 /// Netflix's `ExpAvgMeasurement`: the plain mean of the first samples (10, or the window if
-/// shorter), then an exponential average with weight `2 / (window + 1)`, divided by `rise`
-/// for a sample above the average. A cut of `value` during the warm-up is undone by the next
-/// sample (the mean is taken from the running sum), as there.
+/// shorter), then an exponential average with weight `2 / (window + 1)` (or less, when told).
 #[derive(Debug, Clone)]
 struct ExpAverage {
     value: f64,
@@ -278,32 +331,27 @@ struct ExpAverage {
     count: u32,
     warmup: u32,
     factor: f64,
-    rise: f64,
 }
 
 impl ExpAverage {
-    fn new(window: u32, rise: f64) -> ExpAverage {
+    fn new(window: u32) -> ExpAverage {
         ExpAverage {
             value: 0.0,
             sum: 0.0,
             count: 0,
             warmup: window.min(10),
             factor: 2.0 / (f64::from(window) + 1.0),
-            rise,
         }
     }
 
-    fn add(&mut self, sample: f64) -> f64 {
+    /// Adds a sample, weighed `slow` times less than usual after the warm-up.
+    fn add(&mut self, sample: f64, slow: f64) -> f64 {
         if self.count < self.warmup {
             self.count += 1;
             self.sum += sample;
             self.value = self.sum / f64::from(self.count);
         } else {
-            let factor = if sample > self.value {
-                self.factor / self.rise
-            } else {
-                self.factor
-            };
+            let factor = self.factor / slow;
             self.value = self.value * (1.0 - factor) + sample * factor;
         }
         self.value
@@ -327,24 +375,25 @@ mod tests {
             .long_rise(1.0)
             .build()?;
         // (rtt, in flight, estimate after, long-term average after)
+        // Each answer moves the limit by smoothing / limit = 0.2 / 20 of the way to the new
+        // estimate: a round trip of 20 answers moves it by about 0.2 of the way.
         let steps: [(Micros, u32, f64, f64); 6] = [
-            // long = 100, gradient = min(1.5 * 100/100, 1) = 1, headroom max(4, sqrt 20) = 4:
-            // new = 20 + 4 = 24, smoothed 0.8 * 20 + 0.2 * 24 = 20.8.
-            (100, 20, 20.8, 100.0),
-            // 0.8 * 20.8 + 0.2 * (20.8 + 4) = 21.6.
-            (100, 20, 21.6, 100.0),
-            // long = 600 / 3 = 200, gradient = 1.5 * 200/400 = 0.75, no headroom with a
-            // queue: new = 21.6 * 0.75 = 16.2, smoothed 17.28 + 3.24 = 20.52.
-            (400, 20, 20.52, 200.0),
-            // long = 1600 / 4 = 400, gradient = 1.5 * 0.4 = 0.6:
-            // new = 20.52 * 0.6 = 12.312, smoothed 16.416 + 2.4624 = 18.8784.
-            (1000, 20, 18.8784, 400.0),
-            // long = 5600 / 5 = 1120, gradient 1.5 * 1120/4000 = 0.42, clamped to 0.5:
-            // new = 9.4392, smoothed 15.10272 + 1.88784 = 16.99056.
-            (4000, 20, 16.99056, 1120.0),
-            // 2 * 8 < 16.99: app-limited, unchanged; long = 5700 / 6 = 950, and
-            // 950 / 100 > 2 cuts it to 902.5 (undone by the next sample, still warming up).
-            (100, 8, 16.99056, 902.5),
+            // long = 100, gradient = min(1.5 * 100/100, 1) = 1, headroom sqrt 20 = 4:
+            // new = 20 + 4 = 24, 20 + 0.2 / 20 * 4 = 20.04.
+            (100, 20, 20.04, 100.0),
+            // 20.04 + 0.2 / 20.04 * 4 = 20.0799...
+            (100, 20, 20.07992015968064, 100.0),
+            // long = 600 / 3 = 200, gradient = 1.5 * 200/400 = 0.75:
+            // new = 20.0799 * 0.75 + 4 = 19.0599, a step of 0.2 / 20.0799 of -1.02.
+            (400, 20, 20.069760955542286, 200.0),
+            // long = 1600 / 4 = 400, gradient = 1.5 * 0.4 = 0.6: new = 16.04.
+            (1000, 20, 20.029621918598703, 400.0),
+            // long = 5600 / 5 = 1120, gradient 1.5 * 1120/4000 = 0.42, clamped to 0.5.
+            (4000, 20, 19.969562762377546, 1120.0),
+            // 2 * 9 < 19.97: app-limited, unchanged; long = 5700 / 6 = 950 (Netflix's rule
+            // would cut it by 5% here, as 950 / 100 > 2: on a noisy service that cut
+            // ratchets the average down until the limit collapses).
+            (100, 9, 19.969562762377546, 950.0),
         ];
         for (i, (rtt, in_flight, estimate, long)) in steps.into_iter().enumerate() {
             let limit = g.on_sample(0, Sample::ok(0, rtt, in_flight));
@@ -352,48 +401,58 @@ mod tests {
             assert_eq!(limit, estimate as u32, "step {i}");
             assert!(close(g.long_rtt(), long), "step {i}: {}", g.long_rtt());
         }
-        // Still warming up: the mean of the sum, 6700 / 7, as if there had been no cut.
+        // Still warming up: the mean of the sum, 6700 / 7.
         g.on_sample(0, Sample::ok(0, 1000, 0));
         assert!(close(g.long_rtt(), 6700.0 / 7.0));
         Ok(())
     }
 
     #[test]
-    fn averages_rise_slowly_and_fall_at_once() -> Result<(), ConfigError> {
-        // A long window of 3 weighs each new sample 2 / 4 = 0.5 once the 3 samples of its
-        // warm-up are in; a higher one 10 times less.
-        let mut g = Gradient2::builder().long_window(3).build()?;
-        for _ in 0..3 {
-            g.on_sample(0, Sample::ok(0, 100, 0));
+    fn the_long_average_learns_a_standing_queue_slowly() -> Result<(), ConfigError> {
+        // A long window of 3 weighs each new sample 2 / 4 = 0.5 once its 3 samples of
+        // warm-up are in; the short-term "average" is the latest answer. Once the short one
+        // has been over 1.5 times the long one for more answers in a row than the short
+        // window (here 1), the long one learns 10 times more slowly.
+        let mut g = Gradient2::builder()
+            .long_window(3)
+            .short_window(1)
+            .build()?;
+        let mut longs = Vec::new();
+        for rtt in [100, 100, 100, 400, 400, 400, 60] {
+            g.on_sample(0, Sample::ok(0, rtt, 0));
+            longs.push(g.long_rtt());
         }
-        assert!(close(g.long_rtt(), 100.0));
-        g.on_sample(0, Sample::ok(0, 180, 0));
-        assert!(close(g.long_rtt(), 104.0));
-        g.on_sample(0, Sample::ok(0, 60, 0));
-        assert!(close(g.long_rtt(), 82.0));
-        // The short-term average, over 10: the mean of the 5 answers so far, then
-        // exponential with weight 2 / 11.
-        assert!(close(g.short_rtt(), 540.0 / 5.0));
-        let mut netflix = Gradient2::builder().long_window(3).long_rise(1.0).build()?;
-        for rtt in [100, 100, 100, 180, 60] {
+        // 400 > 150 once: learnt (250); twice in a row: 0.05 of the gap (257.5, 264.625);
+        // 60 is no queue: learnt at the full weight.
+        let expected = [100.0, 100.0, 100.0, 250.0, 257.5, 264.625, 162.3125];
+        for (long, expected) in longs.iter().zip(expected) {
+            assert!(close(*long, expected), "{longs:?}");
+        }
+        let mut netflix = Gradient2::builder()
+            .long_window(3)
+            .short_window(1)
+            .long_rise(1.0)
+            .build()?;
+        for rtt in [100, 100, 100, 400, 400, 400, 60] {
             netflix.on_sample(0, Sample::ok(0, rtt, 0));
         }
-        assert!(close(netflix.long_rtt(), 100.0));
+        assert!(close(netflix.long_rtt(), 211.25));
         Ok(())
     }
 
     #[test]
     fn a_noisy_answer_does_not_shrink_the_limit() -> Result<(), ConfigError> {
         // One answer 5 times the usual among steady ones, with the limit in use: Netflix's
-        // rule (the latest answer alone) halves its estimate on it; over 10 answers the
-        // short-term average moves by 2/11 of the outlier and the limit keeps growing.
-        let run = |short_window| -> Result<u32, ConfigError> {
+        // rule (the latest answer alone) takes the steepest gradient, 0.5, on it; over 10
+        // answers the short-term average moves by 2/11 of the outlier, and the estimate
+        // loses less.
+        let run = |short_window| -> Result<f64, ConfigError> {
             let mut g = Gradient2::builder().short_window(short_window).build()?;
             for i in 0..40 {
                 let rtt = if i == 30 { 5_000 } else { 1_000 };
                 g.on_sample(0, Sample::ok(0, rtt, 1_000));
             }
-            Ok(g.limit())
+            Ok(g.estimate)
         };
         let (averaged, single) = (run(10)?, run(1)?);
         assert!(averaged > single, "{averaged} vs {single}");
@@ -401,7 +460,7 @@ mod tests {
     }
 
     #[test]
-    fn losses_back_off_once_per_round_trip_whatever_their_latency() -> Result<(), ConfigError> {
+    fn drops_back_off_once_per_round_trip_whatever_their_latency() -> Result<(), ConfigError> {
         let mut g = Gradient2::default();
         // A fast rejection with nothing in flight: 20 * 0.9 = 18.
         assert_eq!(g.on_sample(10, Sample::dropped(0, 1, 0)), 18);
@@ -409,29 +468,38 @@ mod tests {
         assert_eq!(g.on_sample(20, Sample::dropped(5, 1, 0)), 18);
         // Started at the cut or after: 18 * 0.9 = 16.2.
         assert_eq!(g.on_sample(30, Sample::dropped(10, 1, 0)), 16);
-        assert_eq!(g.on_sample(40, Sample::timeout(30, 10, 0)), 14);
-        // No loss's latency is read.
+        assert_eq!(g.on_sample(40, Sample::dropped(30, 10, 20)), 14);
+        // No drop's latency is read; a timeout's is, as a latency (here app-limited).
         assert_eq!((g.long_rtt(), g.short_rtt()), (0.0, 0.0));
+        assert_eq!(g.on_sample(50, Sample::timeout(40, 10, 0)), 14);
+        assert_eq!((g.long_rtt(), g.short_rtt()), (10.0, 10.0));
         Ok(())
     }
 
     #[test]
     fn headroom_grows_with_the_square_root() -> Result<(), ConfigError> {
-        // Smoothing 1: the limit is the new estimate itself, limit * 1 + headroom.
+        // Smoothing 1: a round trip of answers moves the limit by about the whole headroom,
+        // each answer by 1 / limit of it.
         let mut g = Gradient2::builder()
             .smoothing(1.0)
             .initial_limit(100)
             .max_limit(1000)
             .build()?;
-        assert_eq!(g.on_sample(0, Sample::ok(0, 100, 100)), 110); // + sqrt(100)
-        assert_eq!(g.on_sample(0, Sample::ok(0, 100, 100)), 120); // + floor(sqrt(110))
+        g.on_sample(0, Sample::ok(0, 100, 100));
+        assert!(close(g.estimate, 100.1), "{}", g.estimate); // + sqrt(100) / 100
         let mut fixed = Gradient2::builder()
             .smoothing(1.0)
             .queue_headroom(QueueHeadroom::Fixed(4))
             .initial_limit(100)
             .max_limit(1000)
             .build()?;
-        assert_eq!(fixed.on_sample(0, Sample::ok(0, 100, 100)), 104);
+        fixed.on_sample(0, Sample::ok(0, 100, 100));
+        assert!(close(fixed.estimate, 100.04), "{}", fixed.estimate);
+        for _ in 0..99 {
+            g.on_sample(0, Sample::ok(0, 100, 100));
+        }
+        // A round trip of 100 answers: about + sqrt(100).
+        assert_eq!(g.limit(), 109);
         assert_eq!(QueueHeadroom::SquareRoot { at_least: 4 }.at(9), 4.0);
         // Never none: the limit could not grow.
         assert_eq!(QueueHeadroom::Fixed(0).at(9), 1.0);

@@ -4,8 +4,8 @@ use std::time::Duration;
 
 use crate::adaptive::reservoir::Reservoir;
 use crate::adaptive::sample::{
-    Controller, DEFAULT_BACKOFF, LimitBounds, LossGate, Sample, check_backoff, check_fraction,
-    limit_setters, positive_micros,
+    Controller, DEFAULT_BACKOFF, LimitBounds, LossGate, Outcome, Sample, check_backoff,
+    check_fraction, limit_setters, positive_micros,
 };
 use crate::clock::Micros;
 use crate::error::ConfigError;
@@ -31,15 +31,20 @@ use crate::error::ConfigError;
 ///
 /// **The target.** Either fixed ([`Percentile::builder`]), or, by default, relative
 /// ([`Percentile::relative_builder`], [`Percentile::default`]): `target_multiple` times the
-/// lowest `percentile` latency of any window read so far (the service's own latency at the
-/// lightest load it was seen under), so that it runs with no tuning. A relative target is
-/// re-based when the limit misses it at `min_limit`: no limit can meet it then, so the
-/// service itself is slower than it was, and that window's latency becomes the new lowest.
-/// Before the first window is read a relative target is met by any latency.
+/// lowest median of 5 windows in a row, each of at least `1 / (1 - percentile)` answers (100
+/// for a p99, at most 1000; fewer make a percentile run low, and a single window's
+/// percentile of a long tail wanders): the service's own latency at the lightest load it was
+/// seen under, so that it runs with no tuning. A
+/// relative target is re-based when the limit misses it at `min_limit`: no limit can meet it
+/// then, so the service itself is slower than it was, and that window's latency becomes the
+/// new lowest. Until a window has set it, a relative target is met by any latency (the limit
+/// then follows losses and demand alone).
 ///
-/// **Losses.** A dropped or timed-out request is overload whatever its latency: it cuts the
-/// limit by `backoff_ratio` at once, at most once per round trip (a loss of a request that
-/// started before the latest cut does not cut again), and its latency is not kept.
+/// **Losses.** A dropped request (a rejection, however fast) is overload: it cuts the limit
+/// by `backoff_ratio` at once, whatever the in-flight count, at most once per round trip (a
+/// loss of a request that started before the latest cut does not cut again), and its latency
+/// is not kept. A timeout counts through its latency (at least the caller's timeout, which
+/// a long tail reaches at any load).
 ///
 /// Defaults, and why: `percentile` 0.99 (the tail is what callers feel); `target_multiple` 2
 /// (a queue may double the tail the service shows unloaded, and no more: on an M/M/c service
@@ -54,6 +59,8 @@ pub struct Percentile {
     target: Target,
     /// The lowest window latency read, for a relative target.
     lowest: Option<Micros>,
+    /// The latest windows' latencies that may set `lowest` (their median does).
+    recent: [Option<Micros>; RECENT],
     backoff: f64,
     losses: LossGate,
     window: Micros,
@@ -99,6 +106,9 @@ enum TargetSpec {
 /// How many windows a window short of `min_samples` answers collects before it is read on
 /// what it has.
 const MAX_COLLECT_WINDOWS: u64 = 10;
+
+/// How many windows' latencies (each of enough answers) make one candidate for the lowest.
+const RECENT: usize = 5;
 
 /// How many times the lowest window latency a relative target allows.
 const DEFAULT_MULTIPLE: f64 = 2.0;
@@ -186,6 +196,7 @@ impl PercentileBuilder {
             percentile: self.percentile,
             target,
             lowest: None,
+            recent: [None; RECENT],
             backoff: self.backoff,
             losses: LossGate::default(),
             window,
@@ -240,8 +251,30 @@ impl Percentile {
         self.bounds
     }
 
+    /// The answers a window needs to set a relative target's baseline: enough for its
+    /// percentile to be more than the window's maximum (100 for a p99), at most 1000.
+    fn baseline_samples(&self) -> u64 {
+        let needed = (1.0 / (1.0 - self.percentile)).ceil();
+        if needed.is_finite() {
+            (needed as u64).clamp(self.min_samples, 1000)
+        } else {
+            1000
+        }
+    }
+
+    /// The median of the latest windows' latencies, once there are `RECENT` of them.
+    fn recent_median(&self) -> Option<Micros> {
+        let mut values = [0; RECENT];
+        for (value, recent) in values.iter_mut().zip(&self.recent) {
+            *value = (*recent)?;
+        }
+        values.sort_unstable();
+        Some(values[RECENT / 2])
+    }
+
     fn close_window(&mut self) {
         let max_in_flight = std::mem::take(&mut self.max_in_flight);
+        let seen = self.samples.seen();
         let latency = self.samples.percentile(self.percentile);
         self.samples.clear();
         let Some(latency) = latency else {
@@ -249,9 +282,26 @@ impl Percentile {
         };
         let limit = self.limit;
         if let Target::Relative(_) = self.target {
-            let rebase = limit == self.bounds.min() && latency > self.target();
-            if rebase || self.lowest.is_none_or(|lowest| latency < lowest) {
+            // A percentile of few answers runs low (the p99 of 10 is their maximum), so only
+            // a window with enough of them may lower the baseline.
+            let enough = seen >= self.baseline_samples();
+            // Only once everything in the window was admitted at the minimum: a queue left
+            // from a higher limit drains through the first windows at the minimum.
+            let rebase = limit == self.bounds.min()
+                && max_in_flight <= self.bounds.min()
+                && latency > self.target();
+            if enough {
+                self.recent.rotate_right(1);
+                self.recent[0] = Some(latency);
+            }
+            // The median of the latest windows, not one window: a long tail makes a single
+            // window's percentile wander, and the lowest of such wanderings runs low.
+            let median = self.recent_median();
+            if rebase {
                 self.lowest = Some(latency);
+                self.recent = [None; RECENT];
+            } else if let Some(median) = median.filter(|m| self.lowest.is_none_or(|l| *m < l)) {
+                self.lowest = Some(median);
             }
         }
         if latency > self.target() {
@@ -286,6 +336,7 @@ impl Default for Percentile {
             percentile: 0.99,
             target: Target::Relative(DEFAULT_MULTIPLE),
             lowest: None,
+            recent: [None; RECENT],
             backoff: DEFAULT_BACKOFF,
             losses: LossGate::default(),
             window: 1_000_000,
@@ -317,7 +368,7 @@ impl Controller for Percentile {
             }
         }
         self.max_in_flight = self.max_in_flight.max(sample.in_flight);
-        if sample.outcome.is_loss() {
+        if sample.outcome == Outcome::Dropped {
             if self.losses.cuts(now, &sample) {
                 self.limit = self
                     .bounds

@@ -17,9 +17,12 @@ pub enum Outcome {
 }
 
 impl Outcome {
-    /// Whether it is a loss, anything but [`Outcome::Ok`]: every controller backs off on one,
-    /// and none reads its latency (a rejection that comes back in a millisecond says nothing
-    /// about how fast the service answers).
+    /// Whether it is a loss, anything but [`Outcome::Ok`]. Every controller backs off on a
+    /// drop, whatever its latency and the in-flight count, and none reads a drop's latency (a
+    /// rejection that comes back in a millisecond says nothing about how fast the service
+    /// answers). The loss-based rules (AIMD, Vegas) back off on a timeout too; the delay-based
+    /// ones read its latency, a lower bound of the service's (a long tail times out at any
+    /// load, and a back-off on each would starve the service).
     pub fn is_loss(self) -> bool {
         !matches!(self, Outcome::Ok)
     }
@@ -44,7 +47,7 @@ impl Outcome {
 pub struct Sample {
     /// When the request got its permit (any monotonic origin, the same as `now`'s).
     pub start: Micros,
-    /// How long it held the permit (round-trip time). Read only from [`Outcome::Ok`] samples.
+    /// How long it held the permit (round-trip time). Never read from a drop.
     pub rtt: Micros,
     /// Permits in flight when it got its own, counting itself (or at its completion, counting
     /// itself: see above).

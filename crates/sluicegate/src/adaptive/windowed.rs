@@ -30,10 +30,12 @@ pub enum WindowAggregate {
 /// 125 ms, 10 samples take 1.25 s, and the limit moves then, where Netflix's wrapper throws
 /// such windows away and the limit can never move again.
 ///
-/// The summary is one sample: its [`WindowAggregate`] latency over the answered
-/// ([`Outcome::Ok`]) samples (a loss's latency is no measure of the service), its largest
-/// in-flight count, and the worst outcome in it (a timeout, else a drop, else ok), so a
-/// window with a loss backs the wrapped controller off whatever its latencies.
+/// The summary is one sample: its [`WindowAggregate`] latency over the answered and
+/// timed-out samples (a drop's latency is no measure of the service), its largest in-flight
+/// count, and an outcome: a timeout if more than one sample in 20 timed out, else a drop if
+/// any was dropped, else ok. So a window with a drop backs the wrapped controller off as one
+/// drop would; a few timeouts among many answers are a long tail, which the summary's
+/// latency already holds.
 /// Answers faster than `min_rtt_threshold` are ignored (cache hits and other answers that
 /// never reached the service); losses count however fast.
 ///
@@ -227,7 +229,7 @@ impl<C: Controller> Controller for Windowed<C> {
             start: sample.start,
             rtt: window.summary(self.aggregate),
             in_flight: window.max_in_flight,
-            outcome: window.outcome,
+            outcome: window.outcome(),
         };
         window.reset();
         self.inner.on_sample(now, summary)
@@ -241,9 +243,9 @@ impl<C: Controller> Controller for Windowed<C> {
 /// What a window has seen so far.
 #[derive(Debug, Clone)]
 struct Window {
-    /// The lowest latency answered (`None` with no answer yet).
+    /// The lowest latency answered or timed out (`None` with none yet).
     min_rtt: Option<Micros>,
-    /// The sum and count of the answered latencies.
+    /// The sum and count of those latencies.
     sum: u128,
     answered: u64,
     /// The highest latency of any sample: the summary of a window with no answer, read by no
@@ -251,7 +253,8 @@ struct Window {
     max_rtt: Micros,
     count: u64,
     max_in_flight: u32,
-    outcome: Outcome,
+    dropped: bool,
+    timeouts: u64,
     reservoir: Option<Reservoir>,
 }
 
@@ -264,7 +267,8 @@ impl Window {
             max_rtt: 0,
             count: 0,
             max_in_flight: 0,
-            outcome: Outcome::Ok,
+            dropped: false,
+            timeouts: 0,
             reservoir,
         }
     }
@@ -273,12 +277,13 @@ impl Window {
         self.count += 1;
         self.max_rtt = self.max_rtt.max(sample.rtt);
         self.max_in_flight = self.max_in_flight.max(sample.in_flight);
-        self.outcome = match (self.outcome, sample.outcome) {
-            (Outcome::Timeout, _) | (_, Outcome::Timeout) => Outcome::Timeout,
-            (Outcome::Dropped, _) | (_, Outcome::Dropped) => Outcome::Dropped,
-            _ => Outcome::Ok,
-        };
-        if sample.outcome != Outcome::Ok {
+        match sample.outcome {
+            Outcome::Dropped => self.dropped = true,
+            Outcome::Timeout => self.timeouts += 1,
+            Outcome::Ok => {}
+        }
+        // A drop's latency is no measure of the service; a timeout's is (a lower bound).
+        if sample.outcome == Outcome::Dropped {
             return;
         }
         self.min_rtt = Some(self.min_rtt.map_or(sample.rtt, |m| m.min(sample.rtt)));
@@ -286,6 +291,18 @@ impl Window {
         self.answered += 1;
         if let Some(reservoir) = &mut self.reservoir {
             reservoir.push(sample.rtt);
+        }
+    }
+
+    /// A timeout if more than one sample in 20 timed out (a few of many are a long tail,
+    /// whose latency the summary holds), else a drop if any was dropped, else ok.
+    fn outcome(&self) -> Outcome {
+        if self.timeouts * 20 > self.count {
+            Outcome::Timeout
+        } else if self.dropped {
+            Outcome::Dropped
+        } else {
+            Outcome::Ok
         }
     }
 
@@ -355,7 +372,7 @@ mod tests {
             vec![(101 * MS, Sample::dropped(41 * MS, 80 * MS / 3, 7))]
         );
         // A loss counts however fast: 90 µs is under the 100 µs threshold. It opens the next
-        // window, 150 to 250 ms.
+        // window, 150 to 250 ms, and a timeout's latency counts.
         w.on_sample(150 * MS, Sample::timeout(0, 90, 9));
         w.on_sample(160 * MS, Sample::ok(0, 50, 9)); // a fast answer: ignored
         w.on_sample(240 * MS, Sample::ok(0, 300 * MS, 1));
@@ -363,7 +380,7 @@ mod tests {
         w.on_sample(251 * MS, Sample::ok(0, 200 * MS, 1));
         assert_eq!(
             w.inner().seen[1],
-            (251 * MS, Sample::timeout(0, 250 * MS, 9))
+            (251 * MS, Sample::timeout(0, (90 + 500 * MS) / 3, 9))
         );
         Ok(())
     }

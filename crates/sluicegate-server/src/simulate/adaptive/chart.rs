@@ -333,12 +333,14 @@ mod tests {
         Second {
             t,
             limit: Some(10),
+            limits: Vec::new(),
             in_flight: 5,
             p50_ms: p99.map(|p| p / 2.0),
             p99_ms: p99,
             goodput: 100,
             rejected: 0,
             timed_out: 0,
+            errors: None,
             arrivals: 100,
         }
     }

@@ -40,7 +40,10 @@ const BOUNDS: [&str; 3] = ["min", "max", "initial"];
 
 /// Builder parameter names (as a [`ConfigError`] gives them) and the spec keys they are
 /// written as, so that an error names what the user typed.
-const SPEC_KEYS: [(&str, &str); 14] = [
+const SPEC_KEYS: [(&str, &str); 17] = [
+    ("short_window", "short_window"),
+    ("long_rise", "long_rise"),
+    ("target_multiple", "multiple"),
     ("min_window", "window"),
     ("max_window", "window"),
     ("min_limit", "min"),
@@ -71,7 +74,10 @@ impl ControllerSpec {
                 "smoothing",
                 "tolerance",
                 "long_window",
+                "short_window",
+                "long_rise",
                 "headroom",
+                "backoff",
                 "window",
             ],
             "envoy-gradient" => &[
@@ -82,8 +88,16 @@ impl ControllerSpec {
                 "jitter",
                 "interval",
                 "update",
+                "backoff",
             ],
-            "percentile" => &["target", "p", "window", "min_samples"],
+            "percentile" => &[
+                "target",
+                "multiple",
+                "p",
+                "window",
+                "min_samples",
+                "backoff",
+            ],
             _ => return Err(format!("unknown controller `{name}` (known: {NAMES})")),
         };
         let bounded = !matches!(name.as_str(), "none" | "fixed");
@@ -119,9 +133,49 @@ impl ControllerSpec {
         self.build(seed).ok().flatten()
     }
 
+    /// The lowest limit the controller may set: its `min` (a fixed limit's own; `None` for
+    /// no limit).
+    pub fn min_limit(&self) -> Option<u32> {
+        Some(match &self.kind {
+            Kind::None => return None,
+            Kind::Fixed(limit) => *limit,
+            Kind::Aimd(b) => b.clone().build().ok()?.bounds().min(),
+            Kind::Vegas(b) => b.clone().build().ok()?.bounds().min(),
+            Kind::Gradient2(b) => b.clone().build().ok()?.bounds().min(),
+            Kind::Envoy(b) => b.clone().build().ok()?.bounds().min(),
+            Kind::Percentile(b) => b.clone().build().ok()?.bounds().min(),
+        })
+    }
+
     /// Whether this spec sets no limit at all.
     pub fn is_unlimited(&self) -> bool {
         matches!(self.kind, Kind::None)
+    }
+
+    /// This spec with `limits`' bounds wherever it sets none of its own (a fixed limit and
+    /// none take no bounds: they stay as they are). Its name stays the one it was written
+    /// with.
+    pub fn with_limits(&self, limits: &LimitsSpec) -> Result<ControllerSpec, String> {
+        if matches!(self.kind, Kind::None | Kind::Fixed(_)) {
+            return Ok(self.clone());
+        }
+        let (name, params) = self.text.split_once(':').unwrap_or((&self.text, ""));
+        let mut params: Vec<String> = params
+            .split(',')
+            .filter(|p| !p.trim().is_empty())
+            .map(str::to_owned)
+            .collect();
+        for (key, value) in limits.pairs() {
+            let given = params
+                .iter()
+                .any(|p| p.split_once('=').is_some_and(|(k, _)| k.trim() == key));
+            if let (false, Some(value)) = (given, value) {
+                params.push(format!("{key}={value}"));
+            }
+        }
+        let mut spec = ControllerSpec::parse(&format!("{name}:{}", params.join(",")))?;
+        spec.text.clone_from(&self.text);
+        Ok(spec)
     }
 
     fn build(&self, seed: u64) -> Result<Option<Box<dyn Controller>>, ConfigError> {
@@ -138,7 +192,8 @@ impl ControllerSpec {
 }
 
 impl ControllerSpec {
-    /// `controller`, wrapped in fixed windows of `window=` if given.
+    /// `controller`, wrapped in fixed windows of `window=` if given (which collect for at
+    /// most ten seconds, or one window if longer, when short of samples).
     fn windowed<C: Controller + 'static>(
         &self,
         controller: C,
@@ -149,6 +204,7 @@ impl ControllerSpec {
                 Windowed::builder(controller)
                     .min_window(window)
                     .max_window(window)
+                    .max_collect(window.max(Duration::from_secs(10)))
                     .build()?,
             ),
         })
@@ -158,6 +214,63 @@ impl ControllerSpec {
 impl fmt::Display for ControllerSpec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.text)
+    }
+}
+
+/// `--limits min=N,initial=N,max=N`: bounds for every adaptive controller that does not set
+/// its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct LimitsSpec {
+    min: Option<u32>,
+    initial: Option<u32>,
+    max: Option<u32>,
+}
+
+impl LimitsSpec {
+    /// Reads `min=N,initial=N,max=N` (any of the three).
+    pub fn parse(text: &str) -> Result<LimitsSpec, String> {
+        let mut limits = LimitsSpec::default();
+        for item in text.split(',').filter(|item| !item.trim().is_empty()) {
+            let (key, value) = item
+                .split_once('=')
+                .ok_or_else(|| format!("expected key=value in `{}`", item.trim()))?;
+            let (key, value) = (key.trim(), value.trim());
+            let n = match value.parse::<u32>() {
+                Ok(n) if n > 0 => n,
+                _ => {
+                    return Err(format!(
+                        "bad {key} `{value}`: expected a whole number, at least 1"
+                    ));
+                }
+            };
+            let slot = match key {
+                "min" => &mut limits.min,
+                "initial" => &mut limits.initial,
+                "max" => &mut limits.max,
+                _ => {
+                    return Err(format!(
+                        "unknown parameter `{key}` for --limits (it takes: min, initial, max)"
+                    ));
+                }
+            };
+            if slot.replace(n).is_some() {
+                return Err(format!("parameter `{key}` given twice"));
+            }
+        }
+        Ok(limits)
+    }
+
+    /// The initial limit, if set.
+    pub fn initial(&self) -> Option<u32> {
+        self.initial
+    }
+
+    fn pairs(&self) -> [(&'static str, Option<u32>); 3] {
+        [
+            ("min", self.min),
+            ("initial", self.initial),
+            ("max", self.max),
+        ]
     }
 }
 
@@ -344,6 +457,15 @@ impl<'a> Params<'a> {
         if let Some(n) = self.count("headroom")? {
             b = b.queue_headroom(QueueHeadroom::Fixed(n));
         }
+        if let Some(n) = self.count("short_window")? {
+            b = b.short_window(n);
+        }
+        if let Some(x) = self.number("long_rise")? {
+            b = b.long_rise(x);
+        }
+        if let Some(x) = self.number("backoff")? {
+            b = b.backoff_ratio(x);
+        }
         Ok(b)
     }
 
@@ -379,22 +501,28 @@ impl<'a> Params<'a> {
         if let Some(d) = self.duration("update")? {
             b = b.update_interval(d);
         }
+        if let Some(x) = self.number("backoff")? {
+            b = b.backoff_ratio(x);
+        }
         Ok(b)
     }
 
     fn percentile(&mut self) -> Result<PercentileBuilder, String> {
-        let target = self.duration("target")?.ok_or_else(|| {
-            "missing parameter `target` for percentile (e.g. percentile:target=100ms,p=0.99)"
-                .to_owned()
-        })?;
-        // Any valid target gives the default bounds; a zero target fails when the whole spec
-        // is built, with its own error.
-        let defaults = Percentile::builder(Duration::from_secs(1))
-            .build()
-            .map(|p| p.bounds())
-            .ok();
+        let defaults = Some(Percentile::default().bounds());
+        let mut builder = Percentile::relative_builder();
+        match (self.duration("target")?, self.number("multiple")?) {
+            (Some(_), Some(_)) => {
+                return Err(
+                    "percentile takes a fixed `target` or a relative `multiple`, not both"
+                        .to_owned(),
+                );
+            }
+            (Some(target), None) => builder = builder.target(target),
+            (None, Some(multiple)) => builder = builder.target_multiple(multiple),
+            (None, None) => {}
+        }
         let mut b = self.bounds(
-            Percentile::builder(target),
+            builder,
             defaults,
             [
                 PercentileBuilder::min_limit,
@@ -410,6 +538,9 @@ impl<'a> Params<'a> {
         }
         if let Some(n) = self.count("min_samples")? {
             b = b.min_samples(n);
+        }
+        if let Some(x) = self.number("backoff")? {
+            b = b.backoff_ratio(x);
         }
         Ok(b)
     }
@@ -483,15 +614,18 @@ mod tests {
             ),
             (
                 "envoy-gradient:min=2,initial=4,pinned=2,update=50ms,interval=30s",
-                2,
+                4,
             ),
+            ("percentile", 10),
+            ("percentile:multiple=3,initial=6", 6),
+            ("gradient2:short_window=5,long_rise=2,backoff=0.8", 20),
             ("percentile:target=50ms,p=0.9,initial=8,window=500ms", 8),
             ("fixed:limit=13", 13),
             (" Fixed:limit=13 ", 13),
         ] {
             let spec = ControllerSpec::parse(text)?;
             let controller = spec.controller(9).ok_or(text)?;
-            // Envoy's controller starts pinned for its first minimum-RTT measurement.
+            // Envoy's controller measures its first minimum RTT at the initial limit.
             assert_eq!(controller.limit(), initial, "{text}");
             assert_eq!(spec.to_string(), text.trim());
         }
@@ -530,8 +664,7 @@ mod tests {
             windowed.on_sample(t * 10_000, busy(5_000, 100));
         }
         assert_eq!(plain.limit(), 30);
-        // The first sample makes a window of its own (too small to count); the next window
-        // is still open.
+        // The first window, opened by the first sample, is still open.
         assert_eq!(windowed.limit(), 10);
         Ok(())
     }
@@ -544,7 +677,13 @@ mod tests {
                 "aimd:min=5,max=4",
                 "min (5) must not exceed max (4) for aimd",
             ),
-            ("aimd:max=10", "(its defaults: min 20, initial 20, max 200)"),
+            ("aimd:max=10", "(its defaults: min 1, initial 20, max 200)"),
+            ("percentile:target=1s,multiple=2", "not both"),
+            ("percentile:multiple=1", "bad multiple `1` for percentile"),
+            (
+                "gradient2:long_rise=0.5",
+                "bad long_rise `0.5` for gradient2",
+            ),
             (
                 "aimd:backoff=1",
                 "bad backoff `1` for aimd: must be in [0.5, 1)",

@@ -1,4 +1,5 @@
-//! The discrete-event simulation: clients, a limit in front, an M/M/c server behind.
+//! The discrete-event simulation: clients, each with a limit in front, one M/M/c server
+//! behind them all.
 //!
 //! Time is integer microseconds and moves only from event to event, taken from one binary
 //! heap, so a run is a pure function of its scenario and seed: no threads, no wall clock.
@@ -6,13 +7,14 @@
 use std::cmp::Ordering;
 use std::collections::{BinaryHeap, VecDeque};
 
-use rand::SeedableRng;
+use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use rand_distr::{Distribution, Exp};
+use rand_distr::{Distribution, Exp, LogNormal};
 use serde::Serialize;
 use sluicegate::adaptive::{AdaptiveLimiter, Controller, Outcome, Permit};
 use sluicegate::{ManualClock, Micros};
 
+use crate::simulate::adaptive::controller::LimitsSpec;
 use crate::simulate::adaptive::server::ServerSpec;
 use crate::simulate::traffic::TrafficSpec;
 
@@ -23,12 +25,50 @@ const SECOND: Micros = 1_000_000;
 pub struct Scenario {
     /// The server behind the limit.
     pub server: ServerSpec,
-    /// When clients arrive (one request each; keys and permits are not used).
+    /// When the first client's requests arrive (one request each; keys and permits are not
+    /// used).
     pub traffic: TrafficSpec,
+    /// More arrivals: on the first client (a spike), or on clients of their own, each with a
+    /// limit of its own in front of the same server.
+    pub loads: Vec<Load>,
     /// How long a client waits for its answer before it gives up.
     pub client_timeout: Micros,
     /// Seeds the arrivals, the service times and the controller.
     pub seed: u64,
+    /// The bounds every adaptive controller is given unless its own spec sets them.
+    pub limits: Option<LimitsSpec>,
+}
+
+impl Scenario {
+    /// How many clients there are, each with a limit of its own: the first, and one more
+    /// per client that a [`Load`] names.
+    pub fn clients(&self) -> usize {
+        self.loads
+            .iter()
+            .map(|l| l.client + 1)
+            .max()
+            .unwrap_or(1)
+            .max(1)
+    }
+
+    /// When the last arrival may come, in microseconds.
+    pub fn duration(&self) -> Micros {
+        self.loads
+            .iter()
+            .map(|l| l.start.saturating_add(l.traffic.duration()))
+            .fold(self.traffic.duration(), Micros::max)
+    }
+}
+
+/// Arrivals added to a scenario: `traffic` from `start`, on client `client` (0: the first).
+#[derive(Debug, Clone)]
+pub struct Load {
+    /// The client whose limit the requests meet.
+    pub client: usize,
+    /// When they arrive, counted from `start`.
+    pub traffic: TrafficSpec,
+    /// When the traffic begins, in microseconds.
+    pub start: Micros,
 }
 
 /// What stands between the clients and the server: admits a request or rejects it at once (no
@@ -41,7 +81,8 @@ pub trait Gate {
     fn try_admit(&mut self, now: Micros) -> Option<Self::Ticket>;
 
     /// The server answered an admitted request at `now`: [`Outcome::Ok`] if its client still
-    /// waited, else [`Outcome::Timeout`].
+    /// waited, [`Outcome::Dropped`] for an error (a rejection, a failure), else
+    /// [`Outcome::Timeout`].
     fn finish(&mut self, now: Micros, ticket: Self::Ticket, outcome: Outcome);
 
     /// The current limit, `None` for none.
@@ -102,8 +143,11 @@ impl Gate for LimiterGate {
 pub struct Second {
     /// The second's end, in seconds since the start.
     pub t: u64,
-    /// The limit at the end (`None` with no limit).
+    /// The limit at the end (`None` with no limit); the first client's when there are several.
     pub limit: Option<u32>,
+    /// With several clients, each one's limit at the end.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub limits: Vec<Option<u32>>,
     /// Requests admitted and not yet answered, at the end.
     pub in_flight: u32,
     /// The median latency of the requests the server answered in the second, if any.
@@ -116,6 +160,10 @@ pub struct Second {
     pub rejected: u64,
     /// Clients that gave up, answered later or never.
     pub timed_out: u64,
+    /// Errors the server answered (a full queue's rejections, random failures); only for a
+    /// server that can answer them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub errors: Option<u64>,
     /// Requests that arrived.
     pub arrivals: u64,
 }
@@ -148,7 +196,8 @@ enum What {
     Workers(u32),
     Answer(usize),
     GiveUp(usize),
-    Arrival,
+    /// An arrival of the load at this index (0: the scenario's `traffic`).
+    Arrival(usize),
 }
 
 /// An event in the heap: earliest first, then by kind, then in the order scheduled.
@@ -178,15 +227,20 @@ fn rank(what: What) -> u8 {
         What::Workers(_) => 1,
         What::Answer(_) => 2,
         What::GiveUp(_) => 3,
-        What::Arrival => 4,
+        What::Arrival(_) => 4,
     }
 }
 
 /// A request from arrival until both its answer and its client's deadline have passed (its
 /// slot is reused only then, so a late event never finds another request in it).
 struct Request<T> {
+    client: usize,
     arrival: Micros,
     service: Micros,
+    /// The answer is an error: a random failure, or a rejection by a full queue.
+    error: bool,
+    /// Rejected by a full queue: it never held a worker.
+    rejected: bool,
     ticket: Option<T>,
     answered: bool,
     gave_up: bool,
@@ -216,19 +270,92 @@ struct Tally {
     goodput: u64,
     rejected: u64,
     timed_out: u64,
+    errors: u64,
     arrivals: u64,
 }
 
-/// Runs `scenario` with `gate` in front of the server.
-pub fn simulate<G: Gate>(scenario: &Scenario, gate: &mut G) -> Run {
+/// Where requests come from: each load's arrival times, shifted by its start.
+struct Sources<'a> {
+    loads: Vec<(usize, Micros, Box<dyn Iterator<Item = Micros> + 'a>)>,
+}
+
+impl<'a> Sources<'a> {
+    fn new(scenario: &'a Scenario) -> Sources<'a> {
+        let mut loads: Vec<(usize, Micros, Box<dyn Iterator<Item = Micros> + 'a>)> = vec![(
+            0,
+            0,
+            Box::new(scenario.traffic.arrival_times(scenario.seed)),
+        )];
+        for (index, load) in scenario.loads.iter().enumerate() {
+            // Each load its own stream; the first keeps the scenario's seed as it is.
+            let seed = scenario.seed ^ (index as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+            loads.push((
+                load.client,
+                load.start,
+                Box::new(load.traffic.arrival_times(seed)),
+            ));
+        }
+        Sources { loads }
+    }
+
+    /// The next arrival of load `index`, if any.
+    fn next(&mut self, index: usize) -> Option<Micros> {
+        let (_, start, times) = self.loads.get_mut(index)?;
+        times.next().map(|t| t.saturating_add(*start))
+    }
+
+    fn client(&self, index: usize) -> usize {
+        self.loads.get(index).map_or(0, |(client, _, _)| *client)
+    }
+}
+
+/// Draws each arrival's service time and whether its answer fails, from streams of their
+/// own, one draw per arrival whether admitted or not, so that every gate meets the same
+/// requests with the same work (common random numbers).
+struct Work {
+    rng: ChaCha8Rng,
+    fail_rng: ChaCha8Rng,
+    exponential: Option<Exp<f64>>,
+    lognormal: Option<LogNormal<f64>>,
+    mean: Micros,
+    fail: f64,
+}
+
+impl Work {
+    fn new(server: &ServerSpec, seed: u64) -> Work {
+        Work {
+            rng: ChaCha8Rng::seed_from_u64(seed ^ 0x5e41_1ce0_d15c_0a11),
+            fail_rng: ChaCha8Rng::seed_from_u64(seed ^ 0x0fa1_1ed0_0b5e_55ed),
+            exponential: Exp::new(1.0 / server.service() as f64).ok(),
+            lognormal: server
+                .lognormal()
+                .and_then(|(mu, sigma)| LogNormal::new(mu, sigma).ok()),
+            mean: server.service(),
+            fail: server.fail(),
+        }
+    }
+
+    /// The next request's service time and whether it fails.
+    fn draw(&mut self) -> (Micros, bool) {
+        let service = match (&self.lognormal, &self.exponential) {
+            (Some(lognormal), _) => lognormal.sample(&mut self.rng),
+            (None, Some(exp)) => exp.sample(&mut self.rng),
+            (None, None) => self.mean as f64,
+        };
+        let fails = self.fail > 0.0 && self.fail_rng.random::<f64>() < self.fail;
+        ((service.round() as Micros).max(1), fails)
+    }
+}
+
+/// Runs `scenario` with `gates` in front of the server, one per client (see
+/// [`Scenario::clients`]; a client without a gate of its own goes through the last one).
+pub fn simulate<G: Gate>(scenario: &Scenario, gates: &mut [G]) -> Run {
     let server = &scenario.server;
-    let end = scenario.traffic.duration().div_ceil(SECOND) * SECOND;
-    let mut arrivals = scenario.traffic.arrival_times(scenario.seed);
-    // Service times come from their own stream, one per arrival whether admitted or not, so
-    // that every gate meets the same requests with the same work (common random numbers).
-    let mut service_rng = ChaCha8Rng::seed_from_u64(scenario.seed ^ 0x5e41_1ce0_d15c_0a11);
-    let per_micro = 1.0 / server.service() as f64;
-    let service_time = Exp::new(per_micro).ok();
+    let end = scenario.duration().div_ceil(SECOND) * SECOND;
+    let mut sources = Sources::new(scenario);
+    let mut work = Work::new(server, scenario.seed);
+    let last_gate = gates.len().saturating_sub(1);
+    let errors = server.can_fail();
 
     let mut events = Events {
         heap: BinaryHeap::new(),
@@ -240,8 +367,10 @@ pub fn simulate<G: Gate>(scenario: &Scenario, gate: &mut G) -> Run {
     for (t, workers) in server.changes() {
         events.push(*t, What::Workers(*workers));
     }
-    if let Some(t) = arrivals.next() {
-        events.push(t, What::Arrival);
+    for index in 0..sources.loads.len() {
+        if let Some(t) = sources.next(index) {
+            events.push(t, What::Arrival(index));
+        }
     }
 
     let mut requests: Vec<Request<G::Ticket>> = Vec::new();
@@ -257,7 +386,10 @@ pub fn simulate<G: Gate>(scenario: &Scenario, gate: &mut G) -> Run {
     while let Some(Event { t: now, what, .. }) = events.heap.pop() {
         match what {
             What::Tick => {
-                seconds.push(close_second(now, gate.limit(), in_flight, &mut tally));
+                let limits: Vec<Option<u32>> = gates.iter().map(Gate::limit).collect();
+                let mut second = close_second(now, &limits, in_flight, &mut tally);
+                second.errors = second.errors.filter(|_| errors);
+                seconds.push(second);
                 if now >= end {
                     break;
                 }
@@ -270,24 +402,29 @@ pub fn simulate<G: Gate>(scenario: &Scenario, gate: &mut G) -> Run {
                     events.push(now + requests[slot].service, What::Answer(slot));
                 }
             }
-            What::Arrival => {
-                if let Some(t) = arrivals.next() {
-                    events.push(t, What::Arrival);
+            What::Arrival(index) => {
+                if let Some(t) = sources.next(index) {
+                    events.push(t, What::Arrival(index));
                 }
                 tally.arrivals += 1;
-                let service = service_time
-                    .map_or(server.service(), |exp| {
-                        exp.sample(&mut service_rng).round() as Micros
-                    })
-                    .max(1);
+                let (service, fails) = work.draw();
+                let client = sources.client(index).min(last_gate);
+                let Some(gate) = gates.get_mut(client) else {
+                    continue;
+                };
                 let Some(ticket) = gate.try_admit(now) else {
                     tally.rejected += 1;
                     continue;
                 };
                 in_flight += 1;
+                let full =
+                    busy >= workers && server.queue().is_some_and(|q| queue.len() >= q as usize);
                 let request = Request {
+                    client,
                     arrival: now,
                     service,
+                    error: fails || full,
+                    rejected: full,
                     ticket: Some(ticket),
                     answered: false,
                     gave_up: false,
@@ -303,7 +440,9 @@ pub fn simulate<G: Gate>(scenario: &Scenario, gate: &mut G) -> Run {
                     }
                 };
                 events.push(now + scenario.client_timeout, What::GiveUp(slot));
-                if busy < workers {
+                if full {
+                    events.push(now + server.reject(), What::Answer(slot));
+                } else if busy < workers {
                     busy += 1;
                     events.push(now + service, What::Answer(slot));
                 } else {
@@ -311,28 +450,40 @@ pub fn simulate<G: Gate>(scenario: &Scenario, gate: &mut G) -> Run {
                 }
             }
             What::Answer(slot) => {
-                busy -= 1;
                 in_flight -= 1;
                 let request = &mut requests[slot];
+                let held_worker = !request.rejected;
                 request.answered = true;
                 let latency = now - request.arrival;
-                tally.latencies.push(latency);
-                all_latencies.push(latency);
-                let outcome = if request.gave_up {
+                let outcome = if request.error {
+                    tally.errors += 1;
+                    Outcome::Dropped
+                } else {
+                    tally.latencies.push(latency);
+                    all_latencies.push(latency);
+                    if request.gave_up {
+                        Outcome::Timeout
+                    } else {
+                        tally.goodput += 1;
+                        Outcome::Ok
+                    }
+                };
+                if request.gave_up {
                     // Its slot waited only for this answer.
                     free.push(slot);
-                    Outcome::Timeout
-                } else {
-                    tally.goodput += 1;
-                    Outcome::Ok
-                };
-                if let Some(ticket) = request.ticket.take() {
+                }
+                if let (Some(ticket), Some(gate)) =
+                    (request.ticket.take(), gates.get_mut(request.client))
+                {
                     gate.finish(now, ticket, outcome);
                 }
-                if busy < workers {
-                    if let Some(next) = queue.pop_front() {
-                        busy += 1;
-                        events.push(now + requests[next].service, What::Answer(next));
+                if held_worker {
+                    busy -= 1;
+                    if busy < workers {
+                        if let Some(next) = queue.pop_front() {
+                            busy += 1;
+                            events.push(now + requests[next].service, What::Answer(next));
+                        }
                     }
                 }
             }
@@ -356,18 +507,26 @@ pub fn simulate<G: Gate>(scenario: &Scenario, gate: &mut G) -> Run {
     }
 }
 
-fn close_second(now: Micros, limit: Option<u32>, in_flight: u32, tally: &mut Tally) -> Second {
+/// The second ending at `now`; `errors` is always filled in (the caller drops it for a server
+/// that cannot fail).
+fn close_second(now: Micros, limits: &[Option<u32>], in_flight: u32, tally: &mut Tally) -> Second {
     let mut done = std::mem::take(tally);
     // The vector's memory is reused for the next second.
     let second = Second {
         t: now / SECOND,
-        limit,
+        limit: limits.first().copied().flatten(),
+        limits: if limits.len() > 1 {
+            limits.to_vec()
+        } else {
+            Vec::new()
+        },
         in_flight,
         p50_ms: percentile_ms(&mut done.latencies, 0.5),
         p99_ms: percentile_ms(&mut done.latencies, 0.99),
         goodput: done.goodput,
         rejected: done.rejected,
         timed_out: done.timed_out,
+        errors: Some(done.errors),
         arrivals: done.arrivals,
     };
     done.latencies.clear();
@@ -393,8 +552,10 @@ mod tests {
         Ok(Scenario {
             server: ServerSpec::parse(server)?,
             traffic: TrafficSpec::parse(traffic)?,
+            loads: Vec::new(),
             client_timeout: timeout,
             seed: 1,
+            limits: None,
         })
     }
 
@@ -448,7 +609,7 @@ mod tests {
             in_flight: 0,
             outcomes: Vec::new(),
         };
-        let run = simulate(&scenario, &mut gate);
+        let run = simulate(&scenario, std::slice::from_mut(&mut gate));
         assert_eq!(run.seconds.len(), 20);
         let sum = |f: fn(&Second) -> u64| run.seconds.iter().map(f).sum::<u64>();
         let last = run.seconds.last().map_or(0, |s| u64::from(s.in_flight));
@@ -476,6 +637,35 @@ mod tests {
     }
 
     #[test]
+    fn a_full_queue_rejects_at_once_without_a_worker() -> Result<(), String> {
+        // Ten at once on one worker with room for two: one served, two queued, seven turned
+        // away after the 1 ms rejection, as errors, none of them holding the worker.
+        let scenario = scenario(
+            "mmc:workers=1,service=10ms,queue=2,reject=1ms",
+            "burst:size=10,every=10s,duration=1s",
+            10 * SECOND,
+        )?;
+        let mut gate = Counting {
+            limit: 100,
+            in_flight: 0,
+            outcomes: Vec::new(),
+        };
+        let run = simulate(&scenario, std::slice::from_mut(&mut gate));
+        let dropped: Vec<_> = gate
+            .outcomes
+            .iter()
+            .filter(|(_, o)| *o == Outcome::Dropped)
+            .collect();
+        assert_eq!(dropped.len(), 7);
+        assert!(dropped.iter().all(|(latency, _)| *latency == 1_000));
+        assert_eq!(run.seconds[0].errors, Some(7));
+        assert_eq!(run.seconds[0].goodput, 3);
+        // Errors are not answers: the latencies are the three served ones.
+        assert!(run.p50_ms.is_some_and(|p| p > 1.0));
+        Ok(())
+    }
+
+    #[test]
     fn a_lone_request_takes_its_service_time() -> Result<(), String> {
         // One request at t = 0 on an idle server: answered after its own service time, which
         // is what the run reports as both percentiles.
@@ -489,7 +679,7 @@ mod tests {
             in_flight: 0,
             outcomes: Vec::new(),
         };
-        let run = simulate(&scenario, &mut gate);
+        let run = simulate(&scenario, std::slice::from_mut(&mut gate));
         let [(latency, Outcome::Ok)] = gate.outcomes[..] else {
             return Err(format!("{:?}", gate.outcomes));
         };

@@ -1,15 +1,18 @@
 //! `sluicegate simulate --adaptive`: an adaptive concurrency limit in front of a simulated
 //! server (the README's "Adaptive limits against a simulated server" shows the command).
 //!
-//! Clients arrive by a `--traffic` generator, one request each. The limit admits a request
-//! while fewer than its limit are in flight and rejects it otherwise (no queue). Behind it an
-//! M/M/c server ([`ServerSpec`]) serves admitted requests in FIFO order. A client gives up
+//! Clients arrive by a `--traffic` generator, one request each (`--extra-traffic` adds
+//! arrivals from a given time, a spike; `--client` adds a client with a limit of its own in
+//! front of the same server). The limit admits a request while fewer than its limit are in
+//! flight and rejects it otherwise (no queue). Behind it an M/M/c server ([`ServerSpec`])
+//! serves admitted requests in FIFO order; it may shed load from a bounded queue, fail at
+//! random, and have long-tailed service times. A client gives up
 //! `client_timeout` after it arrived; the server does not know, so a request whose client gave
 //! up still takes its turn and its work is wasted. The limit holds a request's permit until the
 //! server answers it, as a limiter at the server's door or a proxy waiting for its upstream
 //! does, and reports the sample then: [`Outcome::Ok`](sluicegate::adaptive::Outcome::Ok) if
-//! the client still waited, else `Timeout`. Goodput is the requests answered while their
-//! client still waited.
+//! the client still waited, `Dropped` for an error, else `Timeout`. Goodput is the requests
+//! answered without error while their client still waited.
 //!
 //! Everything is public so that a benchmark can run other limiters on the same scenarios
 //! through [`Gate`].
@@ -25,8 +28,8 @@ use anyhow::Context;
 use serde::Serialize;
 
 pub use chart::{Panel, write_svg};
-pub use controller::ControllerSpec;
-pub use engine::{Gate, LimiterGate, Run, Scenario, Second, simulate};
+pub use controller::{ControllerSpec, LimitsSpec};
+pub use engine::{Gate, LimiterGate, Load, Run, Scenario, Second, simulate};
 pub use server::ServerSpec;
 
 pub use crate::simulate::traffic::TrafficSpec;
@@ -40,13 +43,9 @@ pub(crate) fn run(
 ) -> anyhow::Result<()> {
     let runs: Vec<Run> = controllers
         .iter()
-        .map(|spec| {
-            simulate(
-                scenario,
-                &mut LimiterGate::new(spec.controller(scenario.seed)),
-            )
-        })
-        .collect();
+        .map(|spec| run_one(spec, scenario))
+        .collect::<Result<_, _>>()
+        .map_err(anyhow::Error::msg)?;
     let mut out = BufWriter::new(io::stdout().lock());
     match write_lines(&mut out, &runs) {
         // The reader went away (`| head`): nobody is left to answer.
@@ -64,6 +63,22 @@ pub(crate) fn run(
             .with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(())
+}
+
+/// `spec` on `scenario`: one limit per client, each seeded apart, with the scenario's bounds
+/// where the spec sets none.
+pub fn run_one(spec: &ControllerSpec, scenario: &Scenario) -> Result<Run, String> {
+    let spec = match &scenario.limits {
+        Some(limits) => spec.with_limits(limits)?,
+        None => spec.clone(),
+    };
+    let mut gates: Vec<LimiterGate> = (0..scenario.clients())
+        .map(|client| {
+            let seed = scenario.seed.wrapping_add(client as u64);
+            LimiterGate::new(spec.controller(seed))
+        })
+        .collect();
+    Ok(simulate(scenario, &mut gates))
 }
 
 /// A second as printed, with the controller's index when several run.
@@ -103,12 +118,14 @@ mod tests {
         let second = Second {
             t: 3,
             limit: None,
+            limits: Vec::new(),
             in_flight: 7,
             p50_ms: Some(21.5),
             p99_ms: None,
             goodput: 480,
             rejected: 0,
             timed_out: 2,
+            errors: None,
             arrivals: 490,
         };
         let run = Run {

@@ -2,21 +2,33 @@
 
 use sluicegate::{Micros, format_duration_micros, micros_ceil, parse_duration};
 
-/// An M/M/c server, as given to `--server`: `mmc:workers=W,service=MEAN[,change=T:W2,...]`.
+/// An M/M/c server, as given to `--server`:
+/// `mmc:workers=W,service=MEAN[,cv=X][,queue=N][,reject=DUR][,fail=P][,change=T:W2,...]`.
 ///
-/// `workers` requests are served at once, each for an exponentially distributed time of mean
-/// `service`; the others wait in one FIFO queue with no bound. Each `change=T:W2` sets the
-/// worker count to `W2` at `T` (a duration since the start): a request already in service
-/// when workers are taken away finishes first, as a real one would.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// `workers` requests are served at once, each for a random time of mean `service`:
+/// exponential, or with `cv` other than 1 lognormal with that coefficient of variation (the
+/// standard deviation over the mean; 3 is a long tail). The others wait in one FIFO queue,
+/// with no bound, or with `queue=N` at most N: a request that finds it full is rejected after
+/// `reject` (default 1 ms), as a service that sheds load answers 503 at once. With `fail=P`
+/// each answer is an error with probability P, whatever the load. Each `change=T:W2` sets
+/// the worker count to `W2` at `T` (a duration since the start): a request already in
+/// service when workers are taken away finishes first, as a real one would.
+#[derive(Debug, Clone, PartialEq)]
 pub struct ServerSpec {
     workers: u32,
     service: Micros,
+    cv: f64,
+    queue: Option<u32>,
+    reject: Micros,
+    fail: f64,
     changes: Vec<(Micros, u32)>,
 }
 
-const SHAPE: &str = "mmc:workers=W,service=MEAN[,change=T:W2,...] (e.g. \
-     mmc:workers=10,service=20ms,change=60s:5,change=120s:10)";
+const SHAPE: &str = "mmc:workers=W,service=MEAN[,cv=X,queue=N,reject=DUR,fail=P,change=T:W2,...] \
+     (e.g. mmc:workers=10,service=20ms,change=60s:5,change=120s:10)";
+
+/// How long a full queue takes to reject a request unless told otherwise.
+const DEFAULT_REJECT: Micros = 1_000;
 
 /// The most workers: far more than any simulation here needs, and small enough that every
 /// count of requests in service fits a `u32` with room to spare.
@@ -32,6 +44,10 @@ impl ServerSpec {
         }
         let mut workers = None;
         let mut service = None;
+        let mut cv = None;
+        let mut queue = None;
+        let mut reject = None;
+        let mut fail = None;
         let mut changes = Vec::new();
         for item in params.split(',').filter(|item| !item.trim().is_empty()) {
             let (key, value) = item
@@ -40,13 +56,19 @@ impl ServerSpec {
             let (key, value) = (key.trim(), value.trim());
             match key {
                 "workers" if workers.is_none() => workers = Some(parse_workers("workers", value)?),
-                "service" if service.is_none() => service = Some(parse_service(value)?),
-                "workers" | "service" => return Err(format!("parameter `{key}` given twice")),
+                "service" if service.is_none() => service = Some(parse_service(key, value)?),
+                "cv" if cv.is_none() => cv = Some(parse_fraction(key, value, 0.0, 100.0)?),
+                "queue" if queue.is_none() => queue = Some(parse_queue(value)?),
+                "reject" if reject.is_none() => reject = Some(parse_service(key, value)?),
+                "fail" if fail.is_none() => fail = Some(parse_fraction(key, value, 0.0, 1.0)?),
+                "workers" | "service" | "cv" | "queue" | "reject" | "fail" => {
+                    return Err(format!("parameter `{key}` given twice"));
+                }
                 "change" => changes.push(parse_change(value)?),
                 _ => {
                     return Err(format!(
                         "unknown parameter `{key}` for the mmc server (it takes: workers, \
-                         service, change)"
+                         service, cv, queue, reject, fail, change)"
                     ));
                 }
             }
@@ -65,8 +87,47 @@ impl ServerSpec {
         Ok(ServerSpec {
             workers,
             service,
+            cv: cv.unwrap_or(1.0),
+            queue,
+            reject: reject.unwrap_or(DEFAULT_REJECT),
+            fail: fail.unwrap_or(0.0),
             changes,
         })
+    }
+
+    /// The service times' coefficient of variation (1: exponential).
+    pub fn cv(&self) -> f64 {
+        self.cv
+    }
+
+    /// The most requests that may wait for a worker (`None`: no bound).
+    pub fn queue(&self) -> Option<u32> {
+        self.queue
+    }
+
+    /// How long a rejection by a full queue takes, in microseconds.
+    pub fn reject(&self) -> Micros {
+        self.reject
+    }
+
+    /// The chance that an answer is an error, whatever the load.
+    pub fn fail(&self) -> f64 {
+        self.fail
+    }
+
+    /// Whether the server ever answers with an error (a full queue, or random failures).
+    pub fn can_fail(&self) -> bool {
+        self.queue.is_some() || self.fail > 0.0
+    }
+
+    /// The lognormal's `(mu, sigma)` for a mean of `service` microseconds and this `cv`, or
+    /// `None` for exponential service times (`cv` 1).
+    pub(crate) fn lognormal(&self) -> Option<(f64, f64)> {
+        if self.cv == 1.0 {
+            return None;
+        }
+        let sigma2 = (1.0 + self.cv * self.cv).ln();
+        Some(((self.service as f64).ln() - sigma2 / 2.0, sigma2.sqrt()))
     }
 
     /// The workers at the start.
@@ -99,9 +160,14 @@ impl ServerSpec {
     }
 
     /// The p99 latency of a request that never waits: an exponential's p99 is `ln(100)` times
-    /// its mean. The reference for "back under twice the unloaded p99".
+    /// its mean, a lognormal's `exp(mu + 2.326 sigma)`. The reference for "back under twice
+    /// the unloaded p99".
     pub fn unloaded_p99(&self) -> f64 {
-        self.service as f64 * 100f64.ln()
+        match self.lognormal() {
+            None => self.service as f64 * 100f64.ln(),
+            // The standard normal's 99th percentile.
+            Some((mu, sigma)) => (mu + 2.326_347_874 * sigma).exp(),
+        }
     }
 }
 
@@ -114,16 +180,35 @@ fn parse_workers(key: &str, text: &str) -> Result<u32, String> {
     }
 }
 
-fn parse_service(text: &str) -> Result<Micros, String> {
+fn parse_service(key: &str, text: &str) -> Result<Micros, String> {
     let micros = parse_duration(text)
         .map(micros_ceil)
-        .map_err(|e| format!("bad service: {e}"))?;
+        .map_err(|e| format!("bad {key}: {e}"))?;
     if micros == 0 {
         return Err(format!(
-            "bad service `{text}`: must be more than zero (e.g. 20ms)"
+            "bad {key} `{text}`: must be more than zero (e.g. 20ms)"
         ));
     }
     Ok(micros)
+}
+
+fn parse_fraction(key: &str, text: &str, low: f64, high: f64) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(x) if x.is_finite() && x >= low && x <= high && (key != "cv" || x > 0.0) => Ok(x),
+        _ => Err(format!(
+            "bad {key} `{text}`: expected a number from {low} to {high}{}",
+            if key == "cv" { ", above 0" } else { "" }
+        )),
+    }
+}
+
+fn parse_queue(text: &str) -> Result<u32, String> {
+    text.parse::<u32>()
+        .ok()
+        .filter(|n| *n <= MAX_WORKERS)
+        .ok_or_else(|| {
+            format!("bad queue `{text}`: expected a whole number from 0 to {MAX_WORKERS}")
+        })
 }
 
 fn parse_change(text: &str) -> Result<(Micros, u32), String> {
@@ -154,6 +239,32 @@ mod tests {
         assert!((spec.capacity_at(60_000_000) - 250.0).abs() < 1e-9);
         // ln(100) * 20 ms.
         assert!((spec.unloaded_p99() - 92_103.4).abs() < 0.1);
+        assert!(!spec.can_fail());
+        assert_eq!((spec.cv(), spec.queue(), spec.fail()), (1.0, None, 0.0));
+        Ok(())
+    }
+
+    #[test]
+    fn reads_the_long_tail_the_queue_and_failures() -> Result<(), String> {
+        let spec =
+            ServerSpec::parse("mmc:workers=4,service=20ms,cv=3,queue=8,reject=2ms,fail=0.01")?;
+        assert_eq!(
+            (spec.cv(), spec.queue(), spec.reject()),
+            (3.0, Some(8), 2_000)
+        );
+        assert_eq!(spec.fail(), 0.01);
+        assert!(spec.can_fail());
+        // Lognormal of mean 20 ms and cv 3: sigma^2 = ln 10, and the mean is exp(mu +
+        // sigma^2 / 2).
+        let (mu, sigma) = spec.lognormal().ok_or("lognormal")?;
+        assert!(((mu + sigma * sigma / 2.0).exp() - 20_000.0).abs() < 1e-6);
+        assert!((sigma * sigma - 10f64.ln()).abs() < 1e-12);
+        // exp(mu + 2.326 sigma) = 20 ms / sqrt(10) * exp(2.326 * 1.517) = 215.8 ms.
+        assert!(
+            (spec.unloaded_p99() / 1e3 - 215.8).abs() < 0.1,
+            "{}",
+            spec.unloaded_p99()
+        );
         Ok(())
     }
 
@@ -182,6 +293,11 @@ mod tests {
                 "times must increase",
             ),
             ("mmc:workers=1,service=1ms,oops", "expected key=value"),
+            ("mmc:workers=1,service=1ms,cv=0", "bad cv `0`"),
+            ("mmc:workers=1,service=1ms,fail=2", "bad fail `2`"),
+            ("mmc:workers=1,service=1ms,queue=-1", "bad queue `-1`"),
+            ("mmc:workers=1,service=1ms,reject=0s", "bad reject `0s`"),
+            ("mmc:workers=1,service=1ms,cv=2,cv=3", "`cv` given twice"),
         ] {
             let err = ServerSpec::parse(text).expect_err(text);
             assert!(err.contains(needle), "{text}: {err}");
