@@ -70,7 +70,10 @@ client_ip:
   trusted_proxies: [127.0.0.0/8]
 limits:
   per_ip: { key: peer_ip, spec: "leaky-queue:rate=1000000/s,burst=1000000,nodelay" }
-  tenant: { key: [{ header: x-tenant }, path], spec: "gcra:rate=1000000/s,burst=1000" }
+  # A burst of a second's worth: a burst of one millisecond denies the odd request on a loaded
+  # machine, where a thread that read the clock is descheduled before it decides (a stale
+  # `now` is an early arrival), and a training load with a failed request stops the build.
+  tenant: { key: [{ header: x-tenant }, path], spec: "gcra:rate=1000000/s,burst=1000000" }
   client_conn: { key: client_ip, spec: "concurrency:limit=1000" }
   strict: { key: peer_ip, spec: "leaky-queue:rate=1/s" }
 routes:
