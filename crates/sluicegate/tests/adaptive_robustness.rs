@@ -257,7 +257,7 @@ proptest! {
         run_prefix(controller.as_mut(), &prefix);
         let min = params.bounds.0;
         // Fast rejections: 1 ms, and the in-flight count says the limit is not in use.
-        let took = drive(controller.as_mut(), min, 10_000, 100_000, |now, _| {
+        let took = drive(controller.as_mut(), min, 10_000, 400_000, |now, _| {
             Sample::dropped(now - FAST, FAST, 0)
         });
         prop_assert!(took.is_some(), "stuck at {} above {}", controller.limit(), min);

@@ -22,8 +22,8 @@ use crate::error::ConfigError;
 /// `jitter` times that interval (so that a fleet of hosts does not pin at the same moment),
 /// or as soon as the limit has sat at `min_limit` for 5 windows in a row (the `min_rtt` is
 /// likely stale); in either case not before `min_rtt_request_count` answers have been heard
-/// at the limit since the latest one (a quiet service would otherwise spend most of its
-/// answers pinned).
+/// at the limit since the latest one and a window of them has updated it (a quiet service
+/// would otherwise spend most of its answers pinned, and its limit never move).
 ///
 /// The first measurement starts at construction and holds the limit at `initial_limit`
 /// instead of the pin: nothing has been admitted yet, so the first requests see the service
@@ -95,6 +95,8 @@ pub struct EnvoyGradient {
     measure_losses: u64,
     /// Answers heard since the latest measurement ended.
     answers_since: u64,
+    /// Whether a window has moved the limit since the latest measurement ended.
+    updated_since: bool,
     losses: LossGate,
     samples: Reservoir,
     rng: SeededRng,
@@ -258,6 +260,7 @@ impl EnvoyGradientBuilder {
             window_loss: false,
             measure_losses: 0,
             answers_since: 0,
+            updated_since: false,
             losses: LossGate::default(),
             samples: Reservoir::new(self.reservoir, self.seed),
             // A different stream from the reservoir's, from the same seed.
@@ -310,7 +313,7 @@ impl EnvoyGradient {
 
     fn start_measuring(&mut self, now: Micros) {
         // A quiet service would otherwise spend most of its answers pinned.
-        if self.measuring || self.answers_since < self.request_count {
+        if self.measuring || !self.may_measure() {
             return;
         }
         self.deferred = self.limit;
@@ -330,6 +333,7 @@ impl EnvoyGradient {
         }
         self.measure_losses = 0;
         self.answers_since = 0;
+        self.updated_since = false;
         self.samples.clear();
         self.measuring = false;
         self.limit = self.deferred;
@@ -347,6 +351,12 @@ impl EnvoyGradient {
         self.min_rtt_interval.saturating_add(self.rng.below(range))
     }
 
+    /// Whether the limit has had its turn since the latest measurement: as many answers as a
+    /// measurement waits for, and a window that moved the limit.
+    fn may_measure(&self) -> bool {
+        self.answers_since >= self.request_count && self.updated_since
+    }
+
     fn close_window(&mut self, now: Micros) {
         self.window_end = now.saturating_add(self.update_interval);
         let used = 2 * u64::from(std::mem::take(&mut self.max_in_flight)) >= u64::from(self.limit);
@@ -356,6 +366,7 @@ impl EnvoyGradient {
             return;
         };
         self.samples.clear();
+        self.updated_since = true;
         // Only a window of as many answers as a measurement trusts: the percentile of a few
         // wanders, and the lowest of such wanderings would ratchet minRTT down.
         let min_rtt = match self.min_rtt {
@@ -402,7 +413,7 @@ impl Controller for EnvoyGradient {
         if !self.measuring {
             // The two timers in the order they would have fired; a measurement that is due
             // but may not start yet (too few answers since the last) lets windows close.
-            let measure = now >= self.next_min_rtt && self.answers_since >= self.request_count;
+            let measure = now >= self.next_min_rtt && self.may_measure();
             if now >= self.window_end && (self.window_end <= self.next_min_rtt || !measure) {
                 self.close_window(now);
             }

@@ -31,10 +31,11 @@ use crate::error::ConfigError;
 ///
 /// **The target.** Either fixed ([`Percentile::builder`]), or, by default, relative
 /// ([`Percentile::relative_builder`], [`Percentile::default`]): `target_multiple` times the
-/// lowest median of 5 windows in a row, each of at least `1 / (1 - percentile)` answers (100
-/// for a p99, at most 1000; fewer make a percentile run low, and a single window's
-/// percentile of a long tail wanders): the service's own latency at the lightest load it was
-/// seen under, so that it runs with no tuning. A
+/// lowest median of 9 windows in a row (until there are 9, the median of those there are):
+/// the service's own latency at the lightest load it was seen under, so that it runs with
+/// no tuning. Only a window of at least
+/// `2 / (1 - percentile)` answers (200 for a p99, at most 1000) counts towards the baseline:
+/// the p99 of fewer runs low (of 10 it is their maximum) and wanders far on a long tail. A
 /// relative target is re-based when the limit misses it at `min_limit`: no limit can meet it
 /// then, so the service itself is slower than it was, and that window's latency becomes the
 /// new lowest. Until a window has set it, a relative target is met by any latency (the limit
@@ -108,7 +109,7 @@ enum TargetSpec {
 const MAX_COLLECT_WINDOWS: u64 = 10;
 
 /// How many windows' latencies (each of enough answers) make one candidate for the lowest.
-const RECENT: usize = 5;
+const RECENT: usize = 9;
 
 /// How many times the lowest window latency a relative target allows.
 const DEFAULT_MULTIPLE: f64 = 2.0;
@@ -240,9 +241,12 @@ impl Percentile {
     pub fn target(&self) -> Micros {
         match self.target {
             Target::Fixed(target) => target,
-            Target::Relative(multiple) => self.lowest.map_or(Micros::MAX, |lowest| {
-                (lowest as f64 * multiple).min(Micros::MAX as f64) as Micros
-            }),
+            Target::Relative(multiple) => self
+                .lowest
+                .or_else(|| self.provisional())
+                .map_or(Micros::MAX, |lowest| {
+                    (lowest as f64 * multiple).min(Micros::MAX as f64) as Micros
+                }),
         }
     }
 
@@ -251,10 +255,15 @@ impl Percentile {
         self.bounds
     }
 
-    /// The answers a window needs to set a relative target's baseline: enough for its
-    /// percentile to be more than the window's maximum (100 for a p99), at most 1000.
-    fn baseline_samples(&self) -> u64 {
-        let needed = (1.0 / (1.0 - self.percentile)).ceil();
+    /// The answers a window needs to set a relative target's baseline: `min_samples`, and
+    /// enough for its percentile to lie well inside them, `2 / (1 - percentile)` (200 for a
+    /// p99, at most 1000). The p99 of fewer runs low (of 10 it is their maximum) and wanders
+    /// far on a long tail.
+    fn needed_samples(&self) -> u64 {
+        if let Target::Fixed(_) = self.target {
+            return self.min_samples;
+        }
+        let needed = (2.0 / (1.0 - self.percentile)).ceil();
         if needed.is_finite() {
             (needed as u64).clamp(self.min_samples, 1000)
         } else {
@@ -272,6 +281,14 @@ impl Percentile {
         Some(values[RECENT / 2])
     }
 
+    /// Until `RECENT` windows have set the baseline: the median of those there are (the
+    /// lower of the middle two), so that the limit has a target from the first window on.
+    fn provisional(&self) -> Option<Micros> {
+        let mut values: Vec<Micros> = self.recent.iter().flatten().copied().collect();
+        values.sort_unstable();
+        values.get(values.len().saturating_sub(1) / 2).copied()
+    }
+
     fn close_window(&mut self) {
         let max_in_flight = std::mem::take(&mut self.max_in_flight);
         let seen = self.samples.seen();
@@ -281,10 +298,8 @@ impl Percentile {
             return;
         };
         let limit = self.limit;
+        let enough = seen >= self.needed_samples();
         if let Target::Relative(_) = self.target {
-            // A percentile of few answers runs low (the p99 of 10 is their maximum), so only
-            // a window with enough of them may lower the baseline.
-            let enough = seen >= self.baseline_samples();
             // Only once everything in the window was admitted at the minimum: a queue left
             // from a higher limit drains through the first windows at the minimum.
             let rebase = limit == self.bounds.min()

@@ -366,6 +366,7 @@ mod tests {
             ],
             p50_ms: Some(15.0),
             p99_ms: Some(40.0),
+            settled_p99_ms: None,
         };
         let panels = [
             Panel {

@@ -177,6 +177,10 @@ pub struct Run {
     pub p50_ms: Option<f64>,
     /// The 99th percentile of every answered request, in milliseconds.
     pub p99_ms: Option<f64>,
+    /// After the first drop of the workers to half or less: the 99th percentile of the
+    /// requests answered from 10 s after it to the next change (or the end), in
+    /// milliseconds; `None` without such a drop, or with no answer then.
+    pub settled_p99_ms: Option<f64>,
 }
 
 impl Run {
@@ -381,6 +385,8 @@ pub fn simulate<G: Gate>(scenario: &Scenario, gates: &mut [G]) -> Run {
     let mut in_flight: u32 = 0;
     let mut tally = Tally::default();
     let mut all_latencies: Vec<Micros> = Vec::new();
+    let settle = settling_span(server);
+    let mut settled: Vec<Micros> = Vec::new();
     let mut seconds = Vec::with_capacity(usize::try_from(end / SECOND).unwrap_or(0));
 
     while let Some(Event { t: now, what, .. }) = events.heap.pop() {
@@ -461,6 +467,9 @@ pub fn simulate<G: Gate>(scenario: &Scenario, gates: &mut [G]) -> Run {
                 } else {
                     tally.latencies.push(latency);
                     all_latencies.push(latency);
+                    if settle.is_some_and(|(from, to)| (from..to).contains(&now)) {
+                        settled.push(latency);
+                    }
                     if request.gave_up {
                         Outcome::Timeout
                     } else {
@@ -504,7 +513,23 @@ pub fn simulate<G: Gate>(scenario: &Scenario, gates: &mut [G]) -> Run {
         seconds,
         p50_ms: percentile_ms(&mut all_latencies, 0.5),
         p99_ms: percentile_ms(&mut all_latencies, 0.99),
+        settled_p99_ms: percentile_ms(&mut settled, 0.99),
     }
+}
+
+/// From 10 s after the first drop of the workers to half or less to the next change (or for
+/// ever): when a limit should have drained the queue the drop left.
+fn settling_span(server: &ServerSpec) -> Option<(Micros, Micros)> {
+    let mut workers = server.workers();
+    let changes = server.changes();
+    let index = changes.iter().position(|(_, w)| {
+        let dropped = *w * 2 <= workers;
+        workers = *w;
+        dropped
+    })?;
+    let from = changes[index].0.saturating_add(10 * SECOND);
+    let to = changes.get(index + 1).map_or(Micros::MAX, |(t, _)| *t);
+    Some((from, to))
 }
 
 /// The second ending at `now`; `errors` is always filled in (the caller drops it for a server

@@ -132,6 +132,7 @@ mod tests {
             seconds: vec![second],
             p50_ms: None,
             p99_ms: None,
+            settled_p99_ms: None,
         };
         let mut one = Vec::new();
         write_lines(&mut one, std::slice::from_ref(&run))?;
