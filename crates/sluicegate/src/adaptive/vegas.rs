@@ -43,9 +43,14 @@ use crate::error::ConfigError;
 /// [`Gradient2`](crate::adaptive::Gradient2) or [`Percentile`](crate::adaptive::Percentile)
 /// instead. It suits services whose latency hardly varies until they queue.
 ///
-/// Defaults (Netflix's): limits 1 / 20 / 1000, `smoothing` 1.0, `alpha` 3 and `beta` 6 (times
-/// `log`), `probe_multiplier` 30. Netflix's jitter comes from a thread-local generator; here it
-/// comes from `seed` (default 0), so a run is repeatable.
+/// Defaults (Netflix's), and why: limits 1 / 20 / 1000 (a floor any service can drain, a
+/// start most can take, a ceiling far above); `smoothing` 1.0 (each estimate taken whole: the
+/// steps are already small, `log10(limit)` at a time); `alpha` 3 and `beta` 6 (times `log`:
+/// a queue of a few requests per worker's worth of the limit keeps the service busy without
+/// making callers wait long); `probe_multiplier` 30 (the no-load latency re-measured every 15
+/// to 30 limits' worth of answers: often enough to follow a deploy, rarely enough to cost
+/// little). Netflix's jitter comes from a thread-local generator; here it comes from `seed`
+/// (default 0), so a run is repeatable.
 #[derive(Debug, Clone)]
 pub struct Vegas {
     bounds: LimitBounds,
