@@ -7,7 +7,8 @@
 //!   min: 1                 # the limit's bounds (the controller's defaults otherwise)
 //!   initial: 20
 //!   max: 1000
-//!   target: 150ms          # percentile only: the p99 to hold
+//!   target: 150ms          # percentile only: the p99 to hold (default: twice the lowest
+//!                          # window p99 it measures)
 //!   timeout: 500ms         # aimd only: a slower answer counts as a loss
 //!   queue_timeout: 250ms   # wait this long for a place (default: refuse at once)
 //!   queue_capacity: 100    # requests waiting at most
@@ -121,8 +122,13 @@ impl AdaptiveDef {
             ControllerKind::Gradient2 => Box::new(bounded!(Gradient2::builder()).build()?),
             ControllerKind::EnvoyGradient => Box::new(bounded!(EnvoyGradient::builder()).build()?),
             ControllerKind::Percentile => {
-                let target = self.target.unwrap_or_default();
-                Box::new(bounded!(Percentile::builder(target)).build()?)
+                // Without a target, the controller's own: a multiple of the lowest window
+                // latency it measures.
+                let builder = match self.target {
+                    Some(target) => Percentile::builder(target),
+                    None => Percentile::relative_builder(),
+                };
+                Box::new(bounded!(builder).build()?)
             }
         })
     }
@@ -196,13 +202,6 @@ impl Reader {
         if def.target.is_some() && def.controller != ControllerKind::Percentile {
             self.fail(node.pos, "`target` is the percentile controller's only");
         }
-        if def.controller == ControllerKind::Percentile && def.target.is_none() {
-            self.fail(
-                node.pos,
-                "the percentile controller needs a `target` latency (e.g. `target: 150ms`)",
-            );
-            return None;
-        }
         // Built once here, so that a bad combination (min above max) is reported with its
         // place, not when the rules are served.
         if let Err(error) = def.layer() {
@@ -271,10 +270,14 @@ mod tests {
         for expected in [
             "r.yaml:3:62: unknown key `size` in `adaptive`",
             "r.yaml:3:56: `queue_timeout` `soon`",
-            "r.yaml:3:17: the percentile controller needs a `target`",
         ] {
             assert!(text.contains(expected), "{expected} not in:\n{text}");
         }
+        // Without a target, percentile holds one it derives from what it measures.
+        assert_eq!(
+            problems("routes:\n  - prefix: /\n    adaptive: { controller: percentile }\n"),
+            "ok"
+        );
         assert!(
             problems("routes:\n  - prefix: /\n    adaptive: {}\n").contains("needs a `controller`")
         );
