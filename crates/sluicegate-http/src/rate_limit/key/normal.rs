@@ -5,6 +5,7 @@
 use std::borrow::Cow;
 
 use http::{Version, header};
+use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, percent_decode, percent_encode};
 
 use crate::rate_limit::key::RequestHead;
 
@@ -57,7 +58,8 @@ pub fn normal_path(path: &[u8], fold_case: bool) -> Result<Cow<'_, [u8]>, PathEr
     if path.first() != Some(&b'/') || is_normal(path, fold_case) {
         return Ok(Cow::Borrowed(path));
     }
-    let decoded = percent_decoded(path);
+    // A `%` not followed by two hex digits stays as it is.
+    let decoded: Cow<'_, [u8]> = percent_decode(path).into();
     if decoded.contains(&0) {
         return Err(PathError::Nul);
     }
@@ -115,59 +117,36 @@ fn ends_dot_segment(path: &[u8]) -> bool {
     path.ends_with(b"/.") || path.ends_with(b"/..")
 }
 
-/// `path` with every `%XX` decoded; a `%` not followed by two hex digits stays as it is.
-fn percent_decoded(path: &[u8]) -> Cow<'_, [u8]> {
-    if !path.contains(&b'%') {
-        return Cow::Borrowed(path);
-    }
-    let mut out = Vec::with_capacity(path.len());
-    let mut i = 0;
-    while i < path.len() {
-        let decoded = match path[i..] {
-            [b'%', high, low, ..] => hex(high).zip(hex(low)).map(|(h, l)| h << 4 | l),
-            _ => None,
-        };
-        match decoded {
-            Some(byte) => {
-                out.push(byte);
-                i += 3;
-            }
-            None => {
-                out.push(path[i]);
-                i += 1;
-            }
-        }
-    }
-    Cow::Owned(out)
-}
-
-fn hex(digit: u8) -> Option<u8> {
-    match digit {
-        b'0'..=b'9' => Some(digit - b'0'),
-        b'a'..=b'f' => Some(digit - b'a' + 10),
-        b'A'..=b'F' => Some(digit - b'A' + 10),
-        _ => None,
-    }
-}
-
 /// `path` as a request line may carry it: every byte that is not allowed in a path segment
 /// or is `%` percent-encoded again, so that a normal path whose decoded bytes include a
 /// space or `?` is passed on meaning what it meant.
 pub fn encoded_path(path: &[u8]) -> Cow<'_, [u8]> {
-    let plain = |b: u8| b.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=:@/".contains(&b);
-    if path.iter().all(|&b| plain(b)) {
-        return Cow::Borrowed(path);
+    match Cow::from(percent_encode(path, NOT_IN_A_PATH)) {
+        Cow::Borrowed(_) => Cow::Borrowed(path),
+        Cow::Owned(encoded) => Cow::Owned(encoded.into_bytes()),
     }
-    let mut out = Vec::with_capacity(path.len() + 8);
-    for &b in path {
-        if plain(b) {
-            out.push(b);
-        } else {
-            out.extend_from_slice(format!("%{b:02X}").as_bytes());
-        }
-    }
-    Cow::Owned(out)
 }
+
+/// Every byte a path segment may not carry as it is (RFC 3986 `pchar` and `/` may), and `%`.
+const NOT_IN_A_PATH: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~')
+    .remove(b'!')
+    .remove(b'$')
+    .remove(b'&')
+    .remove(b'\'')
+    .remove(b'(')
+    .remove(b')')
+    .remove(b'*')
+    .remove(b'+')
+    .remove(b',')
+    .remove(b';')
+    .remove(b'=')
+    .remove(b':')
+    .remove(b'@')
+    .remove(b'/');
 
 /// The host the request names (nginx's `$host` before its normal form): the authority of an
 /// absolute-form request line, which wins over `Host` (RFC 9112 section 3.2.2); an h2
