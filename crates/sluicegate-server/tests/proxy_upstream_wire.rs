@@ -768,7 +768,7 @@ async fn a_broken_response_is_a_502_that_says_what_is_wrong() -> TestResult {
     assert_eq!(conflict.status(), 502);
     let text = conflict.text().await?;
     assert!(
-        text.contains("invalid response: Content-Length fields disagree"),
+        text.contains("the upstream failed: invalid content-length"),
         "{text}"
     );
 

@@ -1,13 +1,16 @@
-//! Forwarding to the upstream: the request sent on a pooled keep-alive connection, rewritten
-//! as a reverse proxy must on the way (hop-by-hop fields dropped, `X-Forwarded-For` and
-//! `Forwarded` appended: `upstream::request`, `upstream::response`), bodies streamed both
-//! ways; errors answered 502 / 504 with a text body.
+//! Forwarding to the upstream: the request rewritten as a reverse proxy must
+//! (`forwarding::request_for_upstream`), its body taken within the proxy's bounds
+//! (`request_body`), sent by the HTTP client (`upstream`), and its response rewritten for the
+//! client (`forwarding::response_for_client`); what keeps the upstream from answering is
+//! answered here with a text body (502, 504; 408, 413 and 400 for what keeps the client from
+//! sending its body).
 
 use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::header::{self, HeaderValue};
@@ -16,10 +19,14 @@ use http::{Method, Request, Response, StatusCode, Uri};
 use http_body_util::{Either, Full};
 use tower_service::Service;
 
+use hyper::upgrade::OnUpgrade;
+
 use crate::proxy::client_body::ClientBody;
 use crate::proxy::error::ProxyError;
+use crate::proxy::forwarding::{ForwardingFields, request_for_upstream, response_for_client};
 use crate::proxy::metrics::{Metrics, RouteCounters};
-use crate::proxy::upstream::{PooledBody, Pools, SendError, Timeouts, Written};
+use crate::proxy::request_body::{BodyBounds, BodyFailure, take_body};
+use crate::proxy::upstream::{PooledBody, SendError, UpstreamClient};
 
 /// A response body: the upstream's, streamed, or the proxy's own short text.
 pub type UpstreamBody = Either<PooledBody, Full<Bytes>>;
@@ -51,9 +58,17 @@ impl Target {
 
 /// The shared part of every route's upstream service.
 pub(crate) struct Forwarder {
-    pub(crate) pools: Pools,
+    pub(crate) client: UpstreamClient,
     pub(crate) target: Target,
-    pub(crate) timeouts: Timeouts,
+    /// How long the upstream may take to take the next bytes of a request, to answer once it
+    /// has all of it, and to send the next bytes of its answer.
+    pub(crate) upstream_timeout: Duration,
+    /// How request bodies are taken.
+    pub(crate) bodies: BodyBounds,
+    /// The forwarding fields the client is appended to.
+    pub(crate) forwarding: ForwardingFields,
+    /// The upstream's authority as the URL gave it: the `Host` of a request that names none.
+    pub(crate) fallback_host: HeaderValue,
     pub(crate) metrics: Arc<Metrics>,
 }
 
@@ -83,11 +98,7 @@ impl Service<Request<ClientBody>> for Upstream {
             );
             return Box::pin(std::future::ready(Ok(answer)));
         }
-        // Written now, so that the future (boxed, and copied into its box) holds the head
-        // rather than the request; the forwarder's own future, with no `async` block around
-        // it to be copied into.
-        let written = self.forwarder.pools.write(request);
-        Box::pin(Arc::clone(&self.forwarder).forward(written))
+        Box::pin(Arc::clone(&self.forwarder).forward(request))
     }
 }
 
@@ -103,15 +114,45 @@ pub(crate) fn text(status: StatusCode, body: String) -> Response<UpstreamBody> {
 }
 
 impl Forwarder {
-    /// Sends `written` to the upstream; what keeps the upstream from answering is answered
-    /// here (502, 504; 408, 413 and 400 for what keeps the client from sending its body).
+    /// Passes `request` to the upstream and its answer back, or answers why not.
     async fn forward(
         self: Arc<Self>,
-        written: Written,
+        request: Request<ClientBody>,
     ) -> Result<Response<UpstreamBody>, Infallible> {
-        let response = match self.pools.send(written, self.timeouts).await {
-            Ok(response) => response.map(Either::Left),
-            Err(SendError::Connect(error)) => {
+        let (mut parts, ClientBody { body, client }) = request.into_parts();
+        // Without the client's side of a switch, a switch is not asked of the upstream.
+        let client_switch = parts.extensions.remove::<OnUpgrade>();
+        let websocket = request_for_upstream(
+            &mut parts,
+            (&client, self.forwarding),
+            &self.fallback_host,
+            !http_body::Body::is_end_stream(&body),
+            client_switch.is_some(),
+        );
+        let client_switch = client_switch.filter(|_| websocket);
+        let body = match take_body(body, &parts.method, &mut parts.headers, self.bodies).await {
+            Ok(body) => body,
+            Err(failure) => return Ok(self.body_failed(failure)),
+        };
+        let request = Request::from_parts(parts, body);
+        let sent = self
+            .client
+            .send(request, client_switch, self.upstream_timeout)
+            .await;
+        Ok(match sent {
+            Ok(mut response) => {
+                let switched = response.status() == StatusCode::SWITCHING_PROTOCOLS;
+                response_for_client(response.headers_mut(), switched);
+                response.map(Either::Left)
+            }
+            Err(error) => self.not_answered(error),
+        })
+    }
+
+    /// The answer to a request the upstream did not answer.
+    fn not_answered(&self, error: SendError) -> Response<UpstreamBody> {
+        match error {
+            SendError::Connect(error) => {
                 Metrics::count(&self.metrics.upstream_connect_errors);
                 tracing::warn!(%error, "proxy: cannot connect to the upstream");
                 text(
@@ -122,18 +163,11 @@ impl Forwarder {
                     ),
                 )
             }
-            Err(SendError::Upstream(error)) => {
-                Metrics::count(&self.metrics.upstream_other_errors);
-                tracing::warn!(error = %error_chain(&error), "proxy: the upstream failed");
-                text(
-                    StatusCode::BAD_GATEWAY,
-                    format!(
-                        "502 Bad Gateway: the upstream failed: {}\n",
-                        error_chain(&error)
-                    ),
-                )
+            SendError::Upstream(error) => self.upstream_failed(&error_chain(&error)),
+            SendError::Switched => {
+                self.upstream_failed("it switched protocols for a request that asked for no switch")
             }
-            Err(stalled @ (SendError::Timeout | SendError::BodyNotTaken)) => {
+            stalled @ (SendError::Timeout | SendError::BodyNotTaken) => {
                 Metrics::count(&self.metrics.upstream_timeouts);
                 let what = match stalled {
                     SendError::BodyNotTaken => "took nothing more of the request body for",
@@ -143,13 +177,29 @@ impl Forwarder {
                     StatusCode::GATEWAY_TIMEOUT,
                     format!(
                         "504 Gateway Timeout: the upstream {} {what} {:?}\n",
-                        self.target.authority, self.timeouts.upstream
+                        self.target.authority, self.upstream_timeout
                     ),
                 )
             }
-            Err(SendError::ClientBodyTimeout) => {
+            SendError::Body(failure) => self.body_failed(failure),
+        }
+    }
+
+    fn upstream_failed(&self, why: &str) -> Response<UpstreamBody> {
+        Metrics::count(&self.metrics.upstream_other_errors);
+        tracing::warn!(error = why, "proxy: the upstream failed");
+        text(
+            StatusCode::BAD_GATEWAY,
+            format!("502 Bad Gateway: the upstream failed: {why}\n"),
+        )
+    }
+
+    /// The answer to a request whose body did not come whole.
+    fn body_failed(&self, failure: BodyFailure) -> Response<UpstreamBody> {
+        match failure {
+            BodyFailure::ClientTimeout => {
                 Metrics::count(&self.metrics.client_body_timeouts);
-                let waited = self.timeouts.client_body.unwrap_or_default();
+                let waited = self.bodies.client_timeout.unwrap_or_default();
                 text(
                     StatusCode::REQUEST_TIMEOUT,
                     format!(
@@ -157,9 +207,9 @@ impl Forwarder {
                     ),
                 )
             }
-            Err(SendError::BodyTooLarge(max)) => too_large(&self.metrics, max),
+            BodyFailure::TooLarge(max) => too_large(&self.metrics, max),
             // The client is most likely gone (nginx logs 499); if it is not, it learns why.
-            Err(SendError::ClientBody(error)) => {
+            BodyFailure::Client(error) => {
                 tracing::debug!(error = %error_chain(&error), "proxy: the request body failed");
                 text(
                     StatusCode::BAD_REQUEST,
@@ -169,8 +219,7 @@ impl Forwarder {
                     ),
                 )
             }
-        };
-        Ok(response)
+        }
     }
 }
 

@@ -2,17 +2,17 @@
 //! client appended to `X-Forwarded-For` and `Forwarded` (RFC 7239), or to those of them
 //! [`ForwardingFields`] names.
 //!
-//! Both happen on the way through, never by editing a header map: a request's fields are
-//! sorted as its head is written for the upstream (`upstream::request`), a response's as its
-//! head is parsed (`upstream::response`). The client's address is formatted once per
-//! connection, not per request, and hop-by-hop names are compared as `http`'s standard
-//! headers, never built.
+//! A request is rewritten for the upstream ([`request_for_upstream`]) before it reaches the
+//! HTTP client, and a response for the client ([`response_for_client`]) as it comes back: a
+//! request-to-request step the client knows nothing of. The client's address is formatted
+//! once per connection, not per request, and hop-by-hop names are compared as `http`'s
+//! standard headers, never built.
 
 use std::net::IpAddr;
 use std::sync::Arc;
 
 use bytes::{BufMut, Bytes, BytesMut};
-use http::header::{self, HeaderName, HeaderValue};
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use parking_lot::Mutex;
 use smallvec::SmallVec;
 
@@ -81,25 +81,6 @@ pub(crate) fn connection_named<'a>(
     named
 }
 
-/// Writes the field `name: came[0], came[1], ..., appended`, or nothing if there is nothing
-/// to write: the values that came as one list, with the proxy's element at its end.
-fn write_list(out: &mut Vec<u8>, name: &[u8], came: &[&HeaderValue], appended: Option<&[u8]>) {
-    if came.is_empty() && appended.is_none() {
-        return;
-    }
-    out.extend_from_slice(name);
-    out.extend_from_slice(b": ");
-    let mut first = true;
-    for value in came.iter().map(|v| v.as_bytes()).chain(appended) {
-        if !first {
-            out.extend_from_slice(b", ");
-        }
-        out.extend_from_slice(value);
-        first = false;
-    }
-    out.extend_from_slice(b"\r\n");
-}
-
 /// Which forwarding fields the proxy appends the client's address to. A field it does not
 /// append is passed on as the client sent it, as any other field.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -130,35 +111,174 @@ impl ForwardingFields {
     }
 }
 
-/// Writes a request's `X-Forwarded-For` and `Forwarded` fields as they go to the upstream:
-/// the lists that came (`xff`, `forwarded`), with `client` appended to those `appended`
-/// names. `host`: the host the request names, for `Forwarded`'s `host=`.
-pub(crate) fn write_forwarding_fields(
-    out: &mut Vec<u8>,
+/// Appends `element` to the list field `name` of `headers`, the values that came joined into
+/// one field with the proxy's element at its end.
+fn append_to_list(headers: &mut HeaderMap, name: &HeaderName, element: HeaderValue) {
+    let mut came = headers.get_all(name).iter();
+    let Some(first) = came.next() else {
+        headers.insert(name.clone(), element);
+        return;
+    };
+    let mut list = BytesMut::from(first.as_bytes());
+    for value in came.chain([&element]) {
+        list.put_slice(b", ");
+        list.put_slice(value.as_bytes());
+    }
+    // Values joined with `, ` are a value.
+    if let Ok(list) = HeaderValue::from_maybe_shared(list.freeze()) {
+        headers.insert(name.clone(), list);
+    }
+}
+
+/// Appends `client` to a request's `X-Forwarded-For` and `Forwarded` fields, or to those of
+/// them `appended` names. `host`: the host the request names, for `Forwarded`'s `host=`.
+fn append_forwarding_fields(
+    headers: &mut HeaderMap,
     client: &ForwardedClient,
     appended: ForwardingFields,
-    xff: &[&HeaderValue],
-    forwarded: &[&HeaderValue],
-    host: Option<&[u8]>,
+    host: Option<&HeaderValue>,
 ) {
-    let element = appended
+    if appended.x_forwarded_for() {
+        append_to_list(headers, &X_FORWARDED_FOR, client.0.address.clone());
+    }
+    if let Some(element) = appended
         .forwarded()
-        .then(|| client.forwarded_for_host(host))
+        .then(|| client.forwarded_for_host(host.map(HeaderValue::as_bytes)))
+        .flatten()
+    {
+        append_to_list(headers, &header::FORWARDED, element);
+    }
+}
+
+/// Whether the `Connection` values in `headers` hold the `upgrade` option.
+fn asks_upgrade(headers: &HeaderMap) -> bool {
+    headers.get_all(header::CONNECTION).iter().any(|value| {
+        value
+            .as_bytes()
+            .split(|&b| b == b',')
+            .any(|token| token.trim_ascii().eq_ignore_ascii_case(b"upgrade"))
+    })
+}
+
+/// The hop-by-hop fields of `headers`, and those its `Connection` names: each once.
+fn hop_by_hop_fields(headers: &HeaderMap, also: Option<&HeaderName>) -> SmallVec<[HeaderName; 4]> {
+    let mut dropped: SmallVec<[HeaderName; 4]> = SmallVec::new();
+    let mut has_connection = false;
+    for name in headers.keys() {
+        has_connection |= name == header::CONNECTION;
+        if is_hop_by_hop(name) || also == Some(name) {
+            dropped.push(name.clone());
+        }
+    }
+    if has_connection {
+        let values = headers
+            .get_all(header::CONNECTION)
+            .iter()
+            .map(HeaderValue::as_bytes);
+        let is_field = |token: &[u8]| {
+            std::str::from_utf8(token).is_ok_and(|token| headers.contains_key(token))
+        };
+        for name in connection_named(values, is_field) {
+            if !dropped.contains(&name) {
+                dropped.push(name);
+            }
+        }
+    }
+    dropped
+}
+
+/// Rewrites a request's target and fields as the upstream receives them, and says whether it
+/// asks the upstream to switch to WebSocket.
+///
+/// On the way: the target in origin form (the connection is to the upstream already) and
+/// HTTP/1.1; hop-by-hop fields, those `Connection` names, and `Expect`, dropped (`Expect:
+/// 100-continue` is the proxy's to answer: hyper does when the body is first read, so the
+/// field would only earn an interim answer to skip; nginx drops it too); a `Host` from the
+/// URI (h2 names its host there alone) or `fallback_host` (HTTP/1.0 may name none) when the
+/// request has none; the connection's client appended to `X-Forwarded-For` and
+/// `Forwarded`, or to those of them `appended` names.
+///
+/// A switch to WebSocket (RFC 6455 section 4.1: an HTTP/1.1 `GET` with `Upgrade: websocket`
+/// and `Connection: upgrade`, and no body) keeps its `Upgrade` and `Connection: upgrade`
+/// when `can_switch` (the client's connection can make it). Other switches (`h2c`) are not
+/// asked of the upstream: a tunnel to it would carry requests no limit sees. Nor is a switch
+/// with a body, which would still be on its way when the tunnel opened.
+pub(crate) fn request_for_upstream(
+    parts: &mut http::request::Parts,
+    (client, appended): (&ForwardedClient, ForwardingFields),
+    fallback_host: &HeaderValue,
+    has_body: bool,
+    can_switch: bool,
+) -> bool {
+    let headers = &mut parts.headers;
+    let upgrade = headers.get(header::UPGRADE).cloned();
+    let websocket = can_switch
+        && !has_body
+        && parts.method == http::Method::GET
+        && parts.version == http::Version::HTTP_11
+        && upgrade
+            .as_ref()
+            .is_some_and(|value| value.as_bytes().eq_ignore_ascii_case(b"websocket"))
+        && asks_upgrade(headers);
+    for name in hop_by_hop_fields(headers, Some(&header::EXPECT)) {
+        headers.remove(name);
+    }
+    if !headers.contains_key(header::HOST) {
+        let host = parts
+            .uri
+            .authority()
+            .and_then(|authority| HeaderValue::from_str(authority.as_str()).ok())
+            .unwrap_or_else(|| fallback_host.clone());
+        headers.insert(header::HOST, host);
+    }
+    let host = headers.get(header::HOST).cloned();
+    append_forwarding_fields(headers, client, appended, host.as_ref());
+    if let Some(upgrade) = upgrade.filter(|_| websocket) {
+        headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+        headers.insert(header::UPGRADE, upgrade);
+    }
+    if parts.uri.scheme().is_some() || parts.uri.authority().is_some() {
+        let target = parts
+            .uri
+            .path_and_query()
+            .cloned()
+            .unwrap_or_else(|| http::uri::PathAndQuery::from_static("/"));
+        parts.uri = http::Uri::from(target);
+    }
+    parts.version = http::Version::HTTP_11;
+    websocket
+}
+
+/// Rewrites a response's fields as the client receives them: hop-by-hop fields, and those
+/// `Connection` names, dropped (the client's connection is the proxy's, not the
+/// upstream's), but for a switch's `Upgrade` and `Connection: upgrade`; a `Content-Length`
+/// given more than once (or as a list), which hyper has checked agrees, given once.
+pub(crate) fn response_for_client(headers: &mut HeaderMap, switched: bool) {
+    let upgrade = switched
+        .then(|| headers.get(header::UPGRADE).cloned())
         .flatten();
-    write_list(
-        out,
-        X_FORWARDED_FOR.as_str().as_bytes(),
-        xff,
-        appended
-            .x_forwarded_for()
-            .then(|| client.0.address.as_bytes()),
-    );
-    write_list(
-        out,
-        header::FORWARDED.as_str().as_bytes(),
-        forwarded,
-        element.as_ref().map(HeaderValue::as_bytes),
-    );
+    for name in hop_by_hop_fields(headers, None) {
+        headers.remove(name);
+    }
+    if let Some(upgrade) = upgrade {
+        headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+        headers.insert(header::UPGRADE, upgrade);
+    }
+    let mut lengths = headers.get_all(header::CONTENT_LENGTH).iter();
+    if let Some(first) = lengths.next() {
+        let listed = lengths.next().is_some() || first.as_bytes().contains(&b',');
+        if listed {
+            let one = first
+                .as_bytes()
+                .split(|&b| b == b',')
+                .next()
+                .map(<[u8]>::trim_ascii)
+                .and_then(|length| HeaderValue::from_bytes(length).ok());
+            if let Some(one) = one {
+                headers.insert(header::CONTENT_LENGTH, one);
+            }
+        }
+    }
 }
 
 /// A connection's client as the forwarding fields name it, formatted once when the
@@ -292,21 +412,23 @@ mod tests {
         forwarded: &[&'static str],
         host: Option<&str>,
     ) -> String {
-        let xff: Vec<HeaderValue> = xff.iter().map(|v| HeaderValue::from_static(v)).collect();
-        let forwarded: Vec<HeaderValue> = forwarded
-            .iter()
-            .map(|v| HeaderValue::from_static(v))
-            .collect();
-        let mut out = Vec::new();
-        write_forwarding_fields(
-            &mut out,
-            client,
-            appended,
-            &xff.iter().collect::<Vec<_>>(),
-            &forwarded.iter().collect::<Vec<_>>(),
-            host.map(str::as_bytes),
-        );
-        String::from_utf8_lossy(&out).into_owned()
+        let mut headers = HeaderMap::new();
+        for value in xff {
+            headers.append(&X_FORWARDED_FOR, HeaderValue::from_static(value));
+        }
+        for value in forwarded {
+            headers.append(header::FORWARDED, HeaderValue::from_static(value));
+        }
+        let host = host.map(|host| HeaderValue::from_str(host).expect("a host"));
+        append_forwarding_fields(&mut headers, client, appended, host.as_ref());
+        let mut out = String::new();
+        for name in [&X_FORWARDED_FOR, &header::FORWARDED] {
+            for value in headers.get_all(name) {
+                let value = value.to_str().expect("text");
+                out.push_str(&format!("{name}: {value}\r\n"));
+            }
+        }
+        out
     }
 
     #[test]

@@ -38,6 +38,7 @@ mod limiter;
 mod lingering;
 mod loads;
 mod metrics;
+mod request_body;
 mod rules;
 mod send_deadline;
 mod server;

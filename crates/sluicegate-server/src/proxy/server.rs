@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use bytes::Bytes;
+use http::header::HeaderValue;
 use http::{Request, Response, StatusCode};
 use http_body_util::Full;
 use hyper::body::Incoming;
@@ -28,10 +29,11 @@ use crate::proxy::forwarding::ForwardingFields;
 use crate::proxy::lingering::Lingering;
 use crate::proxy::loads::Loads;
 use crate::proxy::metrics::Metrics;
+use crate::proxy::request_body::BodyBounds;
 use crate::proxy::rules::Rules;
 use crate::proxy::serving::{ConnectionServer, State};
 use crate::proxy::table::Table;
-use crate::proxy::upstream::{BodyBounds, Pools, Timeouts};
+use crate::proxy::upstream::UpstreamClient;
 use crate::proxy::workers::start_workers;
 
 /// How to run the proxy.
@@ -197,24 +199,28 @@ pub async fn start(config: ProxyConfig) -> Result<Proxy, ProxyError> {
     let backing = Backing::new(config.redis.as_ref(), &metrics);
     backing.check(&rules, &config.rules)?;
     backing.connect().await?;
+    let fallback_host =
+        HeaderValue::from_str(target.authority.as_str()).map_err(|_| ProxyError::Upstream {
+            url: config.upstream.clone(),
+            reason: "the host is not a valid Host field".to_owned(),
+        })?;
     let forwarder = Arc::new(Forwarder {
-        pools: Pools::new(
+        client: UpstreamClient::new(
             &target.authority,
             config.workers,
             config.connect_timeout,
             config.upstream_keepalive_timeout,
-            BodyBounds {
-                max_size: config.client_max_body_size,
-                buffer_size: config.client_body_buffer_size,
-            },
             Arc::clone(&metrics.websockets_open),
-        )
-        .appending_to(config.forwarding_fields),
+        ),
         target,
-        timeouts: Timeouts {
-            upstream: config.upstream_timeout,
-            client_body: Some(config.client_body_timeout).filter(|t| !t.is_zero()),
+        upstream_timeout: config.upstream_timeout,
+        bodies: BodyBounds {
+            max_size: config.client_max_body_size,
+            buffer_size: config.client_body_buffer_size,
+            client_timeout: Some(config.client_body_timeout).filter(|t| !t.is_zero()),
         },
+        forwarding: config.forwarding_fields,
+        fallback_host,
         metrics: Arc::clone(&metrics),
     });
     let table = Table::build(&rules, &backing, &forwarder, &metrics, None)?;

@@ -240,7 +240,7 @@ impl ConnectionServer {
             );
         }
         let left = grace.saturating_sub(began.elapsed());
-        self.state.forwarder.pools.tunnels.finish(left).await;
+        self.state.forwarder.client.tunnels.finish(left).await;
     }
 }
 

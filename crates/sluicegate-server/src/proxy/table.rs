@@ -392,7 +392,7 @@ fn refused_before_limits(
         return Some(text(StatusCode::BAD_REQUEST, body));
     }
     let forwarder = &table.unmatched.forwarder;
-    let max = forwarder.pools.refuses(&request.body().body)?;
+    let max = forwarder.bodies.refuses(&request.body().body)?;
     Some(too_large(&forwarder.metrics, max))
 }
 

@@ -13,7 +13,7 @@ use tokio::task::JoinHandle;
 use crate::proxy::error::ProxyError;
 use crate::proxy::loads::{Counted, Loads};
 use crate::proxy::serving::{ConnectionServer, State};
-use crate::proxy::upstream::Pools;
+use crate::proxy::upstream::UpstreamClient;
 
 /// A connection on its way to the worker that serves it: the socket is out of the accepting
 /// worker's runtime until the receiving one registers it.
@@ -63,7 +63,7 @@ pub(crate) fn start_workers(
         std::thread::Builder::new()
             .name(format!("sluicegate-proxy-{}", worker + 1))
             .spawn(move || {
-                Pools::enter_worker(worker + 1);
+                UpstreamClient::enter_worker(worker + 1);
                 runtime.block_on(async move {
                     match TcpListener::from_std(listener) {
                         Ok(listener) => {

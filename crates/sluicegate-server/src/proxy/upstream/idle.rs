@@ -44,17 +44,21 @@ impl Pool {
     /// The connection idle the shortest time that is still open.
     pub(crate) fn checkout(&self) -> Option<Conn> {
         loop {
-            let (mut conn, since) = self.lock().connections.pop()?;
-            if since.elapsed() <= self.idle_timeout && !conn.io.is_stale() {
+            let (conn, since) = self.lock().connections.pop()?;
+            if since.elapsed() <= self.idle_timeout && !conn.is_closed() {
                 return Some(conn);
             }
+            conn.close();
         }
     }
 
     pub(crate) fn put(&self, conn: Conn) {
         let mut idle = self.lock();
-        if idle.connections.len() < MAX_IDLE {
+        if idle.connections.len() < MAX_IDLE && !conn.is_closed() {
             idle.connections.push((conn, Instant::now()));
+        } else {
+            drop(idle);
+            conn.close();
         }
     }
 
@@ -80,10 +84,16 @@ impl Pool {
                     return;
                 };
                 let idle_timeout = pool.idle_timeout;
-                let mut idle = pool.lock();
-                idle.connections.retain_mut(|(conn, since)| {
-                    since.elapsed() <= idle_timeout && !conn.io.is_stale()
-                });
+                let expired: Vec<Conn> = {
+                    let mut idle = pool.lock();
+                    let (kept, expired): (Vec<_>, Vec<_>) =
+                        std::mem::take(&mut idle.connections).into_iter().partition(
+                            |(conn, since)| since.elapsed() <= idle_timeout && !conn.is_closed(),
+                        );
+                    idle.connections = kept;
+                    expired.into_iter().map(|(conn, _)| conn).collect()
+                };
+                expired.into_iter().for_each(Conn::close);
             }
         });
     }

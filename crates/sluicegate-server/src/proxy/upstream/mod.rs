@@ -1,19 +1,17 @@
-//! The proxy's HTTP/1.1 client to its upstream, on httparse and tokio: pooled keep-alive
-//! connections, each request written and its response read by the client request's own task.
+//! The proxy's HTTP client to its upstream, on hyper's client connections: keep-alive
+//! connections pooled per worker thread, each request's waits bounded, WebSocket switches
+//! joined into tunnels. What the proxy does to a request on its way (forwarding fields,
+//! hop-by-hop fields, body bounds) happens before it reaches this client (`forwarding`,
+//! `request_body`).
 
 mod body;
-mod chunked;
+mod client;
 mod conn;
 mod error;
 mod idle;
-mod pool;
-mod request;
-mod response;
 mod send_wait;
 mod tunnel;
 
 pub use body::PooledBody;
+pub(crate) use client::{SendError, UpstreamClient};
 pub use error::UpstreamError;
-pub(crate) use pool::{Pools, SendError, Written};
-pub(crate) use request::BodyBounds;
-pub(crate) use send_wait::Timeouts;

@@ -14,7 +14,6 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::proxy::upstream::conn::Io;
 use sluicegate_http::rate_limit::HoldPermits;
 
 /// What one direction reads and writes at a time.
@@ -57,25 +56,27 @@ impl Tunnels {
     }
 
     /// Joins the client's side of a switch (`client`, ready once hyper has sent the `101`)
-    /// with `upstream`, on a task of its own, until either side closes, neither sends
+    /// with the upstream's (`upstream`, ready once hyper has read its `101`), on a task of its own, until either side closes, neither sends
     /// anything for `idle`, or a shutdown's grace runs out; `held` (the request's
     /// `concurrency` permits) is dropped with the tunnel.
-    pub(crate) fn open(&self, client: OnUpgrade, upstream: Io, idle: Duration, held: HoldPermits) {
+    pub(crate) fn open(
+        &self,
+        client: OnUpgrade,
+        upstream: OnUpgrade,
+        idle: Duration,
+        held: HoldPermits,
+    ) {
         let open = Arc::clone(&self.open);
         let stop = self.stop.clone();
         self.running.spawn(async move {
             let _held = held;
-            let Ok(client) = client.await else {
-                // The client went away before its switch.
+            // Either side gone before its switch ends the tunnel before it began. What either
+            // sent right after the switch, read with its head, comes first from its side.
+            let (Ok(client), Ok(upstream)) = tokio::join!(client, upstream) else {
                 return;
             };
             let _counted = Counted::new(&open);
-            let (upstream, already_read) = upstream.into_parts();
-            let mut client = TokioIo::new(client);
-            // What the upstream sent right after its `101`, read with it.
-            if client.write_all(&already_read).await.is_err() {
-                return;
-            }
+            let (client, upstream) = (TokioIo::new(client), TokioIo::new(upstream));
             tokio::select! {
                 () = join(client, upstream, idle) => {}
                 () = stop.cancelled() => {}
