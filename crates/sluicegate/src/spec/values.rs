@@ -29,7 +29,7 @@ pub(super) fn rate(name: &'static str, text: &str) -> Result<Rate, ConfigError> 
 }
 
 /// A duration such as `250ms`, `4s`, `1.5s`, `1m`.
-pub(super) fn duration(name: &'static str, text: &str) -> Result<Duration, ConfigError> {
+pub(crate) fn duration(name: &'static str, text: &str) -> Result<Duration, ConfigError> {
     parse_duration(text).map_err(|e| {
         ConfigError::invalid(
             name,
@@ -43,7 +43,7 @@ pub(super) fn duration(name: &'static str, text: &str) -> Result<Duration, Confi
 }
 
 /// A whole number such as `20`.
-pub(super) fn count(name: &'static str, text: &str) -> Result<u64, ConfigError> {
+pub(crate) fn count(name: &'static str, text: &str) -> Result<u64, ConfigError> {
     let trimmed = text.trim();
     if trimmed.is_empty() || !trimmed.bytes().all(|b| b.is_ascii_digit()) {
         return Err(ConfigError::invalid(
@@ -58,7 +58,7 @@ pub(super) fn count(name: &'static str, text: &str) -> Result<u64, ConfigError> 
 }
 
 /// A plain non-negative decimal number such as `2`, `0.5` or `2.5`.
-pub(super) fn number(name: &'static str, text: &str) -> Result<f64, ConfigError> {
+pub(crate) fn number(name: &'static str, text: &str) -> Result<f64, ConfigError> {
     let decimal = Decimal::parse(text.trim()).map_err(|reason| {
         ConfigError::invalid(
             name,
