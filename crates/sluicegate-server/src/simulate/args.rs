@@ -1,6 +1,7 @@
 //! The command line of `sluicegate simulate`.
 
 use std::path::PathBuf;
+use std::str::FromStr;
 
 use clap::Args;
 use sluicegate::{AlgorithmSpec, AnyAlgorithm, Micros, micros_ceil, parse_duration};
@@ -47,7 +48,7 @@ pub struct SimulateArgs {
     #[arg(
         long,
         value_name = "CONTROLLER",
-        value_parser = ControllerSpec::parse,
+        value_parser = ControllerSpec::from_str,
         conflicts_with_all = ["limiters", "trace"],
         requires_all = ["server", "traffic"]
     )]
