@@ -199,6 +199,7 @@ or {\"t\":...,\"error\":\"...\"} for an event the limiter cannot take; the run g
   none
 window=DUR on aimd, vegas and gradient2 feeds them one sample per window (the average
 latency, the largest in-flight, the worst outcome: Netflix's WindowedLimit), not every one.
+The proxy's `adaptive:` route setting reads the same specs.
 A discrete-event simulation, seeded and deterministic: each arrival is one request, admitted
 while fewer than the limit are in flight and rejected otherwise (no queue); the server answers
 in FIFO order; a client gives up after --client-timeout, but the server still does the work,
