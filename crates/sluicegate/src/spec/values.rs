@@ -1,10 +1,30 @@
-//! Reading one parameter's value, with errors that name the parameter.
+//! Reading a spec's names and one parameter's value, with errors that name the parameter;
+//! shared by the algorithm specs and the adaptive controller specs.
 
 use std::str::FromStr;
 use std::time::Duration;
 
 use crate::error::ConfigError;
 use crate::rate::{Decimal, Rate, parse_duration};
+
+/// The value given for parameter `name` among a spec's (name, value) pairs.
+pub(crate) fn given<'a>(params: &'a [(&'static str, String)], name: &str) -> Option<&'a str> {
+    params
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, v)| v.as_str())
+}
+
+/// The entry of `kinds` whose `name` is `written`, read case-insensitively and with `_` for
+/// `-`, as spec names are.
+pub(crate) fn named<'k, K>(
+    kinds: &'k [K],
+    name: impl Fn(&K) -> &str,
+    written: &str,
+) -> Option<&'k K> {
+    let wanted = written.trim().to_ascii_lowercase().replace('_', "-");
+    kinds.iter().find(|kind| name(kind) == wanted)
+}
 
 /// The reason inside an error from a value reader, without the text it repeats.
 fn reason_of(error: ConfigError) -> String {

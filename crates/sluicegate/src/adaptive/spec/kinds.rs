@@ -3,6 +3,7 @@
 use crate::adaptive::spec::build::{self, Build};
 use crate::adaptive::spec::values::ValueKind::{self, Count, Duration, Number};
 use crate::error::ConfigError;
+use crate::spec::values;
 
 /// One parameter of a controller spec.
 pub(super) struct Param {
@@ -176,14 +177,10 @@ pub const PARAMETERS: &[&str] = &[
 
 /// The controller named `written`: case-insensitive, `_` for `-`.
 pub(super) fn kind_named(written: &str) -> Result<&'static Kind, ConfigError> {
-    let name = written.trim().to_ascii_lowercase().replace('_', "-");
-    KINDS
-        .iter()
-        .find(|kind| kind.name == name)
-        .ok_or_else(|| ConfigError::UnknownController {
-            name: written.trim().to_owned(),
-            known: KNOWN,
-        })
+    values::named(KINDS, |kind| kind.name, written).ok_or_else(|| ConfigError::UnknownController {
+        name: written.trim().to_owned(),
+        known: KNOWN,
+    })
 }
 
 impl Kind {

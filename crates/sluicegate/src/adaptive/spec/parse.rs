@@ -7,6 +7,7 @@ use crate::adaptive::spec::any::AnyController;
 use crate::adaptive::spec::kinds::{Kind, kind_named};
 use crate::adaptive::spec::values::Values;
 use crate::error::ConfigError;
+use crate::spec::values;
 
 /// An adaptive controller and its parameters, checked when read: a spec that was read builds,
 /// with any seed. See the [module docs](super) for the controllers and what they take.
@@ -76,10 +77,7 @@ impl ControllerSpec {
 
     /// The value given for parameter `key`, if any.
     pub fn get(&self, key: &str) -> Option<&str> {
-        self.params
-            .iter()
-            .find(|(k, _)| *k == key)
-            .map(|(_, v)| v.as_str())
+        values::given(&self.params, key)
     }
 
     /// The parameters as given, under their canonical names.

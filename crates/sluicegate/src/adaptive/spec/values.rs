@@ -53,10 +53,7 @@ impl<'a> Values<'a> {
     }
 
     fn get(&self, key: &str) -> Option<&'a str> {
-        self.params
-            .iter()
-            .find(|(k, _)| *k == key)
-            .map(|(_, v)| v.as_str())
+        values::given(self.params, key)
     }
 
     /// A whole number, if given.
