@@ -1,5 +1,5 @@
 //! Each controller built from a spec's values. Errors name the builders' parameters
-//! (`min_limit`); [`super::kinds`] puts them in the spec's words.
+//! (`min_limit`); `ControllerSpec::build` puts them in the spec's words.
 
 use std::time::Duration;
 
