@@ -178,15 +178,15 @@ struct Bench {
 
 fn bench(scenario: &Scenario) -> Result<Bench, Failure> {
     let ours = |text: &str| -> Result<Row, Failure> {
-        let spec = ControllerSpec::parse(text)?;
+        let spec: ControllerSpec = text.parse()?;
         let spec = match &scenario.limits {
-            Some(limits) => spec.with_limits(limits)?,
+            Some(limits) => limits.apply(&spec)?,
             None => spec,
         };
         Ok(Row {
             name: text.to_owned(),
             run: Ok(run_one(&spec, scenario)?),
-            min_limit: spec.min_limit(),
+            min_limit: spec.build(0)?.bounds().map(|bounds| bounds.min()),
         })
     };
     let mut rows = vec![ours("none")?];

@@ -185,9 +185,12 @@ fn bad_flags_name_the_problem() -> TestResult {
             vec!["--adaptive", "aimd:min=5,max=4"],
             "min (5) must not exceed max (4)",
         ),
-        (vec!["--adaptive", "aimd:max=10"], "defaults: min 1"),
-        (vec!["--adaptive", "aimd:backoff=2"], "bad backoff `2`"),
-        (vec!["--adaptive", "vegas:alpha=x"], "bad alpha `x`"),
+        (
+            vec!["--adaptive", "aimd:max=10"],
+            "default initial (20) must not exceed max (10)",
+        ),
+        (vec!["--adaptive", "aimd:backoff=2"], "invalid backoff `2`"),
+        (vec!["--adaptive", "vegas:alpha=x"], "invalid alpha `x`"),
         (
             vec!["--adaptive", "vegas:speed=2"],
             "unknown parameter `speed` for vegas",
@@ -220,10 +223,10 @@ fn bad_flags_name_the_problem() -> TestResult {
         ),
         (
             vec!["--adaptive", "percentile:target=50ms,p=2"],
-            "bad p `2`",
+            "invalid p `2`",
         ),
         (vec!["--adaptive", "fixed"], "missing parameter `limit`"),
-        (vec!["--adaptive", "fixed:limit=0"], "bad limit `0`"),
+        (vec!["--adaptive", "fixed:limit=0"], "invalid limit `0`"),
         (
             vec!["--adaptive", "none:min=1"],
             "unknown parameter `min` for none",

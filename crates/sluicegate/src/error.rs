@@ -19,7 +19,7 @@ pub enum ConfigError {
     /// A parameter the algorithm needs was not given.
     #[error("missing parameter `{name}` for {algorithm}")]
     MissingParameter {
-        /// The algorithm's name.
+        /// The algorithm's (or adaptive controller's) name.
         algorithm: &'static str,
         /// The missing parameter.
         name: &'static str,
@@ -27,7 +27,7 @@ pub enum ConfigError {
     /// A parameter the algorithm does not take was given.
     #[error("unknown parameter `{name}` for {algorithm} (it takes: {expected})")]
     UnknownParameter {
-        /// The algorithm's name.
+        /// The algorithm's (or adaptive controller's) name.
         algorithm: &'static str,
         /// The parameter as written.
         name: String,
@@ -41,6 +41,24 @@ pub enum ConfigError {
         name: String,
         /// The known names.
         known: &'static str,
+    },
+    /// An adaptive controller spec names no known controller.
+    #[error("unknown controller `{name}` (known: {known})")]
+    UnknownController {
+        /// The name as written.
+        name: String,
+        /// The known names.
+        known: &'static str,
+    },
+    /// An adaptive controller spec's parameters do not make that controller: which
+    /// controller, and what is wrong, in the spec's own parameter names (`min`, not
+    /// `min_limit`).
+    #[error("{controller}: {problem}")]
+    Controller {
+        /// The controller's name as specs write it (`aimd`, `envoy-gradient`, ...).
+        controller: &'static str,
+        /// What is wrong with its parameters.
+        problem: Box<ConfigError>,
     },
     /// A rate, duration or number could not be read.
     #[error("cannot read {what} `{text}`: {reason}")]

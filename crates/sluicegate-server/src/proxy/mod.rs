@@ -56,8 +56,7 @@ pub use forward::UpstreamBody;
 pub use forwarding::ForwardingFields;
 pub use key::{KeyBytes, KeyPart, OnMissingKey, RouteKeys};
 pub use rules::{
-    AdaptiveDef, BackendChoice, ControllerKind, DEFAULT_LIMIT_KEYS, LimitDef, PathMatch, PathRules,
-    RouteDef, Rules,
+    AdaptiveDef, BackendChoice, DEFAULT_LIMIT_KEYS, LimitDef, PathMatch, PathRules, RouteDef, Rules,
 };
 pub use server::{Proxy, ProxyConfig, start};
 pub use table::{ProxyBody, RouteBody};

@@ -18,7 +18,7 @@ use sluicegate_http::rate_limit::key::{ClientIp, ForwardingHeader};
 
 mod adaptive;
 
-pub use adaptive::{AdaptiveDef, ControllerKind};
+pub use adaptive::AdaptiveDef;
 
 /// Keys a limit holds at most unless `max_keys` says (about what nginx stores in a 10 MB
 /// zone of `$binary_remote_addr` keys).

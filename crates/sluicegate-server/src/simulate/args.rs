@@ -1,6 +1,7 @@
 //! The command line of `sluicegate simulate`.
 
 use std::path::PathBuf;
+use std::str::FromStr;
 
 use clap::Args;
 use sluicegate::{AlgorithmSpec, AnyAlgorithm, Micros, micros_ceil, parse_duration};
@@ -47,7 +48,7 @@ pub struct SimulateArgs {
     #[arg(
         long,
         value_name = "CONTROLLER",
-        value_parser = ControllerSpec::parse,
+        value_parser = ControllerSpec::from_str,
         conflicts_with_all = ["limiters", "trace"],
         requires_all = ["server", "traffic"]
     )]
@@ -198,6 +199,7 @@ or {\"t\":...,\"error\":\"...\"} for an event the limiter cannot take; the run g
   none
 window=DUR on aimd, vegas and gradient2 feeds them one sample per window (the average
 latency, the largest in-flight, the worst outcome: Netflix's WindowedLimit), not every one.
+The proxy's `adaptive:` route setting reads the same specs.
 A discrete-event simulation, seeded and deterministic: each arrival is one request, admitted
 while fewer than the limit are in flight and rejected otherwise (no queue); the server answers
 in FIFO order; a client gives up after --client-timeout, but the server still does the work,

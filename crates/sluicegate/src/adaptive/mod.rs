@@ -15,6 +15,8 @@
 //! | [`Percentile`] | delay | a window's p99 over its target (by default twice the service's own) halves the limit; under it, slow start then +1 |
 //!
 //! [`Windowed`] wraps a per-sample controller so that it moves once per window, on a summary.
+//! [`ControllerSpec`] names any of them in text (`gradient2:min=1,window=1s`) and builds an
+//! [`AnyController`]: see [`spec`].
 //!
 //! Whatever the rule, a dropped request (a rejection, however fast) backs every controller off,
 //! whatever the in-flight count; a drop's latency is never read; no state is a trap (from any
@@ -113,6 +115,7 @@ mod percentile;
 mod permit;
 mod reservoir;
 mod sample;
+pub mod spec;
 mod vegas;
 mod windowed;
 
@@ -126,5 +129,6 @@ pub use partition::{PartitionId, PartitionMetrics};
 pub use percentile::{Percentile, PercentileBuilder};
 pub use permit::Permit;
 pub use sample::{Controller, LimitBounds, Outcome, Sample};
+pub use spec::{AnyController, ControllerSpec};
 pub use vegas::{Vegas, VegasBuilder};
 pub use windowed::{WindowAggregate, Windowed, WindowedBuilder};

@@ -163,14 +163,10 @@ const KNOWN: &str = "token-bucket, gcra, fixed-window, sliding-log, sliding-wind
 
 /// The grammar of the algorithm named `written` (case-insensitive, `_` for `-`).
 pub(super) fn kind_named(written: &str) -> Result<&'static Kind, ConfigError> {
-    let name = written.trim().to_ascii_lowercase().replace('_', "-");
-    KINDS
-        .iter()
-        .find(|k| k.name == name)
-        .ok_or_else(|| ConfigError::UnknownAlgorithm {
-            name: written.trim().to_owned(),
-            known: KNOWN,
-        })
+    values::named(KINDS, |k| k.name, written).ok_or_else(|| ConfigError::UnknownAlgorithm {
+        name: written.trim().to_owned(),
+        known: KNOWN,
+    })
 }
 
 /// A spec's parameters, read one by one.
@@ -195,10 +191,7 @@ impl<'a> Params<'a> {
     }
 
     fn get(&self, name: &str) -> Option<&'a str> {
-        self.items
-            .iter()
-            .find(|(n, _)| *n == name)
-            .map(|(_, v)| v.as_str())
+        values::given(self.items, name)
     }
 
     fn required(&self, name: &'static str) -> Result<&'a str, ConfigError> {

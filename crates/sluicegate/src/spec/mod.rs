@@ -8,7 +8,7 @@ mod build;
 mod parse;
 mod quota;
 mod render;
-mod values;
+pub(crate) mod values;
 
 #[cfg(test)]
 mod tests;

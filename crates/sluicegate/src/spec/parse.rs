@@ -6,6 +6,7 @@ use std::str::FromStr;
 use crate::error::ConfigError;
 use crate::spec::any::AnyAlgorithm;
 use crate::spec::build::{Kind, Params, kind_named};
+use crate::spec::values;
 
 /// A limiter spec: an algorithm (see the README's table of algorithms) and its parameters, checked for unknown,
 /// duplicate and malformed parameters but not yet built (values are read by
@@ -75,10 +76,7 @@ impl AlgorithmSpec {
 
     /// The value given for parameter `name` (its canonical name), if any.
     pub fn get(&self, name: &str) -> Option<&str> {
-        self.params
-            .iter()
-            .find(|(n, _)| *n == name)
-            .map(|(_, v)| v.as_str())
+        values::given(&self.params, name)
     }
 
     /// The parameters as given, under their canonical names.

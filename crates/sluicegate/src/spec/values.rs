@@ -1,10 +1,30 @@
-//! Reading one parameter's value, with errors that name the parameter.
+//! Reading a spec's names and one parameter's value, with errors that name the parameter;
+//! shared by the algorithm specs and the adaptive controller specs.
 
 use std::str::FromStr;
 use std::time::Duration;
 
 use crate::error::ConfigError;
 use crate::rate::{Decimal, Rate, parse_duration};
+
+/// The value given for parameter `name` among a spec's (name, value) pairs.
+pub(crate) fn given<'a>(params: &'a [(&'static str, String)], name: &str) -> Option<&'a str> {
+    params
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, v)| v.as_str())
+}
+
+/// The entry of `kinds` whose `name` is `written`, read case-insensitively and with `_` for
+/// `-`, as spec names are.
+pub(crate) fn named<'k, K>(
+    kinds: &'k [K],
+    name: impl Fn(&K) -> &str,
+    written: &str,
+) -> Option<&'k K> {
+    let wanted = written.trim().to_ascii_lowercase().replace('_', "-");
+    kinds.iter().find(|kind| name(kind) == wanted)
+}
 
 /// The reason inside an error from a value reader, without the text it repeats.
 fn reason_of(error: ConfigError) -> String {
@@ -29,7 +49,7 @@ pub(super) fn rate(name: &'static str, text: &str) -> Result<Rate, ConfigError> 
 }
 
 /// A duration such as `250ms`, `4s`, `1.5s`, `1m`.
-pub(super) fn duration(name: &'static str, text: &str) -> Result<Duration, ConfigError> {
+pub(crate) fn duration(name: &'static str, text: &str) -> Result<Duration, ConfigError> {
     parse_duration(text).map_err(|e| {
         ConfigError::invalid(
             name,
@@ -43,7 +63,7 @@ pub(super) fn duration(name: &'static str, text: &str) -> Result<Duration, Confi
 }
 
 /// A whole number such as `20`.
-pub(super) fn count(name: &'static str, text: &str) -> Result<u64, ConfigError> {
+pub(crate) fn count(name: &'static str, text: &str) -> Result<u64, ConfigError> {
     let trimmed = text.trim();
     if trimmed.is_empty() || !trimmed.bytes().all(|b| b.is_ascii_digit()) {
         return Err(ConfigError::invalid(
@@ -58,7 +78,7 @@ pub(super) fn count(name: &'static str, text: &str) -> Result<u64, ConfigError> 
 }
 
 /// A plain non-negative decimal number such as `2`, `0.5` or `2.5`.
-pub(super) fn number(name: &'static str, text: &str) -> Result<f64, ConfigError> {
+pub(crate) fn number(name: &'static str, text: &str) -> Result<f64, ConfigError> {
     let decimal = Decimal::parse(text.trim()).map_err(|reason| {
         ConfigError::invalid(
             name,

@@ -3,61 +3,39 @@
 //!
 //! ```yaml
 //! adaptive:
-//!   controller: vegas      # aimd, vegas, gradient2, envoy-gradient, percentile
-//!   min: 1                 # the limit's bounds (the controller's defaults otherwise)
-//!   initial: 20
+//!   controller: gradient2  # a controller spec, as `sluicegate simulate --adaptive` takes:
+//!                          # aimd, vegas, gradient2, envoy-gradient, percentile, fixed, none,
+//!                          # with or without parameters ("gradient2:min=1,window=1s")
+//!   min: 1                 # any of the spec's parameters, as a key of its own
 //!   max: 1000
-//!   target: 150ms          # percentile only: the p99 to hold (default: twice the lowest
-//!                          # window p99 it measures)
-//!   timeout: 500ms         # aimd only: a slower answer counts as a loss
+//!   window: 1s
 //!   queue_timeout: 250ms   # wait this long for a place (default: refuse at once)
 //!   queue_capacity: 100    # requests waiting at most
 //!   retry_after: 1s        # the refusal's Retry-After
 //! ```
+//!
+//! The spec and the keys make one [`ControllerSpec`], read and checked by the core as
+//! everywhere else ([`sluicegate::adaptive::spec`] lists each controller's parameters). A
+//! parameter given both in the spec and as a key is an error; `none` is no limit, as if
+//! `adaptive` were left out.
 
 use std::time::Duration;
 
-use sluicegate::adaptive::{
-    AdaptiveLimiter, Aimd, Controller, EnvoyGradient, Gradient2, Percentile, Vegas,
-};
+use sluicegate::adaptive::spec::PARAMETERS;
+use sluicegate::adaptive::{AdaptiveLimiter, ControllerSpec};
 use sluicegate::{ConfigError, parse_duration};
+use sluicegate_rules::Position;
 use sluicegate_rules::yaml::{Node, Scalar, Value};
 
 use super::Reader;
 use sluicegate_http::adaptive::AdaptiveLimitLayer;
 
-/// Which rule sets the limit.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum ControllerKind {
-    /// Additive increase, multiplicative decrease on drops and timeouts.
-    Aimd,
-    /// TCP Vegas' queue estimate from the minimum latency.
-    Vegas,
-    /// Netflix's Gradient2: short-term against long-term latency.
-    Gradient2,
-    /// Envoy's gradient controller, its minimum latency measured in pinned windows.
-    EnvoyGradient,
-    /// A window's p99 held under `target`.
-    Percentile,
-}
-
 /// A route's adaptive concurrency limit, validated.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct AdaptiveDef {
-    /// The controller.
-    pub controller: ControllerKind,
-    /// The limit's lowest, first and highest values, where given.
-    pub min: Option<u32>,
-    /// See `min`.
-    pub initial: Option<u32>,
-    /// See `min`.
-    pub max: Option<u32>,
-    /// The percentile controller's target latency.
-    pub target: Option<Duration>,
-    /// AIMD's latency timeout: a slower answer counts as a loss.
-    pub timeout: Option<Duration>,
+    /// The controller and its parameters: `controller`'s spec with the parameter keys added.
+    pub controller: ControllerSpec,
     /// How long a request may wait for a place; `None`: refused at once.
     pub queue_timeout: Option<Duration>,
     /// Requests waiting at most.
@@ -66,25 +44,20 @@ pub struct AdaptiveDef {
     pub retry_after: Duration,
 }
 
-const KNOWN: [&str; 9] = [
+/// The keys that are the proxy's own, not the controller's.
+const OWN: [&str; 4] = [
     "controller",
-    "min",
-    "initial",
-    "max",
-    "target",
-    "timeout",
     "queue_timeout",
     "queue_capacity",
     "retry_after",
 ];
 
-const CONTROLLERS: &str = "aimd, vegas, gradient2, envoy-gradient, percentile";
+const CONTROLLERS: &str = "aimd, vegas, gradient2, envoy-gradient, percentile, fixed, none";
 
 impl AdaptiveDef {
     /// The layer this setting describes (a fresh limiter).
     pub(crate) fn layer(&self) -> Result<AdaptiveLimitLayer, ConfigError> {
-        let controller = self.controller()?;
-        let limiter = AdaptiveLimiter::builder(controller)
+        let limiter = AdaptiveLimiter::builder(self.controller.build(0)?)
             .queue_capacity(self.queue_capacity)
             .build()?;
         let mut builder = AdaptiveLimitLayer::builder(limiter).retry_after(self.retry_after);
@@ -93,122 +66,91 @@ impl AdaptiveDef {
         }
         Ok(builder.build())
     }
-
-    fn controller(&self) -> Result<Box<dyn Controller>, ConfigError> {
-        macro_rules! bounded {
-            ($builder:expr) => {{
-                let mut builder = $builder;
-                if let Some(min) = self.min {
-                    builder = builder.min_limit(min);
-                }
-                if let Some(initial) = self.initial {
-                    builder = builder.initial_limit(initial);
-                }
-                if let Some(max) = self.max {
-                    builder = builder.max_limit(max);
-                }
-                builder
-            }};
-        }
-        Ok(match self.controller {
-            ControllerKind::Aimd => {
-                let mut builder = bounded!(Aimd::builder());
-                if let Some(timeout) = self.timeout {
-                    builder = builder.timeout(timeout);
-                }
-                Box::new(builder.build()?)
-            }
-            ControllerKind::Vegas => Box::new(bounded!(Vegas::builder()).build()?),
-            ControllerKind::Gradient2 => Box::new(bounded!(Gradient2::builder()).build()?),
-            ControllerKind::EnvoyGradient => Box::new(bounded!(EnvoyGradient::builder()).build()?),
-            ControllerKind::Percentile => {
-                // Without a target, the controller's own: a multiple of the lowest window
-                // latency it measures.
-                let builder = match self.target {
-                    Some(target) => Percentile::builder(target),
-                    None => Percentile::relative_builder(),
-                };
-                Box::new(bounded!(builder).build()?)
-            }
-        })
-    }
 }
 
 impl Reader {
-    /// A route's `adaptive:` map.
+    /// A route's `adaptive:` map; `None` for a problem, or for `controller: none`.
     pub(super) fn adaptive(&mut self, node: &Node) -> Option<AdaptiveDef> {
-        let entries = self.entries(node, "`adaptive`", &KNOWN)?;
-        let mut def = AdaptiveDef {
-            controller: ControllerKind::Gradient2,
-            min: None,
-            initial: None,
-            max: None,
-            target: None,
-            timeout: None,
-            queue_timeout: None,
-            queue_capacity: 100,
-            retry_after: Duration::from_secs(1),
-        };
-        let mut named = false;
+        let known: Vec<&str> = OWN.iter().chain(PARAMETERS).copied().collect();
+        let entries = self.entries(node, "`adaptive`", &known)?;
+        let mut controller = None;
+        let mut params: Vec<(&str, &Node)> = Vec::new();
+        let (mut queue_timeout, mut queue_capacity, mut retry_after) =
+            (None, 100, Duration::from_secs(1));
+        let mut queue_settings = false;
         for (field, value) in entries {
+            queue_settings |= OWN[1..].contains(&field);
             match field {
-                "controller" => {
-                    named = true;
-                    let text = self.string(value, "`controller`")?;
-                    def.controller = match text.as_str() {
-                        "aimd" => ControllerKind::Aimd,
-                        "vegas" => ControllerKind::Vegas,
-                        "gradient2" => ControllerKind::Gradient2,
-                        "envoy-gradient" => ControllerKind::EnvoyGradient,
-                        "percentile" => ControllerKind::Percentile,
-                        _ => {
-                            self.fail(
-                                value.pos,
-                                format!("unknown controller `{text}` (known: {CONTROLLERS})"),
-                            );
-                            return None;
-                        }
-                    };
-                }
-                "min" => def.min = self.count(value, "`min`"),
-                "initial" => def.initial = self.count(value, "`initial`"),
-                "max" => def.max = self.count(value, "`max`"),
+                "controller" => controller = Some(value),
                 "queue_capacity" => {
-                    def.queue_capacity = self
+                    queue_capacity = self
                         .count(value, "`queue_capacity`")
-                        .map_or(def.queue_capacity, |n| n as usize);
+                        .map_or(queue_capacity, |n| n as usize);
                 }
-                "target" => def.target = self.duration(value, "`target`"),
-                "timeout" => def.timeout = self.duration(value, "`timeout`"),
-                "queue_timeout" => def.queue_timeout = self.duration(value, "`queue_timeout`"),
+                "queue_timeout" => queue_timeout = self.duration(value, "`queue_timeout`"),
                 "retry_after" => {
-                    def.retry_after = self
-                        .duration(value, "`retry_after`")
-                        .unwrap_or(def.retry_after);
+                    retry_after = self.duration(value, "`retry_after`").unwrap_or(retry_after);
                 }
-                _ => {}
+                _ => params.push((field, value)),
             }
         }
-        if !named {
+        let Some(controller) = controller else {
             self.fail(
                 node.pos,
                 format!("`adaptive` needs a `controller` ({CONTROLLERS})"),
             );
             return None;
+        };
+        let controller = self.controller(node, controller, &params)?;
+        if controller.is_unlimited() {
+            if queue_settings {
+                self.fail(
+                    node.pos,
+                    "`adaptive`: `none` sets no limit, so nothing waits or is refused",
+                );
+            }
+            return None;
         }
-        if def.timeout.is_some() && def.controller != ControllerKind::Aimd {
-            self.fail(node.pos, "`timeout` is AIMD's only (controller: aimd)");
-        }
-        if def.target.is_some() && def.controller != ControllerKind::Percentile {
-            self.fail(node.pos, "`target` is the percentile controller's only");
-        }
-        // Built once here, so that a bad combination (min above max) is reported with its
-        // place, not when the rules are served.
+        let def = AdaptiveDef {
+            controller,
+            queue_timeout,
+            queue_capacity,
+            retry_after,
+        };
+        // Built once here, so that a limiter that cannot be made is reported with its place,
+        // not when the rules are served.
         if let Err(error) = def.layer() {
             self.fail(node.pos, format!("`adaptive`: {error}"));
             return None;
         }
         Some(def)
+    }
+
+    /// The `controller` spec with the parameters given as keys, or the problem where it is.
+    fn controller(
+        &mut self,
+        block: &Node,
+        controller: &Node,
+        params: &[(&str, &Node)],
+    ) -> Option<ControllerSpec> {
+        let text = self.string(controller, "`controller`")?;
+        let spec = match text.parse::<ControllerSpec>() {
+            Ok(spec) => spec,
+            Err(error) => {
+                self.fail(controller.pos, error.to_string());
+                return None;
+            }
+        };
+        let mut values = Vec::new();
+        for (key, value) in params {
+            values.push((*key, self.string(value, &format!("`{key}`"))?));
+        }
+        spec.with_params(values)
+            .map_err(|error| {
+                let (pos, message) = place(&error, block, params);
+                self.fail(pos, message);
+            })
+            .ok()
     }
 
     fn count(&mut self, node: &Node, what: &str) -> Option<u32> {
@@ -236,54 +178,23 @@ impl Reader {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use std::path::Path;
-
-    use crate::proxy::rules::Rules;
-
-    use super::*;
-
-    #[test]
-    fn a_route_reads_its_adaptive_setting() {
-        let text = "routes:\n  - prefix: /api/\n    adaptive:\n      controller: percentile\n      target: 150ms\n      max: 64\n      queue_timeout: 250ms\n      queue_capacity: 10\n      retry_after: 3s\n  - prefix: /\n";
-        let rules = Rules::parse(Path::new("r.yaml"), text).expect("valid");
-        let def = rules.routes[0].adaptive.clone().expect("adaptive");
-        assert_eq!(def.controller, ControllerKind::Percentile);
-        assert_eq!(def.target, Some(Duration::from_millis(150)));
-        assert_eq!((def.min, def.initial, def.max), (None, None, Some(64)));
-        assert_eq!(def.queue_timeout, Some(Duration::from_millis(250)));
-        assert_eq!(def.queue_capacity, 10);
-        assert_eq!(def.retry_after, Duration::from_secs(3));
-        assert_eq!(rules.routes[1].adaptive, None);
-    }
-
-    #[test]
-    fn bad_settings_are_named_with_their_place() {
-        let problems = |text: &str| match Rules::parse(Path::new("r.yaml"), text) {
-            Ok(_) => "ok".to_owned(),
-            Err(error) => error.to_string(),
-        };
-        let text = problems(
-            "routes:\n  - prefix: /\n    adaptive: { controller: percentile, queue_timeout: soon, size: 3 }\n",
-        );
-        for expected in [
-            "r.yaml:3:62: unknown key `size` in `adaptive`",
-            "r.yaml:3:56: `queue_timeout` `soon`",
-        ] {
-            assert!(text.contains(expected), "{expected} not in:\n{text}");
-        }
-        // Without a target, percentile holds one it derives from what it measures.
-        assert_eq!(
-            problems("routes:\n  - prefix: /\n    adaptive: { controller: percentile }\n"),
-            "ok"
-        );
-        assert!(
-            problems("routes:\n  - prefix: /\n    adaptive: {}\n").contains("needs a `controller`")
-        );
-        assert!(
-            problems("routes:\n  - prefix: /\n    adaptive: { controller: aimd, min: 0 }\n")
-                .contains("`adaptive`: ")
-        );
+/// Where a spec's error is, and what to say: at the key's value when it names one given as a
+/// key, else at the block (a combination of parameters, such as `min` above `max`).
+fn place(error: &ConfigError, block: &Node, params: &[(&str, &Node)]) -> (Position, String) {
+    let named = match error {
+        ConfigError::UnknownParameter { name, .. } => Some(name.as_str()),
+        ConfigError::Controller { problem, .. } => match problem.as_ref() {
+            ConfigError::InvalidParameter { name, .. } => Some(*name),
+            ConfigError::Duplicate { name, .. } => Some(name.as_str()),
+            _ => None,
+        },
+        _ => None,
+    };
+    match named.and_then(|name| params.iter().find(|(key, _)| *key == name)) {
+        Some((_, value)) => (value.pos, error.to_string()),
+        None => (block.pos, format!("`adaptive`: {error}")),
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -14,7 +14,7 @@ use serde::Serialize;
 use sluicegate::adaptive::{AdaptiveLimiter, Controller, Outcome, Permit};
 use sluicegate::{ManualClock, Micros};
 
-use crate::simulate::adaptive::controller::LimitsSpec;
+use crate::simulate::adaptive::limits::LimitsSpec;
 use crate::simulate::adaptive::server::ServerSpec;
 use crate::simulate::traffic::TrafficSpec;
 

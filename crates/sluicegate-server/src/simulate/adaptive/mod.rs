@@ -18,19 +18,22 @@
 //! through [`Gate`].
 
 mod chart;
-mod controller;
 mod engine;
+mod limits;
 mod server;
 
 use std::io::{self, BufWriter, Write};
 
 use anyhow::Context;
 use serde::Serialize;
+use sluicegate::ConfigError;
+use sluicegate::adaptive::Controller;
 
 pub use chart::{Panel, write_svg};
-pub use controller::{ControllerSpec, LimitsSpec};
 pub use engine::{Gate, LimiterGate, Load, Run, Scenario, Second, simulate};
+pub use limits::LimitsSpec;
 pub use server::ServerSpec;
+pub use sluicegate::adaptive::ControllerSpec;
 
 pub use crate::simulate::traffic::TrafficSpec;
 
@@ -44,8 +47,7 @@ pub(crate) fn run(
     let runs: Vec<Run> = controllers
         .iter()
         .map(|spec| run_one(spec, scenario))
-        .collect::<Result<_, _>>()
-        .map_err(anyhow::Error::msg)?;
+        .collect::<Result<_, _>>()?;
     let mut out = BufWriter::new(io::stdout().lock());
     match write_lines(&mut out, &runs) {
         // The reader went away (`| head`): nobody is left to answer.
@@ -67,17 +69,22 @@ pub(crate) fn run(
 
 /// `spec` on `scenario`: one limit per client, each seeded apart, with the scenario's bounds
 /// where the spec sets none.
-pub fn run_one(spec: &ControllerSpec, scenario: &Scenario) -> Result<Run, String> {
+pub fn run_one(spec: &ControllerSpec, scenario: &Scenario) -> Result<Run, ConfigError> {
     let spec = match &scenario.limits {
-        Some(limits) => spec.with_limits(limits)?,
+        Some(limits) => limits.apply(spec)?,
         None => spec.clone(),
     };
-    let mut gates: Vec<LimiterGate> = (0..scenario.clients())
-        .map(|client| {
-            let seed = scenario.seed.wrapping_add(client as u64);
-            LimiterGate::new(spec.controller(seed))
-        })
-        .collect();
+    let mut gates = Vec::new();
+    for client in 0..scenario.clients() {
+        let seed = scenario.seed.wrapping_add(client as u64);
+        // No limit is no limiter at all, so that the seconds print no limit.
+        let controller: Option<Box<dyn Controller>> = if spec.is_unlimited() {
+            None
+        } else {
+            Some(Box::new(spec.build(seed)?))
+        };
+        gates.push(LimiterGate::new(controller));
+    }
     Ok(simulate(scenario, &mut gates))
 }
 
