@@ -5,13 +5,13 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use sluicegate_server::proxy::ForwardingFields;
+use sluicegate_server::proxy::{ForwardingFields, UpstreamProtocol};
 use sluicegate_server::redis_args::RedisArgs;
 
 /// Arguments of `sluicegate proxy`.
 #[derive(Debug, clap::Args)]
 pub(crate) struct ProxyArgs {
-    /// The upstream every request is passed to: `http://host:port`.
+    /// The upstream every request is passed to: `http://host:port` or `https://host:port`.
     #[arg(long, env = "SLUICEGATE_UPSTREAM")]
     upstream: String,
     /// The rule file (YAML; see docs/proxy.md), re-read when it changes.
@@ -111,6 +111,14 @@ pub(crate) struct ProxyArgs {
     /// passed on as the client sent it.
     #[arg(long, default_value = "both", value_parser = parse_forwarding_fields)]
     forwarding_fields: ForwardingFields,
+    /// For an `https://` upstream: the certificates (PEM) its certificate must chain to,
+    /// instead of the system's trusted ones. The upstream's certificate is always verified.
+    #[arg(long, value_name = "FILE")]
+    upstream_ca: Option<PathBuf>,
+    /// Which HTTP the proxy speaks to the upstream: `auto` (HTTP/1.1; h2 when an `https://`
+    /// upstream offers it by ALPN), `http1`, or `h2` (over `http://` by prior knowledge).
+    #[arg(long, default_value = "auto")]
+    upstream_protocol: UpstreamProtocol,
     /// How many threads serve clients, each with its own runtime and upstream connections, as
     /// nginx's worker processes, new connections spread evenly over them; 0 for one
     /// work-stealing runtime on every CPU. Default: the number of CPUs.
@@ -231,6 +239,8 @@ impl ProxyArgs {
         config.redis = self.redis.settings();
         config.yield_every = std::num::NonZeroU32::new(self.yield_every);
         config.forwarding_fields = self.forwarding_fields;
+        config.upstream_ca.clone_from(&self.upstream_ca);
+        config.upstream_protocol = self.upstream_protocol;
         config.workers = self.workers();
         config
     }

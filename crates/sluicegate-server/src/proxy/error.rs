@@ -52,7 +52,10 @@ pub enum ProxyError {
     /// The rule file cannot be used.
     #[error(transparent)]
     Rules(#[from] RuleFileError),
-    /// The upstream URL is not `http://host[:port][/]`.
+    /// TLS to an `https://` upstream cannot be set up.
+    #[error("upstream TLS: {0}")]
+    UpstreamTls(#[from] crate::proxy::upstream::UpstreamTlsError),
+    /// The upstream URL is not `http[s]://host[:port][/]`.
     #[error("upstream `{url}`: {reason}")]
     Upstream {
         /// The URL as given.

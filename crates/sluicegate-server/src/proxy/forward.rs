@@ -35,24 +35,28 @@ pub type UpstreamBody = Either<PooledBody, Full<Bytes>>;
 #[derive(Debug, Clone)]
 pub(crate) struct Target {
     pub(crate) authority: Authority,
+    /// `https://`: the upstream is reached over TLS.
+    pub(crate) tls: bool,
 }
 
 impl Target {
-    /// Reads `http://host[:port][/]`.
+    /// Reads `http://host[:port][/]` or `https://host[:port][/]`.
     pub(crate) fn parse(url: &str) -> Result<Target, ProxyError> {
         let bad = |reason: &str| ProxyError::Upstream {
             url: url.to_owned(),
             reason: reason.to_owned(),
         };
         let uri: Uri = url.parse().map_err(|_| bad("not a URL"))?;
-        if uri.scheme() != Some(&Scheme::HTTP) {
-            return Err(bad("only http:// upstreams are supported"));
-        }
+        let tls = match uri.scheme() {
+            Some(scheme) if *scheme == Scheme::HTTP => false,
+            Some(scheme) if *scheme == Scheme::HTTPS => true,
+            _ => return Err(bad("only http:// and https:// upstreams are supported")),
+        };
         let authority = uri.authority().cloned().ok_or_else(|| bad("no host"))?;
         if !matches!(uri.path(), "" | "/") || uri.query().is_some() {
             return Err(bad("a path or query in the upstream URL is not supported"));
         }
-        Ok(Target { authority })
+        Ok(Target { authority, tls })
     }
 }
 

@@ -60,4 +60,6 @@ pub use rules::{
 };
 pub use server::{Proxy, ProxyConfig, start};
 pub use table::{ProxyBody, RouteBody};
-pub use upstream::{PooledBody, UpstreamError};
+pub use upstream::{
+    PooledBody, UnknownUpstreamProtocol, UpstreamError, UpstreamProtocol, UpstreamTlsError,
+};

@@ -33,7 +33,7 @@ use crate::proxy::request_body::BodyBounds;
 use crate::proxy::rules::Rules;
 use crate::proxy::serving::{ConnectionServer, State};
 use crate::proxy::table::Table;
-use crate::proxy::upstream::UpstreamClient;
+use crate::proxy::upstream::{Reach, Tls, UpstreamClient, UpstreamProtocol};
 use crate::proxy::workers::start_workers;
 
 /// How to run the proxy.
@@ -136,6 +136,12 @@ pub struct ProxyConfig {
     /// `proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for`); those it is not are
     /// passed on as they came.
     pub forwarding_fields: ForwardingFields,
+    /// The certificates (PEM) an `https://` upstream's must chain to, instead of the
+    /// system's (nginx's `proxy_ssl_trusted_certificate`, always verified here).
+    pub upstream_ca: Option<PathBuf>,
+    /// Which HTTP the proxy speaks to the upstream: by default HTTP/1.1, and h2 when an
+    /// `https://` upstream offers it by ALPN.
+    pub upstream_protocol: UpstreamProtocol,
     /// How many threads serve clients, each with its own single-threaded runtime and its own
     /// pool of upstream connections, as nginx's worker processes do. Each accepts on the one
     /// listening socket and hands a new connection to the worker serving fewest when that is
@@ -175,6 +181,8 @@ impl ProxyConfig {
             redis: None,
             yield_every: NonZeroU32::new(64),
             forwarding_fields: ForwardingFields::Both,
+            upstream_ca: None,
+            upstream_protocol: UpstreamProtocol::Auto,
             workers: 0,
         }
     }
@@ -206,7 +214,20 @@ pub async fn start(config: ProxyConfig) -> Result<Proxy, ProxyError> {
         })?;
     let forwarder = Arc::new(Forwarder {
         client: UpstreamClient::new(
-            &target.authority,
+            Reach {
+                authority: target.authority.clone(),
+                tls: target
+                    .tls
+                    .then(|| {
+                        Tls::new(
+                            target.authority.host(),
+                            config.upstream_ca.as_deref(),
+                            config.upstream_protocol,
+                        )
+                    })
+                    .transpose()?,
+                protocol: config.upstream_protocol,
+            },
             config.workers,
             config.connect_timeout,
             config.upstream_keepalive_timeout,

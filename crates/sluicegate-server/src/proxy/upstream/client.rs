@@ -9,25 +9,26 @@
 
 use std::cell::Cell;
 use std::future::poll_fn;
-use std::pin::pin;
+use std::pin::{Pin, pin};
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 use std::task::Poll;
 use std::time::Duration;
 
-use http::uri::Authority;
+use http::uri::{Authority, Scheme};
 use http::{Request, Response, StatusCode};
 use hyper::body::Incoming;
 use hyper::upgrade::OnUpgrade;
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::net::TcpStream;
-use tokio::time::Instant;
+use tokio::time::{Instant, Sleep};
 
 use crate::proxy::request_body::{BodyFailure, BodyWatch, RequestBody, copy_to_retry};
 use crate::proxy::upstream::body::PooledBody;
-use crate::proxy::upstream::conn::Conn;
+use crate::proxy::upstream::conn::{Conn, Sender, Sent};
 use crate::proxy::upstream::idle::Pool;
 use crate::proxy::upstream::send_wait::SendWait;
+use crate::proxy::upstream::transport::{Tls, UpstreamProtocol};
 use crate::proxy::upstream::tunnel::Tunnels;
 use sluicegate_http::rate_limit::HoldPermits;
 
@@ -61,8 +62,21 @@ pub(crate) struct UpstreamClient {
     /// `host:port`.
     address: String,
     connect_timeout: Duration,
+    /// TLS to the upstream (`https://`), if any.
+    tls: Option<Tls>,
+    /// Which HTTP the proxy speaks to the upstream.
+    protocol: UpstreamProtocol,
+    /// `http` or `https`, for the target of a request sent by h2.
+    scheme: Scheme,
     /// The WebSocket tunnels open.
     pub(crate) tunnels: Tunnels,
+}
+
+/// Where and how the proxy reaches its upstream.
+pub(crate) struct Reach {
+    pub(crate) authority: Authority,
+    pub(crate) tls: Option<Tls>,
+    pub(crate) protocol: UpstreamProtocol,
 }
 
 /// How one exchange on one connection went.
@@ -76,7 +90,7 @@ enum Exchanged {
 
 impl UpstreamClient {
     pub(crate) fn new(
-        authority: &Authority,
+        reach: Reach,
         workers: usize,
         connect_timeout: Duration,
         idle_timeout: Duration,
@@ -88,10 +102,20 @@ impl UpstreamClient {
                 .collect(),
             address: format!(
                 "{}:{}",
-                authority.host(),
-                authority.port_u16().unwrap_or(80)
+                reach.authority.host(),
+                reach
+                    .authority
+                    .port_u16()
+                    .unwrap_or(if reach.tls.is_some() { 443 } else { 80 })
             ),
             connect_timeout,
+            scheme: if reach.tls.is_some() {
+                Scheme::HTTPS
+            } else {
+                Scheme::HTTP
+            },
+            tls: reach.tls,
+            protocol: reach.protocol,
             tunnels: Tunnels::new(tunnels_open),
         }
     }
@@ -144,6 +168,9 @@ impl UpstreamClient {
                 .then(|| copy_to_retry(&request))
                 .flatten();
             conn.timer.as_mut().reset(deadline);
+            if conn.is_h2() {
+                request = self.in_absolute_form(request);
+            }
             match exchange(&mut conn, request, watch.as_deref(), &mut wait).await {
                 Exchanged::Answered(response) => {
                     return self.answered(response, conn, pool, watch, client_switch, timeout);
@@ -184,6 +211,25 @@ impl UpstreamClient {
                 }
             }
         }
+    }
+
+    /// `request` with its target in absolute form, as h2 sends it (`:scheme`, `:authority`):
+    /// the authority its `Host` names.
+    fn in_absolute_form(&self, mut request: Request<RequestBody>) -> Request<RequestBody> {
+        let host = request
+            .headers()
+            .get(http::header::HOST)
+            .and_then(|host| Authority::try_from(host.as_bytes()).ok());
+        let mut parts = http::uri::Parts::default();
+        parts.scheme = Some(self.scheme.clone());
+        parts.authority = host;
+        parts.path_and_query = request.uri().path_and_query().cloned();
+        if let Ok(uri) = http::Uri::from_parts(parts) {
+            *request.uri_mut() = uri;
+            // `:authority` says it.
+            request.headers_mut().remove(http::header::HOST);
+        }
+        request
     }
 
     /// The response whose head came on `conn`, its body read from it.
@@ -237,17 +283,64 @@ impl UpstreamClient {
             }
         };
         let _ = stream.set_nodelay(true);
-        let (sender, connection) = hyper::client::conn::http1::Builder::new()
-            .handshake(TokioIo::new(stream))
-            .await
-            .map_err(|error| SendError::Connect(error.to_string()))?;
-        let task = tokio::spawn(async move {
-            // Its end (the upstream closed, or broke HTTP) is seen by the request on it.
-            let _ = connection.with_upgrades().await;
-        });
+        let conn = match &self.tls {
+            None => {
+                let h2 = self.protocol == UpstreamProtocol::H2;
+                handshake(TokioIo::new(stream), h2).await
+            }
+            Some(tls) => {
+                let handshake_tls = tls.connector.connect(tls.server_name.clone(), stream);
+                let stream =
+                    match tokio::time::timeout_at(connect_by.min(deadline), handshake_tls).await {
+                        Ok(Ok(stream)) => stream,
+                        Ok(Err(error)) => {
+                            return Err(SendError::Connect(format!("TLS handshake: {error}")));
+                        }
+                        Err(_) if deadline <= connect_by => return Err(SendError::Timeout),
+                        Err(_) => {
+                            return Err(SendError::Connect(format!(
+                                "no TLS handshake within {:?}",
+                                self.connect_timeout
+                            )));
+                        }
+                    };
+                let h2 = stream.get_ref().1.alpn_protocol() == Some(b"h2");
+                handshake(TokioIo::new(stream), h2).await
+            }
+        }
+        .map_err(|error| SendError::Connect(error.to_string()))?;
+        if conn.is_h2() {
+            pool.share(&conn);
+        }
         pool.start_sweeping();
-        Ok(Conn::new(sender, task.abort_handle()))
+        Ok(conn)
     }
+}
+
+/// Starts HTTP (`h2`, else HTTP/1.1) on a connection made, its driving task on the current
+/// runtime.
+async fn handshake<I>(io: I, h2: bool) -> hyper::Result<Conn>
+where
+    I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+{
+    if h2 {
+        let (sender, connection) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
+            .handshake(io)
+            .await?;
+        tokio::spawn(async move {
+            // Its end is seen by the requests on it.
+            let _ = connection.await;
+        });
+        return Ok(Conn::new(Sender::H2(sender), None));
+    }
+    let (sender, connection) = hyper::client::conn::http1::Builder::new()
+        .handshake(io)
+        .await?;
+    let task = tokio::spawn(async move {
+        // Its end (the upstream closed, or broke HTTP) is seen by the request on it.
+        let _ = connection.with_upgrades().await;
+    });
+    Ok(Conn::new(Sender::Http1(sender), Some(task.abort_handle())))
 }
 
 /// Sends `request` on `conn` and waits for the response head, each wait bounded by `wait`.
@@ -259,7 +352,7 @@ async fn exchange(
 ) -> Exchanged {
     // A kept-alive connection may still be finishing its last exchange.
     let ready = poll_fn(|cx| {
-        if let Poll::Ready(ready) = conn.sender.poll_ready(cx) {
+        if let Poll::Ready(ready) = conn.poll_ready(cx) {
             return Poll::Ready(Some(ready));
         }
         wait.poll_stalled(None, &mut conn.timer, cx).map(|()| None)
@@ -270,7 +363,26 @@ async fn exchange(
         Some(Err(_)) => return Exchanged::NotSent(request),
         Some(Ok(())) => {}
     }
-    let mut sent = pin!(conn.sender.try_send_request(request));
+    match &mut conn.sender {
+        Sender::Http1(sender) => {
+            let sent = sender.try_send_request(request);
+            answer(sent, &mut conn.timer, watch, wait).await
+        }
+        Sender::H2(sender) => {
+            let sent = sender.try_send_request(request);
+            answer(sent, &mut conn.timer, watch, wait).await
+        }
+    }
+}
+
+/// Waits for the answer to a request `sent`, each wait bounded by `wait` on `timer`.
+async fn answer(
+    sent: impl Future<Output = Sent>,
+    timer: &mut Pin<Box<Sleep>>,
+    watch: Option<&BodyWatch>,
+    wait: &mut SendWait,
+) -> Exchanged {
+    let mut sent = pin!(sent);
     poll_fn(|cx| {
         if let Poll::Ready(sent) = sent.as_mut().poll(cx) {
             return Poll::Ready(match sent {
@@ -282,7 +394,7 @@ async fn exchange(
             });
         }
         let body = watch.map(BodyWatch::state);
-        wait.poll_stalled(body, &mut conn.timer, cx)
+        wait.poll_stalled(body, timer, cx)
             .map(|()| Exchanged::Stalled)
     })
     .await

@@ -26,6 +26,8 @@ pub(crate) struct Pool {
 #[derive(Debug, Default)]
 struct Idle {
     connections: Vec<(Conn, Instant)>,
+    /// The worker's h2 connection, shared by its requests, if the upstream speaks h2.
+    shared: Option<Conn>,
     sweeping: bool,
 }
 
@@ -41,10 +43,19 @@ impl Pool {
         self.idle.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// The connection idle the shortest time that is still open.
+    /// A stream of the worker's h2 connection, or the HTTP/1.1 connection idle the shortest
+    /// time that is still open.
     pub(crate) fn checkout(&self) -> Option<Conn> {
         loop {
-            let (conn, since) = self.lock().connections.pop()?;
+            let mut idle = self.lock();
+            if let Some(shared) = idle.shared.as_ref() {
+                if !shared.is_closed() {
+                    return shared.another_stream();
+                }
+                idle.shared = None;
+            }
+            let (conn, since) = idle.connections.pop()?;
+            drop(idle);
             if since.elapsed() <= self.idle_timeout && !conn.is_closed() {
                 return Some(conn);
             }
@@ -52,7 +63,16 @@ impl Pool {
         }
     }
 
+    /// Shares `conn`, an h2 connection, with the worker's next requests.
+    pub(crate) fn share(&self, conn: &Conn) {
+        self.lock().shared = conn.another_stream();
+    }
+
+    /// Puts back an HTTP/1.1 connection whose exchange has ended (an h2 stream just ends).
     pub(crate) fn put(&self, conn: Conn) {
+        if conn.is_h2() {
+            return;
+        }
         let mut idle = self.lock();
         if idle.connections.len() < MAX_IDLE && !conn.is_closed() {
             idle.connections.push((conn, Instant::now()));
