@@ -21,7 +21,6 @@ mod metrics;
 mod modes;
 mod overrides;
 mod per_limit;
-mod policy_header;
 mod protocol;
 mod redis_table;
 mod reload;
@@ -42,7 +41,6 @@ pub use json::{call_from_json, proto_json_duration, verdict_to_json};
 pub use key_cap::DEFAULT_MAX_KEYS;
 pub use metrics::Metrics;
 pub use modes::{EVERY_RULE, Mode, ModeError, ModeTable, Modes};
-pub use policy_header::PolicyHeader;
 pub use protocol::{
     CallError, CallLimits, Code, CurrentLimit, DescriptorCall, DescriptorVerdict, EnvoyUnit,
     LimitOverride, RateLimitCall, Statuses, Verdict,
