@@ -15,8 +15,8 @@ use prometheus_client::registry::Registry;
 use sluicegate_http::adaptive::AdaptiveLimitLayer;
 
 use crate::proxy::loads::Loads;
-pub(crate) use scraped::RouteCounters;
 use scraped::Scraped;
+pub(crate) use scraped::{Outcomes, RouteCounters};
 
 /// A label naming a kind of event (`kind`).
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -117,6 +117,11 @@ impl Metrics {
     /// The counters of route `name`, made on first use.
     pub(crate) fn route(&self, name: &str) -> Arc<RouteCounters> {
         self.scraped.route(name)
+    }
+
+    /// Each route's requests by outcome, by route name.
+    pub(crate) fn route_outcomes(&self) -> Vec<(String, Outcomes)> {
+        self.scraped.route_outcomes()
     }
 
     /// Reports the client connections `loads` counts.

@@ -17,6 +17,8 @@ use sluicegate_rules::{Match, RuleSet};
 use smallvec::SmallVec;
 use tokio::time::Instant;
 
+use crate::plumbing::RuleStats;
+use crate::plumbing::{EVERY_RULE, Mode, ModeError, ModeTable, Modes};
 use crate::serve::backend::{BackendOptions, RedisBackend, RedisLimits, redis_backend};
 use crate::serve::check::{Check, Decided, Role};
 use crate::serve::clock::ServiceClock;
@@ -26,10 +28,8 @@ use crate::serve::engine_error::EngineError;
 use crate::serve::headers::{HeaderOptions, headers_for, standing};
 use crate::serve::key_cap::{DEFAULT_MAX_KEYS, KeyCap};
 use crate::serve::limiter_table::{Enforcer, LimiterTable, build_limiter_table};
-use crate::serve::live::RuleStats;
 use crate::serve::live_rules::{LiveStats, RuleLive};
 use crate::serve::metrics::{Metrics, ModeLabels};
-use crate::serve::modes::{EVERY_RULE, Mode, ModeError, ModeTable, Modes};
 use crate::serve::overrides::Overrides;
 use crate::serve::protocol::{
     CallError, CallLimits, Code, CurrentLimit, DescriptorCall, DescriptorVerdict, LimitOverride,

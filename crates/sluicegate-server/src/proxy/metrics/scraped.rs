@@ -26,6 +26,8 @@ type ReadStats = Box<dyn Fn() -> Stats + Send + Sync>;
 pub(crate) struct RouteCounters {
     /// Requests passed on to the upstream.
     pub(crate) passed: Counter,
+    /// Requests the switch's `closed` mode answered.
+    pub(crate) closed: Counter,
     /// What the route's layers counted, those replaced by a reload folded in.
     folded: Mutex<Stats>,
     /// The current layer's counts, read at each scrape.
@@ -59,17 +61,40 @@ impl RouteCounters {
     }
 
     /// The route's requests by outcome.
-    fn outcomes(&self) -> [(&'static str, u64); 4] {
+    fn outcomes(&self) -> Outcomes {
         let stats = self.stats();
-        let allowed = self
-            .passed
-            .get()
-            .saturating_sub(stats.delayed + stats.dry_run_denied);
+        Outcomes {
+            allowed: self
+                .passed
+                .get()
+                .saturating_sub(stats.delayed + stats.dry_run_denied),
+            delayed: stats.delayed,
+            limited: stats.denied + stats.backend_errors + self.closed.get(),
+            dry_run: stats.dry_run_denied,
+        }
+    }
+}
+
+/// A route's requests by outcome, as `sluicegate_proxy_requests_total` counts them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Outcomes {
+    /// Passed at once.
+    pub(crate) allowed: u64,
+    /// Passed after a shaping wait.
+    pub(crate) delayed: u64,
+    /// Rejected (by a limit, an undecided backend, or the switch's `closed`).
+    pub(crate) limited: u64,
+    /// Would have been rejected, passed.
+    pub(crate) dry_run: u64,
+}
+
+impl Outcomes {
+    fn labelled(self) -> [(&'static str, u64); 4] {
         [
-            ("allowed", allowed),
-            ("delayed", stats.delayed),
-            ("limited", stats.denied + stats.backend_errors),
-            ("dry_run", stats.dry_run_denied),
+            ("allowed", self.allowed),
+            ("delayed", self.delayed),
+            ("limited", self.limited),
+            ("dry_run", self.dry_run),
         ]
     }
 }
@@ -114,6 +139,12 @@ impl Scraped {
         Arc::clone(self.routes.lock().entry(name.to_owned()).or_default())
     }
 
+    pub(super) fn route_outcomes(&self) -> Vec<(String, Outcomes)> {
+        let routes = self.routes.lock();
+        let outcomes = routes.iter().map(|(name, c)| (name.clone(), c.outcomes()));
+        outcomes.collect()
+    }
+
     pub(super) fn connections(&self, loads: Arc<Loads>) {
         let _ = self.connections.set(loads);
     }
@@ -139,7 +170,7 @@ impl Scraped {
             MetricType::Counter,
         )?;
         for (route, counters) in routes {
-            for (outcome, n) in counters.outcomes() {
+            for (outcome, n) in counters.outcomes().labelled() {
                 let labels = [("route", route.as_str()), ("outcome", outcome)];
                 ConstCounter::new(n).encode(metric.encode_family(&labels)?)?;
             }
