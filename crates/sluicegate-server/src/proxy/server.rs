@@ -11,12 +11,11 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 use parking_lot::Mutex;
 use sluicegate::SystemClock;
-use sluicegate_rules::Settled;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::plumbing::{Modes, admin_address_allowed, admin_router, serve_admin};
+use crate::plumbing::{Modes, RuleWatcher, admin_address_allowed, admin_router, serve_admin};
 use crate::proxy::admin::ProxyAdmin;
 use crate::proxy::backing::Backing;
 use crate::proxy::error::ProxyError;
@@ -381,30 +380,23 @@ async fn serve(
     server.finish(grace).await;
 }
 
-/// Re-reads the rule file every `interval`; a changed file that loads replaces the rules
-/// (keeping the state of every limit whose definition is unchanged), one that does not is
-/// logged with its `file:line:column` errors and the old rules stay. A change is taken once
-/// the file reads the same twice in a row, an interval apart ([`Settled`]).
+/// Reloads the rule file whenever it changes and settles ([`RuleWatcher`], polled every
+/// `interval`): one that loads replaces the rules (keeping the state of every limit whose
+/// definition is unchanged), one that does not is logged with its `file:line:column` errors
+/// and the old rules stay.
 async fn watch_rules(
     state: Arc<State>,
     path: PathBuf,
     interval: Duration,
     mut stopped: watch::Receiver<bool>,
 ) {
-    let mut file = Settled::new(std::fs::read(&path).ok());
+    let mut file = RuleWatcher::new(path.clone(), interval);
     loop {
         tokio::select! {
-            () = tokio::time::sleep(interval) => {}
+            () = file.changed() => {}
             _ = stopped.changed() => return,
         }
-        let Ok(now) = tokio::fs::read(&path).await else {
-            continue;
-        };
-        let Some(changed) = file.observe(now) else {
-            continue;
-        };
-        let text = String::from_utf8_lossy(changed);
-        let loaded = Rules::parse(&path, &text)
+        let loaded = Rules::load(&path)
             .map_err(|e| e.to_string())
             .and_then(|rules| {
                 state
