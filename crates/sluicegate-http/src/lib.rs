@@ -54,6 +54,7 @@
 pub mod adaptive;
 pub mod pace;
 pub mod rate_limit;
+pub mod ratelimit_fields;
 #[cfg(feature = "rls")]
 pub mod rls;
 

@@ -20,9 +20,14 @@ pub(crate) struct ProxyArgs {
     /// Where clients connect (HTTP/1.1 and h2 with prior knowledge).
     #[arg(long, env = "SLUICEGATE_LISTEN", default_value = "127.0.0.1:8080")]
     listen: SocketAddr,
-    /// Where `/metrics` (Prometheus) is served; `off` for nowhere.
+    /// Where `/metrics` (Prometheus), the live page and the manual switch (`PUT /admin/mode`)
+    /// are served; `off` for nowhere.
     #[arg(long, env = "SLUICEGATE_ADMIN", default_value = "127.0.0.1:9091", value_parser = parse_admin)]
     admin: Admin,
+    /// The token every admin API call must carry (`Authorization: Bearer TOKEN`); required
+    /// when `--admin` is not a loopback address.
+    #[arg(long, env = "SLUICEGATE_ADMIN_TOKEN", hide_env_values = true)]
+    admin_token: Option<String>,
     /// How long the upstream may take to answer a request's head once it has the whole
     /// request, or to take the next bytes of a request body, before a 504; and to send the
     /// next bytes of a response body before it is cut off (`60s`, `500ms`).
@@ -222,6 +227,7 @@ impl ProxyArgs {
         let mut config =
             sluicegate_server::proxy::ProxyConfig::new(&self.upstream, &self.config, self.listen);
         config.admin = self.admin.0;
+        config.admin_token.clone_from(&self.admin_token);
         config.upstream_timeout = self.upstream_timeout;
         config.connect_timeout = self.connect_timeout;
         config.upstream_keepalive_timeout = self.upstream_keepalive_timeout;
@@ -260,7 +266,7 @@ pub(crate) fn run(args: &ProxyArgs, shutdown: impl Future<Output = ()>) -> anyho
     runtime.block_on(async {
         let proxy = sluicegate_server::proxy::start(args.config()).await?;
         if let Some(admin) = proxy.admin_addr() {
-            tracing::info!(%admin, "proxy: metrics at http://{admin}/metrics");
+            tracing::info!(%admin, "proxy: live page at http://{admin}/, metrics at /metrics");
         }
         shutdown.await;
         tracing::info!("shutting down");

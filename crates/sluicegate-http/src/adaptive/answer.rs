@@ -9,6 +9,8 @@ use http::header::{CONTENT_TYPE, RETRY_AFTER};
 use http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode};
 use sluicegate::adaptive::{AcquireError, AdaptiveMetrics};
 
+use crate::ratelimit_fields::retry_after_seconds;
+
 /// gRPC's `UNAVAILABLE`: the service cannot take the call now, and a retry may succeed.
 const GRPC_UNAVAILABLE: u16 = 14;
 
@@ -90,24 +92,4 @@ pub(crate) fn refused(
         *response.body_mut() = Bytes::from(message + "\n");
     }
     response
-}
-
-/// `Retry-After` counts whole seconds: a delay is rounded up, and is at least 1 (0 would tell
-/// clients to retry at once, into the same overload).
-fn retry_after_seconds(delay: Duration) -> u64 {
-    let whole = delay.as_secs() + u64::from(delay.subsec_nanos() > 0);
-    whole.max(1)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn retry_after_rounds_up_to_whole_seconds() {
-        assert_eq!(retry_after_seconds(Duration::ZERO), 1);
-        assert_eq!(retry_after_seconds(Duration::from_millis(1)), 1);
-        assert_eq!(retry_after_seconds(Duration::from_secs(2)), 2);
-        assert_eq!(retry_after_seconds(Duration::from_millis(2001)), 3);
-    }
 }

@@ -202,20 +202,20 @@ impl<X: KeyExtractor, C: Clock + Clone + 'static> Builder<X, C> {
     /// Whether answers carry the IETF `RateLimit-Policy` and `RateLimit` fields (default
     /// yes).
     pub fn ietf_headers(mut self, on: bool) -> Self {
-        self.options.headers.ietf = on;
+        self.options.headers.choice.ietf = on;
         self
     }
 
     /// Whether answers carry `X-RateLimit-Limit`, `X-RateLimit-Remaining` and
     /// `X-RateLimit-Reset` (seconds) (default no).
     pub fn legacy_headers(mut self, on: bool) -> Self {
-        self.options.headers.legacy = on;
+        self.options.headers.choice.legacy = on;
         self
     }
 
     /// Whether denials carry `Retry-After` in whole seconds (default yes).
     pub fn retry_after(mut self, on: bool) -> Self {
-        self.options.headers.retry_after = on;
+        self.options.headers.choice.retry_after = on;
         self
     }
 

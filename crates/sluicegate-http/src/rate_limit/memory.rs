@@ -11,8 +11,9 @@ use sluicegate::{
 };
 use smallvec::SmallVec;
 
-use crate::rate_limit::backend::{AtOnce, Backend, LimitInfo, Verdict};
+use crate::rate_limit::backend::{AtOnce, Backend, Verdict};
 use crate::rate_limit::error::BackendError;
+use crate::ratelimit_fields::LimitInfo;
 
 /// Limits kept in this process: a [`KeyedLimiter`] per limit, decided together with the core's
 /// [`decide_together`] (all or nothing).

@@ -49,7 +49,8 @@ mod service;
 mod stats;
 mod store;
 
-pub use backend::{AtOnce, Backend, LimitInfo, Verdict};
+pub use crate::ratelimit_fields::LimitInfo;
+pub use backend::{AtOnce, Backend, Verdict};
 pub use body::RateLimitBody;
 pub use error::{BackendError, BuildError, KeyError};
 pub use future::ResponseFuture;

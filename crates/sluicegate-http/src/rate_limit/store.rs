@@ -14,8 +14,9 @@ use sluicegate::Op;
 use sluicegate::store::{FailureKind, Held, Now, Request, Store, StoreError as _};
 use tokio::time::{Instant, MissedTickBehavior};
 
-use crate::rate_limit::backend::{Backend, LimitInfo, Renewing, Verdict};
+use crate::rate_limit::backend::{Backend, Renewing, Verdict};
 use crate::rate_limit::error::BackendError;
+use crate::ratelimit_fields::LimitInfo;
 
 /// The answer of a [`StoreBackend`]: boxed, as a store's answer may wait on the network.
 pub type StoreFuture = Pin<Box<dyn Future<Output = Result<Verdict, BackendError>> + Send>>;

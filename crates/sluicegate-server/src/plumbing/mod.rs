@@ -1,7 +1,19 @@
 //! What `serve` and the proxy both need around their engines, written once: how Redis is
-//! reached behind the failure policy.
+//! reached behind the failure policy, the admin listener (`/metrics`, the live page, the
+//! manual switch) and the modes the switch sets, the live page's statistics, and the rule-file
+//! watcher.
 
+mod admin;
+mod admin_page;
+mod live;
+mod modes;
 mod redis;
+mod rule_watcher;
 
+pub use admin::admin_address_allowed;
+pub(crate) use admin::{AdminApp, OPENMETRICS_TEXT, admin_router, serve_admin};
+pub(crate) use live::{HeavyHitters, LatencyWindow, RuleSeries, RuleStats};
+pub use modes::{EVERY_RULE, Mode, ModeError, ModeTable, Modes};
 pub use redis::RedisSettings;
 pub(crate) use redis::SafeRedis;
+pub(crate) use rule_watcher::RuleWatcher;

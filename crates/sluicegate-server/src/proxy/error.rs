@@ -79,4 +79,13 @@ pub enum ProxyError {
         /// Why.
         source: std::io::Error,
     },
+    /// The admin address is not loopback and no token guards its switch.
+    #[error(
+        "--admin {address} is not a loopback address: set --admin-token (or \
+         SLUICEGATE_ADMIN_TOKEN) so that only holders of the token can switch limits"
+    )]
+    AdminNeedsToken {
+        /// The address.
+        address: std::net::SocketAddr,
+    },
 }

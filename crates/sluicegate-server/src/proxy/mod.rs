@@ -22,6 +22,7 @@
 //! `sluicegate_proxy_upstream_errors_total{kind}`, `sluicegate_proxy_reloads_total{result}`,
 //! `sluicegate_proxy_connections{worker}` (client connections served, lingering ones left out).
 
+mod admin;
 mod backend;
 mod backing;
 mod branch_wakers;
@@ -36,6 +37,7 @@ mod h2_stall;
 mod key;
 mod limiter;
 mod lingering;
+mod live;
 mod loads;
 mod metrics;
 mod request_body;
@@ -45,6 +47,7 @@ mod server;
 mod serving;
 mod shared;
 mod shared_route;
+mod switch;
 mod table;
 mod upstream;
 mod workers;

@@ -62,6 +62,8 @@ struct Places {
     backend: Option<Position>,
     /// In the order of [`Rules::limits`].
     specs: Vec<Position>,
+    /// In the order of [`Rules::routes`].
+    routes: Vec<Position>,
 }
 
 /// Where the limits' counters are kept.
@@ -164,6 +166,15 @@ impl Rules {
 }
 
 impl Rules {
+    /// Where route `index` is written (the file's start for one not read from a file).
+    pub(crate) fn route_position(&self, index: usize) -> Position {
+        self.places
+            .routes
+            .get(index)
+            .copied()
+            .unwrap_or(Position { line: 1, column: 1 })
+    }
+
     /// Checks the rules against where this proxy keeps its counters (`redis`: shared in
     /// Redis), from the file at `path`: the file's `backend`, if it says one, must be that;
     /// with Redis, `refuse` names what Redis cannot hold of a limit. Every problem is reported
@@ -363,7 +374,7 @@ impl Reader {
             }
         }
         // Every limit a route names must exist.
-        for (route, node) in &routes {
+        for (route, node, _) in &routes {
             let route: &RouteDef = route;
             for (limit, pos) in route.limits.iter().zip(node) {
                 if !named.contains(limit) {
@@ -374,7 +385,8 @@ impl Reader {
                 }
             }
         }
-        let routes: Vec<RouteDef> = routes.into_iter().map(|(r, _)| r).collect();
+        places.routes = routes.iter().map(|(_, _, at)| *at).collect();
+        let routes: Vec<RouteDef> = routes.into_iter().map(|(r, _, _)| r).collect();
         if routes.is_empty() && self.problems.is_empty() {
             self.fail(
                 routes_at,
@@ -638,19 +650,19 @@ impl Reader {
     }
 
     /// The routes, each with the positions of the limit names it gives.
-    fn routes(&mut self, node: &Node) -> Vec<(RouteDef, Vec<Position>)> {
+    fn routes(&mut self, node: &Node) -> Vec<(RouteDef, Vec<Position>, Position)> {
         let Value::Seq(items) = &node.value else {
             self.fail(node.pos, "`routes` must be a list");
             return Vec::new();
         };
-        let mut out: Vec<(RouteDef, Vec<Position>)> = Vec::new();
+        let mut out: Vec<(RouteDef, Vec<Position>, Position)> = Vec::new();
         let mut seen: HashMap<PathMatch, Position> = HashMap::new();
         for item in items {
             if let Some((route, positions)) = self.route(item) {
                 if let Some(first) = seen.insert(route.path.clone(), item.pos) {
                     self.fail(item.pos, format!("the same path as the route at {first}"));
                 }
-                out.push((route, positions));
+                out.push((route, positions, item.pos));
             }
         }
         out

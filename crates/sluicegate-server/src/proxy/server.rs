@@ -1,7 +1,7 @@
 //! The running proxy: the listener (HTTP/1.1 and h2c on one port), the admin listener
-//! (`/metrics`), the rule file watcher, and graceful shutdown.
+//! (plumbing's: `/metrics`, the live page, the manual switch), the rule file watcher, and
+//! graceful shutdown.
 
-use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::num::NonZeroU32;
 use std::path::PathBuf;
@@ -9,24 +9,21 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use bytes::Bytes;
 use http::header::HeaderValue;
-use http::{Request, Response, StatusCode};
-use http_body_util::Full;
-use hyper::body::Incoming;
-use hyper::service::service_fn;
-use hyper_util::rt::{TokioExecutor, TokioIo};
-use hyper_util::server::conn::auto;
-use sluicegate_rules::Settled;
+use parking_lot::Mutex;
+use sluicegate::SystemClock;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use crate::plumbing::{Modes, RuleWatcher, admin_address_allowed, admin_router, serve_admin};
+use crate::proxy::admin::ProxyAdmin;
 use crate::proxy::backing::Backing;
 use crate::proxy::error::ProxyError;
 use crate::proxy::forward::{Forwarder, Target};
 use crate::proxy::forwarding::ForwardingFields;
 use crate::proxy::lingering::Lingering;
+use crate::proxy::live::{RouteSeries, sample_every_second};
 use crate::proxy::loads::Loads;
 use crate::proxy::metrics::Metrics;
 use crate::proxy::request_body::BodyBounds;
@@ -46,8 +43,10 @@ pub struct ProxyConfig {
     pub rules: PathBuf,
     /// Where clients connect.
     pub listen: SocketAddr,
-    /// Where `/metrics` is served (none: not served).
+    /// Where `/metrics`, the live page and the manual switch are served (none: not served).
     pub admin: Option<SocketAddr>,
+    /// The token every admin API call must carry; required off loopback.
+    pub admin_token: Option<String>,
     /// How long the upstream may go without progress: to answer a request's head once it has
     /// the whole request, and to take the next bytes of a request body (then 504); to send
     /// the next bytes of a response body (then the body is cut off). Connecting and a request
@@ -164,6 +163,7 @@ impl ProxyConfig {
             rules: rules.into(),
             listen,
             admin: None,
+            admin_token: None,
             upstream_timeout: Duration::from_secs(60),
             connect_timeout: Duration::from_secs(5),
             upstream_keepalive_timeout: Duration::from_secs(60),
@@ -201,6 +201,11 @@ pub struct Proxy {
 
 /// Loads the rules, binds the listeners and starts serving (on the current tokio runtime).
 pub async fn start(config: ProxyConfig) -> Result<Proxy, ProxyError> {
+    if let Some(address) = config.admin {
+        if !admin_address_allowed(address, config.admin_token.as_deref()) {
+            return Err(ProxyError::AdminNeedsToken { address });
+        }
+    }
     let target = Target::parse(&config.upstream)?;
     let rules = Rules::load(&config.rules)?;
     let metrics = Arc::new(Metrics::default());
@@ -244,9 +249,13 @@ pub async fn start(config: ProxyConfig) -> Result<Proxy, ProxyError> {
         fallback_host,
         metrics: Arc::clone(&metrics),
     });
-    let table = Table::build(&rules, &backing, &forwarder, &metrics, None)?;
+    // Not persisted: a restarted proxy enforces its rule file.
+    let modes = Modes::unpersisted();
+    let table = Table::build(&rules, &backing, &forwarder, &metrics, None, &modes.table())?;
     let state = Arc::new(State {
         table: ArcSwap::from_pointee(table),
+        rules: Mutex::new(rules),
+        modes,
         backing,
         forwarder,
         metrics,
@@ -306,7 +315,24 @@ pub async fn start(config: ProxyConfig) -> Result<Proxy, ProxyError> {
                 flag: "--admin",
                 source,
             })?;
-            let task = tokio::spawn(serve_admin(listener, Arc::clone(&state), stopped.clone()));
+            let series = Arc::new(RouteSeries::default());
+            let admin = ProxyAdmin {
+                state: Arc::clone(&state),
+                series: Arc::clone(&series),
+                rules_path: config.rules.clone(),
+                clock: SystemClock::new(),
+            };
+            let router = admin_router(Arc::new(admin), config.admin_token.clone());
+            let admin_stopped = stopped.clone();
+            let metrics = Arc::clone(&state.metrics);
+            let task = tokio::spawn(async move {
+                let sampling = sample_every_second(series, metrics, admin_stopped.clone());
+                let (served, ()) =
+                    tokio::join!(serve_admin(listener, router, admin_stopped), sampling);
+                if let Err(error) = served {
+                    tracing::error!(%error, "proxy: the admin listener failed");
+                }
+            });
             (Some(task), Some(addr))
         }
         None => (None, None),
@@ -334,7 +360,7 @@ impl Proxy {
         self.local_addr
     }
 
-    /// The address `/metrics` is served on.
+    /// The address `/metrics`, the live page and the manual switch are served on.
     pub fn admin_addr(&self) -> Option<SocketAddr> {
         self.admin_addr
     }
@@ -381,91 +407,34 @@ async fn serve(
     server.finish(grace).await;
 }
 
-async fn serve_admin(listener: TcpListener, state: Arc<State>, mut stopped: watch::Receiver<bool>) {
-    let builder = auto::Builder::new(TokioExecutor::new());
-    loop {
-        let stream = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
-                Err(_) => continue,
-            },
-            _ = stopped.changed() => return,
-        };
-        let state = Arc::clone(&state);
-        let service = service_fn(move |request: Request<Incoming>| {
-            let state = Arc::clone(&state);
-            async move {
-                let response = if request.uri().path() == "/metrics" {
-                    let mut response =
-                        Response::new(Full::new(Bytes::from(state.metrics.render())));
-                    response.headers_mut().insert(
-                        http::header::CONTENT_TYPE,
-                        http::HeaderValue::from_static("text/plain; version=0.0.4"),
-                    );
-                    response
-                } else {
-                    let mut response = Response::new(Full::new(Bytes::from_static(
-                        b"not found: the admin address serves /metrics\n",
-                    )));
-                    *response.status_mut() = StatusCode::NOT_FOUND;
-                    response
-                };
-                Ok::<_, Infallible>(response)
-            }
-        });
-        let connection = builder
-            .serve_connection(TokioIo::new(stream), service)
-            .into_owned();
-        tokio::spawn(async move {
-            let _ = connection.await;
-        });
-    }
-}
-
-/// Re-reads the rule file every `interval`; a changed file that loads replaces the rules
-/// (keeping the state of every limit whose definition is unchanged), one that does not is
-/// logged with its `file:line:column` errors and the old rules stay. A change is taken once
-/// the file reads the same twice in a row, an interval apart ([`Settled`]).
+/// Reloads the rule file whenever it changes and settles ([`RuleWatcher`], polled every
+/// `interval`): one that loads replaces the rules (keeping the state of every limit whose
+/// definition is unchanged), one that does not is logged with its `file:line:column` errors
+/// and the old rules stay.
 async fn watch_rules(
     state: Arc<State>,
     path: PathBuf,
     interval: Duration,
     mut stopped: watch::Receiver<bool>,
 ) {
-    let mut file = Settled::new(std::fs::read(&path).ok());
+    let mut file = RuleWatcher::new(path.clone(), interval);
     loop {
         tokio::select! {
-            () = tokio::time::sleep(interval) => {}
+            () = file.changed() => {}
             _ = stopped.changed() => return,
         }
-        let Ok(now) = tokio::fs::read(&path).await else {
-            continue;
-        };
-        let Some(changed) = file.observe(now) else {
-            continue;
-        };
-        let text = String::from_utf8_lossy(changed);
-        let loaded = Rules::parse(&path, &text)
+        let loaded = Rules::load(&path)
             .map_err(|e| e.to_string())
             .and_then(|rules| {
                 state
                     .backing
                     .check(&rules, &path)
                     .map_err(|e| e.to_string())?;
-                let old = state.table.load();
-                Table::build(
-                    &rules,
-                    &state.backing,
-                    &state.forwarder,
-                    &state.metrics,
-                    Some(&old),
-                )
-                .map_err(|e| e.to_string())
+                state.install(rules).map_err(|e| e.to_string())
             });
         match loaded {
             // Logged before counted: whoever sees the count (a test, an alert) finds the line.
-            Ok(table) => {
-                state.table.store(Arc::new(table));
+            Ok(()) => {
                 tracing::info!(path = %path.display(), "proxy: rules reloaded");
                 Metrics::count(&state.metrics.reloads_ok);
             }

@@ -20,6 +20,7 @@ use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use crate::plumbing::Modes;
 use crate::proxy::backing::Backing;
 use crate::proxy::branch_wakers::BranchWakers;
 use crate::proxy::client_body::ClientBody;
@@ -32,13 +33,18 @@ use crate::proxy::h2_stall::Stalls;
 use crate::proxy::lingering::{HandedBack, Lingering};
 use crate::proxy::loads::Counted;
 use crate::proxy::metrics::Metrics;
+use crate::proxy::rules::Rules;
 use crate::proxy::send_deadline::SendDeadline;
 use crate::proxy::table::{self, Table};
 
 /// What every connection and the rule file watcher share.
 pub(crate) struct State {
-    /// The rules in force (replaced whole by a reload).
+    /// The routes in force (replaced whole by a reload or a mode change).
     pub(crate) table: ArcSwap<Table>,
+    /// The rules the table is built from; locked while it is rebuilt (`switch.rs`).
+    pub(crate) rules: parking_lot::Mutex<Rules>,
+    /// The switch's modes, by route name.
+    pub(crate) modes: Modes,
     /// Where the counters are (fixed at start).
     pub(crate) backing: Backing,
     pub(crate) forwarder: Arc<Forwarder>,

@@ -37,6 +37,11 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
+    /// Redis behind its failure policy, for the live page's health line.
+    pub(crate) fn redis(&self) -> &SafeRedis<MemoryStore<AnyAlgorithm>, KeyBytes> {
+        &self.redis
+    }
+
     /// Not connected yet: see [`Shared::connect`]. Failures are counted in `metrics`.
     pub(crate) fn new(settings: &RedisSettings, metrics: &Arc<Metrics>) -> Shared {
         let metrics = Arc::clone(metrics);

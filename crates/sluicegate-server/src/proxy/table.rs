@@ -19,13 +19,14 @@ use tower_service::Service;
 
 use sluicegate_http::adaptive::{AdaptiveBody, AdaptiveLimit, AdaptiveLimitLayer};
 
+use crate::plumbing::{Mode, ModeTable};
 use crate::proxy::backend::RouteBackend;
 use crate::proxy::backing::Backing;
 use crate::proxy::client_body::ClientBody;
 use crate::proxy::forward::{Forwarder, Upstream, UpstreamBody, text, too_large};
 use crate::proxy::key::{LimitKey, RouteExtractor};
 use crate::proxy::limiter::Limiter;
-use crate::proxy::metrics::Metrics;
+use crate::proxy::metrics::{Metrics, RouteCounters};
 use crate::proxy::rules::{AdaptiveDef, PathMatch, PathRules, RouteDef, Rules};
 use sluicegate_http::rate_limit::key::RequestHead;
 use sluicegate_http::rate_limit::key::normal::{
@@ -42,6 +43,11 @@ pub(crate) type Limited = RateLimit<Upstream, RouteExtractor, RouteBackend>;
 pub(crate) enum Handler {
     Limited(Limited),
     Plain(Upstream),
+    /// The switch's `closed` mode: the route's denial status, nothing decided or charged.
+    Closed {
+        status: StatusCode,
+        counters: Arc<RouteCounters>,
+    },
 }
 
 pub(crate) struct Route {
@@ -81,6 +87,7 @@ impl Table {
         forwarder: &Arc<Forwarder>,
         metrics: &Arc<Metrics>,
         previous: Option<&Table>,
+        modes: &ModeTable,
     ) -> Result<Table, BuildError> {
         let mut limiters = HashMap::new();
         for (index, def) in rules.limits.iter().enumerate() {
@@ -117,7 +124,8 @@ impl Table {
             backing: backing.clone(),
         };
         for (index, def) in rules.routes.iter().enumerate() {
-            let mut route = table.route(rules, def, forwarder, metrics)?;
+            let mode = modes.of(&def.name);
+            let mut route = table.route(rules, def, forwarder, metrics, mode)?;
             if let Some(adaptive) = &def.adaptive {
                 // An unchanged setting keeps its limiter, and the limit it has learnt.
                 let kept = previous
@@ -132,7 +140,11 @@ impl Table {
                         source,
                     })?,
                 };
-                route.adaptive = Some(layer.clone());
+                // It has no dry run: it applies when the route enforces, and is kept for when
+                // it does again.
+                if mode == Mode::Enforce {
+                    route.adaptive = Some(layer.clone());
+                }
                 table
                     .adaptive
                     .insert(def.name.clone(), (adaptive.clone(), layer));
@@ -170,8 +182,19 @@ impl Table {
         def: &RouteDef,
         forwarder: &Arc<Forwarder>,
         metrics: &Arc<Metrics>,
+        mode: Mode,
     ) -> Result<Route, BuildError> {
         let counters = metrics.route(&def.name);
+        if mode == Mode::Closed {
+            counters.follow(None);
+            return Ok(Route {
+                handler: Handler::Closed {
+                    status: def.status,
+                    counters,
+                },
+                adaptive: None,
+            });
+        }
         let upstream = Upstream {
             forwarder: Arc::clone(forwarder),
             counters: Arc::clone(&counters),
@@ -181,7 +204,7 @@ impl Table {
             .iter()
             .filter_map(|name| self.limiters.get(name).cloned())
             .collect();
-        if limiters.is_empty() {
+        if limiters.is_empty() || mode == Mode::Open {
             counters.follow(None);
             return Ok(Route {
                 handler: Handler::Plain(upstream),
@@ -202,7 +225,7 @@ impl Table {
         let mut builder = RateLimitLayer::builder(extractor)
             .peer_from_body(|body: &ClientBody| body.client.ip())
             .status(def.status)
-            .dry_run(def.dry_run)
+            .dry_run(def.dry_run || mode == Mode::Shadow)
             .headers_on_allowed(def.headers_on_allowed);
         if def.conn_status != def.status {
             // nginx answers a `limit_conn` rejection with `limit_conn_status`: a denial no
@@ -284,6 +307,13 @@ pub(crate) fn handle(table: &Arc<Table>, mut request: Request<ClientBody>) -> Ha
     if let Some(answer) = refused_before_limits(table, &request) {
         return refused(answer);
     }
+    if let Some(Handler::Closed { status, counters }) = index.map(|i| &table.routes[i].handler) {
+        Metrics::count(&counters.closed);
+        return refused(text(
+            *status,
+            format!("{status}: this route is closed by the manual switch\n"),
+        ));
+    }
     absolute_form_names_the_host(&mut request);
     if let Some(normal) = rewrite {
         set_path(&mut request, &normal);
@@ -315,7 +345,8 @@ impl Table {
             Some(Handler::Plain(upstream)) => Routing::Plain {
                 future: upstream.clone().call(request),
             },
-            None => Routing::Plain {
+            // Answered in `handle`, before any route is sent through.
+            Some(Handler::Closed { .. }) | None => Routing::Plain {
                 future: self.unmatched.clone().call(request),
             },
         }

@@ -17,26 +17,26 @@ use sluicegate_rules::{Match, RuleSet};
 use smallvec::SmallVec;
 use tokio::time::Instant;
 
+use crate::plumbing::RuleStats;
+use crate::plumbing::{EVERY_RULE, Mode, ModeError, ModeTable, Modes};
 use crate::serve::backend::{BackendOptions, RedisBackend, RedisLimits, redis_backend};
 use crate::serve::check::{Check, Decided, Role};
 use crate::serve::clock::ServiceClock;
 use crate::serve::decide::decide_call;
 use crate::serve::decision_counters::{CounterCache, RuleCounters};
 use crate::serve::engine_error::EngineError;
-use crate::serve::headers::{HeaderOptions, headers_for};
+use crate::serve::headers::{HeaderOptions, headers_for, standing};
 use crate::serve::key_cap::{DEFAULT_MAX_KEYS, KeyCap};
 use crate::serve::limiter_table::{Enforcer, LimiterTable, build_limiter_table};
-use crate::serve::live::RuleStats;
 use crate::serve::live_rules::{LiveStats, RuleLive};
 use crate::serve::metrics::{Metrics, ModeLabels};
-use crate::serve::modes::{EVERY_RULE, Mode, ModeError, ModeTable, Modes};
 use crate::serve::overrides::Overrides;
-use crate::serve::policy_header::PolicyHeader;
 use crate::serve::protocol::{
     CallError, CallLimits, Code, CurrentLimit, DescriptorCall, DescriptorVerdict, LimitOverride,
     RateLimitCall, Statuses, Verdict,
 };
 use crate::serve::redis_table::{RedisEnforcer, RedisTable, build_redis_table};
+use sluicegate_http::rate_limit::LimitInfo;
 
 /// How the engine answers, beyond what the rules say.
 #[derive(Debug, Clone)]
@@ -808,17 +808,10 @@ fn both_limits(memory: &Enforcer, redis: Option<&Arc<RedisEnforcer>>) -> Option<
     }
 }
 
-/// Whether `candidate` describes a descriptor better than `current`: over the limit beats
-/// under it; among equals, the fewest requests left.
+/// Whether `candidate` describes a descriptor better than `current`, by the rule the headers
+/// pick the tightest descriptor with.
 fn tighter(candidate: &DescriptorVerdict, current: &DescriptorVerdict) -> bool {
-    if current.current_limit.is_none() {
-        return true;
-    }
-    match (candidate.code, current.code) {
-        (Code::OverLimit, Code::Ok) => true,
-        (Code::Ok, Code::OverLimit) => false,
-        _ => candidate.limit_remaining < current.limit_remaining,
-    }
+    current.current_limit.is_none() || standing(candidate).is_tighter_than(&standing(current))
 }
 
 fn override_report(limit_override: LimitOverride) -> CurrentLimit {
@@ -829,7 +822,7 @@ fn override_report(limit_override: LimitOverride) -> CurrentLimit {
         unit: limit_override.unit,
         window,
         aligned: true,
-        policy: PolicyHeader::new("", limit_override.requests_per_unit, window),
+        policy: LimitInfo::rate("", u64::from(limit_override.requests_per_unit), window),
     }
 }
 

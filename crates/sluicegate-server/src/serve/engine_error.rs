@@ -14,7 +14,7 @@ pub enum EngineError {
     Config(#[from] ConfigError),
     /// The modes file cannot be read.
     #[error(transparent)]
-    Modes(#[from] crate::serve::modes::ModeError),
+    Modes(#[from] crate::plumbing::ModeError),
     /// Limits the service cannot honour (a leaky queue that shapes; with Redis, an algorithm
     /// Redis does not run), each reported with its file, line and column.
     #[error("{0}")]

@@ -1,7 +1,10 @@
 //! Response headers that tell a client its budget: the IETF `RateLimit-Policy` / `RateLimit`
 //! fields, the legacy `X-RateLimit-*` trio, and `Retry-After` on denial.
 
-use crate::serve::policy_header::{push_number, whole_seconds};
+use std::time::Duration;
+
+use sluicegate_http::ratelimit_fields::{Field, FieldChoice, Standing, tightest, write_fields};
+
 use crate::serve::protocol::{Code, DescriptorVerdict};
 
 /// Which headers to add to answers.
@@ -46,75 +49,62 @@ impl Default for LegacyHeaderNames {
     }
 }
 
-/// The headers for an answer, describing its most restrictive descriptor: the one over the
-/// limit with the longest wait, else the one with the fewest requests left.
+/// The headers for an answer, describing its tightest descriptor by the
+/// [one rule](sluicegate_http::ratelimit_fields::tightest) the proxy's answers follow too.
 pub fn headers_for(
     statuses: &[DescriptorVerdict],
     options: &HeaderOptions,
 ) -> Vec<(String, String)> {
-    let Some(tightest) = statuses
+    let limited = statuses
         .iter()
-        .filter(|s| s.current_limit.is_some())
-        .min_by_key(|s| {
-            let over = s.code == Code::OverLimit;
-            (
-                !over,
-                if over {
-                    u64::MAX - whole_seconds(s.retry_after)
-                } else {
-                    0
-                },
-                s.limit_remaining,
-            )
-        })
-    else {
+        .filter_map(|s| s.current_limit.as_ref().map(|limit| (s, limit)));
+    let Some(((_, limit), standing)) = tightest(limited, |(status, _)| standing(status)) else {
         return Vec::new();
     };
-    let Some(limit) = &tightest.current_limit else {
-        return Vec::new();
+    let choice = FieldChoice {
+        ietf: options.ietf,
+        legacy: options.legacy.is_some(),
+        retry_after: options.retry_after,
     };
-    let reset = whole_seconds(tightest.duration_until_reset);
-    let over = options.retry_after && tightest.code == Code::OverLimit;
-    let count = 2 * usize::from(options.ietf)
-        + 3 * usize::from(options.legacy.is_some())
-        + usize::from(over);
-    let mut headers = Vec::with_capacity(count);
-    if options.ietf {
-        let quoted_name = limit.policy.quoted_name();
-        headers.push((
-            "RateLimit-Policy".to_owned(),
-            limit.policy.value().to_owned(),
-        ));
-        // Room for the quoted name and two numbers: one allocation.
-        let mut value = String::with_capacity(quoted_name.len() + 48);
-        value.push_str(quoted_name);
-        value.push_str(";r=");
-        push_number(&mut value, u64::from(tightest.limit_remaining));
-        value.push_str(";t=");
-        push_number(&mut value, reset);
-        headers.push(("RateLimit".to_owned(), value));
-    }
-    if let Some(names) = &options.legacy {
-        headers.push((names.limit.clone(), limit.requests_per_unit.to_string()));
-        headers.push((
-            names.remaining.clone(),
-            tightest.limit_remaining.to_string(),
-        ));
-        headers.push((names.reset.clone(), reset.to_string()));
-    }
-    if over {
-        let retry = whole_seconds(tightest.retry_after.or(tightest.duration_until_reset)).max(1);
-        headers.push(("Retry-After".to_owned(), retry.to_string()));
-    }
+    let mut headers = Vec::with_capacity(6);
+    write_fields(&limit.policy, &standing, choice, |field, value| {
+        headers.push((name(field, options), value.into_string()));
+    });
     headers
+}
+
+/// What the fields say of a descriptor's answer.
+pub(crate) fn standing(status: &DescriptorVerdict) -> Standing {
+    let micros = |d: Duration| u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
+    Standing {
+        denied: status.code == Code::OverLimit,
+        remaining: u64::from(status.limit_remaining),
+        // Every limit of the service has a window: an unknown reset is said as `t=0`.
+        reset_micros: Some(status.duration_until_reset.map_or(0, micros)),
+        retry_micros: status.retry_after.map(micros),
+    }
+}
+
+/// The name Envoy is told to write for `field` (the legacy ones as the operator named them).
+fn name(field: Field, options: &HeaderOptions) -> String {
+    let legacy = options.legacy.as_ref();
+    let renamed = |pick: fn(&LegacyHeaderNames) -> &String| legacy.map(pick).cloned();
+    match field {
+        Field::Policy => Some("RateLimit-Policy".to_owned()),
+        Field::RateLimit => Some("RateLimit".to_owned()),
+        Field::LegacyLimit => renamed(|names| &names.limit),
+        Field::LegacyRemaining => renamed(|names| &names.remaining),
+        Field::LegacyReset => renamed(|names| &names.reset),
+        Field::RetryAfter => Some("Retry-After".to_owned()),
+    }
+    .unwrap_or_default()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::serve::policy_header::PolicyHeader;
     use crate::serve::protocol::{CurrentLimit, EnvoyUnit};
-    use std::time::Duration;
+    use sluicegate_http::rate_limit::LimitInfo;
 
     fn status(
         code: Code,
@@ -130,7 +120,7 @@ mod tests {
                 requests_per_unit: 10,
                 unit: EnvoyUnit::Minute,
                 window: Duration::from_secs(60),
-                policy: PolicyHeader::new("", 10, Duration::from_secs(60)),
+                policy: LimitInfo::rate("", 10, Duration::from_secs(60)),
             }),
             limit_remaining: remaining,
             duration_until_reset: Some(Duration::from_millis(reset_ms)),
@@ -180,21 +170,25 @@ mod tests {
     }
 
     #[test]
-    fn policy_names_are_quoted_and_escaped() {
-        let policy = PolicyHeader::new("a\"b\\c", 5, Duration::from_millis(1500));
-        assert_eq!(policy.value(), "\"a_b_c\";q=5;w=2");
-        assert_eq!(policy.quoted_name(), "\"a_b_c\"");
-        let policy = PolicyHeader::new("", 7, Duration::from_millis(1));
-        assert_eq!(policy.value(), "\"default\";q=7;w=1");
-    }
-
-    #[test]
-    fn numbers_are_written_in_decimal() {
-        for n in [0, 7, 10, 99, 1_000_000_000, u64::MAX] {
-            let mut out = String::new();
-            push_number(&mut out, n);
-            assert_eq!(out, n.to_string());
-        }
+    fn legacy_headers_take_the_operators_names() {
+        let options = HeaderOptions {
+            ietf: false,
+            legacy: Some(LegacyHeaderNames {
+                limit: "L".into(),
+                remaining: "R".into(),
+                reset: "T".into(),
+            }),
+            retry_after: false,
+        };
+        let headers = headers_for(&[status(Code::OverLimit, 0, 2_000, Some(500))], &options);
+        assert_eq!(
+            headers,
+            vec![
+                ("L".into(), "10".into()),
+                ("R".into(), "0".into()),
+                ("T".into(), "2".into()),
+            ]
+        );
     }
 
     #[test]

@@ -11,10 +11,10 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 
+use crate::plumbing::{Mode, OPENMETRICS_TEXT};
 use crate::serve::engine::Engine;
 use crate::serve::json::{call_from_json, verdict_to_json};
 use crate::serve::metrics::KindLabel;
-use crate::serve::modes::Mode;
 use crate::serve::protocol::Code;
 
 /// The largest request body accepted; a rate limit request is a few hundred bytes.
@@ -81,10 +81,7 @@ async fn rlconfig(State(engine): State<Arc<Engine>>) -> String {
 
 async fn metrics(State(engine): State<Arc<Engine>>) -> impl IntoResponse {
     (
-        [(
-            header::CONTENT_TYPE,
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-        )],
+        [(header::CONTENT_TYPE, OPENMETRICS_TEXT)],
         engine.render_metrics(),
     )
 }

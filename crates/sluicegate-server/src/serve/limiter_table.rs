@@ -13,7 +13,7 @@ use crate::serve::clock::ServiceClock;
 use crate::serve::engine_error::EngineError;
 use crate::serve::key_cap::KeyCap;
 use crate::serve::per_limit::PerLimit;
-use crate::serve::policy_header::PolicyHeader;
+use sluicegate_http::rate_limit::LimitInfo;
 
 /// A limiter for one configured limit, keyed by counter key.
 pub(crate) type Limiter = KeyedLimiter<String, AnyAlgorithm, ServiceClock>;
@@ -97,9 +97,9 @@ fn report_of(limit: &Limit) -> CurrentLimit {
         window,
         // Also a limit of zero, which has no algorithm to ask but resets as its window would.
         aligned: limit.algorithm_name == "fixed-window",
-        policy: PolicyHeader::new(
+        policy: LimitInfo::rate(
             limit.name.as_deref().unwrap_or_default(),
-            limit.requests_per_unit,
+            u64::from(limit.requests_per_unit),
             window,
         ),
     }

@@ -7,7 +7,7 @@ use std::sync::{Arc, OnceLock};
 use parking_lot::Mutex;
 use sluicegate_rules::RuleSet;
 
-use crate::serve::live::{HeavyHitters, LatencyWindow, RuleStats};
+use crate::plumbing::{HeavyHitters, LatencyWindow, RuleStats};
 
 /// What the page shows of one rule. Each part is made when first used (about 10 KB for the
 /// counts, 46 KB for the keys, which only a rule that denies needs): rules that see no traffic

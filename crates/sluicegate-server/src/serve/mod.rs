@@ -15,21 +15,20 @@ mod http;
 mod json;
 mod key_cap;
 mod limiter_table;
-mod live;
 mod live_rules;
 mod metrics;
-mod modes;
 mod overrides;
 mod per_limit;
-mod policy_header;
 mod protocol;
 mod redis_table;
 mod reload;
 mod server;
 
 pub use crate::plumbing::RedisSettings;
+pub use crate::plumbing::admin_address_allowed;
+pub use crate::plumbing::{EVERY_RULE, Mode, ModeError, ModeTable, Modes};
 pub use crate::redis_args::PolicyArg;
-pub use admin::{admin_address_allowed, admin_router};
+pub use admin::admin_router;
 pub use args::ServeArgs;
 pub use backend::{BackendOptions, RedisTarget};
 pub use clock::ServiceClock;
@@ -41,8 +40,6 @@ pub use http::{MAX_BODY_BYTES, router};
 pub use json::{call_from_json, proto_json_duration, verdict_to_json};
 pub use key_cap::DEFAULT_MAX_KEYS;
 pub use metrics::Metrics;
-pub use modes::{EVERY_RULE, Mode, ModeError, ModeTable, Modes};
-pub use policy_header::PolicyHeader;
 pub use protocol::{
     CallError, CallLimits, Code, CurrentLimit, DescriptorCall, DescriptorVerdict, EnvoyUnit,
     LimitOverride, RateLimitCall, Statuses, Verdict,

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use smallvec::SmallVec;
 
-use crate::serve::policy_header::PolicyHeader;
+use sluicegate_http::rate_limit::LimitInfo;
 
 /// Envoy's rate limit units, as the protocol numbers them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -166,8 +166,8 @@ pub struct CurrentLimit {
     /// Whether the window is aligned to the Unix epoch (a fixed window), so that it resets at
     /// the window's end whether or not anything was counted in it.
     pub aligned: bool,
-    /// The limit's `RateLimit-Policy` header, written once per limit.
-    pub policy: PolicyHeader,
+    /// The limit as the `RateLimit-Policy` field describes it, written once per limit.
+    pub policy: LimitInfo,
 }
 
 /// The answer for one descriptor.

@@ -1,38 +1,16 @@
-//! Hot reload: the rules path is polled for changes (so editors' renames and Kubernetes'
-//! symlink swaps are seen alike); a valid change is put in force, an invalid one is reported
-//! with file:line:column and the previous rules stay.
+//! Hot reload: a change the plumbing's [`RuleWatcher`] sees is loaded; a valid one is put in
+//! force, an invalid one is reported with file:line:column and the previous rules stay.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
-use sluicegate_rules::{LoadOptions, RuleSet, Settled};
+use sluicegate_rules::{LoadOptions, RuleSet};
+
+use crate::plumbing::RuleWatcher;
 
 use crate::serve::engine::Engine;
 use crate::serve::metrics::{KindLabel, Metrics};
-
-/// What identifies one version of the rule files: each file's path, length and mtime.
-type Fingerprint = Vec<(PathBuf, u64, Option<SystemTime>)>;
-
-fn fingerprint(path: &Path) -> Fingerprint {
-    let mut files = Vec::new();
-    let mut note = |file: &Path| {
-        if let Ok(meta) = std::fs::metadata(file) {
-            files.push((file.to_owned(), meta.len(), meta.modified().ok()));
-        }
-    };
-    if path.is_dir() {
-        if let Ok(entries) = std::fs::read_dir(path) {
-            for entry in entries.flatten() {
-                note(&entry.path());
-            }
-        }
-    } else {
-        note(path);
-    }
-    files.sort();
-    files
-}
 
 /// Loads the rules at `path`, recording a failure in the metrics and the log (a success is
 /// recorded by [`rules_in_force`] once the engine has taken them: it may still refuse them).
@@ -66,28 +44,23 @@ fn record(engine_metrics: &Metrics, kind: &'static str) {
         .inc();
 }
 
-/// Polls `path` every `interval` and reloads the engine's rules when the files change, once
-/// they read the same on two polls in a row ([`Settled`]: a file written in place is not
-/// loaded half written).
+/// Reloads the engine's rules whenever the files at `path` change and settle
+/// ([`RuleWatcher`], polled every `interval`).
 pub(crate) async fn watch(
     engine: Arc<Engine>,
     path: PathBuf,
     options: LoadOptions,
     interval: Duration,
 ) {
-    let mut files = Settled::new(Some(fingerprint(&path)));
-    let mut ticker = tokio::time::interval(interval);
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut files = RuleWatcher::new(path, interval);
     loop {
-        ticker.tick().await;
-        if files.observe(fingerprint(&path)).is_none() {
-            continue;
-        }
-        let Some(rules) = load_rules(engine.metrics(), &path, &options) else {
+        files.changed().await;
+        let path = files.path();
+        let Some(rules) = load_rules(engine.metrics(), path, &options) else {
             continue;
         };
         match engine.replace_rules(rules) {
-            Ok(()) => rules_in_force(engine.metrics(), &path),
+            Ok(()) => rules_in_force(engine.metrics(), path),
             Err(err) => {
                 record(engine.metrics(), "failure");
                 tracing::error!(%err, "rules rejected; the previous rules stay in force");

@@ -13,7 +13,8 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tonic::transport::server::TcpIncoming;
 
-use crate::serve::admin::{admin_address_allowed, admin_router};
+use crate::plumbing::{admin_address_allowed, serve_admin};
+use crate::serve::admin::admin_router;
 use crate::serve::engine::{Engine, EngineOptions};
 use crate::serve::grpc::GrpcService;
 use crate::serve::http::router;
@@ -169,13 +170,9 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
 
     if let Some(listener) = admin_listener {
         let admin = admin_router(Arc::clone(&engine), config.admin_token.clone());
-        let mut admin_stopped = stopped.clone();
+        let admin_stopped = stopped.clone();
         tasks.spawn(async move {
-            let service = admin.into_make_service_with_connect_info::<SocketAddr>();
-            axum::serve(listener, service)
-                .with_graceful_shutdown(async move {
-                    let _ = admin_stopped.wait_for(|s| *s).await;
-                })
+            serve_admin(listener, admin, admin_stopped)
                 .await
                 .context("admin server failed")
         });

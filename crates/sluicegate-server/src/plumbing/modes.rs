@@ -1,9 +1,9 @@
-//! The operator's manual switch: a mode per rule and one for the whole service, set at run
-//! time (`PUT /admin/mode`), kept across rule reloads, and optionally persisted to a file so a
-//! restart keeps it.
+//! The operator's manual switch: a mode per rule (serve's rules, the proxy's routes) and one
+//! for the whole application, set at run time (`PUT /admin/mode`), kept across rule reloads,
+//! and optionally persisted to a file so a restart keeps it.
 //!
-//! The whole service's mode, when not `enforce`, applies to every rule; otherwise each rule's
-//! own mode applies (`enforce` unless set).
+//! The whole application's mode, when not `enforce`, applies to every rule; otherwise each
+//! rule's own mode applies (`enforce` unless set).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -118,6 +118,15 @@ impl Modes {
             file,
             changing: Mutex::new(()),
         })
+    }
+
+    /// Modes starting all `enforce`, kept in memory only.
+    pub fn unpersisted() -> Modes {
+        Modes {
+            table: ArcSwap::from_pointee(ModeTable::default()),
+            file: None,
+            changing: Mutex::new(()),
+        }
     }
 
     /// The modes in force.

@@ -132,7 +132,7 @@ function draw(stats) {
     el("div", {}, "p90", el("b", {}, millis(latency.p90))),
     el("div", {}, "p99", el("b", {}, millis(latency.p99))),
     el("div", {}, "p99.9", el("b", {}, millis(latency.p999))),
-    el("div", {}, "counter keys", el("b", { "data-testid": "keys" }, `${stats.keys.live} / ${stats.keys.max}`)));
+    el("div", {}, "counter keys", el("b", { "data-testid": "keys" }, `${stats.keys.live ?? "–"} / ${stats.keys.max ?? "–"}`)));
   document.querySelector("#rules").replaceChildren(...stats.rules.map(drawRule));
   document.body.dataset.updated = String(stats.now);
 }

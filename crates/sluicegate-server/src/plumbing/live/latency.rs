@@ -152,7 +152,7 @@ impl LatencyWindow {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::serve::live::windows::MICROS_PER_SECOND as S;
+    use crate::plumbing::live::windows::MICROS_PER_SECOND as S;
     use rand::SeedableRng;
     use rand_chacha::ChaCha8Rng;
     use rand_distr::{Distribution, LogNormal};
