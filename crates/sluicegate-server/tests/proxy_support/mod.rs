@@ -3,6 +3,8 @@
 
 #![allow(dead_code, unreachable_pub)]
 
+pub mod raw_upstream;
+
 use std::collections::BTreeSet;
 use std::net::{SocketAddr, TcpListener as StdListener};
 use std::path::{Path, PathBuf};
@@ -473,5 +475,52 @@ impl Drop for Nginx {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// Collects what went wrong, to report every failure of a table at once.
+#[derive(Debug, Default)]
+pub struct Failures(Vec<String>);
+
+impl Failures {
+    pub fn push(&mut self, failure: String) {
+        self.0.push(failure);
+    }
+
+    /// Records `what` unless `got == expected`.
+    pub fn check<T: PartialEq + std::fmt::Debug>(&mut self, what: &str, got: T, expected: T) {
+        if got != expected {
+            self.0
+                .push(format!("{what}: got {got:?}, expected {expected:?}"));
+        }
+    }
+
+    /// Fails the test with every failure, one a line, and `context` after them.
+    pub fn assert_none(self, context: &str) {
+        assert!(
+            self.0.is_empty(),
+            "{} failure(s):\n{}\n{context}",
+            self.0.len(),
+            self.0.join("\n")
+        );
+    }
+}
+
+/// Reads `stream` until `buf` holds `needle`: the index just past it, or `None` at the end of
+/// input.
+pub async fn read_past(
+    stream: &mut tokio::net::TcpStream,
+    buf: &mut Vec<u8>,
+    needle: &[u8],
+) -> Option<usize> {
+    use tokio::io::AsyncReadExt;
+    loop {
+        if let Some(at) = raw_upstream::find(buf, needle) {
+            return Some(at + needle.len());
+        }
+        match stream.read_buf(buf).await {
+            Ok(0) | Err(_) => return None,
+            Ok(_) => {}
+        }
     }
 }
