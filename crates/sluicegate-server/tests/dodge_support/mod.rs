@@ -11,12 +11,9 @@
 pub mod fronts;
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::time::Duration;
-
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpSocket;
 
-use crate::proxy_support::BoxError;
+use crate::proxy_support::{BoxError, exchange_on};
 
 /// What a server answered, as a client reads it.
 #[derive(Debug, Clone)]
@@ -67,22 +64,14 @@ pub const fn lo(a: u8, b: u8, c: u8) -> IpAddr {
 
 /// Writes `request` as it is on a new connection from `from` (port chosen by the kernel) to
 /// `to`, and reads the answer until the server closes the connection (requests made by
-/// [`request`] say `Connection: close`). Bounded by a minute: a bound on a hang, not a timing.
+/// [`request`] say `Connection: close`).
 pub async fn exchange(from: IpAddr, to: SocketAddr, request: &[u8]) -> Result<Answer, BoxError> {
     let socket = match from {
         IpAddr::V4(_) => TcpSocket::new_v4()?,
         IpAddr::V6(_) => TcpSocket::new_v6()?,
     };
     socket.bind(SocketAddr::new(from, 0))?;
-    let mut stream = socket.connect(to).await?;
-    stream.write_all(request).await?;
-    let mut answer = Vec::new();
-    tokio::time::timeout(Duration::from_secs(60), async {
-        // A reset after the answer ends it as a close does.
-        let _ = stream.read_to_end(&mut answer).await;
-    })
-    .await
-    .map_err(|_| format!("{to} held the connection of {from} for a minute"))?;
+    let answer = exchange_on(socket.connect(to).await?, &[request]).await?;
     let text = String::from_utf8_lossy(&answer).into_owned();
     let status = text
         .strip_prefix("HTTP/1.1 ")

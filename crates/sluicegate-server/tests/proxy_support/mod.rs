@@ -270,18 +270,7 @@ impl ProxyProcess {
     /// `sent` written by hand on a new connection, then nothing more; what came back until
     /// the proxy closed the connection (bounded by a minute: a bound on a hang, not a timing).
     pub async fn raw_exchange(&self, sent: &[&[u8]]) -> Result<String, BoxError> {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let mut stream = tokio::net::TcpStream::connect(self.address).await?;
-        for bytes in sent {
-            stream.write_all(bytes).await?;
-        }
-        let mut answer = Vec::new();
-        tokio::time::timeout(Duration::from_secs(60), async {
-            // An error (a reset) ends the answer as a close does.
-            let _ = stream.read_to_end(&mut answer).await;
-        })
-        .await
-        .map_err(|_| "the proxy held a silent client's connection for a minute")?;
+        let answer = raw_exchange(self.address, sent).await?;
         Ok(String::from_utf8_lossy(&answer).into_owned())
     }
 
@@ -350,6 +339,37 @@ impl Drop for ProxyProcess {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// `sent` written by hand on a new connection to `server`, then nothing more; what came back
+/// until the server closed the connection.
+pub async fn raw_exchange(server: SocketAddr, sent: &[&[u8]]) -> Result<Vec<u8>, BoxError> {
+    exchange_on(tokio::net::TcpStream::connect(server).await?, sent).await
+}
+
+/// `sent` written by hand on `stream`, then nothing more; what came back until the server
+/// closed the connection (bounded by a minute: a bound on a hang, not a timing).
+pub async fn exchange_on(
+    mut stream: tokio::net::TcpStream,
+    sent: &[&[u8]],
+) -> Result<Vec<u8>, BoxError> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    for bytes in sent {
+        stream.write_all(bytes).await?;
+    }
+    let mut answer = Vec::new();
+    tokio::time::timeout(Duration::from_secs(60), async {
+        // An error (a reset) ends the answer as a close does.
+        let _ = stream.read_to_end(&mut answer).await;
+    })
+    .await
+    .map_err(|_| {
+        format!(
+            "{:?} held a silent client's connection for a minute",
+            stream.peer_addr()
+        )
+    })?;
+    Ok(answer)
 }
 
 /// Runs `sluicegate proxy` with `rules` and `extra` arguments (listening on a free port unless
