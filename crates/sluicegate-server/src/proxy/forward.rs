@@ -167,6 +167,9 @@ impl Forwarder {
             SendError::Switched => {
                 self.upstream_failed("it switched protocols for a request that asked for no switch")
             }
+            SendError::LengthAndCoding => {
+                self.upstream_failed("it sent both Content-Length and Transfer-Encoding")
+            }
             stalled @ (SendError::Timeout | SendError::BodyNotTaken) => {
                 Metrics::count(&self.metrics.upstream_timeouts);
                 let what = match stalled {

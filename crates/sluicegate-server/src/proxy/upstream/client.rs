@@ -16,7 +16,7 @@ use std::task::Poll;
 use std::time::Duration;
 
 use http::uri::Authority;
-use http::{Request, Response, StatusCode};
+use http::{Request, Response, StatusCode, header};
 use hyper::body::Incoming;
 use hyper::upgrade::OnUpgrade;
 use hyper_util::rt::TokioIo;
@@ -45,6 +45,8 @@ pub(crate) enum SendError {
     Upstream(hyper::Error),
     /// The upstream answered `101` to a request that asked for no switch.
     Switched,
+    /// The upstream's answer gave both a `Content-Length` and a `Transfer-Encoding`.
+    LengthAndCoding,
     /// The upstream did not answer within the upstream timeout (from the request's start, or
     /// from its body's end).
     Timeout,
@@ -210,6 +212,17 @@ impl UpstreamClient {
             let mut response = response.map(|_| PooledBody::empty());
             response.extensions_mut().insert(held);
             return Ok(response);
+        }
+        // hyper reads such an answer by its chunks (RFC 9112 section 6.3) and keeps both
+        // fields: passed on, the length would frame the client's copy, which a client would
+        // then take for whole when cut to it. It may be an attempt at splitting answers:
+        // refused, as nginx refuses it, and the connection it came on closed.
+        let headers = response.headers();
+        if headers.contains_key(header::TRANSFER_ENCODING)
+            && headers.contains_key(header::CONTENT_LENGTH)
+        {
+            conn.close();
+            return Err(SendError::LengthAndCoding);
         }
         // An upstream that answered before the whole body was sent may not read the rest as
         // this request's: the connection ends with this response.
