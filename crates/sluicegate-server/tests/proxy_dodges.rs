@@ -13,11 +13,9 @@ mod proxy_support;
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 
 use dodge_support::fronts::{ClientIpStage, Field, Front, PROXY_1, PROXY_2, tail};
-use dodge_support::{
-    Failures, Outcome, RecordingUpstream, exchange, field, lo, nginx_http, request, shown,
-    target_of, values_of,
-};
-use proxy_support::{BoxError, Nginx, ProxyProcess};
+use dodge_support::{Outcome, exchange, field, lo, nginx_http, request, shown};
+use proxy_support::raw_upstream::{RawUpstream, target_of, values_of};
+use proxy_support::{BoxError, Failures, Nginx, ProxyProcess};
 
 type TestResult = Result<(), BoxError>;
 
@@ -305,7 +303,7 @@ const PATH_SPELLINGS: &[(&str, Outcome)] = {
 /// the targets the upstream received for it (as [`shown`]).
 async fn outcomes(
     server: SocketAddr,
-    upstream: &RecordingUpstream,
+    upstream: &RawUpstream,
     targets: impl IntoIterator<Item = &[u8]>,
     host: &[u8],
 ) -> Result<Vec<(Outcome, Vec<String>)>, BoxError> {
@@ -330,8 +328,8 @@ async fn outcomes(
 /// `proxy_pass` without a URI passes it).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_spelling_of_a_path_spends_its_routes_budget_as_in_nginx() -> TestResult {
-    let upstream = RecordingUpstream::start().await?;
-    let nginx_upstream = RecordingUpstream::start().await?;
+    let upstream = RawUpstream::start().await?;
+    let nginx_upstream = RawUpstream::start().await?;
     let proxy = ProxyProcess::start(&upstream.url(), &path_rules(""), &[])?;
     let nginx = Nginx::start(&nginx_http(nginx_upstream.address, NGINX_PATHS))?;
     let targets = || PATH_SPELLINGS.iter().map(|(t, _)| t.as_bytes());
@@ -368,8 +366,8 @@ async fn every_spelling_of_a_path_spends_its_routes_budget_as_in_nginx() -> Test
 /// `/login` counted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_nul_in_a_path_is_refused_as_nginx_refuses_it() -> TestResult {
-    let upstream = RecordingUpstream::start().await?;
-    let nginx_upstream = RecordingUpstream::start().await?;
+    let upstream = RawUpstream::start().await?;
+    let nginx_upstream = RawUpstream::start().await?;
     let proxy = ProxyProcess::start(&upstream.url(), &path_rules(""), &[])?;
     let nginx = Nginx::start(&nginx_http(nginx_upstream.address, NGINX_PATHS))?;
     let targets: [&[u8]; 3] = [b"/login", b"/login%00", b"/api/%00/x"];
@@ -393,7 +391,7 @@ async fn a_nul_in_a_path_is_refused_as_nginx_refuses_it() -> TestResult {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn case_insensitive_paths_are_one_path_in_any_case() -> TestResult {
     use Outcome::{Deny, Pass};
-    let upstream = RecordingUpstream::start().await?;
+    let upstream = RawUpstream::start().await?;
     let rules = path_rules("paths: { case_insensitive: true }\n");
     let proxy = ProxyProcess::start(&upstream.url(), &rules, &[])?;
     let table: &[(&str, Outcome, Option<&str>)] = &[
@@ -418,7 +416,7 @@ async fn case_insensitive_paths_are_one_path_in_any_case() -> TestResult {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn normalised_paths_are_forwarded_normalised() -> TestResult {
     use Outcome::{Deny, Pass};
-    let upstream = RecordingUpstream::start().await?;
+    let upstream = RawUpstream::start().await?;
     let rules = path_rules("paths: { forward: normalised }\n");
     let proxy = ProxyProcess::start(&upstream.url(), &rules, &[])?;
     let table: &[(&str, Outcome, Option<&str>)] = &[
@@ -443,7 +441,7 @@ async fn normalised_paths_are_forwarded_normalised() -> TestResult {
 /// (none when it received nothing).
 async fn check_table(
     proxy: &ProxyProcess,
-    upstream: &RecordingUpstream,
+    upstream: &RawUpstream,
     table: &[(&str, Outcome, Option<&str>)],
 ) -> TestResult {
     let got = outcomes(
@@ -505,8 +503,8 @@ const HOST_SPELLINGS: &[(&str, &[&str], Outcome)] = {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_spelling_of_a_host_spends_its_budget_as_in_nginx() -> TestResult {
-    let upstream = RecordingUpstream::start().await?;
-    let nginx_upstream = RecordingUpstream::start().await?;
+    let upstream = RawUpstream::start().await?;
+    let nginx_upstream = RawUpstream::start().await?;
     let proxy = ProxyProcess::start(&upstream.url(), HOST_RULES, &[])?;
     let nginx = Nginx::start(&nginx_http(nginx_upstream.address, NGINX_HOSTS))?;
     let mut failures = Failures::default();
@@ -584,7 +582,7 @@ fn statuses(answers: &[dodge_support::Answer]) -> Vec<u16> {
 /// account an empty key), and one with it is limited as ever.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_missing_key_passes_uncounted_by_default() -> TestResult {
-    let upstream = RecordingUpstream::start().await?;
+    let upstream = RawUpstream::start().await?;
     let rules = format!(
         "limits:\n  per_key: {{ key: {{ header: x-api-key }}, spec: \"{THREE_AT_ONCE}\" }}\n\
          routes:\n  - {{ prefix: /, limits: [per_key] }}\n"
@@ -608,7 +606,7 @@ async fn a_missing_key_passes_uncounted_by_default() -> TestResult {
 /// reaching the upstream) and `{ key: anonymous }` (one budget for every request without it).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_missing_key_is_skipped_denied_or_shared_as_the_limit_says() -> TestResult {
-    let upstream = RecordingUpstream::start().await?;
+    let upstream = RawUpstream::start().await?;
     let limit = |missing: &str| {
         format!(
             "{{ key: {{ header: x-api-key }}, spec: \"{THREE_AT_ONCE}\", on_missing_key: {missing} }}"

@@ -6,91 +6,37 @@
 
 mod proxy_support;
 
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use proxy_support::raw_upstream::{RawUpstream, Reply};
 use proxy_support::{BoxError, ProxyProcess};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
 
 type TestResult = Result<(), BoxError>;
 
 const PASS_ALL: &str = "routes:\n  - { prefix: / }\n";
 
-/// An upstream that records each request head as it arrived and answers with bytes written
-/// by hand, chosen by the request's path. The requests sent to it carry no body.
-struct RawUpstream {
-    address: std::net::SocketAddr,
-    heads: Arc<Mutex<Vec<String>>>,
-}
-
-impl RawUpstream {
-    async fn start() -> Result<RawUpstream, BoxError> {
-        let listener = TcpListener::bind("127.0.0.1:0").await?;
-        let upstream = RawUpstream {
-            address: listener.local_addr()?,
-            heads: Arc::default(),
-        };
-        let heads = Arc::clone(&upstream.heads);
-        tokio::spawn(async move {
-            while let Ok((stream, _)) = listener.accept().await {
-                tokio::spawn(serve(stream, Arc::clone(&heads)));
-            }
-        });
-        Ok(upstream)
-    }
-
-    fn url(&self) -> String {
-        format!("http://{}", self.address)
-    }
-
-    fn heads(&self) -> Vec<String> {
-        self.heads
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone()
-    }
-
-    /// The last request head that arrived, its names and values lowercased.
-    fn last_head(&self) -> String {
-        self.heads()
-            .last()
-            .cloned()
-            .unwrap_or_default()
-            .to_ascii_lowercase()
-    }
-}
-
-async fn serve(mut stream: TcpStream, heads: Arc<Mutex<Vec<String>>>) {
-    let mut buf = Vec::new();
-    loop {
-        let end = loop {
-            if let Some(at) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-                break at + 4;
-            }
-            if !matches!(stream.read_buf(&mut buf).await, Ok(n) if n > 0) {
-                return;
-            }
-        };
-        let head = String::from_utf8_lossy(&buf[..end]).into_owned();
-        buf.drain(..end);
-        let path = head.split(' ').nth(1).unwrap_or("/").to_owned();
-        heads
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .push(head);
-        let response: &[u8] = match path.as_str() {
-            "/length-list" => b"HTTP/1.1 200 OK\r\nContent-Length: 5, 5\r\n\r\nhello",
-            "/length-twice" => {
-                b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nx-between: 1\r\nContent-Length: 5\r\n\r\nhello"
-            }
-            "/length-differ" => b"HTTP/1.1 200 OK\r\nContent-Length: 5, 6\r\n\r\nhello",
-            _ => b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok",
-        };
-        if stream.write_all(response).await.is_err() {
-            return;
-        }
-    }
+/// An upstream answering the paths of the length tests with their `Content-Length`s written
+/// by hand, and `200 ok` to any other.
+async fn raw_upstream() -> Result<RawUpstream, BoxError> {
+    RawUpstream::scripted(vec![
+        (
+            "/length-list",
+            Reply::Bytes(b"HTTP/1.1 200 OK\r\nContent-Length: 5, 5\r\n\r\nhello"),
+        ),
+        (
+            "/length-twice",
+            Reply::Bytes(
+                b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nx-between: 1\r\nContent-Length: 5\r\n\r\nhello",
+            ),
+        ),
+        (
+            "/length-differ",
+            Reply::Bytes(b"HTTP/1.1 200 OK\r\nContent-Length: 5, 6\r\n\r\nhello"),
+        ),
+    ])
+    .await
 }
 
 /// The lines of an answer's head.
@@ -101,7 +47,7 @@ fn head_lines(answer: &str) -> Vec<&str> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_field_named_with_an_underscore_reaches_the_upstream_only_when_kept() -> TestResult {
-    let upstream = RawUpstream::start().await?;
+    let upstream = raw_upstream().await?;
     let sent = "GET /fields HTTP/1.1\r\nhost: app\r\nX_Forwarded_For: 6.6.6.6\r\n\
                 x_api_key: twin\r\nx-api-key: real\r\nx_api_key: twin2\r\n\
                 connection: close\r\n\r\n";
@@ -154,7 +100,7 @@ const ONE_AN_HOUR_PER_KEY: &str = "limits:\n  per_key:\n    key: { header: x-api
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_limit_keyed_on_a_field_is_not_moved_by_its_underscore_twin() -> TestResult {
-    let upstream = RawUpstream::start().await?;
+    let upstream = raw_upstream().await?;
     let proxy = ProxyProcess::start(&upstream.url(), ONE_AN_HOUR_PER_KEY, &[])?;
     let request = |fields: &str| {
         format!("GET /keyed HTTP/1.1\r\nhost: app\r\n{fields}connection: close\r\n\r\n")
@@ -188,7 +134,7 @@ async fn a_limit_keyed_on_a_field_is_not_moved_by_its_underscore_twin() -> TestR
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_length_given_twice_reaches_the_client_once_and_two_lengths_are_a_502() -> TestResult {
-    let upstream = RawUpstream::start().await?;
+    let upstream = raw_upstream().await?;
     let proxy = ProxyProcess::start(&upstream.url(), PASS_ALL, &[])?;
     for path in ["/length-list", "/length-twice"] {
         let sent = format!("GET {path} HTTP/1.1\r\nhost: app\r\nconnection: close\r\n\r\n");
@@ -278,7 +224,7 @@ async fn sent_whole_or_not(proxy: &ProxyProcess, head: Vec<u8>) -> Result<String
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_http1_head_past_the_bound_is_431_and_one_within_it_passes() -> TestResult {
-    let upstream = RawUpstream::start().await?;
+    let upstream = raw_upstream().await?;
     let default = ProxyProcess::start(&upstream.url(), PASS_ALL, &[])?;
     let bounded = ProxyProcess::start(
         &upstream.url(),
@@ -310,7 +256,7 @@ async fn an_http1_head_past_the_bound_is_431_and_one_within_it_passes() -> TestR
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_still_sending_its_head_after_the_431_is_not_reset() -> TestResult {
-    let upstream = RawUpstream::start().await?;
+    let upstream = raw_upstream().await?;
     // Lingering long enough that only the client's close can end it here.
     let args = ["--lingering-time", "300s", "--lingering-timeout", "120s"];
     let proxy = ProxyProcess::start(&upstream.url(), PASS_ALL, &args)?;
@@ -349,7 +295,7 @@ async fn a_client_still_sending_its_head_after_the_431_is_not_reset() -> TestRes
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn heads_that_never_end_are_each_answered_and_closed() -> TestResult {
-    let upstream = RawUpstream::start().await?;
+    let upstream = raw_upstream().await?;
     // Idle connections are not what closes them here.
     let proxy = ProxyProcess::start(
         &upstream.url(),
@@ -417,7 +363,7 @@ async fn h2_with_field(proxy: &ProxyProcess, value_len: usize) -> Result<String,
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_h2_header_list_past_the_bound_is_refused_and_one_within_it_passes() -> TestResult {
-    let upstream = RawUpstream::start().await?;
+    let upstream = raw_upstream().await?;
     let default = ProxyProcess::start(&upstream.url(), PASS_ALL, &[])?;
     let bounded = ProxyProcess::start(
         &upstream.url(),

@@ -7,241 +7,154 @@
 
 mod proxy_support;
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Duration;
 
+use proxy_support::raw_upstream::{Exchange, Next, OK, RawUpstream, Reply, find};
 use proxy_support::{BoxError, ProxyProcess, Upstream};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
 
 type TestResult = Result<(), BoxError>;
 
 const RULES: &str = "routes:\n  - { prefix: / }\n";
 
-/// An upstream whose every answer is written out by hand: the request's path names it.
-struct WireUpstream {
-    address: std::net::SocketAddr,
-    connections: Arc<AtomicUsize>,
-    /// Each request's head, as it arrived.
-    heads: Arc<Mutex<Vec<String>>>,
+/// The upstream's answers written out by hand, each for the path that names it.
+fn scripts() -> Vec<(&'static str, Reply)> {
+    vec![
+        ("/chunked", Reply::Bytes(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5;ext=1\r\nhello\r\n6\r\n world\r\n0\r\nx-trailer: 1\r\n\r\n")),
+        ("/until-close", Reply::BytesThenClose(b"HTTP/1.1 200 OK\r\n\r\nall of it, until the end")),
+        ("/head-length", Reply::Bytes(b"HTTP/1.1 200 OK\r\ncontent-length: 1234\r\n\r\n")),
+        ("/no-content", Reply::Bytes(b"HTTP/1.1 204 No Content\r\n\r\n")),
+        ("/continue", Reply::Bytes(b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nlink: </a>\r\n\r\nHTTP/1.1 200 OK\r\ncontent-length: 9\r\n\r\ncontinued")),
+        ("/close-after", Reply::BytesThenClose(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")),
+        ("/conflict", Reply::Bytes(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\ncontent-length: 3\r\n\r\nok")),
+        ("/cut", Reply::BytesThenClose(b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\nonly this")),
+        ("/drop-next", Reply::With(drop_next)),
+        ("/duplex", Reply::With(duplex)),
+        ("/early-chunked", Reply::With(early_chunked)),
+        ("/read-then-silent", Reply::With(read_then_silent)),
+        ("/ignore-body", Reply::With(ignore_body)),
+        ("/early", Reply::With(early)),
+        ("/stall", Reply::With(stall)),
+    ]
 }
 
-impl WireUpstream {
-    async fn start() -> Result<WireUpstream, BoxError> {
-        let listener = TcpListener::bind("127.0.0.1:0").await?;
-        let upstream = WireUpstream {
-            address: listener.local_addr()?,
-            connections: Arc::default(),
-            heads: Arc::default(),
-        };
-        let (connections, heads) = (upstream.connections.clone(), upstream.heads.clone());
-        tokio::spawn(async move {
-            while let Ok((stream, _)) = listener.accept().await {
-                connections.fetch_add(1, Ordering::SeqCst);
-                tokio::spawn(serve(stream, heads.clone()));
+/// Answers, then reads the next request on the connection and closes it unanswered (as an
+/// upstream closing an idle connection just as a request comes).
+fn drop_next(exchange: &mut Exchange) -> Pin<Box<dyn Future<Output = Next> + Send + '_>> {
+    Box::pin(async move {
+        if exchange.read_body().await.is_some() && exchange.write(OK).await {
+            exchange.next_head().await;
+        }
+        Next::Close
+    })
+}
+
+/// Answers at once, then reads the whole body, then ends the answer.
+fn early_chunked(exchange: &mut Exchange) -> Pin<Box<dyn Future<Output = Next> + Send + '_>> {
+    Box::pin(async move {
+        let head = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n";
+        if !exchange.write(head).await || exchange.read_body().await.is_none() {
+            return Next::Close;
+        }
+        exchange.write(b"5\r\nearly\r\n0\r\n\r\n").await;
+        Next::Serve
+    })
+}
+
+/// Reads the whole body, then never answers, holding the connection.
+fn read_then_silent(exchange: &mut Exchange) -> Pin<Box<dyn Future<Output = Next> + Send + '_>> {
+    Box::pin(async move {
+        if exchange.read_body().await.is_some() {
+            tokio::time::sleep(Duration::from_secs(300)).await;
+        }
+        Next::Close
+    })
+}
+
+/// Reads nothing of the body and never answers, holding the connection.
+fn ignore_body(_: &mut Exchange) -> Pin<Box<dyn Future<Output = Next> + Send + '_>> {
+    Box::pin(async move {
+        tokio::time::sleep(Duration::from_secs(300)).await;
+        Next::Close
+    })
+}
+
+/// Answers 413 before reading the body, and closes once the proxy has sent the rest (read,
+/// so that closing does not reset the connection).
+fn early(exchange: &mut Exchange) -> Pin<Box<dyn Future<Output = Next> + Send + '_>> {
+    Box::pin(async move {
+        let answer = b"HTTP/1.1 413 Payload Too Large\r\ncontent-length: 8\r\nconnection: close\r\n\r\ntoo big\n";
+        if exchange.write(answer).await {
+            exchange.read_to_end().await;
+        }
+        Next::Close
+    })
+}
+
+/// Sends part of a body, then holds the connection open, sending nothing more, until the
+/// proxy closes it.
+fn stall(exchange: &mut Exchange) -> Pin<Box<dyn Future<Output = Next> + Send + '_>> {
+    Box::pin(async move {
+        let answer = b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\nthen nothing";
+        if exchange.read_body().await.is_some() && exchange.write(answer).await {
+            exchange.read_to_end().await;
+        }
+        Next::Close
+    })
+}
+
+/// Answers at once with 64 MiB while it reads a chunked request body at the same time (a
+/// full-duplex upstream, as a streaming transform is), then ends the answer with `read` once
+/// the body has all come.
+fn duplex(exchange: &mut Exchange) -> Pin<Box<dyn Future<Output = Next> + Send + '_>> {
+    Box::pin(async move {
+        let (stream, buf) = exchange.parts();
+        let (mut reader, mut writer) = stream.split();
+        let reading = async move {
+            while find(buf, b"0\r\n\r\n").is_none() {
+                // Only the end matters: keep a tail long enough to hold the last chunk's line.
+                let keep = buf.len().saturating_sub(8);
+                buf.drain(..keep);
+                if !matches!(reader.read_buf(buf).await, Ok(n) if n > 0) {
+                    return false;
+                }
             }
-        });
-        Ok(upstream)
-    }
-
-    fn url(&self) -> String {
-        format!("http://{}", self.address)
-    }
-
-    fn connections(&self) -> usize {
-        self.connections.load(Ordering::SeqCst)
-    }
-
-    /// How many requests for `path` arrived.
-    fn requests_to(&self, path: &str) -> usize {
-        let heads = self
-            .heads
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        heads
-            .iter()
-            .filter(|head| head.contains(&format!(" {path} ")))
-            .count()
-    }
-
-    fn last_head(&self) -> String {
-        let heads = self
-            .heads
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        heads.last().cloned().unwrap_or_default()
-    }
-}
-
-fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
-    haystack.windows(needle.len()).position(|w| w == needle)
-}
-
-/// Reads until `buf` holds `needle`; the index just past it, or `None` at the end of input.
-async fn read_past(stream: &mut TcpStream, buf: &mut Vec<u8>, needle: &[u8]) -> Option<usize> {
-    loop {
-        if let Some(at) = find(buf, needle) {
-            return Some(at + needle.len());
-        }
-        match stream.read_buf(buf).await {
-            Ok(0) | Err(_) => return None,
-            Ok(_) => {}
-        }
-    }
-}
-
-async fn serve(mut stream: TcpStream, heads: Arc<Mutex<Vec<String>>>) {
-    let mut buf = Vec::new();
-    // Set by `/drop-next`: the next request on this connection is read and not answered, the
-    // connection closed (as an upstream closing an idle connection just as a request comes).
-    let mut drop_next = false;
-    loop {
-        let Some(end) = read_past(&mut stream, &mut buf, b"\r\n\r\n").await else {
-            return;
+            true
         };
-        let head = String::from_utf8_lossy(&buf[..end]).into_owned();
-        buf.drain(..end);
-        heads
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .push(head.clone());
-        let path = head.split(' ').nth(1).unwrap_or("/").to_owned();
-        if drop_next {
-            return;
-        }
-        drop_next = path == "/drop-next";
-        if path == "/duplex" {
-            duplex(stream, std::mem::take(&mut buf)).await;
-            return;
-        }
-        if path == "/early-chunked" {
-            // Answers at once, then reads the whole body, then ends the answer.
-            let ok = stream
+        let writing = async {
+            let block = vec![b'z'; 1 << 20];
+            let mut framed = format!("{:x}\r\n", block.len()).into_bytes();
+            framed.extend_from_slice(&block);
+            framed.extend_from_slice(b"\r\n");
+            writer
                 .write_all(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n")
-                .await;
-            let length = content_length(&head).unwrap_or_default();
-            while ok.is_ok() && buf.len() < length {
-                if !matches!(stream.read_buf(&mut buf).await, Ok(n) if n > 0) {
-                    return;
-                }
+                .await?;
+            for _ in 0..64 {
+                writer.write_all(&framed).await?;
             }
-            buf.drain(..length);
-            let _ = stream.write_all(b"5\r\nearly\r\n0\r\n\r\n").await;
-            continue;
-        }
-        if path == "/read-then-silent" {
-            // Reads the whole body, then never answers, holding the connection.
-            let length = content_length(&head).unwrap_or_default();
-            while buf.len() < length {
-                if !matches!(stream.read_buf(&mut buf).await, Ok(n) if n > 0) {
-                    return;
-                }
-            }
-            tokio::time::sleep(Duration::from_secs(300)).await;
-            return;
-        }
-        if path == "/ignore-body" {
-            // Reads nothing of the body and never answers, holding the connection.
-            tokio::time::sleep(Duration::from_secs(300)).await;
-            return;
-        }
-        if path == "/early" {
-            let _ = stream
-                .write_all(b"HTTP/1.1 413 Payload Too Large\r\ncontent-length: 8\r\nconnection: close\r\n\r\ntoo big\n")
-                .await;
-            // Read what the proxy still sends, so that closing does not reset the connection.
-            while matches!(stream.read_buf(&mut buf).await, Ok(n) if n > 0) {
-                buf.clear();
-            }
-            return;
-        }
-        let lower = head.to_ascii_lowercase();
-        if lower.contains("transfer-encoding: chunked") {
-            let Some(end) = read_past(&mut stream, &mut buf, b"0\r\n\r\n").await else {
-                return;
-            };
-            buf.drain(..end);
-        } else if let Some(length) = content_length(&head) {
-            while buf.len() < length {
-                if !matches!(stream.read_buf(&mut buf).await, Ok(n) if n > 0) {
-                    return;
-                }
-            }
-            buf.drain(..length);
-        }
-        let response: &[u8] = match path.as_str() {
-            "/chunked" => b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5;ext=1\r\nhello\r\n6\r\n world\r\n0\r\nx-trailer: 1\r\n\r\n",
-            "/until-close" => b"HTTP/1.1 200 OK\r\n\r\nall of it, until the end",
-            "/head-length" => b"HTTP/1.1 200 OK\r\ncontent-length: 1234\r\n\r\n",
-            "/no-content" => b"HTTP/1.1 204 No Content\r\n\r\n",
-            "/continue" => b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nlink: </a>\r\n\r\nHTTP/1.1 200 OK\r\ncontent-length: 9\r\n\r\ncontinued",
-            "/close-after" => b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok",
-            "/conflict" => b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\ncontent-length: 3\r\n\r\nok",
-            "/cut" => b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\nonly this",
-            "/stall" => b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\nthen nothing",
-            _ => b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok",
+            Ok::<_, std::io::Error>(writer)
         };
-        if stream.write_all(response).await.is_err() {
-            return;
+        let (read, written) = tokio::join!(reading, writing);
+        if let Ok(mut writer) = written {
+            let last: &[u8] = if read {
+                b"4\r\nread\r\n0\r\n\r\n"
+            } else {
+                b"0\r\n\r\n"
+            };
+            let _ = writer.write_all(last).await;
         }
-        if path == "/stall" {
-            // Holds the connection open, sending nothing more, until the proxy closes it.
-            let _ = stream.read_buf(&mut buf).await;
-            return;
-        }
-        if matches!(path.as_str(), "/until-close" | "/close-after" | "/cut") {
-            return;
-        }
-    }
-}
-
-/// Answers at once with 64 MiB while it reads a chunked request body on its own (a full-duplex
-/// upstream, as a streaming transform is), then ends the answer with `read` once the body has
-/// all come.
-async fn duplex(stream: TcpStream, mut buf: Vec<u8>) {
-    let (mut reader, mut writer) = stream.into_split();
-    let reading = tokio::spawn(async move {
-        while find(&buf, b"0\r\n\r\n").is_none() {
-            // Only the end matters: keep a tail long enough to hold the last chunk's line.
-            let keep = buf.len().saturating_sub(8);
-            buf.drain(..keep);
-            if !matches!(reader.read_buf(&mut buf).await, Ok(n) if n > 0) {
-                return false;
-            }
-        }
-        true
-    });
-    let block = vec![b'z'; 1 << 20];
-    let mut framed = format!("{:x}\r\n", block.len()).into_bytes();
-    framed.extend_from_slice(&block);
-    framed.extend_from_slice(b"\r\n");
-    let head = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n";
-    if writer.write_all(head).await.is_err() {
-        return;
-    }
-    for _ in 0..64 {
-        if writer.write_all(&framed).await.is_err() {
-            return;
-        }
-    }
-    let last: &[u8] = match reading.await {
-        Ok(true) => b"4\r\nread\r\n0\r\n\r\n",
-        _ => b"0\r\n\r\n",
-    };
-    let _ = writer.write_all(last).await;
-}
-
-fn content_length(head: &str) -> Option<usize> {
-    head.to_ascii_lowercase()
-        .lines()
-        .find_map(|line| line.strip_prefix("content-length: ")?.trim().parse().ok())
+        Next::Close
+    })
 }
 
 /// A byte-for-byte upstream and a proxy of one worker in front of it (one pool, so that its
 /// connections to the upstream can be counted), started with `extra` arguments.
-async fn wire_proxy(extra: &[&str]) -> Result<(WireUpstream, ProxyProcess), BoxError> {
-    let upstream = WireUpstream::start().await?;
+async fn wire_proxy(extra: &[&str]) -> Result<(RawUpstream, ProxyProcess), BoxError> {
+    let upstream = RawUpstream::scripted(scripts()).await?;
     let mut args = vec!["--workers", "1"];
     args.extend_from_slice(extra);
     let proxy = ProxyProcess::start(&upstream.url(), RULES, &args)?;
@@ -453,7 +366,7 @@ async fn a_request_body_that_stops_coming_is_answered_408() -> TestResult {
 /// that the upstream connection went with the request: the next one takes a new connection.
 async fn assert_cut_off(
     proxy: &ProxyProcess,
-    upstream: &WireUpstream,
+    upstream: &RawUpstream,
     answer: &str,
     status: &str,
     why: &str,
@@ -479,7 +392,7 @@ const ONE_AN_HOUR: &str = "limits:\n  one: { key: global, spec: \"gcra:rate=1/h,
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_body_announced_longer_than_the_bound_is_413_before_any_limit() -> TestResult {
-    let upstream = WireUpstream::start().await?;
+    let upstream = RawUpstream::scripted(scripts()).await?;
     let args = ["--workers", "1", "--client-max-body-size", "1k"];
     let proxy = ProxyProcess::start(&upstream.url(), ONE_AN_HOUR, &args)?;
     // Refused on its head alone: the client need not send the body.
@@ -562,7 +475,7 @@ async fn a_small_body_is_read_whole_before_the_request_goes_upstream() -> TestRe
     for (stream, rest) in [(&mut small, &b"defghij"[..]), (&mut long, &b"defghijk"[..])] {
         stream.write_all(rest).await?;
         let mut answer = Vec::new();
-        read_past(stream, &mut answer, b"\r\n\r\nok")
+        proxy_support::read_past(stream, &mut answer, b"\r\n\r\nok")
             .await
             .ok_or("no answer")?;
         assert!(answer.starts_with(b"HTTP/1.1 200 "));

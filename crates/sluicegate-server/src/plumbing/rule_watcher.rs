@@ -17,7 +17,8 @@ type Fingerprint = Vec<(PathBuf, Vec<u8>)>;
 /// Watches a rules path for settled changes.
 #[derive(Debug)]
 pub(crate) struct RuleWatcher {
-    path: PathBuf,
+    /// The paths watched: the rules, or a TLS certificate and its key.
+    paths: Vec<PathBuf>,
     files: Settled<Fingerprint>,
     ticks: Interval,
 }
@@ -25,15 +26,24 @@ pub(crate) struct RuleWatcher {
 impl RuleWatcher {
     /// Watches `path`, polled every `interval`, the files as they are now taken as loaded.
     pub(crate) fn new(path: PathBuf, interval: Duration) -> RuleWatcher {
-        let files = Settled::new(Some(fingerprint(&path)));
-        let mut ticks = tokio::time::interval(interval);
-        ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
-        RuleWatcher { path, files, ticks }
+        RuleWatcher::watching(vec![path], interval)
     }
 
-    /// The path watched.
+    /// Watches every one of `paths` as one version: a change to any is a change.
+    pub(crate) fn watching(paths: Vec<PathBuf>, interval: Duration) -> RuleWatcher {
+        let files = Settled::new(Some(fingerprint(&paths)));
+        let mut ticks = tokio::time::interval(interval);
+        ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        RuleWatcher {
+            paths,
+            files,
+            ticks,
+        }
+    }
+
+    /// The (first) path watched.
     pub(crate) fn path(&self) -> &Path {
-        &self.path
+        &self.paths[0]
     }
 
     /// Returns once the files have changed and settled. Cancel-safe: a poll it is dropped in
@@ -42,24 +52,26 @@ impl RuleWatcher {
         loop {
             self.ticks.tick().await;
             // A few small files, read in place: not worth a blocking thread.
-            if self.files.observe(fingerprint(&self.path)).is_some() {
+            if self.files.observe(fingerprint(&self.paths)).is_some() {
                 return;
             }
         }
     }
 }
 
-/// The files at `path` (those a directory holds, or the file), unreadable ones left out.
-fn fingerprint(path: &Path) -> Fingerprint {
+/// The files at `paths` (those a directory holds, or the file), unreadable ones left out.
+fn fingerprint(paths: &[PathBuf]) -> Fingerprint {
     let mut files = Vec::new();
     let mut note = |file: PathBuf| {
         if let Ok(bytes) = std::fs::read(&file) {
             files.push((file, bytes));
         }
     };
-    match std::fs::read_dir(path) {
-        Ok(entries) => entries.flatten().for_each(|entry| note(entry.path())),
-        Err(_) => note(path.to_owned()),
+    for path in paths {
+        match std::fs::read_dir(path) {
+            Ok(entries) => entries.flatten().for_each(|entry| note(entry.path())),
+            Err(_) => note(path.clone()),
+        }
     }
     files.sort();
     files

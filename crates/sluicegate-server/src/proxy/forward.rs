@@ -171,6 +171,7 @@ impl Forwarder {
             SendError::Switched => {
                 self.upstream_failed("it switched protocols for a request that asked for no switch")
             }
+            SendError::AmbiguousFraming(why) => self.upstream_failed(why),
             stalled @ (SendError::Timeout | SendError::BodyNotTaken) => {
                 Metrics::count(&self.metrics.upstream_timeouts);
                 let what = match stalled {

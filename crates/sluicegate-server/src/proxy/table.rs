@@ -24,6 +24,7 @@ use crate::proxy::backend::RouteBackend;
 use crate::proxy::backing::Backing;
 use crate::proxy::client_body::ClientBody;
 use crate::proxy::forward::{Forwarder, Upstream, UpstreamBody, text, too_large};
+use crate::proxy::guards;
 use crate::proxy::key::{LimitKey, RouteExtractor};
 use crate::proxy::limiter::Limiter;
 use crate::proxy::metrics::{Metrics, RouteCounters};
@@ -421,6 +422,10 @@ fn refused_before_limits(
     if let Some(wrong) = host_is_wrong(request) {
         let body = format!("400 Bad Request: {wrong}\n");
         return Some(text(StatusCode::BAD_REQUEST, body));
+    }
+    if guards::has_unknown_coding(request.headers()) {
+        let body = "501 Not Implemented: a Transfer-Encoding other than chunked alone\n";
+        return Some(text(StatusCode::NOT_IMPLEMENTED, body.to_owned()));
     }
     let forwarder = &table.unmatched.forwarder;
     let max = forwarder.bodies.refuses(&request.body().body)?;

@@ -3,7 +3,8 @@
 
 use std::net::IpAddr;
 
-use super::{RecordingUpstream, exchange, field, lo, nginx_http, request};
+use super::{exchange, field, lo, nginx_http, request};
+use crate::proxy_support::raw_upstream::RawUpstream;
 use crate::proxy_support::{BoxError, Nginx, PASS_ALL, ProxyProcess};
 
 /// The forwarding field `client_ip` reads.
@@ -78,7 +79,7 @@ pub const PROXY_2: IpAddr = lo(0, 0, 2);
 /// The limiting proxy, and the real proxies that can stand in front of it.
 pub struct ClientIpStage {
     field: Field,
-    _upstream: RecordingUpstream,
+    _upstream: RawUpstream,
     limited: ProxyProcess,
     nginx: Nginx,
     front: ProxyProcess,
@@ -86,7 +87,7 @@ pub struct ClientIpStage {
 
 impl ClientIpStage {
     pub async fn start(field: Field, spec: &str) -> Result<ClientIpStage, BoxError> {
-        let upstream = RecordingUpstream::start().await?;
+        let upstream = RawUpstream::start().await?;
         let header = match field {
             Field::XForwardedFor => "x-forwarded-for",
             Field::Forwarded => "forwarded",

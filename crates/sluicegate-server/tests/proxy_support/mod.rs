@@ -3,6 +3,8 @@
 
 #![allow(dead_code, unreachable_pub)]
 
+pub mod raw_upstream;
+
 use std::collections::BTreeSet;
 use std::net::{SocketAddr, TcpListener as StdListener};
 use std::path::{Path, PathBuf};
@@ -268,18 +270,7 @@ impl ProxyProcess {
     /// `sent` written by hand on a new connection, then nothing more; what came back until
     /// the proxy closed the connection (bounded by a minute: a bound on a hang, not a timing).
     pub async fn raw_exchange(&self, sent: &[&[u8]]) -> Result<String, BoxError> {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let mut stream = tokio::net::TcpStream::connect(self.address).await?;
-        for bytes in sent {
-            stream.write_all(bytes).await?;
-        }
-        let mut answer = Vec::new();
-        tokio::time::timeout(Duration::from_secs(60), async {
-            // An error (a reset) ends the answer as a close does.
-            let _ = stream.read_to_end(&mut answer).await;
-        })
-        .await
-        .map_err(|_| "the proxy held a silent client's connection for a minute")?;
+        let answer = raw_exchange(self.address, sent).await?;
         Ok(String::from_utf8_lossy(&answer).into_owned())
     }
 
@@ -348,6 +339,37 @@ impl Drop for ProxyProcess {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// `sent` written by hand on a new connection to `server`, then nothing more; what came back
+/// until the server closed the connection.
+pub async fn raw_exchange(server: SocketAddr, sent: &[&[u8]]) -> Result<Vec<u8>, BoxError> {
+    exchange_on(tokio::net::TcpStream::connect(server).await?, sent).await
+}
+
+/// `sent` written by hand on `stream`, then nothing more; what came back until the server
+/// closed the connection (bounded by a minute: a bound on a hang, not a timing).
+pub async fn exchange_on(
+    mut stream: tokio::net::TcpStream,
+    sent: &[&[u8]],
+) -> Result<Vec<u8>, BoxError> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    for bytes in sent {
+        stream.write_all(bytes).await?;
+    }
+    let mut answer = Vec::new();
+    tokio::time::timeout(Duration::from_secs(60), async {
+        // An error (a reset) ends the answer as a close does.
+        let _ = stream.read_to_end(&mut answer).await;
+    })
+    .await
+    .map_err(|_| {
+        format!(
+            "{:?} held a silent client's connection for a minute",
+            stream.peer_addr()
+        )
+    })?;
+    Ok(answer)
 }
 
 /// Runs `sluicegate proxy` with `rules` and `extra` arguments (listening on a free port unless
@@ -473,5 +495,52 @@ impl Drop for Nginx {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// Collects what went wrong, to report every failure of a table at once.
+#[derive(Debug, Default)]
+pub struct Failures(Vec<String>);
+
+impl Failures {
+    pub fn push(&mut self, failure: String) {
+        self.0.push(failure);
+    }
+
+    /// Records `what` unless `got == expected`.
+    pub fn check<T: PartialEq + std::fmt::Debug>(&mut self, what: &str, got: T, expected: T) {
+        if got != expected {
+            self.0
+                .push(format!("{what}: got {got:?}, expected {expected:?}"));
+        }
+    }
+
+    /// Fails the test with every failure, one a line, and `context` after them.
+    pub fn assert_none(self, context: &str) {
+        assert!(
+            self.0.is_empty(),
+            "{} failure(s):\n{}\n{context}",
+            self.0.len(),
+            self.0.join("\n")
+        );
+    }
+}
+
+/// Reads `stream` until `buf` holds `needle`: the index just past it, or `None` at the end of
+/// input.
+pub async fn read_past(
+    stream: &mut tokio::net::TcpStream,
+    buf: &mut Vec<u8>,
+    needle: &[u8],
+) -> Option<usize> {
+    use tokio::io::AsyncReadExt;
+    loop {
+        if let Some(at) = raw_upstream::find(buf, needle) {
+            return Some(at + needle.len());
+        }
+        match stream.read_buf(buf).await {
+            Ok(0) | Err(_) => return None,
+            Ok(_) => {}
+        }
     }
 }

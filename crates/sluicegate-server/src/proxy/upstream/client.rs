@@ -16,7 +16,7 @@ use std::task::Poll;
 use std::time::Duration;
 
 use http::uri::{Authority, Scheme};
-use http::{Request, Response, StatusCode};
+use http::{Request, Response, StatusCode, header};
 use hyper::body::Incoming;
 use hyper::upgrade::OnUpgrade;
 use hyper_util::rt::{TokioExecutor, TokioIo};
@@ -46,6 +46,9 @@ pub(crate) enum SendError {
     Upstream(hyper::Error),
     /// The upstream answered `101` to a request that asked for no switch.
     Switched,
+    /// The upstream's answer is framed in a way two readers can read apart (the text says
+    /// how).
+    AmbiguousFraming(&'static str),
     /// The upstream did not answer within the upstream timeout (from the request's start, or
     /// from its body's end).
     Timeout,
@@ -257,6 +260,10 @@ impl UpstreamClient {
             response.extensions_mut().insert(held);
             return Ok(response);
         }
+        if let Some(why) = ambiguous_framing(response.headers()) {
+            conn.close();
+            return Err(SendError::AmbiguousFraming(why));
+        }
         // An upstream that answered before the whole body was sent may not read the rest as
         // this request's: the connection ends with this response.
         let reusable = watch.as_ref().is_none_or(|body| body.has_ended());
@@ -398,6 +405,30 @@ async fn answer(
             .map(|()| Exchanged::Stalled)
     })
     .await
+}
+
+/// What makes an answer's framing ambiguous, if anything; such an answer is refused, as nginx
+/// refuses it, and the connection it came on closed.
+///
+/// - A `Transfer-Encoding` beside a `Content-Length`: hyper reads the body by its chunks (RFC
+///   9112 section 6.3) and keeps both fields; passed on, the length would frame the client's
+///   copy, which a client would then take for whole when cut to it. It may be an attempt at
+///   splitting answers.
+/// - A `Transfer-Encoding` other than `chunked` alone: hyper would read a `gzip` body until the
+///   connection closes, and `gzip, chunked` by its chunks, and the client would get the coded
+///   bytes with nothing saying they are coded (the field is hop-by-hop).
+fn ambiguous_framing(headers: &http::HeaderMap) -> Option<&'static str> {
+    let mut codings = headers.get_all(header::TRANSFER_ENCODING).iter();
+    let first = codings.next()?;
+    if headers.contains_key(header::CONTENT_LENGTH) {
+        return Some("it sent both Content-Length and Transfer-Encoding");
+    }
+    let chunked_alone = codings.next().is_none()
+        && first
+            .as_bytes()
+            .trim_ascii()
+            .eq_ignore_ascii_case(b"chunked");
+    (!chunked_alone).then_some("it sent a Transfer-Encoding other than chunked alone")
 }
 
 /// Whether `error` says the connection closed before any of a response came, as a
