@@ -91,7 +91,7 @@ mod tests {
         // The same length: a length and a time would not tell it apart within a second.
         std::fs::write(&file, "a: 2\n")?;
         watcher.changed().await;
-        assert_eq!(watcher.files.observe(fingerprint(&file)), None);
+        assert_eq!(watcher.files.observe(fingerprint(std::slice::from_ref(&file))), None);
         Ok(())
     }
 
@@ -100,7 +100,7 @@ mod tests {
         let dir = tempfile::tempdir()?;
         std::fs::write(dir.path().join("b.yaml"), "b")?;
         std::fs::write(dir.path().join("a.yaml"), "a")?;
-        let files = fingerprint(dir.path());
+        let files = fingerprint(&[dir.path().to_owned()]);
         let names: Vec<_> = files.iter().map(|(p, _)| p.file_name()).collect();
         assert_eq!(names, [Some("a.yaml".as_ref()), Some("b.yaml".as_ref())]);
         Ok(())
