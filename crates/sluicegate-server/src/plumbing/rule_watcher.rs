@@ -91,7 +91,12 @@ mod tests {
         // The same length: a length and a time would not tell it apart within a second.
         std::fs::write(&file, "a: 2\n")?;
         watcher.changed().await;
-        assert_eq!(watcher.files.observe(fingerprint(std::slice::from_ref(&file))), None);
+        assert_eq!(
+            watcher
+                .files
+                .observe(fingerprint(std::slice::from_ref(&file))),
+            None
+        );
         Ok(())
     }
 

@@ -29,6 +29,22 @@ fn underscored(name: &HeaderName) -> bool {
     name.as_str().as_bytes().contains(&b'_')
 }
 
+/// Whether a request's `Transfer-Encoding` names a coding besides `chunked`, which the proxy
+/// does not implement (nginx answers it 501): hyper takes `gzip, chunked` by its chunks, and
+/// the upstream would get the coded bytes with nothing saying they are coded, the field being
+/// hop-by-hop. `chunked` alone, once, is the only coding passed.
+pub(crate) fn has_unknown_coding(headers: &HeaderMap) -> bool {
+    let mut codings = headers.get_all(http::header::TRANSFER_ENCODING).iter();
+    let Some(first) = codings.next() else {
+        return false;
+    };
+    codings.next().is_some()
+        || !first
+            .as_bytes()
+            .trim_ascii()
+            .eq_ignore_ascii_case(b"chunked")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -77,20 +93,4 @@ mod tests {
         drop_underscored(&mut none);
         assert!(none.is_empty());
     }
-}
-
-/// Whether a request's `Transfer-Encoding` names a coding besides `chunked`, which the proxy
-/// does not implement (nginx answers it 501): hyper takes `gzip, chunked` by its chunks, and
-/// the upstream would get the coded bytes with nothing saying they are coded, the field being
-/// hop-by-hop. `chunked` alone, once, is the only coding passed.
-pub(crate) fn has_unknown_coding(headers: &HeaderMap) -> bool {
-    let mut codings = headers.get_all(http::header::TRANSFER_ENCODING).iter();
-    let Some(first) = codings.next() else {
-        return false;
-    };
-    codings.next().is_some()
-        || !first
-            .as_bytes()
-            .trim_ascii()
-            .eq_ignore_ascii_case(b"chunked")
 }
