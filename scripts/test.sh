@@ -11,6 +11,10 @@ command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
 command -v chromedriver >/dev/null 2>&1 || need_apt+=(chromium-driver)
 # The proxy's equivalence test against nginx (crates/sluicegate-server/tests/proxy_nginx.rs).
 [ -x /usr/sbin/nginx ] || need_apt+=(nginx)
+# The proxy's TLS listener tests (crates/sluicegate-server/tests/proxy_tls_listener.rs): real TLS
+# clients.
+command -v curl >/dev/null 2>&1 || need_apt+=(curl)
+command -v h2load >/dev/null 2>&1 || need_apt+=(nghttp2-client)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "installing: ${need_apt[*]}"
   if [ "$(id -u)" -eq 0 ]; then sudo=""; else sudo="sudo"; fi

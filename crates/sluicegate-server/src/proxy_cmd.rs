@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use sluicegate_server::proxy::{ForwardingFields, UpstreamProtocol};
+use sluicegate_server::proxy::{ForwardingFields, TlsFiles, UpstreamProtocol};
 use sluicegate_server::redis_args::RedisArgs;
 
 /// Arguments of `sluicegate proxy`.
@@ -124,6 +124,14 @@ pub(crate) struct ProxyArgs {
     /// upstream offers it by ALPN), `http1`, or `h2` (over `http://` by prior knowledge).
     #[arg(long, default_value = "auto")]
     upstream_protocol: UpstreamProtocol,
+    /// TLS on the listener: the certificate chain (PEM, the server's own first), with
+    /// `--tls-key`. Clients then speak h2 or HTTP/1.1 as ALPN agrees; the two files are read
+    /// again when they change (every `--reload-interval`).
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// The private key (PEM) of `--tls-cert`.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
     /// How many threads serve clients, each with its own runtime and upstream connections, as
     /// nginx's worker processes, new connections spread evenly over them; 0 for one
     /// work-stealing runtime on every CPU. Default: the number of CPUs.
@@ -247,6 +255,11 @@ impl ProxyArgs {
         config.forwarding_fields = self.forwarding_fields;
         config.upstream_ca.clone_from(&self.upstream_ca);
         config.upstream_protocol = self.upstream_protocol;
+        config.tls = self
+            .tls_cert
+            .clone()
+            .zip(self.tls_key.clone())
+            .map(|(cert, key)| TlsFiles { cert, key });
         config.workers = self.workers();
         config
     }

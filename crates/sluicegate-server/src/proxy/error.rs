@@ -52,6 +52,9 @@ pub enum ProxyError {
     /// The rule file cannot be used.
     #[error(transparent)]
     Rules(#[from] RuleFileError),
+    /// The listener's TLS certificate or key cannot be used.
+    #[error("{0}")]
+    ListenerTls(#[from] crate::plumbing::TlsError),
     /// TLS to an `https://` upstream cannot be set up.
     #[error("upstream TLS: {0}")]
     UpstreamTls(#[from] crate::proxy::upstream::UpstreamTlsError),

@@ -292,6 +292,8 @@ struct Formatted {
     ip: IpAddr,
     /// `X-Forwarded-For`'s element: the bare address.
     address: HeaderValue,
+    /// `Forwarded`'s `proto=`: how the client reached the proxy.
+    proto: &'static [u8],
     /// The start of `Forwarded`'s element: `for=192.0.2.1`, or `for="[2001:db8::1]"`.
     for_param: Bytes,
     /// The last `Host` seen on the connection (copied: a value hyper parsed shares its read
@@ -301,8 +303,8 @@ struct Formatted {
 }
 
 impl ForwardedClient {
-    /// The client at `ip`.
-    pub(crate) fn new(ip: IpAddr) -> ForwardedClient {
+    /// The client at `ip`, connected over TLS (`https`) or not (`http`).
+    pub(crate) fn new(ip: IpAddr, tls: bool) -> ForwardedClient {
         let text = ip.to_string();
         let for_param = match ip {
             IpAddr::V4(_) => format!("for={text}"),
@@ -314,6 +316,7 @@ impl ForwardedClient {
         ForwardedClient(Arc::new(Formatted {
             ip,
             address,
+            proto: if tls { b";proto=https" } else { b";proto=http" },
             for_param: Bytes::from(for_param),
             last: Mutex::new(None),
         }))
@@ -342,7 +345,6 @@ impl ForwardedClient {
 
     /// The `Forwarded` element: `for`, `host` when it can be quoted as is, `proto`.
     fn forwarded_element(&self, host: Option<&[u8]>) -> Option<HeaderValue> {
-        const PROTO: &[u8] = b";proto=http";
         let host = host
             // A quote or a backslash would end or escape the quoted string early.
             .filter(|h| {
@@ -350,14 +352,15 @@ impl ForwardedClient {
                     .all(|&b| b.is_ascii_graphic() && b != b'"' && b != b'\\')
             });
         let host_len = host.map_or(0, |h| h.len() + 8);
-        let mut element = BytesMut::with_capacity(self.0.for_param.len() + host_len + PROTO.len());
+        let mut element =
+            BytesMut::with_capacity(self.0.for_param.len() + host_len + self.0.proto.len());
         element.put_slice(&self.0.for_param);
         if let Some(host) = host {
             element.put_slice(b";host=\"");
             element.put_slice(host);
             element.put_u8(b'"');
         }
-        element.put_slice(PROTO);
+        element.put_slice(self.0.proto);
         HeaderValue::from_maybe_shared(element.freeze()).ok()
     }
 }
@@ -433,7 +436,7 @@ mod tests {
 
     #[test]
     fn the_client_is_appended_to_what_came_in() {
-        let client = ForwardedClient::new("127.0.0.1".parse().expect("ip"));
+        let client = ForwardedClient::new("127.0.0.1".parse().expect("ip"), false);
         assert_eq!(
             fields(
                 &client,
@@ -453,7 +456,7 @@ mod tests {
 
     #[test]
     fn only_the_chosen_fields_get_the_client_and_the_others_pass_as_they_came() {
-        let client = ForwardedClient::new("127.0.0.1".parse().expect("ip"));
+        let client = ForwardedClient::new("127.0.0.1".parse().expect("ip"), false);
         let came =
             |appended| fields_appended(appended, &client, &["10.0.0.1"], &["for=10.0.0.1"], None);
         assert_eq!(
@@ -478,12 +481,12 @@ mod tests {
 
     #[test]
     fn a_v6_client_is_quoted_and_a_host_that_cannot_be_is_left_out() {
-        let v6 = ForwardedClient::new("::1".parse().expect("ip"));
+        let v6 = ForwardedClient::new("::1".parse().expect("ip"), false);
         assert_eq!(
             fields(&v6, &[], &[], Some("a\"b")),
             "x-forwarded-for: ::1\r\nforwarded: for=\"[::1]\";proto=http\r\n"
         );
-        let v4 = ForwardedClient::new("10.1.2.3".parse().expect("ip"));
+        let v4 = ForwardedClient::new("10.1.2.3".parse().expect("ip"), false);
         assert!(
             fields(&v4, &[], &[], Some("a\\")).ends_with("forwarded: for=10.1.2.3;proto=http\r\n")
         );
@@ -491,7 +494,7 @@ mod tests {
 
     #[test]
     fn each_request_of_a_connection_names_its_own_host() {
-        let client = ForwardedClient::new("192.0.2.7".parse().expect("ip"));
+        let client = ForwardedClient::new("192.0.2.7".parse().expect("ip"), false);
         for host in ["a.example", "a.example", "b.example", "a.example"] {
             assert!(fields(&client, &[], &[], Some(host)).ends_with(&format!(
                 "forwarded: for=192.0.2.7;host=\"{host}\";proto=http\r\n"

@@ -52,7 +52,7 @@ mod table;
 mod upstream;
 mod workers;
 
-pub use crate::plumbing::RedisSettings;
+pub use crate::plumbing::{RedisSettings, TlsError, TlsFiles};
 pub use backing::check_rule_file;
 pub use error::{ProxyError, RuleFileError, RuleProblem};
 pub use forward::UpstreamBody;

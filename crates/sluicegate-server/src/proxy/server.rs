@@ -17,6 +17,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::plumbing::{Modes, RuleWatcher, admin_address_allowed, admin_router, serve_admin};
+use crate::plumbing::{TlsFiles, tls_acceptor};
 use crate::proxy::admin::ProxyAdmin;
 use crate::proxy::backing::Backing;
 use crate::proxy::error::ProxyError;
@@ -141,6 +142,9 @@ pub struct ProxyConfig {
     /// Which HTTP the proxy speaks to the upstream: by default HTTP/1.1, and h2 when an
     /// `https://` upstream offers it by ALPN.
     pub upstream_protocol: UpstreamProtocol,
+    /// TLS on the listener (nginx's `listen 443 ssl`): h2 or HTTP/1.1 by ALPN, the files
+    /// re-read when they change (checked every `reload_interval`). None: plain TCP.
+    pub tls: Option<TlsFiles>,
     /// How many threads serve clients, each with its own single-threaded runtime and its own
     /// pool of upstream connections, as nginx's worker processes do. Each accepts on the one
     /// listening socket and hands a new connection to the worker serving fewest when that is
@@ -183,6 +187,7 @@ impl ProxyConfig {
             forwarding_fields: ForwardingFields::Both,
             upstream_ca: None,
             upstream_protocol: UpstreamProtocol::Auto,
+            tls: None,
             workers: 0,
         }
     }
@@ -197,6 +202,8 @@ pub struct Proxy {
     main: JoinHandle<()>,
     admin: Option<JoinHandle<()>>,
     watcher: JoinHandle<()>,
+    /// Re-reads the listener's certificate files when they change.
+    tls_reload: Option<JoinHandle<()>>,
 }
 
 /// Loads the rules, binds the listeners and starts serving (on the current tokio runtime).
@@ -217,6 +224,13 @@ pub async fn start(config: ProxyConfig) -> Result<Proxy, ProxyError> {
             url: config.upstream.clone(),
             reason: "the host is not a valid Host field".to_owned(),
         })?;
+    let (tls, tls_reload) = match &config.tls {
+        Some(files) => {
+            let (acceptor, reloading) = tls_acceptor(files, config.reload_interval)?;
+            (Some(acceptor), Some(reloading))
+        }
+        None => (None, None),
+    };
     let forwarder = Arc::new(Forwarder {
         client: UpstreamClient::new(
             Reach {
@@ -269,6 +283,7 @@ pub async fn start(config: ProxyConfig) -> Result<Proxy, ProxyError> {
         yield_every: config.yield_every,
         underscores_in_headers: config.underscores_in_headers,
         client_max_header_size: config.client_max_header_size,
+        tls,
     });
     let bind = |address: SocketAddr, flag| async move {
         TcpListener::bind(address)
@@ -351,6 +366,7 @@ pub async fn start(config: ProxyConfig) -> Result<Proxy, ProxyError> {
         main,
         admin,
         watcher,
+        tls_reload,
     })
 }
 
@@ -375,6 +391,9 @@ impl Proxy {
             let _ = admin.await;
         }
         let _ = self.watcher.await;
+        if let Some(reloading) = self.tls_reload {
+            reloading.abort();
+        }
     }
 }
 

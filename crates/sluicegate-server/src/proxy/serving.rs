@@ -16,9 +16,11 @@ use hyper::body::Incoming;
 use hyper::server::conn::{http1, http2};
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tokio::time::Instant;
+use tokio_rustls::TlsAcceptor;
 
 use crate::plumbing::Modes;
 use crate::proxy::backing::Backing;
@@ -64,6 +66,8 @@ pub(crate) struct State {
     pub(crate) underscores_in_headers: bool,
     /// The most bytes of a request head (HTTP/1.1), or of its header list as h2 counts it.
     pub(crate) client_max_header_size: usize,
+    /// TLS on the listener (`--tls-cert`), if any.
+    pub(crate) tls: Option<TlsAcceptor>,
 }
 
 /// hyper's default cap on an HTTP/1.1 connection's read buffer (`http1::Builder::max_buf_size`),
@@ -140,92 +144,20 @@ impl ConnectionServer {
     /// starts lingering.
     pub(crate) fn serve(&self, stream: TcpStream, peer: SocketAddr, counted: Counted) {
         let state = Arc::clone(&self.state);
-        let client = ForwardedClient::new(peer.ip().to_canonical());
-        let (http1, http2) = (self.http1.clone(), self.http2.clone());
-        let stopping = self.stopping.subscribe();
+        let tls = state.tls.clone();
+        let one = OneConnection {
+            client: ForwardedClient::new(peer.ip().to_canonical(), tls.is_some()),
+            state,
+            // Opened now: the wait for the first bytes counts towards the first head.
+            requests: Requests::new(),
+            http1: self.http1.clone(),
+            http2: self.http2.clone(),
+            stopping: self.stopping.subscribe(),
+        };
         tokio::spawn(async move {
-            let header_timeout = state.client_header_timeout;
-            // Opened now: the wait for the first bytes below counts towards the first head.
-            let requests = Requests::new();
-            // hyper waits for the first bytes that tell HTTP/1.1 from h2 before it serves
-            // anything, and these are waited for here first: that wait is bounded too.
-            let told = if header_timeout.is_zero() {
-                protocol_told(&stream).await.ok().flatten()
-            } else {
-                tokio::time::timeout(header_timeout, protocol_told(&stream))
-                    .await
-                    .ok()
-                    .and_then(|told| told.ok().flatten())
-            };
-            if let Some(protocol) = told {
-                // h2 ends its connections with `GOAWAY`, which clients wait for.
-                let lingering = state.lingering.filter(|_| protocol == Protocol::Http1);
-                let (stream, comes_back) = HandedBack::new(stream, lingering.is_some());
-                let io = TokioIo::new(SendDeadline::new(
-                    stream,
-                    state.client_send_timeout,
-                    Arc::clone(&requests),
-                ));
-                let idle =
-                    (!header_timeout.is_zero()).then(|| (Arc::clone(&requests), header_timeout));
-                let send_timeout = state.client_send_timeout;
-                // HTTP/1.1's stalls are the socket's (`SendDeadline`): the watch is for h2
-                // alone.
-                let h2_stalls =
-                    (protocol == Protocol::H2 && !send_timeout.is_zero()).then(Stalls::new);
-                let stalled = h2_stalls
-                    .as_ref()
-                    .map(|stalls| (Arc::clone(stalls), send_timeout));
-                let service = service_fn(move |request: Request<Incoming>| {
-                    let stalls = h2_stalls.clone();
-                    let mut request = request.map(|body| ClientBody {
-                        body,
-                        client: client.clone(),
-                    });
-                    if !state.underscores_in_headers {
-                        guards::drop_underscored(request.headers_mut());
-                    }
-                    let open = requests.open();
-                    if let Some(every) = state.yield_every {
-                        cpu_yield::count_request(every);
-                    }
-                    // Routed and limited now: the future hyper keeps holds only what waits.
-                    let handling = table::handle(&state.table.load(), request);
-                    async move {
-                        let response = handling.await;
-                        // Watched from the response on: until then the upstream's timeout
-                        // bounds the wait.
-                        let asked = stalls.map(|stalls| stalls.watch());
-                        Ok::<_, Infallible>(response.map(|body| OpenBody::new(body, open, asked)))
-                    }
-                });
-                let ended = match protocol {
-                    Protocol::Http1 => {
-                        // Upgrades: a WebSocket handshake the upstream accepts turns the
-                        // connection into a tunnel (`upstream::tunnel`).
-                        let connection = http1.serve_connection(io, service).with_upgrades();
-                        let finish = |connection: Pin<&mut _>| {
-                            http1::UpgradeableConnection::graceful_shutdown(connection);
-                        };
-                        until_ended(connection, finish, protocol, stopping, idle, stalled).await
-                    }
-                    Protocol::H2 => {
-                        let connection = http2.serve_connection(io, service);
-                        let finish = |connection: Pin<&mut _>| {
-                            http2::Connection::graceful_shutdown(connection);
-                        };
-                        until_ended(connection, finish, protocol, stopping, idle, stalled).await
-                    }
-                };
-                // hyper has dropped the socket, unless the connection switched to a tunnel,
-                // which keeps it.
-                let back = comes_back.and_then(|mut back| back.try_recv().ok());
-                if let (Ended::Closed, Some(stream), Some(lingering)) = (ended, back, lingering) {
-                    // A lingering connection only reads and discards: it no longer weighs in
-                    // the choice of the worker for the next connection.
-                    drop(counted);
-                    lingering.close(stream).await;
-                }
+            match tls {
+                None => one.serve_plain(stream, counted).await,
+                Some(acceptor) => one.serve_tls(stream, &acceptor).await,
             }
         });
     }
@@ -248,6 +180,138 @@ impl ConnectionServer {
         let left = grace.saturating_sub(began.elapsed());
         self.state.forwarder.client.tunnels.finish(left).await;
     }
+}
+
+/// What serving one client connection needs, whatever it runs over.
+struct OneConnection {
+    state: Arc<State>,
+    client: ForwardedClient,
+    requests: Arc<Requests>,
+    http1: http1::Builder,
+    http2: http2::Builder<TokioExecutor>,
+    stopping: watch::Receiver<()>,
+}
+
+impl OneConnection {
+    /// Serves a plain TCP connection: HTTP/1.1 or h2 told by its first bytes; an HTTP/1.1
+    /// connection the proxy ends lingers (`counted` is dropped when it starts to).
+    async fn serve_plain(self, stream: TcpStream, counted: Counted) {
+        let header_timeout = self.state.client_header_timeout;
+        // hyper waits for the first bytes that tell HTTP/1.1 from h2 before it serves
+        // anything, and these are waited for here first: that wait is bounded too.
+        let Some(protocol) = bounded(header_timeout, protocol_told(&stream))
+            .await
+            .and_then(|told| told.ok().flatten())
+        else {
+            return;
+        };
+        // h2 ends its connections with `GOAWAY`, which clients wait for.
+        let lingering = self.state.lingering.filter(|_| protocol == Protocol::Http1);
+        let (stream, comes_back) = HandedBack::new(stream, lingering.is_some());
+        let ended = self.serve(stream, protocol).await;
+        // hyper has dropped the socket, unless the connection switched to a tunnel, which
+        // keeps it.
+        let back = comes_back.and_then(|mut back| back.try_recv().ok());
+        if let (Ended::Closed, Some(stream), Some(lingering)) = (ended, back, lingering) {
+            // A lingering connection only reads and discards: it no longer weighs in the
+            // choice of the worker for the next connection.
+            drop(counted);
+            lingering.close(stream).await;
+        }
+    }
+
+    /// Serves a connection over TLS: its handshake bounded by the header timeout, h2 or
+    /// HTTP/1.1 as ALPN agreed (HTTP/1.1 when the client named neither). It does not linger:
+    /// what a client still sends after the answer is read by rustls only to be dropped.
+    async fn serve_tls(self, stream: TcpStream, acceptor: &TlsAcceptor) {
+        let header_timeout = self.state.client_header_timeout;
+        let Some(Ok(stream)) = bounded(header_timeout, acceptor.accept(stream)).await else {
+            return;
+        };
+        let protocol = if stream.get_ref().1.alpn_protocol() == Some(b"h2") {
+            Protocol::H2
+        } else {
+            Protocol::Http1
+        };
+        self.serve(stream, protocol).await;
+    }
+
+    /// Serves `stream` by `protocol` until it ends, every request through the rules in force.
+    async fn serve<IO>(self, stream: IO, protocol: Protocol) -> Ended
+    where
+        IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let OneConnection {
+            state,
+            client,
+            requests,
+            http1,
+            http2,
+            stopping,
+        } = self;
+        let header_timeout = state.client_header_timeout;
+        let send_timeout = state.client_send_timeout;
+        let io = TokioIo::new(SendDeadline::new(
+            stream,
+            send_timeout,
+            Arc::clone(&requests),
+        ));
+        let idle = (!header_timeout.is_zero()).then(|| (Arc::clone(&requests), header_timeout));
+        // HTTP/1.1's stalls are the socket's (`SendDeadline`): the watch is for h2 alone.
+        let h2_stalls = (protocol == Protocol::H2 && !send_timeout.is_zero()).then(Stalls::new);
+        let stalled = h2_stalls
+            .as_ref()
+            .map(|stalls| (Arc::clone(stalls), send_timeout));
+        let service = service_fn(move |request: Request<Incoming>| {
+            let stalls = h2_stalls.clone();
+            let mut request = request.map(|body| ClientBody {
+                body,
+                client: client.clone(),
+            });
+            if !state.underscores_in_headers {
+                guards::drop_underscored(request.headers_mut());
+            }
+            let open = requests.open();
+            if let Some(every) = state.yield_every {
+                cpu_yield::count_request(every);
+            }
+            // Routed and limited now: the future hyper keeps holds only what waits.
+            let handling = table::handle(&state.table.load(), request);
+            async move {
+                let response = handling.await;
+                // Watched from the response on: until then the upstream's timeout bounds
+                // the wait.
+                let asked = stalls.map(|stalls| stalls.watch());
+                Ok::<_, Infallible>(response.map(|body| OpenBody::new(body, open, asked)))
+            }
+        });
+        match protocol {
+            Protocol::Http1 => {
+                // Upgrades: a WebSocket handshake the upstream accepts turns the connection
+                // into a tunnel (`upstream::tunnel`).
+                let connection = http1.serve_connection(io, service).with_upgrades();
+                let finish = |connection: Pin<&mut _>| {
+                    http1::UpgradeableConnection::graceful_shutdown(connection);
+                };
+                until_ended(connection, finish, protocol, stopping, idle, stalled).await
+            }
+            Protocol::H2 => {
+                let connection = http2.serve_connection(io, service);
+                let finish = |connection: Pin<&mut _>| {
+                    http2::Connection::graceful_shutdown(connection);
+                };
+                until_ended(connection, finish, protocol, stopping, idle, stalled).await
+            }
+        }
+    }
+}
+
+/// `future`'s output, unless `bound` (not zero: no bound) runs out first.
+async fn bounded<F: Future>(bound: Duration, future: F) -> Option<F::Output> {
+    if bound.is_zero() {
+        return Some(future.await);
+    }
+    tokio::time::timeout(bound, future).await.ok()
 }
 
 /// How a connection's serving ended.

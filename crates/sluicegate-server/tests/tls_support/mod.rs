@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair, SanType};
+use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair, SanType};
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use tokio::net::TcpListener;
@@ -30,10 +30,15 @@ impl Certificates {
         let ca_key = KeyPair::generate()?;
         let mut ca_params = CertificateParams::new(Vec::<String>::new())?;
         ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        // Names of their own: a leaf named as its issuer looks self-signed to OpenSSL.
+        ca_params
+            .distinguished_name
+            .push(DnType::CommonName, "sluicegate test authority");
         let ca = ca_params.self_signed(&ca_key)?;
         let key = KeyPair::generate()?;
         let mut params = CertificateParams::new(Vec::<String>::new())?;
         params.subject_alt_names = vec![SanType::IpAddress(IpAddr::V4(Ipv4Addr::LOCALHOST))];
+        params.distinguished_name.push(DnType::CommonName, "127.0.0.1");
         let cert = params.signed_by(&key, &ca, &ca_key)?;
         let certificates = Certificates {
             ca_file: dir.join("ca.pem"),
