@@ -142,9 +142,10 @@ impl UpstreamClient {
     /// `client_switch`: the client's side of a switch to WebSocket the request asks for; a
     /// `101` answer joins it to the upstream's in a tunnel.
     ///
-    /// A request a kept-alive connection turned out to be closed for is sent again, once, on
-    /// a new connection, when that cannot do what it did not: it was never sent, or its
-    /// method is idempotent, no response came, and its body can be sent again from its start.
+    /// A request a kept-alive connection turned out to be closed for goes on another, when
+    /// that cannot do what it did not: it was never sent (then on a new connection), or, once,
+    /// its method is idempotent, no response came, and its body can be sent again from its
+    /// start.
     pub(crate) async fn send(
         &self,
         mut request: Request<RequestBody>,
@@ -159,9 +160,13 @@ impl UpstreamClient {
         // One more connection at most for a request that may have been seen: an upstream
         // that fails every request on arrival gets it twice, not once per pooled connection.
         let mut retried = false;
-        let mut unsent_on_new = 0;
+        // After a kept-alive connection closed under a request that never left, the request
+        // goes on a new one: the others idle beside it are likely closed too (an upstream
+        // that restarted).
+        let mut fresh_only = false;
         loop {
-            let (mut conn, reused) = match pool.checkout() {
+            let pooled = if fresh_only { None } else { pool.checkout() };
+            let (mut conn, reused) = match pooled {
                 Some(conn) => (conn, true),
                 // Boxed: a future that is rarely awaited would otherwise make every request's
                 // larger.
@@ -180,14 +185,14 @@ impl UpstreamClient {
                 }
                 Exchanged::NotSent(back) => {
                     conn.close();
-                    // A new connection that closes at once, again and again, is the upstream's
-                    // failure, not a race.
-                    unsent_on_new += usize::from(!reused);
-                    if unsent_on_new > 1 {
+                    // A new connection that closes at once is the upstream's failure, not a
+                    // race.
+                    if !reused {
                         return Err(SendError::Connect(
-                            "the upstream closed each new connection at once".to_owned(),
+                            "the upstream closed a new connection at once".to_owned(),
                         ));
                     }
+                    fresh_only = true;
                     request = back;
                 }
                 Exchanged::Stalled => {
