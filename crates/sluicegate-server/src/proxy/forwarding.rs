@@ -12,7 +12,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use bytes::{BufMut, Bytes, BytesMut};
-use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::header::{self, Entry, HeaderMap, HeaderName, HeaderValue};
 use parking_lot::Mutex;
 use smallvec::SmallVec;
 
@@ -31,20 +31,22 @@ const HOP_BY_HOP: [&str; 9] = [
 
 pub(crate) static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 
-/// The hop-by-hop names `http` knows: these compare as small integers, not as strings.
-static STANDARD_HOP_BY_HOP: [HeaderName; 7] = [
-    header::CONNECTION,
-    header::PROXY_AUTHENTICATE,
-    header::PROXY_AUTHORIZATION,
-    header::TE,
-    header::TRAILER,
-    header::TRANSFER_ENCODING,
-    header::UPGRADE,
-];
-
 /// Whether `name` is a hop-by-hop field, never forwarded.
 pub(crate) fn is_hop_by_hop(name: &HeaderName) -> bool {
-    STANDARD_HOP_BY_HOP.contains(name) || matches!(name.as_str(), "keep-alive" | "proxy-connection")
+    // One match on the name's text: its length is compared first, so that most names are
+    // told apart by it alone.
+    matches!(
+        name.as_str(),
+        "connection"
+            | "keep-alive"
+            | "proxy-connection"
+            | "proxy-authenticate"
+            | "proxy-authorization"
+            | "te"
+            | "trailer"
+            | "transfer-encoding"
+            | "upgrade"
+    )
 }
 
 /// Whether a token of the `Connection` field needs no removal of its own: `close` is an
@@ -114,19 +116,22 @@ impl ForwardingFields {
 /// Appends `element` to the list field `name` of `headers`, the values that came joined into
 /// one field with the proxy's element at its end.
 fn append_to_list(headers: &mut HeaderMap, name: &HeaderName, element: HeaderValue) {
-    let mut came = headers.get_all(name).iter();
-    let Some(first) = came.next() else {
-        headers.insert(name.clone(), element);
-        return;
+    let mut came = match headers.entry(name) {
+        Entry::Vacant(none) => {
+            none.insert(element);
+            return;
+        }
+        Entry::Occupied(came) => came,
     };
-    let mut list = BytesMut::from(first.as_bytes());
-    for value in came.chain([&element]) {
+    let mut values = came.iter();
+    let mut list = BytesMut::from(values.next().map_or(&b""[..], HeaderValue::as_bytes));
+    for value in values.chain([&element]) {
         list.put_slice(b", ");
         list.put_slice(value.as_bytes());
     }
     // Values joined with `, ` are a value.
     if let Ok(list) = HeaderValue::from_maybe_shared(list.freeze()) {
-        headers.insert(name.clone(), list);
+        came.insert(list);
     }
 }
 
@@ -211,7 +216,9 @@ pub(crate) fn request_for_upstream(
     can_switch: bool,
 ) -> bool {
     let headers = &mut parts.headers;
-    let upgrade = headers.get(header::UPGRADE).cloned();
+    let upgrade = can_switch
+        .then(|| headers.get(header::UPGRADE).cloned())
+        .flatten();
     let websocket = can_switch
         && !has_body
         && parts.method == http::Method::GET
@@ -223,15 +230,15 @@ pub(crate) fn request_for_upstream(
     for name in hop_by_hop_fields(headers, Some(&header::EXPECT)) {
         headers.remove(name);
     }
-    if !headers.contains_key(header::HOST) {
-        let host = parts
+    let host = headers.entry(header::HOST).or_insert_with(|| {
+        parts
             .uri
             .authority()
             .and_then(|authority| HeaderValue::from_str(authority.as_str()).ok())
-            .unwrap_or_else(|| fallback_host.clone());
-        headers.insert(header::HOST, host);
-    }
-    let host = headers.get(header::HOST).cloned();
+            .unwrap_or_else(|| fallback_host.clone())
+    });
+    // Only `Forwarded` names the host.
+    let host = appended.forwarded().then(|| host.clone());
     append_forwarding_fields(headers, client, appended, host.as_ref());
     if let Some(upgrade) = upgrade.filter(|_| websocket) {
         headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
