@@ -107,8 +107,9 @@ pub(crate) struct ProxyArgs {
     /// After how many requests a thread serving clients offers its CPU to the other threads
     /// waiting for one (`sched_yield`), so that on cores shared with the app or its clients a
     /// busy worker does not keep its CPU for a whole scheduler slice while they wait (the tail
-    /// of the latency then counts timer ticks); `0`: never.
-    #[arg(long, default_value_t = 64)]
+    /// of the latency then counts timer ticks); `0` (the default): never. It has been seen to
+    /// help only on a machine loaded beyond the proxy and its load (BENCHMARKS.md).
+    #[arg(long, default_value_t = 0)]
     yield_every: u32,
     /// Which forwarding fields the client's address is appended to: `both` (`X-Forwarded-For`
     /// and `Forwarded`), `x-forwarded-for` (nginx's `proxy_set_header X-Forwarded-For

@@ -130,7 +130,7 @@ pub struct ProxyConfig {
     /// After how many requests a thread serving clients offers its CPU to the other threads
     /// waiting for one (`sched_yield`), so that on cores shared with the app or the clients a
     /// busy worker does not keep its CPU for a whole scheduler slice while those that would
-    /// read its answers wait (the tail of the latency then counts timer ticks). None: never.
+    /// read its answers wait (the tail of the latency then counts timer ticks). None (the default): never.
     pub yield_every: Option<NonZeroU32>,
     /// Which forwarding fields the client's address is appended to (nginx's
     /// `proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for`); those it is not are
@@ -159,7 +159,7 @@ impl ProxyConfig {
     /// second, 30 s shutdown grace, no bound on request bodies, bodies of up to 16 KiB read
     /// whole before they are sent, request heads of up to 32 KiB, fields named with an
     /// underscore dropped, a closed connection lingering up to 30 s (5 s without a
-    /// byte from its client), the CPU offered every 64 requests, the client appended to
+    /// byte from its client), the CPU never offered to other threads, the client appended to
     /// `X-Forwarded-For` and `Forwarded`, clients served on the caller's runtime.
     pub fn new(upstream: impl Into<String>, rules: impl Into<PathBuf>, listen: SocketAddr) -> Self {
         ProxyConfig {
@@ -183,7 +183,7 @@ impl ProxyConfig {
             reload_interval: Duration::from_secs(1),
             shutdown_grace: Duration::from_secs(30),
             redis: None,
-            yield_every: NonZeroU32::new(64),
+            yield_every: None,
             forwarding_fields: ForwardingFields::Both,
             upstream_ca: None,
             upstream_protocol: UpstreamProtocol::Auto,
