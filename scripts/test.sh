@@ -37,5 +37,7 @@ if cargo tree -e normal -p sluicegate-http --all-features --prefix none | grep -
   echo "sluicegate-http (the tower layers) must not depend on the rules crate, the Redis crate or the applications" >&2
   exit 1
 fi
+echo "== cargo doc (warnings are errors)"
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --all-features --no-deps --quiet
 echo "== cargo test"
 cargo test --workspace --all-features

@@ -51,6 +51,8 @@
 //! # }
 //! ```
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 pub mod adaptive;
 pub mod pace;
 pub mod rate_limit;

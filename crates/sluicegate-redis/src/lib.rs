@@ -16,6 +16,8 @@
 //! - Every call is bounded by a timeout; [`FailSafe`] wraps any store of the seam with a
 //!   local fallback and applies a [`FailurePolicy`] (with a circuit breaker) when it fails.
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 mod batch;
 mod connection;
 mod decide;

@@ -20,6 +20,8 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 pub mod adaptive;
 mod algorithm;
 mod cell;
