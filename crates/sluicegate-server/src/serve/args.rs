@@ -8,6 +8,16 @@ use clap::Args;
 use sluicegate_rules::LoadOptions;
 
 use crate::redis_args::RedisArgs;
+
+/// A reload interval: a duration of at least 10 ms (a shorter one would poll the files in a
+/// busy loop).
+fn parse_reload_interval(text: &str) -> Result<Duration, String> {
+    let interval = sluicegate::parse_duration(text).map_err(|error| error.to_string())?;
+    if interval < Duration::from_millis(10) {
+        return Err(format!("`{text}` is shorter than 10ms"));
+    }
+    Ok(interval)
+}
 use crate::serve::backend::BackendOptions;
 use crate::serve::clock::ServiceClock;
 use crate::serve::engine::EngineOptions;
@@ -77,9 +87,13 @@ pub struct ServeArgs {
     /// Write logs as JSON lines (for log collectors) instead of text.
     #[arg(long, env = "SLUICEGATE_LOG_JSON")]
     pub log_json: bool,
-    /// How often to check the rules for changes, in milliseconds.
-    #[arg(long, env = "SLUICEGATE_RELOAD_INTERVAL_MS", default_value_t = 1000, value_parser = clap::value_parser!(u64).range(10..))]
-    pub reload_interval_ms: u64,
+    /// How often to check the rules for changes (`500ms`, `2s`; at least 10 ms), as the
+    /// proxy's flag of the same name.
+    #[arg(long, env = "SLUICEGATE_RELOAD_INTERVAL", default_value = "1s", value_parser = parse_reload_interval)]
+    pub reload_interval: Duration,
+    /// The same in milliseconds: the flag's older form, still taken.
+    #[arg(long, env = "SLUICEGATE_RELOAD_INTERVAL_MS", hide = true, conflicts_with = "reload_interval", value_parser = clap::value_parser!(u64).range(10..))]
+    pub reload_interval_ms: Option<u64>,
     /// Redis: shared counters, and the failure policy.
     #[command(flatten)]
     pub redis: RedisArgs,
@@ -112,7 +126,9 @@ impl ServeArgs {
                 },
                 modes_file: self.modes_file.clone(),
             },
-            reload_interval: Duration::from_millis(self.reload_interval_ms),
+            reload_interval: self
+                .reload_interval_ms
+                .map_or(self.reload_interval, Duration::from_millis),
             admin_addr: (!self.no_admin).then_some(self.admin_addr),
             admin_token: self.admin_token.clone(),
         }
@@ -143,6 +159,27 @@ mod tests {
     fn backend(args: &[&str]) -> Result<BackendOptions, clap::Error> {
         let cli = Cli::try_parse_from(["sluicegate", "--config", "rules"].iter().chain(args))?;
         Ok(cli.serve.to_config().engine.backend)
+    }
+
+    #[test]
+    fn the_reload_interval_is_a_duration_and_its_older_millisecond_flag_still_counts()
+    -> Result<(), clap::Error> {
+        let parse = |args: &[&str]| {
+            Cli::try_parse_from(["sluicegate", "--config", "rules"].iter().chain(args))
+                .map(|cli| cli.serve.to_config().reload_interval)
+        };
+        assert_eq!(parse(&[])?, Duration::from_secs(1));
+        assert_eq!(
+            parse(&["--reload-interval", "250ms"])?,
+            Duration::from_millis(250)
+        );
+        assert_eq!(
+            parse(&["--reload-interval-ms", "300"])?,
+            Duration::from_millis(300)
+        );
+        assert!(parse(&["--reload-interval", "5ms"]).is_err());
+        assert!(parse(&["--reload-interval", "1s", "--reload-interval-ms", "300"]).is_err());
+        Ok(())
     }
 
     #[test]
