@@ -15,8 +15,8 @@ use sluicegate::{Clock, SystemClock};
 
 use crate::plumbing::{AdminApp, Mode, ModeError, ModeTable};
 use crate::proxy::backing::Backing;
+use crate::proxy::connection::State;
 use crate::proxy::live::RouteSeries;
-use crate::proxy::serving::State;
 
 /// What the proxy answers on its admin listener.
 pub(crate) struct ProxyAdmin {

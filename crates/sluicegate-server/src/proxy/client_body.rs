@@ -3,7 +3,7 @@
 
 use hyper::body::Incoming;
 
-use crate::proxy::forwarding::ForwardedClient;
+use crate::proxy::rewrite::ForwardedClient;
 
 /// hyper's body of a request, and the client of the connection it came on.
 ///

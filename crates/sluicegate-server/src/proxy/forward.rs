@@ -1,7 +1,7 @@
 //! Forwarding to the upstream: the request rewritten as a reverse proxy must
-//! (`forwarding::request_for_upstream`), its body taken within the proxy's bounds
+//! (`rewrite::request_for_upstream`), its body taken within the proxy's bounds
 //! (`request_body`), sent by the HTTP client (`upstream`), and its response rewritten for the
-//! client (`forwarding::response_for_client`); what keeps the upstream from answering is
+//! client (`rewrite::response_for_client`); what keeps the upstream from answering is
 //! answered here with a text body (502, 504; 408, 413 and 400 for what keeps the client from
 //! sending its body).
 
@@ -23,9 +23,9 @@ use hyper::upgrade::OnUpgrade;
 
 use crate::proxy::client_body::ClientBody;
 use crate::proxy::error::ProxyError;
-use crate::proxy::forwarding::{ForwardingFields, request_for_upstream, response_for_client};
 use crate::proxy::metrics::{Metrics, RouteCounters};
 use crate::proxy::request_body::{BodyBounds, BodyFailure, take_body};
+use crate::proxy::rewrite::{ForwardingFields, request_for_upstream, response_for_client};
 use crate::proxy::upstream::{PooledBody, SendError, UpstreamClient};
 
 /// A response body: the upstream's, streamed, or the proxy's own short text.

@@ -20,16 +20,16 @@ use crate::plumbing::{Modes, RuleWatcher, admin_address_allowed, admin_router, s
 use crate::plumbing::{TlsFiles, tls_acceptor};
 use crate::proxy::admin::ProxyAdmin;
 use crate::proxy::backing::Backing;
+use crate::proxy::connection::{ConnectionServer, State};
 use crate::proxy::error::ProxyError;
 use crate::proxy::forward::{Forwarder, Target};
-use crate::proxy::forwarding::ForwardingFields;
 use crate::proxy::lingering::Lingering;
 use crate::proxy::live::{RouteSeries, sample_every_second};
 use crate::proxy::loads::Loads;
 use crate::proxy::metrics::Metrics;
 use crate::proxy::request_body::BodyBounds;
+use crate::proxy::rewrite::ForwardingFields;
 use crate::proxy::rules::Rules;
-use crate::proxy::serving::{ConnectionServer, State};
 use crate::proxy::table::Table;
 use crate::proxy::upstream::{Reach, Tls, UpstreamClient, UpstreamProtocol};
 use crate::proxy::workers::start_workers;

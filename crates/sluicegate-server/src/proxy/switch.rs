@@ -7,8 +7,8 @@ use std::sync::Arc;
 use sluicegate_http::rate_limit::BuildError;
 
 use crate::plumbing::{Mode, ModeError};
+use crate::proxy::connection::State;
 use crate::proxy::rules::Rules;
-use crate::proxy::serving::State;
 use crate::proxy::table::Table;
 
 impl State {

@@ -10,9 +10,9 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 
+use crate::proxy::connection::{ConnectionServer, State};
 use crate::proxy::error::ProxyError;
 use crate::proxy::loads::{Counted, Loads};
-use crate::proxy::serving::{ConnectionServer, State};
 use crate::proxy::upstream::UpstreamClient;
 
 /// A connection on its way to the worker that serves it: the socket is out of the accepting

@@ -2,7 +2,7 @@
 //! where the upstream speaks it; over TCP or TLS): keep-alive connections pooled per worker
 //! thread, each request's waits bounded, WebSocket switches
 //! joined into tunnels. What the proxy does to a request on its way (forwarding fields,
-//! hop-by-hop fields, body bounds) happens before it reaches this client (`forwarding`,
+//! hop-by-hop fields, body bounds) happens before it reaches this client (`rewrite`,
 //! `request_body`).
 
 mod body;
