@@ -38,7 +38,9 @@ impl Certificates {
         let key = KeyPair::generate()?;
         let mut params = CertificateParams::new(Vec::<String>::new())?;
         params.subject_alt_names = vec![SanType::IpAddress(IpAddr::V4(Ipv4Addr::LOCALHOST))];
-        params.distinguished_name.push(DnType::CommonName, "127.0.0.1");
+        params
+            .distinguished_name
+            .push(DnType::CommonName, "127.0.0.1");
         let cert = params.signed_by(&key, &ca, &ca_key)?;
         let certificates = Certificates {
             ca_file: dir.join("ca.pem"),
