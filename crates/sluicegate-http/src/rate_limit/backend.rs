@@ -22,9 +22,10 @@ use crate::ratelimit_fields::{self, LimitInfo, Standing};
 /// Decides requests for keys of type `K`, several limits together, all or nothing.
 ///
 /// Internal: the public seam is the core's [`Store`](sluicegate::store::Store), which the
-/// layer decides through (see [`Builder::build_with_store`](crate::rate_limit::Builder::build_with_store)).
-/// This one exists for the fast path, and for deciders that are not stores (a remote service
-/// that names its own limits, the proxy's routes); it may change in any release.
+/// layer decides through (see
+/// [`Builder::build_with_store`](crate::rate_limit::Builder::build_with_store)). This one
+/// exists for the fast path, and for deciders that are not stores (a remote service that
+/// names its own limits, the proxy's routes); it may change in any release.
 ///
 /// The future is polled once as soon as it is made, with a waker that does nothing: a backend
 /// whose answer is ready at once (memory) costs the layer no allocation and no clone of the

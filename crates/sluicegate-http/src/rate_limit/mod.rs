@@ -33,8 +33,8 @@
 //! no allocation for a request that passes). [`Builder::build_with_store`] decides in any
 //! store of the core's seam, [`sluicegate::store::Store`], the one trait to implement for
 //! storage of your own: Redis (`sluicegate_redis::RedisStore`, shared by several processes;
-//! `FailSafe` behind its failure policy), the core's [`MemoryStore`](sluicegate::store::MemoryStore),
-//! or yours. The layer asks the store to decide each request's limits together
+//! `FailSafe` behind its failure policy), the core's
+//! [`MemoryStore`](sluicegate::store::MemoryStore), or yours. The layer asks the store to decide each request's limits together
 //! ([`Store::decide`](sluicegate::store::Store::decide) with [`Op::Check`](sluicegate::Op)),
 //! gives a concurrency limit's permits back when the response ends
 //! ([`Store::release`](sluicegate::store::Store::release)), and renews them meanwhile if the
