@@ -10,7 +10,7 @@ use axum::routing::get;
 use sluicegate::store::MemoryStore;
 use sluicegate::{AnyAlgorithm, Gcra, KeyedLimiter, Rate};
 use sluicegate_http::rate_limit::key::Global;
-use sluicegate_http::rate_limit::{LimitInfo, RateLimitLayer, StoreBackend};
+use sluicegate_http::rate_limit::{LimitInfo, RateLimitLayer};
 use sluicegate_redis::testing::RedisServer;
 use sluicegate_redis::{Both, FailSafe, FailurePolicy, NamedLimit, RedisLimit, StoreConfig};
 use tokio::net::TcpListener;
@@ -43,8 +43,8 @@ async fn serve_over(server: &RedisServer) -> Result<SocketAddr, BoxError> {
         local: Arc::new(KeyedLimiter::new(AnyAlgorithm::from(Gcra::new(rate, 3)?))),
     };
     let info = LimitInfo::rate("shared", 3, Duration::from_secs(3600));
-    let backend = StoreBackend::new(Arc::new(safe), [(info, limit)]);
-    let layer = RateLimitLayer::builder(Global).build_with(backend)?;
+    let layer =
+        RateLimitLayer::builder(Global).build_with_store(Arc::new(safe), [(info, limit)])?;
     let app = Router::new()
         .route("/", get(|| async { "ok" }))
         .layer(layer);
@@ -109,8 +109,8 @@ async fn serve_concurrency_over(
         ))),
     };
     let info = LimitInfo::concurrency("in_flight", 1);
-    let backend = StoreBackend::new(Arc::new(safe), [(info, limit)]);
-    let layer = RateLimitLayer::builder(Global).build_with(backend)?;
+    let layer =
+        RateLimitLayer::builder(Global).build_with_store(Arc::new(safe), [(info, limit)])?;
     let held = move || {
         let finish = Arc::clone(&finish);
         async move {

@@ -1,9 +1,11 @@
-//! Where the limits are decided: the seam between the layer and the store of its counters.
+//! Where the limits are decided: the layer's own seam, behind the public one (the core's
+//! [`Store`](sluicegate::store::Store)).
 //!
 //! The layer reads a key and asks its [`Backend`] to decide the request; the backend answers
 //! with a [`Verdict`]: each limit's [`Decision`] and what the response headers say about each
-//! limit ([`LimitInfo`]). [`MemoryBackend`](crate::rate_limit::MemoryBackend) keeps the counters
-//! in this process; a Redis or remote backend implements the same two calls.
+//! limit ([`LimitInfo`]). The backends are this workspace's: the memory one (with its fast
+//! path, [`Backend::decide_at_once`]), the one over any store, the remote rate limit service,
+//! and the proxy's routes (through [`internal`](crate::rate_limit::internal)).
 
 use std::future::Future;
 use std::num::NonZeroU64;
@@ -19,6 +21,12 @@ use crate::ratelimit_fields::{self, LimitInfo, Standing};
 
 /// Decides requests for keys of type `K`, several limits together, all or nothing.
 ///
+/// Internal: the public seam is the core's [`Store`](sluicegate::store::Store), which the
+/// layer decides through (see
+/// [`Builder::build_with_store`](crate::rate_limit::Builder::build_with_store)). This one
+/// exists for the fast path, and for deciders that are not stores (a remote service that
+/// names its own limits, the proxy's routes); it may change in any release.
+///
 /// The future is polled once as soon as it is made, with a waker that does nothing: a backend
 /// whose answer is ready at once (memory) costs the layer no allocation and no clone of the
 /// inner service. A backend that must wait (a network round trip) returns `Pending` and is
@@ -33,9 +41,9 @@ pub trait Backend<K>: Send + Sync + 'static {
 
     /// Gives back the concurrency permits an allowed decision took for `key` (called once the
     /// response body has ended or been dropped, only for verdicts that
-    /// [hold permits](Verdict::holds_permits)); `held` is what the verdict
-    /// [held](Verdict::held) under a store's ids (Redis's leases). Called from a destructor: a
-    /// backend that must do I/O spawns it.
+    /// [hold permits](Verdict::holds_permits)); `held` is what the verdict held under a
+    /// store's ids (Redis's leases). Called from a destructor: a backend that must do I/O
+    /// spawns it.
     fn release(&self, key: &K, permits: NonZeroU64, held: Vec<Held>);
 
     /// The limits this backend decides, in the order of every verdict's decisions, as the
@@ -85,10 +93,11 @@ impl AtOnce {
     }
 }
 
-/// The answer to one request: whether it passes, and each limit's decision.
+/// The answer to one request: whether it passes, and each limit's decision (what a
+/// [`Rejection::Limited`](crate::rate_limit::Rejection::Limited) shows a rejection hook).
 ///
 /// A clone describes the same decisions but holds nothing: the permits a store keeps under
-/// its ids ([`held`](Verdict::held)) stay with the original, which alone gives them back.
+/// its ids stay with the original, which alone gives them back.
 #[derive(Debug)]
 #[non_exhaustive]
 pub struct Verdict {
@@ -146,6 +155,7 @@ pub(crate) struct HeldInStore {
 
 impl Verdict {
     /// A verdict; `decisions` in the order of the backend's limits.
+    #[doc(hidden)]
     pub fn new(allowed: bool, decisions: Vec<Decision>) -> Verdict {
         Verdict {
             allowed,
@@ -159,7 +169,7 @@ impl Verdict {
 
     /// The verdict of a single limit.
     #[inline]
-    pub fn single(decision: Decision) -> Verdict {
+    pub(crate) fn single(decision: Decision) -> Verdict {
         Verdict {
             allowed: decision.allowed(),
             holds_permits: false,
@@ -172,6 +182,7 @@ impl Verdict {
 
     /// The same verdict saying the request holds concurrency permits (if it was allowed), to
     /// be [released](Backend::release) when its response ends.
+    #[doc(hidden)]
     #[inline]
     pub fn holding_permits(mut self, holds: bool) -> Verdict {
         self.holds_permits = holds && self.allowed;
@@ -180,13 +191,13 @@ impl Verdict {
 
     /// The same verdict holding `held`: permits a store keeps under its own ids (Redis's
     /// leases), handed back to [`Backend::release`].
-    pub fn with_held(mut self, held: Vec<Held>) -> Verdict {
+    pub(crate) fn with_held(mut self, held: Vec<Held>) -> Verdict {
         self.held = held;
         self
     }
 
     /// The permits held under a store's ids.
-    pub fn held(&self) -> &[Held] {
+    pub(crate) fn held(&self) -> &[Held] {
         &self.held
     }
 
@@ -206,6 +217,7 @@ impl Verdict {
     }
 
     /// The same verdict describing its own limits rather than the backend's.
+    #[doc(hidden)]
     pub fn with_limits(mut self, limits: Arc<[LimitInfo]>) -> Verdict {
         self.limits = Some(limits);
         self
@@ -229,6 +241,7 @@ impl Verdict {
 
     /// Whether the request passes at once with nothing added to its response: allowed,
     /// holding no permit, with no shaping wait (the layer's fast path).
+    #[doc(hidden)]
     #[inline]
     pub fn passes_plainly(&self) -> bool {
         self.allowed && !self.holds_permits && self.decisions.iter().all(|d| d.wait_micros() == 0)

@@ -65,7 +65,7 @@ pub enum KeyError {
 
 impl KeyError {
     /// The error of `path`, which has no normal form (the path cut to 64 characters).
-    pub fn bad_path(path: &str, reason: PathError) -> KeyError {
+    pub(crate) fn bad_path(path: &str, reason: PathError) -> KeyError {
         KeyError::BadPath {
             path: path.chars().take(64).collect(),
             reason,
@@ -108,11 +108,15 @@ pub enum BuildError {
         /// What is wrong with it.
         source: ConfigError,
     },
-    /// No limit was given to a layer that keeps its state in memory.
+    /// No limit was given to the layer (or with its store).
     #[error("a rate limit layer needs at least one limit")]
     NoLimit,
-    /// Limits were given together with a backend of the caller's, which holds its own.
-    #[error("limits are given to the backend, not to the layer, when a backend is supplied")]
+    /// Limits were given to the builder together with a store (or a remote service), which
+    /// is given its own.
+    #[error(
+        "limits are given with the store (or the remote service), not to the layer, when one \
+         is supplied"
+    )]
     LimitsWithBackend,
     /// A trusted proxy is neither an address nor a CIDR block.
     #[error("trusted proxy `{value}` is neither an IP address nor a CIDR block")]

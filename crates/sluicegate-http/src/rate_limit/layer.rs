@@ -1,12 +1,14 @@
 //! The layer and its builder.
 
 use std::any::Any;
+use std::fmt::Debug;
 use std::net::IpAddr;
 use std::num::NonZeroU64;
 use std::sync::Arc;
 
 use bytes::Bytes;
 use http::{Response, StatusCode};
+use sluicegate::store::Store;
 use sluicegate::{
     Algorithm, AnyAlgorithm, Clock, Concurrency, ConfigError, FixedWindow, Gcra, LeakyBucket,
     LeakyQueue, SlidingLog, SlidingWindow, SmoothBursty, SmoothWarmup, SystemClock, TokenBucket,
@@ -20,6 +22,8 @@ use crate::rate_limit::memory::MemoryBackend;
 use crate::rate_limit::policy::{MissingKey, OnBackendError, Options, Rejection};
 use crate::rate_limit::service::{RateLimit, Shared};
 use crate::rate_limit::stats::{Counters, Stats};
+use crate::rate_limit::store::StoreBackend;
+use crate::ratelimit_fields::LimitInfo;
 
 /// Keys a layer holds at most by default, per limit: memory stays below this many limiter
 /// states (a few dozen bytes each for the bucket and window algorithms, a log's length for
@@ -79,7 +83,8 @@ impl<X, Bk> RateLimitLayer<X, Bk> {
         self.shared.counters.snapshot()
     }
 
-    /// The backend, to inspect its limiters.
+    /// What the layer decides with ([`MemoryBackend`] for [`Builder::build`],
+    /// [`StoreBackend`] for [`Builder::build_with_store`]), to inspect its limiters or store.
     pub fn backend(&self) -> &Bk {
         &self.shared.backend
     }
@@ -303,7 +308,37 @@ impl<X: KeyExtractor, C: Clock + Clone + 'static> Builder<X, C> {
         Ok(layer(self.key, backend, self.options))
     }
 
-    /// The layer, deciding with `backend`, which holds its own limits (give none here).
+    /// The layer, deciding `limits` together in `store`: yours, Redis's
+    /// (`sluicegate_redis::RedisStore`, or `FailSafe` for its failure policy), or the core's
+    /// [`MemoryStore`](sluicegate::store::MemoryStore). Each limit is in the store's form, with
+    /// what the rate limit fields say of it ([`LimitInfo::of`] an algorithm, or
+    /// [`LimitInfo::rate`], [`LimitInfo::concurrency`]); give none with [`limit`](Self::limit).
+    ///
+    /// The store is handed each key as a `String` (the key's `Debug` form) and keeps the
+    /// keys itself: the key cap and the clock set here are not used. A concurrency limit's
+    /// permits are given back with [`Store::release`] when the response ends, and renewed
+    /// while it lasts if the store [leases](Store::lease) them.
+    pub fn build_with_store<S>(
+        self,
+        store: Arc<S>,
+        limits: impl IntoIterator<Item = (LimitInfo, S::Limit)>,
+    ) -> Result<RateLimitLayer<X, StoreBackend<S>>, BuildError>
+    where
+        S: Store<String> + 'static,
+        S::Limit: 'static,
+        X::Key: Debug,
+    {
+        let limits: Vec<_> = limits.into_iter().collect();
+        if limits.is_empty() {
+            return Err(BuildError::NoLimit);
+        }
+        self.build_with(StoreBackend::new(store, limits))
+    }
+
+    /// The layer, deciding with `backend`, a decider of this crate that holds its own limits
+    /// (give none here): a [`StoreBackend`], or a remote rate limit service's `RlsBackend`
+    /// (feature `rls`). To decide in a store of your own, see
+    /// [`build_with_store`](Self::build_with_store).
     pub fn build_with<Bk: Backend<X::Key>>(
         self,
         backend: Bk,

@@ -15,8 +15,10 @@ use crate::rate_limit::backend::{AtOnce, Backend, Verdict};
 use crate::rate_limit::error::BackendError;
 use crate::ratelimit_fields::LimitInfo;
 
-/// Limits kept in this process: a [`KeyedLimiter`] per limit, decided together with the core's
-/// [`decide_together`] (all or nothing).
+/// What a layer built with [`Builder::build`](crate::rate_limit::Builder::build) decides
+/// with: its limits kept in this process, a [`KeyedLimiter`] per limit, decided together with
+/// the core's [`decide_together`] (all or nothing). One limit that holds no permit is decided
+/// by [`KeyedLimiter::admit`], which builds no decision for a request that passes.
 ///
 /// Memory is bounded without a cleanup call or a background task: each limiter drops keys
 /// whose state is back to fresh before its table grows, and a [`KeyBudget`] caps the states
@@ -38,7 +40,7 @@ where
 {
     /// Named limits on `clock`, holding at most `max_states` limiter states in all (a key
     /// takes one in each limit it is counted in), or unbounded with `None`.
-    pub fn new<I, N>(limits: I, clock: C, max_states: Option<usize>) -> Self
+    pub(crate) fn new<I, N>(limits: I, clock: C, max_states: Option<usize>) -> Self
     where
         I: IntoIterator<Item = (N, AnyAlgorithm)>,
         N: AsRef<str>,
@@ -83,7 +85,7 @@ where
 
     /// Decides at once (what [`Backend::decide`] returns, ready).
     #[inline]
-    pub fn decide_now(
+    pub(crate) fn decide_now(
         &self,
         key: &K,
         permits: NonZeroU64,

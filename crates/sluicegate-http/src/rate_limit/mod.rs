@@ -27,12 +27,96 @@
 //!   tables grow (no cleanup call, no background task), and at the cap new keys are refused
 //!   (the denial status, a body saying so) rather than evicting a client still limited.
 //!
-//! # Backends
+//! # Where the counters are kept
 //!
-//! The layer asks a [`Backend`] to decide; [`MemoryBackend`] keeps the counters in this
-//! process. [`StoreBackend`] decides in any store of the core's backend seam
-//! ([`sluicegate::store::Store`]): Redis, shared by several processes, behind its failure
-//! policy.
+//! [`Builder::build`] keeps them in this process ([`MemoryBackend`]: a limiter per limit, and
+//! no allocation for a request that passes). [`Builder::build_with_store`] decides in any
+//! store of the core's seam, [`sluicegate::store::Store`], the one trait to implement for
+//! storage of your own: Redis (`sluicegate_redis::RedisStore`, shared by several processes;
+//! `FailSafe` behind its failure policy), the core's
+//! [`MemoryStore`](sluicegate::store::MemoryStore), or yours. The layer asks the store to decide each request's limits together
+//! ([`Store::decide`](sluicegate::store::Store::decide) with [`Op::Check`](sluicegate::Op)),
+//! gives a concurrency limit's permits back when the response ends
+//! ([`Store::release`](sluicegate::store::Store::release)), and renews them meanwhile if the
+//! store leases them. The remote rate limit service of the `rls` feature is given to
+//! [`Builder::build_with`].
+//!
+//! A store of one's own, here one that wraps the core's memory store to count what it denies:
+//!
+//! ```
+//! use std::sync::Arc;
+//! use std::sync::atomic::{AtomicU64, Ordering};
+//!
+//! use http::{HeaderName, Request, Response};
+//! use sluicegate::store::{Held, MemoryStore, Now, Outcome, Request as Ask, Store};
+//! use sluicegate::{AnyAlgorithm, CheckError, KeyedLimiter, Op};
+//! use sluicegate_http::rate_limit::{LimitInfo, RateLimitLayer, key::Header};
+//! use tower::{Layer, ServiceExt, service_fn};
+//!
+//! /// The memory store, counting the calls it denies.
+//! #[derive(Default)]
+//! struct Audited {
+//!     memory: MemoryStore,
+//!     denied: AtomicU64,
+//! }
+//!
+//! type Limit = <MemoryStore as Store<String>>::Limit;
+//!
+//! impl Store<String> for Audited {
+//!     type Limit = Limit;
+//!     type Error = CheckError;
+//!
+//!     fn capacity(&self, limit: &Limit) -> u64 {
+//!         Store::<String>::capacity(&self.memory, limit)
+//!     }
+//!
+//!     async fn decide<'a>(
+//!         &'a self,
+//!         requests: &'a [Ask<'a, Limit, String>],
+//!         op: Op,
+//!         now: Now,
+//!     ) -> Result<Outcome, CheckError> {
+//!         let outcome = self.memory.decide(requests, op, now).await?;
+//!         if !outcome.allowed {
+//!             self.denied.fetch_add(1, Ordering::Relaxed);
+//!         }
+//!         Ok(outcome)
+//!     }
+//!
+//!     async fn release<'a>(
+//!         &'a self,
+//!         requests: &'a [Ask<'a, Limit, String>],
+//!         held: &'a [Held],
+//!     ) -> Result<(), CheckError> {
+//!         self.memory.release(requests, held).await
+//!     }
+//! }
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! // Per API key, 2 requests a minute; the fields describe the limit as `per-key`.
+//! let algorithm: AnyAlgorithm = "fixed-window:limit=2,window=60s".parse()?;
+//! let info = LimitInfo::of("per-key", &algorithm);
+//! let store = Arc::new(Audited::default());
+//! let layer = RateLimitLayer::builder(Header::new(HeaderName::from_static("x-api-key")))
+//!     .build_with_store(Arc::clone(&store), [(info, Arc::new(KeyedLimiter::new(algorithm)))])?;
+//! let service = layer.layer(service_fn(|_: Request<()>| async {
+//!     Ok::<_, std::convert::Infallible>(Response::new(String::new()))
+//! }));
+//!
+//! let call = || {
+//!     let request = Request::builder().header("x-api-key", "k1").body(());
+//!     service.clone().oneshot(request.expect("a request"))
+//! };
+//! assert_eq!(call().await?.status(), 200);
+//! assert_eq!(call().await?.status(), 200);
+//! let denied = call().await?;
+//! assert_eq!(denied.status(), 429);
+//! assert_eq!(denied.headers()["ratelimit-policy"], "\"per-key\";q=2;w=60");
+//! assert_eq!(store.denied.load(Ordering::Relaxed), 1);
+//! # Ok(())
+//! # }
+//! ```
 
 mod answer;
 mod backend;
@@ -41,6 +125,8 @@ mod error;
 mod future;
 mod headers;
 mod held;
+#[doc(hidden)]
+pub mod internal;
 pub mod key;
 mod layer;
 mod memory;
@@ -50,7 +136,7 @@ mod stats;
 mod store;
 
 pub use crate::ratelimit_fields::LimitInfo;
-pub use backend::{AtOnce, Backend, Verdict};
+pub use backend::Verdict;
 pub use body::RateLimitBody;
 pub use error::{BackendError, BuildError, KeyError};
 pub use future::ResponseFuture;
@@ -61,4 +147,4 @@ pub use memory::MemoryBackend;
 pub use policy::{MissingKey, OnBackendError, Rejection, RejectionHook};
 pub use service::RateLimit;
 pub use stats::Stats;
-pub use store::{StoreBackend, StoreFuture};
+pub use store::StoreBackend;

@@ -1,7 +1,7 @@
 //! The layer over any store of the core's backend seam ([`sluicegate::store::Store`]): Redis,
 //! Redis behind its failure policy (`sluicegate_redis::FailSafe`), or a store of one's own.
-//! [`StoreBackend`] is a [`Backend`] for keys of any type that prints (`Debug`: an IP address,
-//! a tuple of header values), each made a `String` key of the store.
+//! [`StoreBackend`] decides for keys of any type that prints (`Debug`: an IP address, a tuple
+//! of header values), each made a `String` key of the store.
 
 use std::fmt::Debug;
 use std::future::Future;
@@ -19,9 +19,11 @@ use crate::rate_limit::error::BackendError;
 use crate::ratelimit_fields::LimitInfo;
 
 /// The answer of a [`StoreBackend`]: boxed, as a store's answer may wait on the network.
-pub type StoreFuture = Pin<Box<dyn Future<Output = Result<Verdict, BackendError>> + Send>>;
+pub(crate) type StoreFuture = Pin<Box<dyn Future<Output = Result<Verdict, BackendError>> + Send>>;
 
-/// A [`Backend`] deciding every request's limits together in a store of the backend seam.
+/// What a layer built with
+/// [`Builder::build_with_store`](crate::rate_limit::Builder::build_with_store) decides with:
+/// every request's limits together, in a store of the backend seam.
 ///
 /// A `concurrency` limit's permits are given back when the response ends ([`Store::release`]):
 /// in Redis, the request's leases (which also expire, so a process that dies holding one
@@ -43,7 +45,9 @@ pub struct StoreBackend<S: Store<String>> {
 
 impl<S: Store<String>> StoreBackend<S> {
     /// Decides in `store` the `limits`, each in the store's form with what the response
-    /// headers say of it (see [`LimitInfo::of`]).
+    /// headers say of it (see [`LimitInfo::of`]); what
+    /// [`Builder::build_with_store`](crate::rate_limit::Builder::build_with_store) makes, for
+    /// [`Builder::build_with`](crate::rate_limit::Builder::build_with).
     pub fn new(store: Arc<S>, limits: impl IntoIterator<Item = (LimitInfo, S::Limit)>) -> Self {
         let (infos, limits): (Vec<LimitInfo>, Vec<S::Limit>) = limits.into_iter().unzip();
         StoreBackend {

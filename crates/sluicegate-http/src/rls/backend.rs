@@ -15,7 +15,8 @@ use sluicegate::Op;
 use sluicegate::store::Held;
 use tonic::transport::Channel;
 
-use crate::rate_limit::{Backend, BackendError, LimitInfo, MemoryBackend, Verdict};
+use crate::rate_limit::internal::Backend;
+use crate::rate_limit::{BackendError, LimitInfo, MemoryBackend, Verdict};
 use crate::rls::answer;
 
 /// What a request gets when the service cannot answer (down, slower than the timeout, or an
@@ -34,8 +35,8 @@ pub enum RlsFailure {
     Local,
 }
 
-/// The future of [`RlsBackend::decide`].
-pub type RlsFuture = Pin<Box<dyn Future<Output = Result<Verdict, BackendError>> + Send>>;
+/// The answer of an [`RlsBackend`]: boxed, as it waits on the network.
+pub(crate) type RlsFuture = Pin<Box<dyn Future<Output = Result<Verdict, BackendError>> + Send>>;
 
 /// One entry of the descriptor a key becomes.
 pub(crate) enum Part<K> {
@@ -56,7 +57,8 @@ pub(crate) struct Remote<K> {
     pub(crate) local: Option<MemoryBackend<K>>,
 }
 
-/// A [`Backend`] asking a remote rate limit service (see [the module](crate::rls)).
+/// What a layer asking a remote rate limit service decides with (see [the module](crate::rls)),
+/// given to [`Builder::build_with`](crate::rate_limit::Builder::build_with).
 pub struct RlsBackend<K> {
     pub(crate) remote: Arc<Remote<K>>,
     /// The limits known before any answer: none (each verdict carries the service's).

@@ -1,4 +1,4 @@
-//! A remote rate limit service as the layer's backend: Envoy's gRPC API
+//! A remote rate limit service as what the layer decides with: Envoy's gRPC API
 //! (`envoy.service.ratelimit.v3`), answered by `sluicegate serve` or envoyproxy/ratelimit.
 //!
 //! [`RlsBackend`] turns each request's key into one descriptor (the domain and the entries the
@@ -36,5 +36,5 @@ mod answer;
 mod backend;
 mod builder;
 
-pub use backend::{RlsBackend, RlsFailure, RlsFuture};
+pub use backend::{RlsBackend, RlsFailure};
 pub use builder::{RlsBuildError, RlsBuilder};

@@ -9,9 +9,10 @@ use axum::routing::get;
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
-use sluicegate::ManualClock;
+use sluicegate::store::MemoryStore;
+use sluicegate::{AnyAlgorithm, KeyedLimiter, ManualClock};
 use sluicegate_http::rate_limit::key::{Global, PeerIp};
-use sluicegate_http::rate_limit::{Backend, HoldPermits, RateLimitLayer};
+use sluicegate_http::rate_limit::{HoldPermits, LimitInfo, MemoryBackend, RateLimitLayer};
 use tokio::sync::mpsc;
 use tower::{Layer, Service, ServiceExt};
 
@@ -135,6 +136,27 @@ async fn permits_are_released_at_the_end_of_the_body_or_when_it_is_dropped() {
 }
 
 #[tokio::test]
+async fn a_store_gets_its_permits_back_when_the_body_is_dropped() {
+    let inner = tower::service_fn(|_request: Request<()>| async {
+        Ok::<_, Infallible>(Response::new(Full::new(Bytes::from_static(b"data"))))
+    });
+    let algorithm: AnyAlgorithm = "concurrency:limit=1".parse().expect("spec");
+    let info = LimitInfo::of("in_flight", &algorithm);
+    let store: Arc<MemoryStore> = Arc::new(MemoryStore::new());
+    let layer = RateLimitLayer::builder(Global)
+        .build_with_store(store, [(info, Arc::new(KeyedLimiter::new(algorithm)))])
+        .expect("layer");
+    let mut service = layer.layer(inner);
+    let first = call_once(&mut service).await;
+    assert_eq!(first.status(), 200);
+    assert_eq!(call_once(&mut service).await.status(), 429);
+    drop(first);
+    // The store's release is a task of the runtime: it runs at the next yield.
+    tokio::task::yield_now().await;
+    assert_eq!(call_once(&mut service).await.status(), 200);
+}
+
+#[tokio::test]
 async fn an_upgraded_exchange_holds_its_permit_until_its_holder_is_dropped() {
     let holders: Arc<Mutex<Vec<HoldPermits>>> = Arc::default();
     let kept = Arc::clone(&holders);
@@ -161,7 +183,7 @@ async fn an_upgraded_exchange_holds_its_permit_until_its_holder_is_dropped() {
 }
 
 /// A layer with one `concurrency` limit of `limit` for every request, on a manual clock.
-fn global_concurrency(limit: u32) -> RateLimitLayer<Global, impl Backend<()> + use<>> {
+fn global_concurrency(limit: u32) -> RateLimitLayer<Global, MemoryBackend<(), ManualClock>> {
     RateLimitLayer::builder(Global)
         .clock(ManualClock::new(0))
         .limit(format!("concurrency:limit={limit}").as_str())

@@ -1,10 +1,9 @@
 //! `leaky-queue` shaping (nginx `limit_req` with `burst`, `delay=`, `nodelay`), on tokio's
-//! paused clock: a request is held for exactly its wait, then passed; and a backend that
+//! paused clock: a request is held for exactly its wait, then passed; and a store that
 //! answers later.
 
 use std::convert::Infallible;
 use std::future::Future;
-use std::num::NonZeroU64;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -14,11 +13,10 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{Request, Response};
 use http_body_util::Empty;
-use sluicegate::{ManualClock, Op};
+use sluicegate::store::{Held, MemoryStore, Now, Outcome, Request as StoreRequest, Store};
+use sluicegate::{AnyAlgorithm, CheckError, KeyedLimiter, ManualClock, Op};
 use sluicegate_http::rate_limit::key::Global;
-use sluicegate_http::rate_limit::{
-    Backend, BackendError, LimitInfo, MemoryBackend, RateLimitBody, RateLimitLayer, Verdict,
-};
+use sluicegate_http::rate_limit::{LimitInfo, RateLimitBody, RateLimitLayer};
 use tower::{Layer, Service, ServiceExt};
 
 type Answer = Response<RateLimitBody<Empty<Bytes>>>;
@@ -152,53 +150,55 @@ async fn dry_run_does_not_shape() {
     assert_eq!(layer.stats().dry_run_denied, 2);
 }
 
-/// A backend that answers only when the test lets it: the layer's path for remote stores.
+/// A store of the test's own that answers only when the test lets it: the layer's path for
+/// remote stores. It decides in the core's memory store once let through.
 struct Gated {
-    memory: MemoryBackend<(), ManualClock>,
+    memory: MemoryStore<AnyAlgorithm, ManualClock>,
     gate: Arc<tokio::sync::Semaphore>,
 }
 
-impl Backend<()> for Gated {
-    type Future = Pin<Box<dyn Future<Output = Result<Verdict, BackendError>> + Send>>;
+type GatedLimit = Arc<KeyedLimiter<String, AnyAlgorithm, ManualClock>>;
 
-    fn decide(&self, key: &(), permits: NonZeroU64, op: Op) -> Self::Future {
-        let answer = self.memory.decide_now(key, permits, op);
-        let gate = Arc::clone(&self.gate);
-        Box::pin(async move {
-            let _pass = gate
-                .acquire()
-                .await
-                .map_err(|_| BackendError::Unavailable("closed".into()))?;
-            answer
-        })
+impl Store<String> for Gated {
+    type Limit = GatedLimit;
+    type Error = CheckError;
+
+    fn capacity(&self, limit: &GatedLimit) -> u64 {
+        Store::<String>::capacity(&self.memory, limit)
     }
 
-    fn release(&self, key: &(), permits: NonZeroU64, held: Vec<sluicegate::store::Held>) {
-        self.memory.release(key, permits, held);
+    async fn decide<'a>(
+        &'a self,
+        requests: &'a [StoreRequest<'a, GatedLimit, String>],
+        op: Op,
+        now: Now,
+    ) -> Result<Outcome, CheckError> {
+        let _pass = self.gate.acquire().await;
+        self.memory.decide(requests, op, now).await
     }
 
-    fn limits(&self) -> &Arc<[LimitInfo]> {
-        self.memory.limits()
+    async fn release<'a>(
+        &'a self,
+        requests: &'a [StoreRequest<'a, GatedLimit, String>],
+        held: &'a [Held],
+    ) -> Result<(), CheckError> {
+        self.memory.release(requests, held).await
     }
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_backend_that_answers_later() {
+async fn a_store_that_answers_later() {
     let (calls, inner) = counting();
     let gate = Arc::new(tokio::sync::Semaphore::new(0));
-    let memory = MemoryBackend::new(
-        [(
-            "slow",
-            "leaky-queue:rate=10/s,burst=1".parse().expect("spec"),
-        )],
-        ManualClock::new(0),
-        None,
-    );
+    let algorithm: AnyAlgorithm = "leaky-queue:rate=10/s,burst=1".parse().expect("spec");
+    let info = LimitInfo::of("slow", &algorithm);
+    let limiter = KeyedLimiter::with_clock(algorithm, ManualClock::new(0));
+    let store = Gated {
+        memory: MemoryStore::new(),
+        gate: Arc::clone(&gate),
+    };
     let layer = RateLimitLayer::builder(Global)
-        .build_with(Gated {
-            memory,
-            gate: Arc::clone(&gate),
-        })
+        .build_with_store(Arc::new(store), [(info, Arc::new(limiter))])
         .expect("layer");
     let mut service = layer.layer(inner);
     let mut answers = Vec::new();
@@ -209,7 +209,7 @@ async fn a_backend_that_answers_later() {
         assert_eq!(
             status(poll_once(answer)),
             None,
-            "the backend has not answered"
+            "the store has not answered"
         );
     }
     assert_eq!(calls.load(Ordering::SeqCst), 0);

@@ -1,5 +1,7 @@
 //! The proxy's backend: each limit keeps its own keys (an nginx zone), and a route's limits
-//! are decided together, all or nothing, each on its own key.
+//! are decided together, all or nothing, each on its own key. Not a `Store`: a route
+//! counts only the limits whose key could be made, and its verdict then describes those
+//! alone, so it implements the layer's internal seam (`sluicegate_http::rate_limit::internal`).
 
 use std::future::{Future, Ready, ready};
 use std::num::NonZeroU64;
@@ -14,7 +16,8 @@ use smallvec::SmallVec;
 use crate::proxy::backing::Backing;
 use crate::proxy::key::{KeyBytes, RouteKeys};
 use crate::proxy::limiter::Limiter;
-use sluicegate_http::rate_limit::{AtOnce, Backend, BackendError, LimitInfo, Verdict};
+use sluicegate_http::rate_limit::internal::{AtOnce, Backend};
+use sluicegate_http::rate_limit::{BackendError, LimitInfo, Verdict};
 
 /// The limits of one route.
 pub(crate) struct RouteBackend {

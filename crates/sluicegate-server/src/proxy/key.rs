@@ -8,9 +8,9 @@ use std::sync::Arc;
 use http::HeaderName;
 use smallvec::SmallVec;
 
-use sluicegate_http::rate_limit::KeyError;
 use sluicegate_http::rate_limit::key::normal::{normal_host, normal_path, request_host};
 use sluicegate_http::rate_limit::key::{ClientIp, KeyExtractor, PeerIp, RequestHead};
+use sluicegate_http::rate_limit::{KeyError, internal};
 
 /// One part of a key.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -124,7 +124,7 @@ impl RouteExtractor {
                 KeyPart::Path => {
                     let path = request.uri().path();
                     let normal = normal_path(path.as_bytes(), self.fold_case)
-                        .map_err(|reason| KeyError::bad_path(path, reason))?;
+                        .map_err(|reason| internal::bad_path(path, reason))?;
                     out.extend_from_slice(&normal);
                     None
                 }
