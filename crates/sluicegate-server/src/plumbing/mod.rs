@@ -1,7 +1,7 @@
 //! What `serve` and the proxy both need around their engines, written once: how Redis is
 //! reached behind the failure policy, the admin listener (`/metrics`, the live page, the
-//! manual switch) and the modes the switch sets, the live page's statistics, and the rule-file
-//! watcher.
+//! manual switch) and the modes the switch sets, the live page's statistics and the typed
+//! `/admin/stats` answer both fill, and the rule-file watcher.
 
 mod admin;
 mod admin_page;
@@ -9,6 +9,7 @@ mod live;
 mod modes;
 mod redis;
 mod rule_watcher;
+mod stats;
 
 pub use admin::admin_address_allowed;
 pub(crate) use admin::{AdminApp, OPENMETRICS_TEXT, admin_router, serve_admin};
@@ -17,3 +18,7 @@ pub use modes::{EVERY_RULE, Mode, ModeError, ModeTable, Modes};
 pub use redis::RedisSettings;
 pub(crate) use redis::SafeRedis;
 pub(crate) use rule_watcher::RuleWatcher;
+pub(crate) use stats::{
+    AdminStats, BackendStats, KeyCount, LATENCY_QUANTILES, LatencyPercentiles, LimitedKey,
+    ModeChanged, Reloads, RuleEntry,
+};
