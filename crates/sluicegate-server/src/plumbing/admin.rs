@@ -21,7 +21,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::plumbing::admin_page;
-use crate::plumbing::{Mode, ModeError, ModeTable};
+use crate::plumbing::{AdminStats, Mode, ModeChanged, ModeError, ModeTable};
 
 /// What an application answers on its admin listener.
 pub(crate) trait AdminApp: Send + Sync + 'static {
@@ -29,7 +29,7 @@ pub(crate) trait AdminApp: Send + Sync + 'static {
     fn render_metrics(&self) -> String;
 
     /// What the live page shows (`GET /admin/stats`, documented in the README).
-    fn live_stats(&self) -> serde_json::Value;
+    fn live_stats(&self) -> AdminStats;
 
     /// The modes in force.
     fn mode_table(&self) -> ModeTable;
@@ -152,11 +152,11 @@ async fn set_mode(
         }
     };
     match state.app.set_mode(&change.rule, change.mode, caller) {
-        Ok(previous) => axum::Json(serde_json::json!({
-            "rule": change.rule,
-            "mode": change.mode,
-            "previous": previous,
-        }))
+        Ok(previous) => axum::Json(ModeChanged {
+            rule: change.rule,
+            mode: change.mode,
+            previous,
+        })
         .into_response(),
         Err(error @ ModeError::UnknownRule { .. }) => {
             (StatusCode::NOT_FOUND, format!("{error}\n")).into_response()

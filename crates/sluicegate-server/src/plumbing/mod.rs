@@ -1,7 +1,7 @@
 //! What `serve` and the proxy both need around their engines, written once: how Redis is
 //! reached behind the failure policy, the admin listener (`/metrics`, the live page, the
-//! manual switch) and the modes the switch sets, the live page's statistics, the rule-file
-//! watcher, and TLS at a listener.
+//! manual switch) and the modes the switch sets, the live page's statistics and the typed
+//! `/admin/stats` answer both fill, the rule-file watcher, and TLS at a listener.
 
 mod admin;
 mod admin_page;
@@ -9,6 +9,7 @@ mod live;
 mod modes;
 mod redis;
 mod rule_watcher;
+mod stats;
 mod tls;
 
 pub use admin::admin_address_allowed;
@@ -18,5 +19,9 @@ pub use modes::{EVERY_RULE, Mode, ModeError, ModeTable, Modes};
 pub use redis::RedisSettings;
 pub(crate) use redis::SafeRedis;
 pub(crate) use rule_watcher::RuleWatcher;
+pub(crate) use stats::{
+    AdminStats, BackendStats, KeyCount, LATENCY_QUANTILES, LatencyPercentiles, LimitedKey,
+    ModeChanged, Reloads, RuleEntry,
+};
 pub(crate) use tls::tls_acceptor;
 pub use tls::{TlsError, TlsFiles};

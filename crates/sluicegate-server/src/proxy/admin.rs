@@ -13,7 +13,10 @@ use std::sync::Arc;
 
 use sluicegate::{Clock, SystemClock};
 
-use crate::plumbing::{AdminApp, Mode, ModeError, ModeTable};
+use crate::plumbing::{
+    AdminApp, AdminStats, BackendStats, KeyCount, LatencyPercentiles, Mode, ModeError, ModeTable,
+    Reloads, RuleEntry,
+};
 use crate::proxy::backing::Backing;
 use crate::proxy::connection::State;
 use crate::proxy::live::RouteSeries;
@@ -32,65 +35,48 @@ impl AdminApp for ProxyAdmin {
         self.state.metrics.render()
     }
 
-    fn live_stats(&self) -> serde_json::Value {
+    fn live_stats(&self) -> AdminStats {
         let now = self.clock.now();
         let modes = self.state.modes.table();
         let rules = self.state.rules.lock().clone();
-        let routes: Vec<serde_json::Value> = rules
+        let routes = rules
             .routes
             .iter()
             .enumerate()
             .map(|(index, def)| {
-                let series = self.series.series(&def.name, now);
                 let place = rules.route_position(index);
-                serde_json::json!({
-                    "id": def.name,
-                    "domain": "proxy",
-                    "file": self.rules_path.display().to_string(),
-                    "line": place.line,
-                    "column": place.column,
-                    "mode": modes.of(&def.name),
-                    "shadow_mode": def.dry_run,
-                    "end_second": series.end_second,
-                    "allowed": series.allowed,
-                    "denied": series.denied,
-                    "shadow_denied": series.shadow_denied,
-                    "near_limit": series.near_limit,
-                    "top_limited": [],
-                })
+                RuleEntry {
+                    id: def.name.clone(),
+                    domain: "proxy".to_owned(),
+                    file: self.rules_path.display().to_string(),
+                    line: place.line,
+                    column: place.column,
+                    mode: modes.of(&def.name),
+                    shadow_mode: def.dry_run,
+                    series: self.series.series(&def.name, now),
+                    top_limited: Vec::new(),
+                }
             })
             .collect();
         let metrics = &self.state.metrics;
-        let reloads = serde_json::json!({
-            "success": metrics.reloads_ok.get(),
-            "failure": metrics.reloads_failed.get(),
-        });
+        let reloads = Reloads {
+            success: metrics.reloads_ok.get(),
+            failure: metrics.reloads_failed.get(),
+        };
         let backend = match &self.state.backing {
-            Backing::Memory => serde_json::json!({
-                "store": "memory",
-                "errors": 0,
-                "reloads": reloads,
-            }),
-            Backing::Redis(shared) => serde_json::json!({
-                "store": "redis",
-                "redis_up": shared.redis().is_up(),
-                "failure_policy":
-                    format!("{:?}", shared.redis().settings().failure_policy).to_lowercase(),
-                "errors": shared.redis().failures(),
-                "reloads": reloads,
-            }),
+            Backing::Memory => BackendStats::memory(reloads),
+            Backing::Redis(shared) => BackendStats::redis(shared.redis(), reloads),
         };
         // The proxy times no decision on its own and keeps no key count across its limits:
         // null, as the page shows what it does not know.
-        serde_json::json!({
-            "now": now as f64 / 1e6,
-            "window_seconds": 300,
-            "modes": modes.as_ref(),
-            "backend": backend,
-            "latency_micros": {"p50": null, "p90": null, "p99": null, "p999": null},
-            "keys": {"live": null, "max": null},
-            "rules": routes,
-        })
+        AdminStats::at(
+            now,
+            modes.as_ref().clone(),
+            backend,
+            LatencyPercentiles::default(),
+            KeyCount::default(),
+            routes,
+        )
     }
 
     fn mode_table(&self) -> ModeTable {

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use axum::Router;
 
-use crate::plumbing::{AdminApp, Mode, ModeError, ModeTable};
+use crate::plumbing::{AdminApp, AdminStats, Mode, ModeError, ModeTable};
 use crate::serve::engine::Engine;
 
 impl AdminApp for Engine {
@@ -14,7 +14,7 @@ impl AdminApp for Engine {
         Engine::render_metrics(self)
     }
 
-    fn live_stats(&self) -> serde_json::Value {
+    fn live_stats(&self) -> AdminStats {
         Engine::live_stats(self)
     }
 

@@ -17,7 +17,10 @@ use sluicegate_rules::{Match, RuleSet};
 use smallvec::SmallVec;
 use tokio::time::Instant;
 
-use crate::plumbing::RuleStats;
+use crate::plumbing::{
+    AdminStats, BackendStats, KeyCount, LATENCY_QUANTILES, LatencyPercentiles, LimitedKey, Reloads,
+    RuleEntry, RuleStats,
+};
 use crate::plumbing::{EVERY_RULE, Mode, ModeError, ModeTable, Modes};
 use crate::serve::backend::{BackendOptions, RedisBackend, RedisLimits, redis_backend};
 use crate::serve::check::{Check, Decided, Role};
@@ -271,7 +274,7 @@ impl Engine {
     }
 
     /// What the live page shows, as `GET /admin/stats` answers it (documented in the README).
-    pub fn live_stats(&self) -> serde_json::Value {
+    pub(crate) fn live_stats(&self) -> AdminStats {
         let now = self.options.clock.now();
         let loaded = self.loaded.load();
         let modes = self.modes.table();
@@ -280,74 +283,57 @@ impl Engine {
         for domain in loaded.rules.domains() {
             for rule in loaded.rules.rules(domain) {
                 let live = loaded.live.get(rule.index()).and_then(Option::as_deref);
-                let series = live
-                    .and_then(RuleLive::recorded_stats)
-                    .unwrap_or(&idle)
-                    .series(now);
-                let top: Vec<serde_json::Value> = live
+                let top_limited = live
                     .and_then(RuleLive::recorded_top)
                     .map(|top| top.top(now, TOP_KEYS))
                     .unwrap_or_default()
                     .into_iter()
-                    .map(|(key, count)| serde_json::json!({"key": key, "count": count}))
+                    .map(|(key, count)| LimitedKey { key, count })
                     .collect();
-                rules.push(serde_json::json!({
-                    "id": rule.id,
-                    "domain": domain,
-                    "file": rule.source.file.display().to_string(),
-                    "line": rule.source.position.line,
-                    "column": rule.source.position.column,
-                    "mode": modes.of(&rule.id),
-                    "shadow_mode": rule.shadow_mode,
-                    "end_second": series.end_second,
-                    "allowed": series.allowed,
-                    "denied": series.denied,
-                    "shadow_denied": series.shadow_denied,
-                    "near_limit": series.near_limit,
-                    "top_limited": top,
-                }));
+                rules.push(RuleEntry {
+                    id: rule.id.clone(),
+                    domain: domain.to_owned(),
+                    file: rule.source.file.display().to_string(),
+                    line: rule.source.position.line,
+                    column: rule.source.position.column,
+                    mode: modes.of(&rule.id),
+                    shadow_mode: rule.shadow_mode,
+                    series: live
+                        .and_then(RuleLive::recorded_stats)
+                        .unwrap_or(&idle)
+                        .series(now),
+                    top_limited,
+                });
             }
         }
         // No answer in the last minute: no percentiles (null), rather than zeros.
         let latency = if self.live.latency.count(now) > 0 {
-            self.live.latency.percentiles(now, &[0.5, 0.9, 0.99, 0.999])
+            LatencyPercentiles::from_values(&self.live.latency.percentiles(now, &LATENCY_QUANTILES))
         } else {
-            Vec::new()
+            LatencyPercentiles::default()
         };
-        let at = |i: usize| latency.get(i).copied();
         let backend = match &self.redis {
-            None => serde_json::json!({
-                "store": "memory",
-                "errors": 0,
-                "reloads": self.reloads(),
-            }),
-            Some(redis) => serde_json::json!({
-                "store": "redis",
-                "redis_up": redis.is_up(),
-                "failure_policy": format!("{:?}", redis.settings().failure_policy).to_lowercase(),
-                "errors": redis.failures(),
-                "reloads": self.reloads(),
-            }),
+            None => BackendStats::memory(self.reloads()),
+            Some(redis) => BackendStats::redis(redis, self.reloads()),
         };
-        serde_json::json!({
-            "now": now as f64 / 1e6,
-            "window_seconds": 300,
-            "modes": modes.as_ref(),
-            "backend": backend,
-            "latency_micros": {"p50": at(0), "p90": at(1), "p99": at(2), "p999": at(3)},
-            "keys": {"live": self.keys.budget().live(), "max": self.keys.budget().max_keys()},
-            "rules": rules,
-        })
+        let keys = KeyCount {
+            live: Some(self.keys.budget().live()),
+            max: Some(self.keys.budget().max_keys()),
+        };
+        AdminStats::at(now, modes.as_ref().clone(), backend, latency, keys, rules)
     }
 
-    fn reloads(&self) -> serde_json::Value {
+    fn reloads(&self) -> Reloads {
         let count = |kind| {
             self.metrics
                 .config_loads
                 .get_or_create(&crate::serve::metrics::KindLabel { kind })
                 .get()
         };
-        serde_json::json!({"success": count("success"), "failure": count("failure")})
+        Reloads {
+            success: count("success"),
+            failure: count("failure"),
+        }
     }
 
     /// Records how long a call took to answer, for the live page.

@@ -15,4 +15,4 @@ mod windows;
 
 pub(crate) use heavy_hitters::HeavyHitters;
 pub(crate) use latency::LatencyWindow;
-pub(crate) use windows::{RuleSeries, RuleStats};
+pub(crate) use windows::{DEFAULT_SECONDS, RuleSeries, RuleStats};
