@@ -11,34 +11,30 @@ use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use sluicegate::store::{MemoryStore, Now};
-use sluicegate::{AnyAlgorithm, Clock as _, Decision, Micros, micros_ceil};
+use sluicegate::{AnyAlgorithm, Clock as _};
 use sluicegate_redis::{Both, FailurePolicy, RedisLimitError};
 use sluicegate_rules::{Match, RuleSet};
 use smallvec::SmallVec;
 use tokio::time::Instant;
 
-use crate::plumbing::{
-    AdminStats, BackendStats, KeyCount, LATENCY_QUANTILES, LatencyPercentiles, LimitedKey, Reloads,
-    RuleEntry, RuleStats,
-};
 use crate::plumbing::{EVERY_RULE, Mode, ModeError, ModeTable, Modes};
 use crate::serve::backend::{BackendOptions, RedisBackend, RedisLimits, redis_backend};
 use crate::serve::check::{Check, Decided, Role};
 use crate::serve::clock::ServiceClock;
 use crate::serve::decide::decide_call;
-use crate::serve::decision_counters::{CounterCache, RuleCounters};
+use crate::serve::decision_totals::DecisionTotals;
 use crate::serve::engine_error::EngineError;
-use crate::serve::headers::{HeaderOptions, headers_for, standing};
+use crate::serve::headers::HeaderOptions;
 use crate::serve::key_cap::{DEFAULT_MAX_KEYS, KeyCap};
 use crate::serve::limiter_table::{Enforcer, LimiterTable, build_limiter_table};
-use crate::serve::live_rules::{LiveStats, RuleLive};
 use crate::serve::metrics::{Metrics, ModeLabels};
 use crate::serve::overrides::Overrides;
 use crate::serve::protocol::{
-    CallError, CallLimits, Code, CurrentLimit, DescriptorCall, DescriptorVerdict, LimitOverride,
-    RateLimitCall, Statuses, Verdict,
+    CallError, CallLimits, CurrentLimit, DescriptorCall, LimitOverride, RateLimitCall, Verdict,
 };
+use crate::serve::recorder::{Recorder, RuleRecords};
 use crate::serve::redis_table::{RedisEnforcer, RedisTable, build_redis_table};
+use crate::serve::verdict::{DescriptorStats, verdict};
 use sluicegate_http::rate_limit::LimitInfo;
 
 /// How the engine answers, beyond what the rules say.
@@ -91,11 +87,9 @@ pub struct LoadedRules {
     limiters: LimiterTable,
     /// With Redis: each limit's Redis parameters and key name.
     redis: Option<RedisTable>,
-    /// Each rule's counters under its id, by rule index: a match whose stats key is its
-    /// rule's id (most) counts through these without looking its stats key up.
-    counters: Vec<Option<Arc<RuleCounters>>>,
-    /// Each rule's live page statistics, by rule index.
-    live: Vec<Option<Arc<RuleLive>>>,
+    /// Where each rule's decisions are recorded, by rule index: a match whose stats key is
+    /// its rule's id (most) counts there without looking its stats key up.
+    pub(crate) records: RuleRecords,
 }
 
 /// Answers rate limit calls from the rules in force, keeping state in memory or in Redis.
@@ -106,21 +100,9 @@ pub struct Engine {
     redis: Option<RedisBackend>,
     options: EngineOptions,
     metrics: Arc<Metrics>,
-    /// The counters of each domain and stats key, found in `metrics` once.
-    counters: CounterCache,
+    recorder: Recorder,
     keys: KeyCap,
     modes: Modes,
-    live: LiveStats,
-}
-
-/// What metrics record of a descriptor: the counters of its domain and its rule's stats key
-/// (empty when no rule matched), how its limits take part, and whether its rule is unlimited.
-struct DescriptorStats {
-    counters: Arc<RuleCounters>,
-    role: Role,
-    unlimited: bool,
-    /// The matched rule's index, for its live statistics.
-    rule: Option<usize>,
 }
 
 /// What a call is checked against, each limit in its store's form `L`; inline for the usual
@@ -129,9 +111,6 @@ struct Plan<L> {
     checks: SmallVec<[Check<L>; 2]>,
     stats: SmallVec<[DescriptorStats; 2]>,
 }
-
-/// The most limited keys the live page lists per rule.
-const TOP_KEYS: usize = 20;
 
 /// The domain label of calls in a domain no rule names: one series for all of them.
 const UNKNOWN_DOMAIN: &str = "unknown";
@@ -157,12 +136,10 @@ impl Engine {
             None => None,
         };
         metrics.rules_loaded.set(count_rules(&rules));
-        let counters = CounterCache::default();
-        let live = LiveStats::default();
+        let recorder = Recorder::new(&metrics, &options.clock);
         Ok(Engine {
             loaded: ArcSwap::from_pointee(LoadedRules {
-                counters: rule_counters(&counters, &rules),
-                live: live.for_rules(&rules),
+                records: recorder.for_rules(&rules),
                 rules,
                 limiters,
                 redis: redis_limits,
@@ -171,10 +148,9 @@ impl Engine {
             redis,
             options,
             metrics,
-            counters,
+            recorder,
             keys,
             modes,
-            live,
         })
     }
 
@@ -218,8 +194,7 @@ impl Engine {
         }
         self.metrics.rules_loaded.set(count_rules(&rules));
         self.loaded.store(Arc::new(LoadedRules {
-            counters: rule_counters(&self.counters, &rules),
-            live: self.live.for_rules(&rules),
+            records: self.recorder.for_rules(&rules),
             rules,
             limiters,
             redis,
@@ -273,73 +248,24 @@ impl Engine {
         Ok(previous)
     }
 
-    /// What the live page shows, as `GET /admin/stats` answers it (documented in the README).
-    pub(crate) fn live_stats(&self) -> AdminStats {
-        let now = self.options.clock.now();
-        let loaded = self.loaded.load();
-        let modes = self.modes.table();
-        let idle = RuleStats::default();
-        let mut rules = Vec::new();
-        for domain in loaded.rules.domains() {
-            for rule in loaded.rules.rules(domain) {
-                let live = loaded.live.get(rule.index()).and_then(Option::as_deref);
-                let top_limited = live
-                    .and_then(RuleLive::recorded_top)
-                    .map(|top| top.top(now, TOP_KEYS))
-                    .unwrap_or_default()
-                    .into_iter()
-                    .map(|(key, count)| LimitedKey { key, count })
-                    .collect();
-                rules.push(RuleEntry {
-                    id: rule.id.clone(),
-                    domain: domain.to_owned(),
-                    file: rule.source.file.display().to_string(),
-                    line: rule.source.position.line,
-                    column: rule.source.position.column,
-                    mode: modes.of(&rule.id),
-                    shadow_mode: rule.shadow_mode,
-                    series: live
-                        .and_then(RuleLive::recorded_stats)
-                        .unwrap_or(&idle)
-                        .series(now),
-                    top_limited,
-                });
-            }
-        }
-        // No answer in the last minute: no percentiles (null), rather than zeros.
-        let latency = if self.live.latency.count(now) > 0 {
-            LatencyPercentiles::from_values(&self.live.latency.percentiles(now, &LATENCY_QUANTILES))
-        } else {
-            LatencyPercentiles::default()
-        };
-        let backend = match &self.redis {
-            None => BackendStats::memory(self.reloads()),
-            Some(redis) => BackendStats::redis(redis, self.reloads()),
-        };
-        let keys = KeyCount {
-            live: Some(self.keys.budget().live()),
-            max: Some(self.keys.budget().max_keys()),
-        };
-        AdminStats::at(now, modes.as_ref().clone(), backend, latency, keys, rules)
+    /// Where decisions and call durations are recorded.
+    pub(crate) fn recorder(&self) -> &Recorder {
+        &self.recorder
     }
 
-    fn reloads(&self) -> Reloads {
-        let count = |kind| {
-            self.metrics
-                .config_loads
-                .get_or_create(&crate::serve::metrics::KindLabel { kind })
-                .get()
-        };
-        Reloads {
-            success: count("success"),
-            failure: count("failure"),
-        }
+    /// The service's clock.
+    pub(crate) fn clock(&self) -> &ServiceClock {
+        &self.options.clock
     }
 
-    /// Records how long a call took to answer, for the live page.
-    pub fn record_latency(&self, elapsed: Duration) {
-        let micros = u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX);
-        self.live.latency.record(self.options.clock.now(), micros);
+    /// The Redis backend, if counters live there.
+    pub(crate) fn redis(&self) -> Option<&RedisBackend> {
+        self.redis.as_ref()
+    }
+
+    /// The in-memory key budget.
+    pub(crate) fn keys(&self) -> &KeyCap {
+        &self.keys
     }
 
     /// Checks a call's size against the configured caps (the transports call this before
@@ -419,109 +345,21 @@ impl Engine {
         decided: Decided<'_, L>,
         loaded: &LoadedRules,
     ) -> Verdict {
-        let clock = &self.options.clock;
         // Read once, for the live page (and the fixed windows' resets).
-        let now = clock.now();
-        let live_of = |index: usize| {
-            stats[index]
-                .rule
-                .and_then(|rule| loaded.live.get(rule))
-                .and_then(Option::as_deref)
-        };
-        let mut statuses = Statuses::from_elem(DescriptorVerdict::unlimited(), descriptors);
-        for (check, decision) in decided {
-            if !decision.is_some_and(|d| d.allowed()) && check.role != Role::CheckOnly {
-                if let Some(live) = live_of(check.descriptor) {
-                    live.top().add(now, &check.key, check.permits.get());
-                }
-            }
-            let status = verdict_for(check, decision, || now);
-            let slot = &mut statuses[check.descriptor];
-            if tighter(&status, slot) {
-                *slot = status;
-            }
-        }
-        // Quota-mode descriptors over their limit fail the call only if all of them are.
-        let (mut quotas, mut quotas_over) = (0, 0);
-        for (status, stats) in statuses.iter().zip(stats) {
-            if stats.role == Role::Quota && status.current_limit.is_some() {
-                quotas += 1;
-                quotas_over += usize::from(status.code == Code::OverLimit);
-            }
-        }
-        let mut overall = Code::Ok;
-        let metrics = &*self.metrics;
-        for (index, status) in statuses.iter_mut().enumerate() {
-            let DescriptorStats {
-                counters,
-                role,
-                unlimited,
-                rule: _,
-            } = &stats[index];
-            let live = live_of(index).map(RuleLive::stats);
-            if status.current_limit.is_none() {
-                if *unlimited {
-                    status.limit_remaining = u32::MAX;
-                }
-                counters.count_no_limit(metrics);
-                continue;
-            }
-            if status.code == Code::OverLimit {
-                match role {
-                    Role::Shadow => {
-                        status.code = Code::Ok;
-                        counters.count_shadow_over_limit(metrics);
-                        if let Some(live) = live {
-                            live.shadow_denied.add(now, 1);
-                        }
-                        continue;
-                    }
-                    // Nothing was asked for: nothing is over (as upstream, whose counter
-                    // plus zero is never above the limit).
-                    Role::CheckOnly => status.code = Code::Ok,
-                    Role::Quota | Role::Enforce => {
-                        if *role == Role::Enforce || quotas_over == quotas {
-                            overall = Code::OverLimit;
-                        }
-                        counters.count_over_limit(metrics);
-                        if let Some(live) = live {
-                            live.denied.add(now, 1);
-                        }
-                        continue;
-                    }
-                }
-            }
-            if let Some(limit) = &status.current_limit {
-                if u64::from(status.limit_remaining) * 5 < u64::from(limit.requests_per_unit) {
-                    counters.count_near_limit(metrics);
-                    if let Some(live) = live {
-                        live.near_limit.add(now, 1);
-                    }
-                }
-            }
-            counters.count_ok(metrics);
-            if let Some(live) = live {
-                live.allowed.add(now, 1);
-            }
-        }
-        if self.options.shadow_mode {
-            overall = Code::Ok;
-        }
-        let mut headers = headers_for(&statuses, &self.options.headers);
-        if overall == Code::Ok && quotas_over > 0 {
-            // A quota over its limit does not fail a call another quota lets through.
-            headers.retain(|(name, _)| name != "Retry-After");
-        }
-        Verdict {
-            overall,
-            statuses,
-            headers,
-        }
+        let now = self.options.clock.now();
+        verdict(
+            descriptors,
+            stats,
+            decided,
+            &loaded.records,
+            now,
+            self.options.shadow_mode,
+            &self.options.headers,
+        )
     }
 
     /// The limits each descriptor names, each in the store's form (`limit_of` the limit in
-    /// memory and in Redis; `None`: nothing passes), and what metrics record of each
-    /// descriptor.
+    /// memory and in Redis; `None`: nothing passes), and what is recorded of each descriptor.
     fn plan<L>(
         &self,
         call: &RateLimitCall,
@@ -534,13 +372,13 @@ impl Engine {
         } else {
             UNKNOWN_DOMAIN
         };
-        let counters = |rule: &str| self.counters.get(domain_label, rule);
+        let totals = |rule: &str| self.recorder.totals().get(domain_label, rule);
         let modes = self.modes.table();
         let matches = find_all(&loaded.rules, call);
         let mut checks = SmallVec::new();
         let mut stats = SmallVec::with_capacity(call.descriptors.len());
-        let no_limit = |counters: Arc<RuleCounters>| DescriptorStats {
-            counters,
+        let no_limit = |totals: Arc<DecisionTotals>| DescriptorStats {
+            totals,
             role: Role::Enforce,
             unlimited: false,
             rule: None,
@@ -563,7 +401,7 @@ impl Engine {
             if let Some(limit_override) = descriptor.limit_override.filter(|_| known_domain) {
                 let mode = modes.every_rule;
                 let Some(enforcer) = self.override_enforcer(limit_override) else {
-                    stats.push(no_limit(counters("limit_override")));
+                    stats.push(no_limit(totals("limit_override")));
                     continue;
                 };
                 let limit = match mode {
@@ -585,7 +423,7 @@ impl Engine {
                     role: role_of(mode, Role::Enforce),
                 });
                 stats.push(DescriptorStats {
-                    counters: counters("limit_override"),
+                    totals: totals("limit_override"),
                     role: role_of(mode, Role::Enforce),
                     unlimited: false,
                     rule: None,
@@ -593,7 +431,7 @@ impl Engine {
                 continue;
             }
             let Some(mut found) = found else {
-                stats.push(no_limit(counters("")));
+                stats.push(no_limit(totals("")));
                 continue;
             };
             let mode = modes.of(&found.rule.id);
@@ -607,20 +445,21 @@ impl Engine {
                     Role::Enforce
                 },
             );
-            let rule_counters = loaded.counters.get(found.rule.index()).cloned().flatten();
-            let descriptor_counters = match (&found.stats_key, rule_counters) {
-                // Borrowed: the rule's id, whose counters were found when the rules loaded.
+            let rule_totals = loaded.records.totals_of(found.rule.index()).cloned();
+            let descriptor_totals = match (&found.stats_key, rule_totals) {
+                // Borrowed: the rule's id, whose totals were found when the rules loaded.
                 (Cow::Borrowed(_), Some(by_rule)) => by_rule,
                 // From the request's values: kept while there is room, else the rule's.
                 (Cow::Owned(key), by_rule) => self
-                    .counters
+                    .recorder
+                    .totals()
                     .get_if_room(domain_label, key)
                     .or(by_rule)
-                    .unwrap_or_else(|| counters(&found.rule.id)),
-                (Cow::Borrowed(key), None) => counters(key),
+                    .unwrap_or_else(|| totals(&found.rule.id)),
+                (Cow::Borrowed(key), None) => totals(key),
             };
             stats.push(DescriptorStats {
-                counters: descriptor_counters,
+                totals: descriptor_totals,
                 role,
                 unlimited: found.rule.unlimited,
                 rule: Some(found.rule.index()),
@@ -738,50 +577,6 @@ fn entries_of(descriptor: &DescriptorCall) -> Vec<(&str, &str)> {
         .collect()
 }
 
-/// One check's answer. A fixed window resets at its window's end whether or not anything was
-/// counted in it (as envoyproxy/ratelimit reports it), so its reset is read from the clock
-/// (`now`) where the decision has none.
-fn verdict_for<L>(
-    check: &Check<L>,
-    decision: Option<Decision>,
-    now: impl FnOnce() -> Micros,
-) -> DescriptorVerdict {
-    let window = check.report.window;
-    let to_window_end = |now: Micros| {
-        let period = micros_ceil(window).max(1);
-        Duration::from_micros(period - now % period)
-    };
-    match decision {
-        Some(d) => DescriptorVerdict {
-            code: if d.allowed() {
-                Code::Ok
-            } else {
-                Code::OverLimit
-            },
-            limit_remaining: u32::try_from(d.remaining()).unwrap_or(u32::MAX),
-            duration_until_reset: Some(if check.report.aligned && d.reset_after_micros() == 0 {
-                to_window_end(now())
-            } else {
-                d.reset_after()
-            }),
-            retry_after: d.retry_after(),
-            current_limit: Some(check.report.clone()),
-        },
-        // Can never pass: zero requests allowed, or more hits than the limit holds.
-        None => DescriptorVerdict {
-            code: Code::OverLimit,
-            limit_remaining: 0,
-            duration_until_reset: Some(if check.report.aligned {
-                to_window_end(now())
-            } else {
-                window
-            }),
-            retry_after: None,
-            current_limit: Some(check.report.clone()),
-        },
-    }
-}
-
 /// A limit in Redis with its in-memory twin (the `local` policy's), or `None` if either says
 /// nothing passes.
 fn both_limits(memory: &Enforcer, redis: Option<&Arc<RedisEnforcer>>) -> Option<RedisLimits> {
@@ -792,12 +587,6 @@ fn both_limits(memory: &Enforcer, redis: Option<&Arc<RedisEnforcer>>) -> Option<
         }),
         _ => None,
     }
-}
-
-/// Whether `candidate` describes a descriptor better than `current`, by the rule the headers
-/// pick the tightest descriptor with.
-fn tighter(candidate: &DescriptorVerdict, current: &DescriptorVerdict) -> bool {
-    current.current_limit.is_none() || standing(candidate).is_tighter_than(&standing(current))
 }
 
 fn override_report(limit_override: LimitOverride) -> CurrentLimit {
@@ -822,20 +611,6 @@ fn override_key(domain: &str, entries: &[(String, String)]) -> String {
         key.push('_');
     }
     key
-}
-
-/// Each rule's counters under its id (its stats key unless the request's values name it), by
-/// rule index.
-fn rule_counters(cache: &CounterCache, rules: &RuleSet) -> Vec<Option<Arc<RuleCounters>>> {
-    let mut by_index = vec![None; rules.rule_count()];
-    for domain in rules.domains() {
-        for rule in rules.rules(domain) {
-            if let Some(slot) = by_index.get_mut(rule.index()) {
-                *slot = Some(cache.get(domain, &rule.id));
-            }
-        }
-    }
-    by_index
 }
 
 fn count_rules(rules: &RuleSet) -> i64 {

@@ -2,8 +2,6 @@
 
 use std::sync::Arc;
 
-use prometheus_client::metrics::histogram::Histogram;
-
 use envoy_types::pb::envoy::config::core::v3::HeaderValue;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
     DescriptorStatus, RateLimit,
@@ -16,20 +14,15 @@ use envoy_types::pb::google::protobuf::Duration as ProtoDuration;
 use tonic::{Request, Response, Status};
 
 use crate::serve::engine::Engine;
-use crate::serve::metrics::KindLabel;
 use crate::serve::protocol::{
     CallError, DescriptorCall, EnvoyUnit, LimitOverride, RateLimitCall, Verdict,
 };
+use crate::serve::request_timer::Transport;
 
 /// The gRPC service, answering from an [`Engine`].
 #[derive(Debug, Clone)]
 pub struct GrpcService {
     engine: Arc<Engine>,
-    // Looked up once: a family lookup per call costs a lock and a hash.
-    request_seconds: Histogram,
-    /// Times each call: the time-stamp counter, read in about a third of an `Instant::now`
-    /// (the same counter the limiters' `SystemClock` reads).
-    timer: quanta::Clock,
 }
 
 impl GrpcService {
@@ -40,16 +33,7 @@ impl GrpcService {
 
     /// A service answering from `engine`, unwrapped (to call it in process).
     pub fn new(engine: Arc<Engine>) -> GrpcService {
-        let request_seconds = engine
-            .metrics()
-            .request_seconds
-            .get_or_create(&KindLabel { kind: "grpc" })
-            .clone();
-        GrpcService {
-            engine,
-            request_seconds,
-            timer: quanta::Clock::new(),
-        }
+        GrpcService { engine }
     }
 }
 
@@ -59,15 +43,14 @@ impl RateLimitService for GrpcService {
         &self,
         request: Request<RateLimitRequest>,
     ) -> Result<Response<RateLimitResponse>, Status> {
-        let started = self.timer.raw();
+        let recorder = self.engine.recorder();
+        let started = recorder.start_request();
         let call = call_from_proto(request.into_inner())
             .and_then(|call| self.engine.check_call_size(&call).map(|()| call))
             .map_err(|e| Status::invalid_argument(e.to_string()))?;
         let verdict = self.engine.should_rate_limit(&call).await;
         let response = verdict_to_proto(verdict);
-        let elapsed = self.timer.delta(started, self.timer.raw());
-        self.request_seconds.observe(elapsed.as_secs_f64());
-        self.engine.record_latency(elapsed);
+        recorder.finish_request(Transport::Grpc, started);
         Ok(Response::new(response))
     }
 }

@@ -2,7 +2,6 @@
 //! `GET /rlconfig` (the rules in force) and `GET /metrics` (Prometheus).
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use axum::Router;
 use axum::body::Bytes;
@@ -14,8 +13,8 @@ use axum::routing::{get, post};
 use crate::plumbing::{Mode, OPENMETRICS_TEXT};
 use crate::serve::engine::Engine;
 use crate::serve::json::{call_from_json, verdict_to_json};
-use crate::serve::metrics::KindLabel;
 use crate::serve::protocol::Code;
+use crate::serve::request_timer::Transport;
 
 /// The largest request body accepted; a rate limit request is a few hundred bytes.
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
@@ -32,7 +31,7 @@ pub fn router(engine: Arc<Engine>) -> Router {
 }
 
 async fn json(State(engine): State<Arc<Engine>>, body: Bytes) -> Response {
-    let started = Instant::now();
+    let started = engine.recorder().start_request();
     let call = match call_from_json(&body).and_then(|c| engine.check_call_size(&c).map(|()| c)) {
         Ok(call) => call,
         Err(err) => return (StatusCode::BAD_REQUEST, format!("{err}\n")).into_response(),
@@ -51,12 +50,7 @@ async fn json(State(engine): State<Arc<Engine>>, body: Bytes) -> Response {
             response.headers_mut().append(name, value);
         }
     }
-    engine
-        .metrics()
-        .request_seconds
-        .get_or_create(&KindLabel { kind: "http" })
-        .observe(started.elapsed().as_secs_f64());
-    engine.record_latency(started.elapsed());
+    engine.recorder().finish_request(Transport::Http, started);
     response
 }
 

@@ -5,9 +5,11 @@ use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
 
 use parking_lot::Mutex;
+use sluicegate::Micros;
 use sluicegate_rules::RuleSet;
 
 use crate::plumbing::{HeavyHitters, LatencyWindow, RuleStats};
+use crate::serve::decision_totals::Outcome;
 
 /// What the page shows of one rule. Each part is made when first used (about 10 KB for the
 /// counts, 46 KB for the keys, which only a rule that denies needs): rules that see no traffic
@@ -21,8 +23,25 @@ pub(crate) struct RuleLive {
 impl RuleLive {
     /// Allowed, denied, shadow-denied and near-limit decisions per second.
     #[inline]
-    pub(crate) fn stats(&self) -> &RuleStats {
+    fn stats(&self) -> &RuleStats {
         self.stats.get_or_init(RuleStats::default)
+    }
+
+    /// Counts one decision at `now` in its window (a decision no limit applied to has none).
+    #[inline]
+    pub(crate) fn record(&self, outcome: Outcome, now: Micros) {
+        let windows = match outcome {
+            Outcome::NoLimit => return,
+            Outcome::Allowed { near_limit } => {
+                if near_limit {
+                    self.stats().near_limit.add(now, 1);
+                }
+                &self.stats().allowed
+            }
+            Outcome::Denied => &self.stats().denied,
+            Outcome::ShadowDenied => &self.stats().shadow_denied,
+        };
+        windows.add(now, 1);
     }
 
     /// The keys it denied most in the last minute.

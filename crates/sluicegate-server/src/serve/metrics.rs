@@ -9,26 +9,8 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-/// A decision's labels: which rule, and how it came out. The strings are shared (`Arc`) so
-/// that counting a decision clones no string.
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct DecisionLabels {
-    /// The rules' domain.
-    pub domain: Arc<String>,
-    /// The rule's stats key (envoyproxy/ratelimit's naming).
-    pub rule: Arc<String>,
-    /// `ok`, `over_limit`, `shadow_over_limit`, `unlimited` or `no_rule`.
-    pub outcome: &'static str,
-}
-
-/// A rule's labels.
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct RuleLabels {
-    /// The rules' domain.
-    pub domain: Arc<String>,
-    /// The rule's stats key.
-    pub rule: Arc<String>,
-}
+use crate::serve::decision_metrics::DecisionMetrics;
+use crate::serve::decision_totals::DecisionTotalsByKey;
 
 /// A rule's mode, set by the manual switch.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -50,12 +32,9 @@ pub struct KindLabel {
 #[derive(Debug)]
 pub struct Metrics {
     registry: Registry,
-    /// Decisions per domain, rule and outcome.
-    pub decisions: Family<DecisionLabels, Counter>,
-    /// Allowed decisions that used more than 80% of the limit (envoyproxy's `near_limit`).
-    pub near_limit: Family<RuleLabels, Counter>,
-    /// Requests a shadow-mode rule would have denied.
-    pub shadow_mode: Family<RuleLabels, Counter>,
+    /// Decisions per domain, stats key and outcome, read by the registry at scrape time
+    /// (`sluicegate_decisions_total`, `_near_limit_total`, `_shadow_mode_total`).
+    pub(crate) decision_totals: Arc<DecisionTotalsByKey>,
     /// Backend failures by kind (`timeout`, `connection`, ...).
     pub backend_errors: Family<KindLabel, Counter>,
     /// Rule loads by result (`success`, `failure`).
@@ -81,26 +60,14 @@ impl Metrics {
     /// A registry with every metric registered.
     pub fn new() -> Metrics {
         let mut registry = Registry::with_prefix("sluicegate");
-        let decisions = Family::<DecisionLabels, Counter>::default();
-        let near_limit = Family::<RuleLabels, Counter>::default();
-        let shadow_mode = Family::<RuleLabels, Counter>::default();
+        let decision_totals = Arc::new(DecisionTotalsByKey::default());
+        registry.register_collector(Box::new(DecisionMetrics(Arc::clone(&decision_totals))));
         let backend_errors = Family::<KindLabel, Counter>::default();
         let config_loads = Family::<KindLabel, Counter>::default();
         let rules_loaded = Gauge::default();
         let request_seconds = Family::<KindLabel, Histogram>::new_with_constructor(|| {
             Histogram::new(exponential_buckets(0.000_025, 2.0, 16))
         });
-        registry.register("decisions", "Rate limit decisions", decisions.clone());
-        registry.register(
-            "near_limit",
-            "Allowed decisions above 80% of their limit",
-            near_limit.clone(),
-        );
-        registry.register(
-            "shadow_mode",
-            "Requests a shadow-mode rule would have denied",
-            shadow_mode.clone(),
-        );
         registry.register("backend_errors", "Backend failures", backend_errors.clone());
         registry.register("config_loads", "Rule file loads", config_loads.clone());
         registry.register("rules_loaded", "Rules in force", rules_loaded.clone());
@@ -137,9 +104,7 @@ impl Metrics {
         );
         Metrics {
             registry,
-            decisions,
-            near_limit,
-            shadow_mode,
+            decision_totals,
             backend_errors,
             config_loads,
             rules_loaded,
