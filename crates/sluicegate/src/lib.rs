@@ -29,6 +29,7 @@ mod clock;
 mod decision;
 mod error;
 mod limiter;
+pub mod over_limit;
 mod rate;
 mod spec;
 mod state_machine;
