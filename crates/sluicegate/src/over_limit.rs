@@ -170,18 +170,33 @@ mod tests {
         let window = AnyAlgorithm::from(FixedWindow::new(10, Duration::from_secs(10))?);
         // 7 counted: 3 left, a request of 5 denied at 4 s, until the window ends at 10 s.
         let denial = Decision::deny(10, 3, 6_000_000, Some(6_000_000));
-        let entry = OverLimit::from_denial(&window, Op::Check, 5, &denial, 4_000_000)
-            .ok_or("cached")?;
+        let entry =
+            OverLimit::from_denial(&window, Op::Check, 5, &denial, 4_000_000).ok_or("cached")?;
         let expected = Decision::deny(10, 3, 1_000_000, Some(1_000_000));
         assert_eq!(entry.answer(Op::Check, 4, 9_000_000), Some(expected));
         assert_eq!(entry.answer(Op::Peek, 10, 9_000_000), Some(expected));
         assert_eq!(entry.answer(Op::Check, 3, 9_000_000), None, "3 fit");
-        assert_eq!(entry.answer(Op::Check, 11, 9_000_000), None, "beyond capacity");
-        assert_eq!(entry.answer(Op::Check, 4, 10_000_000), None, "the next window");
-        assert_eq!(entry.answer(Op::Check, 4, 3_999_999), None, "a clock gone back");
+        assert_eq!(
+            entry.answer(Op::Check, 11, 9_000_000),
+            None,
+            "beyond capacity"
+        );
+        assert_eq!(
+            entry.answer(Op::Check, 4, 10_000_000),
+            None,
+            "the next window"
+        );
+        assert_eq!(
+            entry.answer(Op::Check, 4, 3_999_999),
+            None,
+            "a clock gone back"
+        );
         // 3 left: a charge would count past the limit and deny the 3 later: not skipped.
         assert_eq!(entry.answer(Op::Charge, 4, 9_000_000), None);
-        assert_eq!(entry.answer(Op::Reserve { max_wait: None }, 4, 9_000_000), None);
+        assert_eq!(
+            entry.answer(Op::Reserve { max_wait: None }, 4, 9_000_000),
+            None
+        );
         Ok(())
     }
 
@@ -207,8 +222,16 @@ mod tests {
             entry.answer(Op::Check, 3, 21_000),
             Some(Decision::deny(5, 2, 280_000, Some(60_000)))
         );
-        assert_eq!(entry.answer(Op::Check, 4, 21_000), None, "its retry differs");
-        assert_eq!(entry.answer(Op::Charge, 3, 21_000), None, "a charge moves the debt");
+        assert_eq!(
+            entry.answer(Op::Check, 4, 21_000),
+            None,
+            "its retry differs"
+        );
+        assert_eq!(
+            entry.answer(Op::Charge, 3, 21_000),
+            None,
+            "a charge moves the debt"
+        );
         assert_eq!(entry.answer(Op::Check, 3, 81_000), None, "it fits then");
         // Two short: one more permit is available before the request fits; not cached.
         let short_two = Decision::deny(5, 1, 300_000, Some(180_000));

@@ -30,7 +30,8 @@ fn events(max_permits: u64, max_gap: u64) -> impl Strategy<Value = Vec<Event>> {
         2 => Just(Op::Charge),
         1 => Just(Op::Release),
     ];
-    let event = (gap, 1..=max_permits, op).prop_map(|(gap, permits, op)| Event { gap, permits, op });
+    let event =
+        (gap, 1..=max_permits, op).prop_map(|(gap, permits, op)| Event { gap, permits, op });
     prop::collection::vec(event, 1..120)
 }
 
@@ -159,9 +160,12 @@ fn a_hot_key_over_its_limit_is_mostly_answered_from_the_entry() -> Result<(), Te
     let window: AnyAlgorithm = FixedWindow::new(10, Duration::from_secs(1))
         .map_err(|e| TestCaseError::fail(e.to_string()))?
         .into();
-    let gcra: AnyAlgorithm = Gcra::new(Rate::per_second(100).map_err(|e| TestCaseError::fail(e.to_string()))?, 10)
-        .map_err(|e| TestCaseError::fail(e.to_string()))?
-        .into();
+    let gcra: AnyAlgorithm = Gcra::new(
+        Rate::per_second(100).map_err(|e| TestCaseError::fail(e.to_string()))?,
+        10,
+    )
+    .map_err(|e| TestCaseError::fail(e.to_string()))?
+    .into();
     // 100 ms of requests every 100 µs: 10 pass, 1 denial asked, the rest answered.
     assert_eq!(run(&window, 0, &trace)?, 989);
     // 100 per second: one passes every 10 ms, each after one denial asked.
