@@ -14,8 +14,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use sluicegate::Decision;
+use sluicegate::state_machine::Op;
 use sluicegate::store::{FailureKind, Held, Outcome, Request, Store, StoreError};
-use sluicegate::{Decision, Op};
 
 use crate::error::RedisLimitError;
 use crate::lease::{Lease, LeaseOp};

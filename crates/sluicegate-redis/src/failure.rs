@@ -12,8 +12,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
+use sluicegate::Decision;
+use sluicegate::clock::micros_ceil;
+use sluicegate::state_machine::Op;
 use sluicegate::store::{FailureKind, Held, Now, Outcome, Request, Store, StoreError};
-use sluicegate::{Decision, Op, micros_ceil};
 use tokio::time::Instant;
 
 /// The answer given when the store is down, slow, or refusing work.

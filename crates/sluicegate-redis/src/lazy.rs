@@ -5,7 +5,7 @@
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use sluicegate::Op;
+use sluicegate::state_machine::Op;
 use sluicegate::store::{FailureKind, Held, Now, Outcome, Request, Store, StoreError};
 
 use crate::decide::NamedLimit;

@@ -2,10 +2,12 @@
 
 use std::time::Duration;
 
+use sluicegate::clock::micros_ceil;
+use sluicegate::rate::Pace;
+use sluicegate::state_machine::Op;
 use sluicegate::{
     Algorithm as _, AnyAlgorithm, Concurrency, ConfigError, FixedWindow, Gcra, LeakyBucket,
-    LeakyQueue, Micros, Op, Pace, QueueDelay, Rate, SlidingLog, SlidingWindow, TokenBucket,
-    micros_ceil,
+    LeakyQueue, Micros, QueueDelay, Rate, SlidingLog, SlidingWindow, TokenBucket,
 };
 
 use crate::scripts::OneEntry;

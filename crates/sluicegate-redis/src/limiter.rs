@@ -2,7 +2,8 @@
 
 use std::num::NonZeroU64;
 
-use sluicegate::{Decision, Op};
+use sluicegate::Decision;
+use sluicegate::state_machine::Op;
 
 use crate::error::RedisLimitError;
 use crate::lease::{Lease, LeaseOp};

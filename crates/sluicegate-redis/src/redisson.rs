@@ -95,7 +95,7 @@ impl RateLimiterObject {
     ) -> Result<bool, RedisLimitError> {
         // The same bounds as a sliding log in Redis.
         RedisLimit::sliding_log(rate, interval)?;
-        let interval_us = sluicegate::micros_ceil(interval);
+        let interval_us = sluicegate::clock::micros_ceil(interval);
         let args = vec![
             op.into(),
             rate.to_string().into_bytes(),

@@ -5,7 +5,8 @@
 use std::num::NonZeroU64;
 
 use redis::Value;
-use sluicegate::{Decision, Micros, Op};
+use sluicegate::state_machine::Op;
+use sluicegate::{Decision, Micros};
 
 use crate::error::RedisLimitError;
 use crate::lease::Lease;

@@ -7,7 +7,8 @@ use std::time::Duration;
 use redis::Value;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClientBuilder;
-use sluicegate::{ConfigError, Micros, Op};
+use sluicegate::state_machine::Op;
+use sluicegate::{ConfigError, Micros};
 
 use crate::batch::{Batcher, OneCall};
 use crate::connection::{Connection, Link, bounded};
@@ -189,7 +190,7 @@ impl RedisStore {
 
     /// Decides every request at once: allowed only if each limit allows, and then charged to
     /// all of them; if one denies, none is charged, and the limits that would have allowed
-    /// report a peek: what they have now, uncharged (as [`sluicegate::decide_together`]
+    /// report a peek: what they have now, uncharged (as [`sluicegate::limiter::decide_together`]
     /// does). One script call, one round trip. The same limit name and key may appear only
     /// once.
     pub async fn decide_all(

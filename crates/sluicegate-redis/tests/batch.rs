@@ -5,7 +5,8 @@
 use std::num::NonZeroU64;
 use std::time::Duration;
 
-use sluicegate::{Decision, Op, Rate};
+use sluicegate::state_machine::Op;
+use sluicegate::{Decision, Rate};
 use sluicegate_redis::testing::{RedisServer, calls_of, command_calls};
 use sluicegate_redis::{
     Now, RedisLimit, RedisLimitError, RedisLimiter, RedisStore, ScriptMode, StoreConfig,

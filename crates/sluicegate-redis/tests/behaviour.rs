@@ -4,7 +4,8 @@ use std::num::NonZeroU64;
 use std::sync::Arc;
 use std::time::Duration;
 
-use sluicegate::{Algorithm, Gcra, Op, QueueDelay, Rate, TokenBucket};
+use sluicegate::state_machine::Op;
+use sluicegate::{Algorithm, Gcra, QueueDelay, Rate, TokenBucket};
 use sluicegate_redis::{Now, RedisLimit, RedisLimitError, RedisLimiter, RedisStore, StoreConfig};
 
 use sluicegate_redis::testing::RedisServer;

@@ -3,7 +3,8 @@
 
 use std::num::NonZeroU64;
 
-use sluicegate::{Algorithm, Gcra, Op, Rate, TokenBucket};
+use sluicegate::state_machine::Op;
+use sluicegate::{Algorithm, Gcra, Rate, TokenBucket};
 use sluicegate_redis::{Now, RedisLimit, RedisLimitError, RedisLimiter, ScriptMode, StoreConfig};
 
 use sluicegate_redis::testing::RedisCluster;

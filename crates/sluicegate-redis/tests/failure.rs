@@ -6,8 +6,9 @@ use std::num::NonZeroU64;
 use std::sync::Arc;
 use std::time::Duration;
 
+use sluicegate::state_machine::Op;
 use sluicegate::store::{MemoryStore, Now as At, Outcome, Request, Store};
-use sluicegate::{AnyAlgorithm, FixedWindow, Gcra, KeyedLimiter, ManualClock, Op, Rate};
+use sluicegate::{AnyAlgorithm, FixedWindow, Gcra, KeyedLimiter, ManualClock, Rate};
 use sluicegate_redis::{
     Both, FailSafe, FailSafeError, FailurePolicy, NamedLimit, RedisLimit, RedisLimitError,
     RedisLimiter, RedisStore, StoreConfig,

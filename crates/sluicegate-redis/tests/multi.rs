@@ -6,8 +6,9 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
+use sluicegate::state_machine::Op;
 use sluicegate::{
-    Algorithm, CheckError, Decision, FixedWindow, Gcra, LeakyBucket, LeakyQueue, Micros, Op,
+    Algorithm, CheckError, Decision, FixedWindow, Gcra, LeakyBucket, LeakyQueue, Micros,
     QueueDelay, Rate, SlidingLog, SlidingWindow, TokenBucket,
 };
 use sluicegate_redis::{Now, RedisLimit, RedisLimitError, RedisLimiter, ScriptMode, StoreConfig};

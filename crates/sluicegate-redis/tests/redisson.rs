@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
-use sluicegate::{Algorithm, Op, SlidingLog};
+use sluicegate::state_machine::Op;
+use sluicegate::{Algorithm, SlidingLog};
 use sluicegate_redis::{
     Now, RateConfig, RateLimiterObject, RateType, RedisLimitError, RedisStore, StoreConfig,
 };

@@ -270,7 +270,7 @@ fn unit_micros(unit: &str) -> Option<u64> {
 /// is seconds.
 ///
 /// ```
-/// use sluicegate::parse_duration;
+/// use sluicegate::rate::parse_duration;
 /// use std::time::Duration;
 /// assert_eq!(parse_duration("1.5s")?, Duration::from_millis(1500));
 /// assert_eq!(parse_duration("250ms")?, Duration::from_millis(250));

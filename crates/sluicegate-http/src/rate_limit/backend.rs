@@ -12,8 +12,9 @@ use std::num::NonZeroU64;
 use std::sync::Arc;
 use std::time::Duration;
 
+use sluicegate::state_machine::Op;
 use sluicegate::store::Held;
-use sluicegate::{Admission, CheckError, Decision, Op};
+use sluicegate::{Admission, CheckError, Decision};
 use smallvec::SmallVec;
 
 use crate::rate_limit::error::BackendError;

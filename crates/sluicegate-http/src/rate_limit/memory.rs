@@ -5,10 +5,10 @@ use std::hash::Hash;
 use std::num::NonZeroU64;
 use std::sync::Arc;
 
+use sluicegate::limiter::{KeyBudget, LimitTarget, decide_together};
+use sluicegate::state_machine::Op;
 use sluicegate::store::Held;
-use sluicegate::{
-    AnyAlgorithm, Clock, KeyBudget, KeyedLimiter, LimitTarget, Op, SystemClock, decide_together,
-};
+use sluicegate::{AnyAlgorithm, Clock, KeyedLimiter, SystemClock};
 use smallvec::SmallVec;
 
 use crate::rate_limit::backend::{AtOnce, Backend, Verdict};

@@ -35,7 +35,7 @@
 //! storage of your own: Redis (`sluicegate_redis::RedisStore`, shared by several processes;
 //! `FailSafe` behind its failure policy), the core's
 //! [`MemoryStore`](sluicegate::store::MemoryStore), or yours. The layer asks the store to decide each request's limits together
-//! ([`Store::decide`](sluicegate::store::Store::decide) with [`Op::Check`](sluicegate::Op)),
+//! ([`Store::decide`](sluicegate::store::Store::decide) with [`Op::Check`](sluicegate::state_machine::Op)),
 //! gives a concurrency limit's permits back when the response ends
 //! ([`Store::release`](sluicegate::store::Store::release)), and renews them meanwhile if the
 //! store leases them. The remote rate limit service of the `rls` feature is given to
@@ -49,7 +49,8 @@
 //!
 //! use http::{HeaderName, Request, Response};
 //! use sluicegate::store::{Held, MemoryStore, Now, Outcome, Request as Ask, Store};
-//! use sluicegate::{AnyAlgorithm, CheckError, KeyedLimiter, Op};
+//! use sluicegate::{AnyAlgorithm, CheckError, KeyedLimiter};
+//! use sluicegate::state_machine::Op;
 //! use sluicegate_http::rate_limit::{LimitInfo, RateLimitLayer, key::Header};
 //! use tower::{Layer, ServiceExt, service_fn};
 //!

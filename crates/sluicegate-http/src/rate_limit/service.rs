@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::{Request, Response};
-use sluicegate::Op;
+use sluicegate::state_machine::Op;
 use tower_service::Service;
 
 use crate::rate_limit::answer;

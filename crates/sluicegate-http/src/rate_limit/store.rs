@@ -10,7 +10,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use sluicegate::Op;
+use sluicegate::state_machine::Op;
 use sluicegate::store::{FailureKind, Held, Now, Request, Store, StoreError as _};
 use tokio::time::{Instant, MissedTickBehavior};
 

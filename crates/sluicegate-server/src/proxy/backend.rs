@@ -9,8 +9,10 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
+use sluicegate::AnyAlgorithm;
+use sluicegate::limiter::{LimitTarget, decide_together};
+use sluicegate::state_machine::Op;
 use sluicegate::store::Held;
-use sluicegate::{AnyAlgorithm, LimitTarget, Op, decide_together};
 use smallvec::SmallVec;
 
 use crate::proxy::backing::Backing;

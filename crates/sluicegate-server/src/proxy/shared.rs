@@ -12,8 +12,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use sluicegate::state_machine::Op;
 use sluicegate::store::{FailureKind, MemoryStore, Now, Outcome, Request, Store, StoreError};
-use sluicegate::{AnyAlgorithm, ConfigError, KeyedLimiter, Op};
+use sluicegate::{AnyAlgorithm, ConfigError, KeyedLimiter};
 use sluicegate_redis::{Both, NamedLimit, RedisLimit};
 
 use crate::plumbing::{RedisSettings, SafeRedis};

@@ -4,8 +4,10 @@
 use std::num::NonZeroU64;
 use std::sync::Arc;
 
+use sluicegate::limiter::{LimitTarget, decide_together};
+use sluicegate::state_machine::Op;
 use sluicegate::store::Request;
-use sluicegate::{AnyAlgorithm, Decision, LimitTarget, Op, decide_together};
+use sluicegate::{AnyAlgorithm, Decision};
 use sluicegate_redis::Both;
 use smallvec::SmallVec;
 

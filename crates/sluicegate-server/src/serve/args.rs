@@ -12,7 +12,7 @@ use crate::redis_args::RedisArgs;
 /// A reload interval: a duration of at least 10 ms (a shorter one would poll the files in a
 /// busy loop).
 fn parse_reload_interval(text: &str) -> Result<Duration, String> {
-    let interval = sluicegate::parse_duration(text).map_err(|error| error.to_string())?;
+    let interval = sluicegate::rate::parse_duration(text).map_err(|error| error.to_string())?;
     if interval < Duration::from_millis(10) {
         return Err(format!("`{text}` is shorter than 10ms"));
     }

@@ -4,7 +4,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use sluicegate::{Decision, Micros, micros_ceil};
+use sluicegate::clock::micros_ceil;
+use sluicegate::{Decision, Micros};
 
 use crate::serve::check::{Check, Decided, Role};
 use crate::serve::decision_totals::{DecisionTotals, Outcome};

@@ -14,7 +14,7 @@ const MAX_TOLERANCE: u64 = 1 << 61;
 /// The furthest a bucket may be from full, in ticks, reservations included: a reservation that
 /// would take it further is denied (its `retry_after` says when it would fit), never clamped,
 /// so an admitted reservation is always charged in full. Denied permits counted by
-/// [`Op::Charge`](crate::Op::Charge) are clamped to it instead: that deep, a bucket refuses
+/// [`Op::Charge`](crate::state_machine::Op::Charge) are clamped to it instead: that deep, a bucket refuses
 /// for longer than any clock runs (146 000 years of whole-microsecond ticks).
 pub(crate) const MAX_DEBT: u64 = 1 << 62;
 
@@ -162,7 +162,7 @@ impl BucketShape {
         R::pass(self, debt_after)
     }
 
-    /// An allowed [`Op::Peek`](crate::Op::Peek): nothing is taken, so `remaining` is what
+    /// An allowed [`Op::Peek`](crate::state_machine::Op::Peek): nothing is taken, so `remaining` is what
     /// the bucket holds at `debt`; `reset_after` is what the grant would report, at
     /// `debt_after`.
     #[inline]
@@ -191,7 +191,7 @@ impl BucketShape {
         Decision::deny(self.burst(), 0, self.micros_ceil(debt), Some(retry_us))
     }
 
-    /// A denied [`Op::Charge`](crate::Op::Charge) of `n` permits that leaves the bucket
+    /// A denied [`Op::Charge`](crate::state_machine::Op::Charge) of `n` permits that leaves the bucket
     /// `debt_after` short of full: the debt kept (at most [`MAX_DEBT`], so stored times stay
     /// in range), and the denial, whose retry is when `n` more permits would fit after it.
     #[inline]
