@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use sluicegate::Decision;
 use sluicegate::state_machine::Op;
-use sluicegate::store::{FailureKind, Held, Outcome, Request, Store, StoreError};
+use sluicegate::store::{FailureKind, Held, Request, Store, StoreDecision, StoreError};
 
 use crate::error::RedisLimitError;
 use crate::lease::{Lease, LeaseOp};
@@ -71,7 +71,7 @@ impl<K: AsRef<[u8]> + ?Sized + Sync + 'static> Store<K> for RedisStore {
         requests: &'a [Request<'a, Arc<NamedLimit>, K>],
         op: Op,
         now: sluicegate::store::Now,
-    ) -> Result<Outcome, RedisLimitError> {
+    ) -> Result<StoreDecision, RedisLimitError> {
         let now = server_now(now);
         if let [only] = requests {
             let asked = [LimitRequest {
@@ -92,7 +92,7 @@ impl<K: AsRef<[u8]> + ?Sized + Sync + 'static> Store<K> for RedisStore {
             return multi
                 .decisions
                 .pop()
-                .map(|decision| Outcome::one(decision).holding(held))
+                .map(|decision| StoreDecision::one(decision).holding(held))
                 .ok_or_else(|| RedisLimitError::UnexpectedReply("no decision".into()));
         }
         // Each request's slot among the limits asked (the same limit and key: one slot).
@@ -138,7 +138,7 @@ impl<K: AsRef<[u8]> + ?Sized + Sync + 'static> Store<K> for RedisStore {
                 Some(Held { request, id })
             })
             .collect();
-        Ok(Outcome::many(outcome).holding(held))
+        Ok(StoreDecision::many(outcome).holding(held))
     }
 
     async fn release<'a>(

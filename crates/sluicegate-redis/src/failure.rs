@@ -15,7 +15,7 @@ use std::time::Duration;
 use sluicegate::Decision;
 use sluicegate::clock::micros_ceil;
 use sluicegate::state_machine::Op;
-use sluicegate::store::{FailureKind, Held, Now, Outcome, Request, Store, StoreError};
+use sluicegate::store::{FailureKind, Held, Now, Request, Store, StoreDecision, StoreError};
 use tokio::time::Instant;
 
 /// The answer given when the store is down, slow, or refusing work.
@@ -266,7 +266,7 @@ where
         op: Op,
         now: Now,
         deadline: Instant,
-    ) -> Result<Outcome, FailSafeError<P::Error, L::Error>> {
+    ) -> Result<StoreDecision, FailSafeError<P::Error, L::Error>> {
         if self.is_down() {
             self.failed(&Failure::Down);
             return self.by_policy(requests, op, now).await;
@@ -337,7 +337,7 @@ where
     /// Gives back what an allowed call holds: in the store, if it holds leases there; in the
     /// fallback, if the call was answered there (`local`, no leases); otherwise nothing (the
     /// policy took nothing, or no limit of the call holds permits). A primary store that holds
-    /// permits must report them in [`Outcome::held`].
+    /// permits must report them in [`StoreDecision::held`].
     async fn release_held<'a>(
         &'a self,
         requests: &'a [Asked<'a, P, L, K>],
@@ -396,7 +396,7 @@ where
         requests: &'a [Asked<'a, P, L, K>],
         op: Op,
         now: Now,
-    ) -> Result<Outcome, FailSafeError<P::Error, L::Error>> {
+    ) -> Result<StoreDecision, FailSafeError<P::Error, L::Error>> {
         if self.policy == FailurePolicy::Local {
             let asked = local_requests::<P, L, K>(requests);
             return self
@@ -421,8 +421,8 @@ where
             });
         }
         Ok(match <[Decision; 1]>::try_from(decisions) {
-            Ok([one]) => Outcome::one(one),
-            Err(many) => Outcome::many(many),
+            Ok([one]) => StoreDecision::one(one),
+            Err(many) => StoreDecision::many(many),
         })
     }
 }
@@ -466,7 +466,7 @@ where
         requests: &'a [Request<'a, Self::Limit, K>],
         op: Op,
         now: Now,
-    ) -> Result<Outcome, Self::Error> {
+    ) -> Result<StoreDecision, Self::Error> {
         self.decide_by(requests, op, now, Instant::now() + self.timeout)
             .await
     }
@@ -522,7 +522,7 @@ where
         requests: &'a [Request<'a, Self::Limit, K>],
         op: Op,
         now: Now,
-    ) -> Result<Outcome, Self::Error> {
+    ) -> Result<StoreDecision, Self::Error> {
         self.store.decide_by(requests, op, now, self.deadline).await
     }
 

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use sluicegate::clock::micros_ceil;
-use sluicegate::rate::Pace;
+use sluicegate::rate::TickInterval;
 use sluicegate::state_machine::Op;
 use sluicegate::{
     Algorithm as _, AnyAlgorithm, Concurrency, ConfigError, FixedWindow, Gcra, LeakyBucket,
@@ -89,7 +89,7 @@ pub(crate) struct Bucket {
     pub(crate) rate: Rate,
     pub(crate) burst: u64,
     pub(crate) initial: u64,
-    pub(crate) pace: Pace,
+    pub(crate) pace: TickInterval,
     pub(crate) tolerance: u64,
 }
 

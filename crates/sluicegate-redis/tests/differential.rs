@@ -620,8 +620,9 @@ fn multi_cases() -> impl Strategy<Value = (Vec<(u8, u64)>, Vec<MultiEvent>)> {
     })
 }
 
-/// Several limits on one request: Redis's `decide_all` answers as `sluicegate::limiter::decide_together`
-/// does, and when one limit denies, every limit reports what it has now, uncharged.
+/// Several limits on one request: Redis's `decide_all` answers as
+/// `sluicegate::limiter::decide_together` does, and when one limit denies, every limit reports what
+/// it has now, uncharged.
 #[test]
 fn multi_limit_requests_match_decide_together() -> Result<(), BoxError> {
     let h = Harness::new()?;

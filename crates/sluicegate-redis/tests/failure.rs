@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sluicegate::state_machine::Op;
-use sluicegate::store::{MemoryStore, Now as At, Outcome, Request, Store};
+use sluicegate::store::{MemoryStore, Now as At, Request, Store, StoreDecision};
 use sluicegate::{AnyAlgorithm, FixedWindow, Gcra, KeyedLimiter, ManualClock, Rate};
 use sluicegate_redis::{
     Both, FailSafe, FailSafeError, FailurePolicy, NamedLimit, RedisLimit, RedisLimitError,
@@ -68,7 +68,7 @@ async fn decide_one(
         key: &key,
         permits,
     }];
-    let outcome: Outcome = safe.decide(&request, Op::Check, now).await?;
+    let outcome: StoreDecision = safe.decide(&request, Op::Check, now).await?;
     let decision = outcome.decisions[0];
     Ok((decision, safe.failures() > before))
 }

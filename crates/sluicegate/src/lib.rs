@@ -52,8 +52,8 @@ pub use algorithm::{
 /// a store of their own around [`Algorithm::decide`]. Using a limiter needs none of it.
 pub mod state {
     pub use crate::algorithm::{
-        FixedWindowState, Held, LeakyBucketState, SlidingLogState, SlidingWindowState, SmoothState,
-        Tat, TokenBucketState,
+        ConcurrencyState, FixedWindowState, LeakyBucketState, SlidingLogState, SlidingWindowState,
+        SmoothState, Tat, TokenBucketState,
     };
     pub use crate::cell::{LockedCell, StateCell, WordCell};
     pub use crate::spec::any::AnyState;

@@ -35,10 +35,10 @@
 //! storage of your own: Redis (`sluicegate_redis::RedisStore`, shared by several processes;
 //! `FailSafe` behind its failure policy), the core's
 //! [`MemoryStore`](sluicegate::store::MemoryStore), or yours. The layer asks the store to decide each request's limits together
-//! ([`Store::decide`](sluicegate::store::Store::decide) with [`Op::Check`](sluicegate::state_machine::Op)),
-//! gives a concurrency limit's permits back when the response ends
-//! ([`Store::release`](sluicegate::store::Store::release)), and renews them meanwhile if the
-//! store leases them. The remote rate limit service of the `rls` feature is given to
+//! ([`Store::decide`](sluicegate::store::Store::decide) with
+//! [`Op::Check`](sluicegate::state_machine::Op)), gives a concurrency limit's permits back when the
+//! response ends ([`Store::release`](sluicegate::store::Store::release)), and renews them meanwhile
+//! if the store leases them. The remote rate limit service of the `rls` feature is given to
 //! [`Builder::build_with`].
 //!
 //! A store of one's own, here one that wraps the core's memory store to count what it denies:
@@ -48,7 +48,7 @@
 //! use std::sync::atomic::{AtomicU64, Ordering};
 //!
 //! use http::{HeaderName, Request, Response};
-//! use sluicegate::store::{Held, MemoryStore, Now, Outcome, Request as Ask, Store};
+//! use sluicegate::store::{Held, MemoryStore, Now, StoreDecision, Request as Ask, Store};
 //! use sluicegate::{AnyAlgorithm, CheckError, KeyedLimiter};
 //! use sluicegate::state_machine::Op;
 //! use sluicegate_http::rate_limit::{LimitInfo, RateLimitLayer, key::Header};
@@ -76,7 +76,7 @@
 //!         requests: &'a [Ask<'a, Limit, String>],
 //!         op: Op,
 //!         now: Now,
-//!     ) -> Result<Outcome, CheckError> {
+//!     ) -> Result<StoreDecision, CheckError> {
 //!         let outcome = self.memory.decide(requests, op, now).await?;
 //!         if !outcome.allowed {
 //!             self.denied.fetch_add(1, Ordering::Relaxed);

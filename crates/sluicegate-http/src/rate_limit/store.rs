@@ -226,7 +226,7 @@ where
 mod tests {
     use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-    use sluicegate::store::Outcome;
+    use sluicegate::store::StoreDecision;
     use sluicegate::{CheckError, Decision};
 
     use super::*;
@@ -264,12 +264,12 @@ mod tests {
             _requests: &'a [Request<'a, (), String>],
             _op: Op,
             _now: Now,
-        ) -> Result<sluicegate::store::Outcome, CheckError> {
+        ) -> Result<sluicegate::store::StoreDecision, CheckError> {
             let lease = Held {
                 request: 0,
                 id: "lease".into(),
             };
-            Ok(Outcome::one(Decision::allow(1, 0, 0)).holding(vec![lease]))
+            Ok(StoreDecision::one(Decision::allow(1, 0, 0)).holding(vec![lease]))
         }
 
         async fn release<'a>(

@@ -14,7 +14,7 @@ use bytes::Bytes;
 use http::{Request, Response};
 use http_body_util::Empty;
 use sluicegate::state_machine::Op;
-use sluicegate::store::{Held, MemoryStore, Now, Outcome, Request as StoreRequest, Store};
+use sluicegate::store::{Held, MemoryStore, Now, Request as StoreRequest, Store, StoreDecision};
 use sluicegate::{AnyAlgorithm, CheckError, KeyedLimiter, ManualClock};
 use sluicegate_http::rate_limit::key::Global;
 use sluicegate_http::rate_limit::{LimitInfo, RateLimitBody, RateLimitLayer};
@@ -173,7 +173,7 @@ impl Store<String> for Gated {
         requests: &'a [StoreRequest<'a, GatedLimit, String>],
         op: Op,
         now: Now,
-    ) -> Result<Outcome, CheckError> {
+    ) -> Result<StoreDecision, CheckError> {
         let _pass = self.gate.acquire().await;
         self.memory.decide(requests, op, now).await
     }

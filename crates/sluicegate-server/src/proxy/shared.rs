@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sluicegate::state_machine::Op;
-use sluicegate::store::{FailureKind, MemoryStore, Now, Outcome, Request, Store, StoreError};
+use sluicegate::store::{FailureKind, MemoryStore, Now, Request, Store, StoreDecision, StoreError};
 use sluicegate::{AnyAlgorithm, ConfigError, KeyedLimiter};
 use sluicegate_redis::{Both, NamedLimit, RedisLimit};
 
@@ -89,7 +89,7 @@ impl Shared {
         &self,
         requests: &[Request<'_, SharedLimit, KeyBytes>],
         max_keys: usize,
-    ) -> Result<Outcome, BackendError> {
+    ) -> Result<StoreDecision, BackendError> {
         self.redis
             .store()
             .decide(requests, Op::Check, Now::Store)

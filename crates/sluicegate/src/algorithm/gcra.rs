@@ -34,7 +34,8 @@ pub struct Gcra {
     shape: BucketShape,
 }
 
-/// The theoretical arrival time, in ticks of the rate's [`Pace`](crate::rate::Pace).
+/// The theoretical arrival time, in ticks of the rate's
+/// [`TickInterval`](crate::rate::TickInterval).
 ///
 /// Times are counted up to a horizon (Unix time in the year 2398 at the finest pace, far
 /// later at coarser ones); a clock reading beyond it counts as the horizon itself, so the

@@ -24,7 +24,7 @@ pub enum QueueDelay {
 }
 
 /// nginx `limit_req`: `rate`, `burst` and a [`QueueDelay`], exact in ticks of the rate's
-/// [`Pace`](crate::rate::Pace).
+/// [`TickInterval`](crate::rate::TickInterval).
 ///
 /// nginx keeps an `excess` per key and, for each request, computes
 /// `excess' = max(excess - rate * elapsed + 1, 0)`, rejecting it if `excess' > burst` and
