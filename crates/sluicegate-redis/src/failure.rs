@@ -40,7 +40,7 @@ const PROBE_AT_MOST_EVERY: Duration = Duration::from_millis(500);
 
 /// A limit of a [`FailSafe`] store: the store's form and the fallback's.
 #[derive(Debug, Clone)]
-pub struct Both<P, L> {
+pub struct FailSafeLimit<P, L> {
     /// The limit in the store.
     pub primary: P,
     /// The same limit in the local fallback.
@@ -118,7 +118,7 @@ impl<P: StoreError, L: StoreError> StoreError for FailSafeError<P, L> {
 
 /// What a [`FailSafe`] tells its observer.
 #[derive(Debug)]
-pub enum Event<'a, E> {
+pub enum FailSafeEvent<'a, E> {
     /// The store failed a call; the policy answered it.
     Failed(&'a Failure<'a, E>),
     /// The breaker marked the store down after this many outage failures in a row.
@@ -131,7 +131,8 @@ pub enum Event<'a, E> {
 }
 
 /// A request of a [`FailSafe`] store over `P` and `L`.
-type Asked<'a, P, L, K> = Request<'a, Both<<P as Store<K>>::Limit, <L as Store<K>>::Limit>, K>;
+type Asked<'a, P, L, K> =
+    Request<'a, FailSafeLimit<<P as Store<K>>::Limit, <L as Store<K>>::Limit>, K>;
 
 /// The primary store's form of `requests`.
 fn primary_requests<'a, P: Store<K>, L: Store<K>, K: ?Sized>(
@@ -162,7 +163,7 @@ fn local_requests<'a, P: Store<K>, L: Store<K>, K: ?Sized>(
 }
 
 /// Told of every failure of the store and of the breaker's changes (to count and log them).
-type Observer<E> = Arc<dyn Fn(&Event<'_, E>) + Send + Sync>;
+type Observer<E> = Arc<dyn Fn(&FailSafeEvent<'_, E>) + Send + Sync>;
 
 /// A store that still answers, within its timeout, when the wrapped store does not: by its
 /// [`FailurePolicy`], the `local` one deciding in the fallback store. Errors about the request
@@ -218,7 +219,7 @@ where
     /// Tells `observer` of every failure of the store and of the breaker's changes.
     pub fn with_observer(
         mut self,
-        observer: impl Fn(&Event<'_, P::Error>) + Send + Sync + 'static,
+        observer: impl Fn(&FailSafeEvent<'_, P::Error>) + Send + Sync + 'static,
     ) -> Self {
         self.observer = Some(Arc::new(observer));
         self
@@ -252,8 +253,8 @@ where
     /// This store with every call, together, bounded by `deadline` rather than each by the
     /// timeout: a caller that makes several calls for one request (a quota's peek, then the
     /// enforcing limits) waits at most once.
-    pub fn until(&self, deadline: Instant) -> Until<'_, P, L, K> {
-        Until {
+    pub fn until(&self, deadline: Instant) -> FailSafeWithDeadline<'_, P, L, K> {
+        FailSafeWithDeadline {
             store: self,
             deadline,
         }
@@ -304,7 +305,7 @@ where
     fn failed(&self, failure: &Failure<'_, P::Error>) {
         self.breaker.failures.fetch_add(1, Ordering::Relaxed);
         if let Some(observer) = &self.observer {
-            observer(&Event::Failed(failure));
+            observer(&FailSafeEvent::Failed(failure));
         }
         if !failure.is_outage() {
             return;
@@ -323,7 +324,7 @@ where
             return;
         };
         if let Some(observer) = &self.observer {
-            observer(&Event::MarkedDown {
+            observer(&FailSafeEvent::MarkedDown {
                 failures_in_a_row: in_a_row,
             });
         }
@@ -440,7 +441,7 @@ async fn probe_until_up<P: Store<K>, K: ?Sized + 'static>(
             breaker.failures_in_a_row.store(0, Ordering::Relaxed);
             breaker.down.store(false, Ordering::Release);
             if let Some(observer) = &observer {
-                observer(&Event::BackUp);
+                observer(&FailSafeEvent::BackUp);
             }
             return;
         }
@@ -454,7 +455,7 @@ where
     P: Store<K> + 'static,
     L: Store<K>,
 {
-    type Limit = Both<P::Limit, L::Limit>;
+    type Limit = FailSafeLimit<P::Limit, L::Limit>;
     type Error = FailSafeError<P::Error, L::Error>;
 
     fn capacity(&self, limit: &Self::Limit) -> u64 {
@@ -499,18 +500,18 @@ where
 }
 
 /// A [`FailSafe`] store whose calls share one deadline ([`FailSafe::until`]).
-pub struct Until<'s, P: Store<K>, L, K: ?Sized + 'static> {
+pub struct FailSafeWithDeadline<'s, P: Store<K>, L, K: ?Sized + 'static> {
     store: &'s FailSafe<P, L, K>,
     deadline: Instant,
 }
 
-impl<P, L, K> Store<K> for Until<'_, P, L, K>
+impl<P, L, K> Store<K> for FailSafeWithDeadline<'_, P, L, K>
 where
     K: ?Sized + Sync + 'static,
     P: Store<K> + 'static,
     L: Store<K>,
 {
-    type Limit = Both<P::Limit, L::Limit>;
+    type Limit = FailSafeLimit<P::Limit, L::Limit>;
     type Error = FailSafeError<P::Error, L::Error>;
 
     fn capacity(&self, limit: &Self::Limit) -> u64 {

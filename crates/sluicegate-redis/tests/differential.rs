@@ -10,13 +10,14 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use sluicegate::limiter::{LimitTarget, decide_together};
 use sluicegate::state_machine::Op;
+use sluicegate::store::Now;
 use sluicegate::{
     Algorithm, AnyAlgorithm, CheckError, Clock, Concurrency, Decision, FixedWindow, Gcra,
     KeyedLimiter, LeakyBucket, LeakyQueue, ManualClock, Micros, QueueDelay, Rate, SlidingLog,
     SlidingWindow, TokenBucket,
 };
 use sluicegate_redis::{
-    Now, RedisLimit, RedisLimitError, RedisLimiter, RedisStore, ScriptMode, StoreConfig,
+    RedisLimit, RedisLimitError, RedisLimiter, RedisStore, ScriptMode, StoreConfig,
 };
 
 use sluicegate_redis::testing::RedisServer;

@@ -15,7 +15,7 @@ use std::time::Duration;
 use sluicegate::state_machine::Op;
 use sluicegate::store::{FailureKind, MemoryStore, Now, Request, Store, StoreDecision, StoreError};
 use sluicegate::{AnyAlgorithm, ConfigError, KeyedLimiter};
-use sluicegate_redis::{Both, NamedLimit, RedisLimit};
+use sluicegate_redis::{FailSafeLimit, NamedLimit, RedisLimit};
 
 use crate::plumbing::{RedisSettings, SafeRedis};
 
@@ -29,7 +29,8 @@ use sluicegate_http::rate_limit::BackendError;
 const UNUSED_LEASE: Duration = Duration::from_secs(60);
 
 /// A limit of the shared store: in Redis, and in the proxy for the `local` policy.
-pub(crate) type SharedLimit = Both<Arc<NamedLimit>, Arc<KeyedLimiter<KeyBytes, AnyAlgorithm>>>;
+pub(crate) type SharedLimit =
+    FailSafeLimit<Arc<NamedLimit>, Arc<KeyedLimiter<KeyBytes, AnyAlgorithm>>>;
 
 /// The proxy's Redis, behind its failure policy.
 #[derive(Debug)]

@@ -8,7 +8,7 @@ use sluicegate::limiter::{LimitTarget, decide_together};
 use sluicegate::state_machine::Op;
 use sluicegate::store::Request;
 use sluicegate::{AnyAlgorithm, Decision};
-use sluicegate_redis::Both;
+use sluicegate_redis::FailSafeLimit;
 use smallvec::SmallVec;
 
 use crate::proxy::key::{KeyBytes, RouteKeys};
@@ -48,7 +48,7 @@ pub(crate) async fn decide_route(
     let shared_limits: SmallVec<[SharedLimit; 4]> = counted
         .iter()
         .filter_map(|(_, l, _)| {
-            l.shared.as_ref().map(|named| Both {
+            l.shared.as_ref().map(|named| FailSafeLimit {
                 primary: Arc::clone(named),
                 local: Arc::clone(&l.limiter),
             })

@@ -12,7 +12,7 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 use sluicegate::store::{MemoryStore, Now};
 use sluicegate::{AnyAlgorithm, Clock as _};
-use sluicegate_redis::{Both, FailurePolicy, RedisLimitError};
+use sluicegate_redis::{FailSafeLimit, FailurePolicy, RedisLimitError};
 use sluicegate_rules::{Match, RuleSet};
 use smallvec::SmallVec;
 use tokio::time::Instant;
@@ -581,7 +581,7 @@ fn entries_of(descriptor: &DescriptorCall) -> Vec<(&str, &str)> {
 /// nothing passes.
 fn both_limits(memory: &Enforcer, redis: Option<&Arc<RedisEnforcer>>) -> Option<RedisLimits> {
     match (memory, redis) {
-        (Enforcer::Limiter(local), Some(primary)) => Some(Both {
+        (Enforcer::Limiter(local), Some(primary)) => Some(FailSafeLimit {
             primary: Arc::clone(primary),
             local: Arc::clone(local),
         }),
