@@ -24,8 +24,8 @@ use crate::ratelimit_fields::{self, LimitInfo, Standing};
 ///
 /// Internal: the public seam is the core's [`Store`](sluicegate::store::Store), which the
 /// layer decides through (see
-/// [`Builder::build_with_store`](crate::rate_limit::Builder::build_with_store)). This one
-/// exists for the fast path, and for deciders that are not stores (a remote service that
+/// [`RateLimitBuilder::build_with_store`](super::RateLimitBuilder::build_with_store)).
+/// This one exists for the fast path, and for deciders that are not stores (a remote service that
 /// names its own limits, the proxy's routes); it may change in any release.
 ///
 /// The future is polled once as soon as it is made, with a waker that does nothing: a backend

@@ -52,7 +52,7 @@ impl Finish {
 
 pin_project! {
     /// The future of [`RateLimit`](crate::rate_limit::RateLimit)'s responses.
-    pub struct ResponseFuture<F, B, E> {
+    pub struct RateLimitFuture<F, B, E> {
         #[pin]
         state: State<F, B, E>,
     }
@@ -67,16 +67,16 @@ pin_project! {
     }
 }
 
-impl<F, B, E> ResponseFuture<F, B, E> {
+impl<F, B, E> RateLimitFuture<F, B, E> {
     #[inline]
     pub(crate) fn called(future: F, finish: Option<Box<Finish>>) -> Self {
-        ResponseFuture {
+        RateLimitFuture {
             state: State::Called { future, finish },
         }
     }
 
     pub(crate) fn answered(response: Response<Bytes>) -> Self {
-        ResponseFuture {
+        RateLimitFuture {
             state: State::Answered {
                 response: Some(Box::new(response)),
             },
@@ -84,13 +84,13 @@ impl<F, B, E> ResponseFuture<F, B, E> {
     }
 
     pub(crate) fn deferred(future: BoxFuture<B, E>) -> Self {
-        ResponseFuture {
+        RateLimitFuture {
             state: State::Deferred { future },
         }
     }
 }
 
-impl<F, B, E> Future for ResponseFuture<F, B, E>
+impl<F, B, E> Future for RateLimitFuture<F, B, E>
 where
     F: Future<Output = Result<Response<B>, E>>,
 {
@@ -109,7 +109,7 @@ where
             StateProj::Answered { response } => {
                 let response = response
                     .take()
-                    .expect("ResponseFuture polled after it completed");
+                    .expect("RateLimitFuture polled after it completed");
                 Poll::Ready(Ok(answer::into_response(*response)))
             }
             StateProj::Deferred { future } => future.as_mut().poll(cx),
@@ -117,14 +117,14 @@ where
     }
 }
 
-impl<F, B, E> std::fmt::Debug for ResponseFuture<F, B, E> {
+impl<F, B, E> std::fmt::Debug for RateLimitFuture<F, B, E> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let state = match &self.state {
             State::Called { .. } => "called",
             State::Answered { .. } => "answered",
             State::Deferred { .. } => "deferred",
         };
-        f.debug_struct("ResponseFuture")
+        f.debug_struct("RateLimitFuture")
             .field("state", &state)
             .finish()
     }

@@ -58,7 +58,7 @@ pub(crate) struct Remote<K> {
 }
 
 /// What a layer asking a remote rate limit service decides with (see [the module](crate::rls)),
-/// given to [`Builder::build_with`](crate::rate_limit::Builder::build_with).
+/// given to [`RateLimitBuilder::build_with`](crate::rate_limit::RateLimitBuilder::build_with).
 pub struct RlsBackend<K> {
     pub(crate) remote: Arc<Remote<K>>,
     /// The limits known before any answer: none (each verdict carries the service's).
