@@ -30,7 +30,7 @@ use crate::serve::limiter_table::{Enforcer, LimiterTable, build_limiter_table};
 use crate::serve::metrics::{Metrics, ModeLabels};
 use crate::serve::overrides::Overrides;
 use crate::serve::protocol::{
-    CallError, CallLimits, CurrentLimit, DescriptorCall, LimitOverride, RateLimitCall, Verdict,
+    CallError, CallLimits, CallVerdict, CurrentLimit, DescriptorCall, LimitOverride, RateLimitCall,
 };
 use crate::serve::recorder::{Recorder, RuleRecords};
 use crate::serve::redis_table::{RedisEnforcer, RedisTable, build_redis_table};
@@ -279,7 +279,7 @@ impl Engine {
     }
 
     /// Answers a (validated) call. With Redis, within the Redis timeout whatever Redis does.
-    pub async fn should_rate_limit(&self, call: &RateLimitCall) -> Verdict {
+    pub async fn should_rate_limit(&self, call: &RateLimitCall) -> CallVerdict {
         let Some(redis) = &self.redis else {
             let loaded = self.loaded.load();
             let Plan { checks, stats } = self.plan(call, &loaded, |memory, _| match memory {
@@ -308,7 +308,7 @@ impl Engine {
         &self,
         redis: &RedisBackend,
         call: &RateLimitCall,
-    ) -> Verdict {
+    ) -> CallVerdict {
         // Held across the Redis call: a reload meanwhile does not change this call's rules.
         let loaded = self.loaded.load_full();
         let Plan { checks, stats } = self.plan(call, &loaded, both_limits);
@@ -344,7 +344,7 @@ impl Engine {
         stats: &[DescriptorStats],
         decided: Decided<'_, L>,
         loaded: &LoadedRules,
-    ) -> Verdict {
+    ) -> CallVerdict {
         // Read once, for the live page (and the fixed windows' resets).
         let now = self.options.clock.now();
         verdict(

@@ -45,7 +45,7 @@ pub use json::{call_from_json, proto_json_duration, verdict_to_json};
 pub use key_cap::DEFAULT_MAX_KEYS;
 pub use metrics::Metrics;
 pub use protocol::{
-    CallError, CallLimits, Code, CurrentLimit, DescriptorCall, DescriptorVerdict, EnvoyUnit,
-    LimitOverride, RateLimitCall, Statuses, Verdict,
+    CallError, CallLimits, CallVerdict, Code, CurrentLimit, DescriptorCall, DescriptorVerdict,
+    EnvoyUnit, LimitOverride, RateLimitCall, Statuses,
 };
 pub use server::{RunningServer, ServerConfig, grpc_incoming, grpc_server, runtime, start};
