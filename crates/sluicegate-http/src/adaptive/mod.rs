@@ -133,14 +133,14 @@
 //! below the pool size when the database is the bottleneck.
 
 mod answer;
-mod body;
 mod classify;
 mod erased;
 mod layer;
 mod service;
 mod shared;
+mod ticket;
 
-pub use body::AdaptiveBody;
 pub use classify::{Classifier, default_classifier};
 pub use layer::{AdaptiveLimitBuilder, AdaptiveLimitLayer, DEFAULT_RETRY_AFTER};
 pub use service::{AdaptiveLimit, AdaptiveLimitFuture};
+pub use ticket::{AdaptiveBody, PendingSample};

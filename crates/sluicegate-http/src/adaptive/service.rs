@@ -12,8 +12,8 @@ use pin_project_lite::pin_project;
 use tower_service::Service;
 
 use crate::adaptive::answer::{self, Refusal};
-use crate::adaptive::body::{AdaptiveBody, Ticket};
 use crate::adaptive::shared::Shared;
+use crate::adaptive::ticket::{AdaptiveBody, Ticket};
 
 /// A service behind an [`AdaptiveLimitLayer`](crate::adaptive::AdaptiveLimitLayer).
 pub struct AdaptiveLimit<S> {

@@ -10,9 +10,8 @@ use http::Response;
 use pin_project_lite::pin_project;
 
 use crate::rate_limit::answer;
-use crate::rate_limit::body::{Permit, RateLimitBody};
 use crate::rate_limit::headers::{self, Fields};
-use crate::rate_limit::held::HoldPermits;
+use crate::rate_limit::held::{ConcurrencyPermits, HoldPermits, RateLimitBody};
 
 /// A boxed response future, for the paths that wait.
 pub(crate) type BoxFuture<B, E> =
@@ -21,7 +20,7 @@ pub(crate) type BoxFuture<B, E> =
 /// What an allowed response gets: the permit its body holds, and the rate limit fields.
 #[derive(Debug)]
 pub(crate) struct Finish {
-    pub(crate) permit: Option<Permit>,
+    pub(crate) permit: Option<ConcurrencyPermits>,
     pub(crate) fields: Fields,
 }
 
@@ -34,7 +33,7 @@ impl Finish {
         mut response: Response<B>,
     ) -> Response<RateLimitBody<B>> {
         let Some(finish) = finish else {
-            return response.map(|body| RateLimitBody::passed(body, None));
+            return response.map(|body| RateLimitBody::holding(body, None));
         };
         let Finish { permit, fields } = *finish;
         headers::extend(response.headers_mut(), fields);
@@ -46,7 +45,7 @@ impl Finish {
             }
             (permit, _) => permit,
         };
-        response.map(|body| RateLimitBody::passed(body, permit))
+        response.map(|body| RateLimitBody::holding(body, permit))
     }
 }
 

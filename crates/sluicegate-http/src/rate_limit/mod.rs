@@ -122,7 +122,6 @@
 
 mod answer;
 mod backend;
-mod body;
 mod error;
 mod future;
 mod headers;
@@ -139,10 +138,9 @@ mod store;
 
 pub use crate::ratelimit_fields::LimitInfo;
 pub use backend::Verdict;
-pub use body::RateLimitBody;
 pub use error::{BackendError, BuildError, KeyError};
 pub use future::RateLimitFuture;
-pub use held::HoldPermits;
+pub use held::{ConcurrencyPermits, HoldPermits, RateLimitBody};
 pub use key::KeyExtractor;
 pub use layer::{DEFAULT_MAX_KEYS, IntoLimit, RateLimitBuilder, RateLimitLayer};
 pub use memory::MemoryBackend;

@@ -15,10 +15,10 @@ use tower_service::Service;
 
 use crate::rate_limit::answer;
 use crate::rate_limit::backend::{AtOnce, Backend, HeldInStore, Verdict};
-use crate::rate_limit::body::{Permit, RateLimitBody};
 use crate::rate_limit::error::BackendError;
 use crate::rate_limit::future::{Finish, RateLimitFuture};
 use crate::rate_limit::headers;
+use crate::rate_limit::held::{ConcurrencyPermits, RateLimitBody};
 use crate::rate_limit::key::{KeyExtractor, RequestHead};
 use crate::rate_limit::policy::{MissingKey, OnBackendError, Options};
 use crate::rate_limit::stats::Counters;
@@ -141,7 +141,7 @@ impl<X: KeyExtractor, Bk: Backend<X::Key>> Shared<X, Bk> {
             Vec::new()
         };
         let permit = verdict.holds_permits().then(|| {
-            Permit::new(Held {
+            ConcurrencyPermits::new(Held {
                 shared: Arc::clone(self),
                 key,
                 permits: options.permits,
