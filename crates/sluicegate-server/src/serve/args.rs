@@ -18,8 +18,8 @@ fn parse_reload_interval(text: &str) -> Result<Duration, String> {
     }
     Ok(interval)
 }
-use crate::serve::backend::BackendOptions;
 use crate::serve::clock::ServiceClock;
+use crate::serve::counters::BackendOptions;
 use crate::serve::engine::EngineOptions;
 use crate::serve::headers::{HeaderOptions, LegacyHeaderNames};
 use crate::serve::key_cap::DEFAULT_MAX_KEYS;
@@ -146,7 +146,7 @@ impl ServeArgs {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::serve::backend::RedisTarget;
+    use crate::serve::counters::RedisTarget;
     use clap::Parser;
     use sluicegate_redis::FailurePolicy;
 

@@ -18,9 +18,9 @@ use smallvec::SmallVec;
 use tokio::time::Instant;
 
 use crate::plumbing::{EVERY_RULE, Mode, ModeError, ModeTable, Modes};
-use crate::serve::backend::{BackendOptions, RedisBackend, RedisLimits, redis_backend};
 use crate::serve::check::{Check, Decided, Role};
 use crate::serve::clock::ServiceClock;
+use crate::serve::counters::{BackendOptions, RedisBackend, RedisLimits, redis_backend};
 use crate::serve::decide::decide_call;
 use crate::serve::decision_totals::DecisionTotals;
 use crate::serve::engine_error::EngineError;

@@ -34,18 +34,18 @@ pub(crate) type SharedLimit =
 
 /// The proxy's Redis, behind its failure policy.
 #[derive(Debug)]
-pub(crate) struct Shared {
+pub(crate) struct RedisCounters {
     redis: Arc<SafeRedis<MemoryStore<AnyAlgorithm>, KeyBytes>>,
 }
 
-impl Shared {
+impl RedisCounters {
     /// Redis behind its failure policy, for the live page's health line.
     pub(crate) fn redis(&self) -> &SafeRedis<MemoryStore<AnyAlgorithm>, KeyBytes> {
         &self.redis
     }
 
-    /// Not connected yet: see [`Shared::connect`]. Failures are counted in `metrics`.
-    pub(crate) fn new(settings: &RedisSettings, metrics: &Arc<Metrics>) -> Shared {
+    /// Not connected yet: see [`RedisCounters::connect`]. Failures are counted in `metrics`.
+    pub(crate) fn new(settings: &RedisSettings, metrics: &Arc<Metrics>) -> RedisCounters {
         let metrics = Arc::clone(metrics);
         let redis = SafeRedis::new(
             settings.clone(),
@@ -55,7 +55,7 @@ impl Shared {
                 metrics.backend_error(kind);
             },
         );
-        Shared {
+        RedisCounters {
             redis: Arc::new(redis),
         }
     }
@@ -81,7 +81,7 @@ impl Shared {
 
     /// Why Redis cannot hold `def`, if it cannot (a rule file's problem at its spec).
     pub(crate) fn refuse(def: &LimitDef) -> Option<String> {
-        let error = Shared::limit(def).err()?;
+        let error = RedisCounters::limit(def).err()?;
         Some(format!("`{}` cannot be kept in Redis: {error}", def.spec))
     }
 
