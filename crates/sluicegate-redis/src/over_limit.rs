@@ -17,7 +17,7 @@
 //! - A call is answered in the process only if every one of its limits is (each then reports
 //!   its own denial, exactly as Redis would for the call); otherwise Redis decides all of it.
 //! - Times: a call given its `now` ([`Now::At`]) is answered on that clock. A call on Redis's
-//!   clock ([`Now::Server`]) is answered on this process's monotonic clock, each entry timed
+//!   clock ([`Now::Store`]) is answered on this process's monotonic clock, each entry timed
 //!   from when the call that brought it was sent: Redis decided no sooner, so the entry runs
 //!   out no later than Redis's retry time (at most one round trip sooner), and the times it
 //!   reports are Redis's minus at most that round trip. A store switching between the two
@@ -32,11 +32,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 
+use sluicegate::limiter::KeyBudget;
 use sluicegate::over_limit::OverLimit;
-use sluicegate::{Decision, KeyBudget, Micros, Op};
+use sluicegate::state_machine::Op;
+use sluicegate::store::Now;
+use sluicegate::{Decision, Micros};
 
 use crate::limit::RedisLimit;
-use crate::reply::{LimitRequest, Now};
+use crate::reply::LimitRequest;
 
 /// What a store's over-limit cache holds and has done.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -55,7 +58,7 @@ pub struct OverLimitStats {
 enum Timeline {
     /// The times callers give ([`Now::At`]).
     Given,
-    /// This process's monotonic clock, for calls on Redis's clock ([`Now::Server`]).
+    /// This process's monotonic clock, for calls on Redis's clock ([`Now::Store`]).
     Local,
 }
 
@@ -128,7 +131,7 @@ impl OverLimitCache {
                 timeline: Timeline::Given,
                 at,
             },
-            Now::Server => Stamp {
+            Now::Store => Stamp {
                 timeline: Timeline::Local,
                 at: u64::try_from(self.origin.elapsed().as_micros()).unwrap_or(Micros::MAX),
             },

@@ -8,12 +8,15 @@ use std::num::NonZeroU64;
 use std::sync::Arc;
 use std::time::Duration;
 
+use sluicegate::limiter::KeyBudget;
+use sluicegate::state_machine::Op;
+use sluicegate::store::Now;
 use sluicegate::{
-    Algorithm as _, AnyAlgorithm, FixedWindow, Gcra, KeyBudget, LeakyBucket, LeakyQueue, Op,
-    QueueDelay, Rate, SlidingLog, SlidingWindow, TokenBucket,
+    Algorithm as _, AnyAlgorithm, FixedWindow, Gcra, LeakyBucket, LeakyQueue, QueueDelay, Rate,
+    SlidingLog, SlidingWindow, TokenBucket,
 };
 use sluicegate_redis::testing::{RedisServer, calls_of, command_calls};
-use sluicegate_redis::{LimitRequest, Now, RedisLimit, RedisStore, StoreConfig};
+use sluicegate_redis::{LimitRequest, RedisLimit, RedisStore, StoreConfig};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -141,7 +144,7 @@ async fn the_cache_answers_as_redis_would_with_fewer_calls() -> Result<(), BoxEr
     let warm_up = RedisLimit::fixed_window(1, Duration::from_secs(1))?;
     for store in [&plain, &cached] {
         store
-            .decide_all(&one(&warm_up, "warm-up", b"x"), Op::Peek, Now::Server)
+            .decide_all(&one(&warm_up, "warm-up", b"x"), Op::Peek, Now::Store)
             .await?;
     }
     let (plain_before, cached_before) = (script_calls(&plain).await?, script_calls(&cached).await?);
@@ -205,7 +208,7 @@ async fn on_redis_clock_a_hot_key_asks_once_per_retry_time() -> Result<(), BoxEr
     let request = one(&limit, "hour", b"hot");
     let mut first_denial = None;
     for _ in 0..200 {
-        let multi = store.decide_all(&request, Op::Check, Now::Server).await?;
+        let multi = store.decide_all(&request, Op::Check, Now::Store).await?;
         let decision = multi.decisions[0];
         if !decision.allowed() {
             let retry = decision.retry_after_micros().ok_or("a retry time")?;

@@ -10,9 +10,10 @@ use std::time::Duration;
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 use sluicegate::over_limit::OverLimit;
+use sluicegate::state_machine::Op;
 use sluicegate::{
     Algorithm, AnyAlgorithm, Concurrency, Decision, FixedWindow, Gcra, LeakyBucket, LeakyQueue,
-    Micros, Op, QueueDelay, Rate, SlidingLog, SlidingWindow, TokenBucket,
+    Micros, QueueDelay, Rate, SlidingLog, SlidingWindow, TokenBucket,
 };
 
 #[derive(Debug, Clone, Copy)]

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use sluicegate::KeyBudget;
+use sluicegate::limiter::KeyBudget;
 use sluicegate::store::Store;
 use sluicegate_redis::{
     FailSafe, FailurePolicy, LazyStore, OverLimitStats, RedisLimitError, RedisTarget, StoreConfig,

@@ -28,8 +28,8 @@ impl State {
         let known = |name: &str| in_force.routes.iter().any(|r| r.name == name);
         let previous = self.modes.set(route, mode, known, |_, _| {})?;
         // What was denied under the old mode is asked of Redis again.
-        if let crate::proxy::backing::Backing::Redis(shared) = &self.backing {
-            shared.redis().clear_over_limit_cache();
+        if let crate::proxy::limit_counters::LimitCounters::Redis(redis) = &self.limit_counters {
+            redis.redis().clear_over_limit_cache();
         }
         // The rules built before: only a limit Redis cannot hold fails, and those were
         // refused when the rules were loaded.
@@ -44,7 +44,7 @@ impl State {
         let modes = self.modes.table();
         let table = Table::build(
             rules,
-            &self.backing,
+            &self.limit_counters,
             &self.forwarder,
             &self.metrics,
             Some(&old),
