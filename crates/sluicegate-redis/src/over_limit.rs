@@ -26,6 +26,9 @@
 //!   given (a service's cap on keys). A full cache first drops its expired entries (at most
 //!   once per second of its clock while it stays full, since that scans them all); if none
 //!   expired, the new denial is simply not kept.
+//! - An answer from the cache is ready when first polled, as the memory store's: a caller
+//!   that loops on decisions with nothing else to await (a benchmark) should yield now and
+//!   then (`tokio::task::consume_budget`), or its runtime's timers and I/O wait.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
