@@ -126,3 +126,37 @@ async fn without_the_flag_nothing_is_cached() -> TestResult {
     service.server.shutdown().await?;
     Ok(())
 }
+
+/// With `--count-denied` every hit is charged, denied or not: only a full fixed window, which
+/// denies everything until it ends whatever it is charged, is answered in the service; a GCRA
+/// is asked every time (each charge pushes its next grant further).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_count_denied_only_a_full_fixed_window_is_answered() -> TestResult {
+    const RULES: &str = "domain: shop\ndescriptors:\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 1, algorithm: fixed-window}\n  - key: path\n    rate_limit: {unit: hour, requests_per_unit: 1, algorithm: gcra}\n";
+    let redis = RedisServer::start()?;
+    let engine = EngineOptions {
+        backend: BackendOptions::Redis(
+            RedisSettings::new(RedisTarget::Single(redis.url()))
+                .timeout(Duration::from_secs(5))
+                .failure_policy(FailurePolicy::Closed)
+                .over_limit_cache(100),
+        ),
+        count_denied: true,
+        ..EngineOptions::default()
+    };
+    let mut service = Service::start(RULES, engine).await?;
+    for code in [OK, OVER_LIMIT, OVER_LIMIT, OVER_LIMIT] {
+        assert_eq!(service.code(&[&[("user", "ann")]]).await?, code);
+    }
+    assert_eq!(hits(&service).await?, Some(2));
+    for code in [OK, OVER_LIMIT, OVER_LIMIT, OVER_LIMIT] {
+        assert_eq!(service.code(&[&[("path", "/cart")]]).await?, code);
+    }
+    assert_eq!(
+        hits(&service).await?,
+        Some(2),
+        "charges of a GCRA go to Redis"
+    );
+    service.server.shutdown().await?;
+    Ok(())
+}
