@@ -23,9 +23,9 @@
 //!   reports are Redis's minus at most that round trip. A store switching between the two
 //!   clocks drops every entry at the switch.
 //! - Bounded: at most `capacity` entries, each also taken from a [`KeyBudget`] if one is
-//!   given (a service's cap on keys). A full cache first drops its expired entries (at most
-//!   once per second of its clock while it stays full, since that scans them all); if none
-//!   expired, the new denial is simply not kept.
+//!   given (a service's cap on keys). Each answer from Redis first drops the expired entries,
+//!   if one may have expired and the last scan is a second old (a scan reads them all); a
+//!   cache still full then simply does not keep the new denial.
 //! - An answer from the cache is ready when first polled, as the memory store's: a caller
 //!   that loops on decisions with nothing else to await (a benchmark) should yield now and
 //!   then (`tokio::task::consume_budget`), or its runtime's timers and I/O wait.
@@ -201,11 +201,14 @@ impl OverLimitCache {
         if stamp.timeline == Timeline::Local {
             entries.server_offset = server_now.saturating_sub(stamp.at);
         }
+        // Expired entries leave within a second of the clock (while Redis is asked), so they
+        // do not hold keys of a budget they no longer use.
+        self.sweep(&mut entries, stamp.at);
         for ((request, key), decision) in requests.iter().zip(keys).zip(decisions) {
             let algorithm = request.limit.algorithm();
             let permits = request.permits.get();
             match OverLimit::from_denial(algorithm, op, permits, decision, stamp.at) {
-                Some(over) => self.keep(&mut entries, key, request.limit, over, stamp.at),
+                Some(over) => self.keep(&mut entries, key, request.limit, over),
                 None => self.remove(&mut entries, key),
             }
         }
@@ -233,14 +236,7 @@ impl OverLimitCache {
         }
     }
 
-    fn keep(
-        &self,
-        entries: &mut Entries,
-        key: &[u8],
-        limit: &RedisLimit,
-        over: OverLimit,
-        now: Micros,
-    ) {
+    fn keep(&self, entries: &mut Entries, key: &[u8], limit: &RedisLimit, over: OverLimit) {
         if let Some(entry) = entries.by_key.get_mut(key) {
             *entry = Entry {
                 limit: limit.clone(),
@@ -250,10 +246,7 @@ impl OverLimitCache {
             return;
         }
         if entries.by_key.len() >= self.capacity {
-            self.sweep(entries, now);
-            if entries.by_key.len() >= self.capacity {
-                return;
-            }
+            return;
         }
         if let Some(budget) = &self.budget
             && !budget.try_take(1)
