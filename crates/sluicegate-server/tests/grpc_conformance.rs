@@ -12,13 +12,25 @@ use sluicegate_redis::testing::RedisServer;
 mod h2_checks;
 #[path = "grpc_conformance/raw.rs"]
 mod raw;
-#[path = "grpc_conformance/serve_process.rs"]
 mod serve_process;
 #[path = "grpc_conformance/tonic_checks.rs"]
 mod tonic_checks;
 
 use serve_process::ServeProcess;
 use tonic_checks::{OK, OVER_LIMIT};
+
+/// The rules every conformance check runs against: `user` always has room, `blocked` never
+/// does, so no answer depends on where a real clock's window boundary falls.
+pub const RULES: &str = "
+domain: conformance
+descriptors:
+  - key: user
+    rate_limit: {unlimited: true}
+  - key: blocked
+    rate_limit: {unit: hour, requests_per_unit: 0}
+  - key: counted
+    rate_limit: {unit: hour, requests_per_unit: 1000000}
+";
 
 /// Any error of a check.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -32,7 +44,7 @@ where
     F: FnOnce(SocketAddr) -> Fut,
     Fut: Future<Output = TestResult>,
 {
-    let mut serve = ServeProcess::start(&[])?;
+    let mut serve = ServeProcess::start(RULES, &[])?;
     check(serve.grpc).await?;
     assert!(serve.is_running()?, "serve exited during the check");
     Ok(())
@@ -67,14 +79,17 @@ async fn tonic_unknown_method_and_service() -> TestResult {
 /// frozen Redis holds a call past any deadline a check sets.
 fn serve_on_redis(redis: &RedisServer) -> Result<ServeProcess, BoxError> {
     let url = redis.url();
-    ServeProcess::start(&[
-        "--redis",
-        &url,
-        "--failure-policy",
-        "closed",
-        "--redis-timeout-ms",
-        "60000",
-    ])
+    ServeProcess::start(
+        RULES,
+        &[
+            "--redis",
+            &url,
+            "--failure-policy",
+            "closed",
+            "--redis-timeout-ms",
+            "60000",
+        ],
+    )
 }
 
 #[tokio::test]
@@ -134,6 +149,11 @@ async fn h2_errors_are_trailers_only() -> TestResult {
 #[tokio::test]
 async fn h2_stream_reset_mid_call() -> TestResult {
     in_memory(h2_checks::a_stream_reset_mid_call_leaves_the_connection_serving).await
+}
+
+#[tokio::test]
+async fn h2_burst_of_resets() -> TestResult {
+    in_memory(h2_checks::a_burst_of_resets_leaves_the_service_serving).await
 }
 
 #[tokio::test]
@@ -227,5 +247,64 @@ async fn sigterm_sends_goaway_and_finishes_calls_in_flight() -> TestResult {
     assert_eq!(answer.grpc_status(), Some("0"), "{answer:?}");
     assert_eq!(answer.message()?.overall_code, OK);
     assert!(serve.wait_for_exit()?.success());
+    Ok(())
+}
+
+/// Python's grpcio (gRPC's C core) as the client: `grpc_conformance/grpcio_client.py`, run
+/// against a service in memory and one on a frozen Redis (for its deadline check).
+/// scripts/test.sh installs grpcio when it is missing.
+#[tokio::test]
+async fn grpcio_client() -> TestResult {
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/grpc_conformance/grpcio_client.py"
+    );
+    let has_grpcio = std::process::Command::new("python3")
+        .args(["-c", "import grpc"])
+        .output()?;
+    if !has_grpcio.status.success() {
+        return Err(
+            "python3 with grpcio is needed: pip install grpcio (scripts/test.sh does)".into(),
+        );
+    }
+    let redis = RedisServer::start()?;
+    let mut memory = ServeProcess::start(RULES, &[])?;
+    let mut frozen = serve_on_redis(&redis)?;
+    let mut client = tonic_checks::client(frozen.grpc).await?;
+    let warm = tonic_checks::request("conformance", &[("counted", "warm")]);
+    assert_eq!(
+        tonic_checks::ask(&mut client, warm).await??.overall_code,
+        OK
+    );
+    redis.pause()?;
+    let (address, frozen_address) = (memory.grpc.to_string(), frozen.grpc.to_string());
+    let run = tokio::task::spawn_blocking(move || {
+        std::process::Command::new("python3")
+            .args([script, &address, &frozen_address])
+            .output()
+    })
+    .await;
+    redis.resume()?;
+    let output = run??;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stdout}\n{stderr}");
+    for check in [
+        "normal call",
+        "over limit",
+        "invalid argument",
+        "deadline",
+        "oversized message",
+        "unknown method",
+        "gzip refused",
+        "concurrent calls",
+        "still serving",
+    ] {
+        assert!(
+            stdout.contains(&format!("ok {check}\n")),
+            "{check}: {stdout}"
+        );
+    }
+    assert!(memory.is_running()? && frozen.is_running()?);
     Ok(())
 }

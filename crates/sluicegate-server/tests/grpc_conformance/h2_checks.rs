@@ -56,6 +56,28 @@ pub async fn a_stream_reset_mid_call_leaves_the_connection_serving(grpc: SocketA
     Ok(())
 }
 
+/// A burst of calls reset as soon as they are opened (as a client cancelling everything in
+/// flight does, or an HTTP/2 rapid-reset attack): the service may close that connection (the
+/// tonic path sends GOAWAY ENHANCE_YOUR_CALM past 20 such streams), but keeps serving new
+/// ones.
+pub async fn a_burst_of_resets_leaves_the_service_serving(grpc: SocketAddr) -> TestResult {
+    let connection = connect(grpc).await?;
+    for _ in 0..200 {
+        let Ok(mut ready) = connection.client.clone().ready().await else {
+            break; // The service closed the connection: allowed.
+        };
+        let head = headers(grpc, METHOD, "application/grpc", &[])?;
+        let Ok((_response, mut send)) = ready.send_request(head, false) else {
+            break;
+        };
+        send.send_reset(h2::Reason::CANCEL);
+    }
+    let mut connection = connect(grpc).await?;
+    let answer = unary(&mut connection.client, grpc, &request(&[("user", "ann")])).await?;
+    assert_eq!(answer.message()?.overall_code, OK);
+    Ok(())
+}
+
 /// A connection dropped with a call half sent leaves the service serving new connections.
 pub async fn a_connection_dropped_mid_request_leaves_the_service_serving(
     grpc: SocketAddr,

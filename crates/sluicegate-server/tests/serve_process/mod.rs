@@ -1,68 +1,71 @@
 //! A `sluicegate serve` process under test: the real binary, on ports the system picks, read
-//! back from its `sluicegate serving` log line.
+//! back from its `sluicegate serving` log line (no port is guessed free, so none can be taken
+//! meanwhile).
 
-#![allow(unreachable_pub)]
+#![allow(dead_code, unreachable_pub)]
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-use super::BoxError;
-
-/// The rules every conformance check runs against: `user` always has room, `blocked` never
-/// does, so no answer depends on where a real clock's window boundary falls.
-pub const RULES: &str = "
-domain: conformance
-descriptors:
-  - key: user
-    rate_limit: {unlimited: true}
-  - key: blocked
-    rate_limit: {unit: hour, requests_per_unit: 0}
-  - key: counted
-    rate_limit: {unit: hour, requests_per_unit: 1000000}
-";
+/// Any error of starting or stopping the process.
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// A running `sluicegate serve`, killed when dropped.
 pub struct ServeProcess {
     child: Child,
     /// Where its gRPC listener is.
     pub grpc: SocketAddr,
+    /// Where its HTTP listener is.
+    pub http: SocketAddr,
+    /// Where its admin page and API are.
+    pub admin: SocketAddr,
     log: PathBuf,
     _dir: tempfile::TempDir,
 }
 
 impl ServeProcess {
-    /// Starts `sluicegate serve` on [`RULES`] with `extra` flags, and waits (bounded) until it
-    /// logs its addresses.
-    pub fn start(extra: &[&str]) -> Result<ServeProcess, BoxError> {
+    /// Starts `sluicegate serve` on `rules` (written to a fresh directory) with `extra` flags,
+    /// and waits (bounded) until it logs its addresses.
+    pub fn start(rules: &str, extra: &[&str]) -> Result<ServeProcess, BoxError> {
         let dir = tempfile::tempdir()?;
-        let rules = dir.path().join("rules.yaml");
-        std::fs::write(&rules, RULES)?;
+        let rules_file = dir.path().join("rules.yaml");
+        std::fs::write(&rules_file, rules)?;
         let log = dir.path().join("serve.log");
         let child = Command::new(env!("CARGO_BIN_EXE_sluicegate"))
             .arg("serve")
             .arg("--config")
-            .arg(&rules)
+            .arg(&rules_file)
             .args(["--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"])
-            .args(["--no-admin", "--log-json"])
+            .args(["--admin-addr", "127.0.0.1:0", "--log-json"])
             .args(extra)
             .env("SLUICEGATE_LOG", "info")
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log)?)
             .spawn()?;
+        let unknown = SocketAddr::from(([127, 0, 0, 1], 0));
         let mut serve = ServeProcess {
             child,
-            grpc: SocketAddr::from(([127, 0, 0, 1], 0)),
+            grpc: unknown,
+            http: unknown,
+            admin: unknown,
             log,
             _dir: dir,
         };
         let line = serve.wait_for_log("sluicegate serving")?;
         let logged: serde_json::Value = serde_json::from_str(&line)?;
-        let grpc = logged["fields"]["grpc_addr"]
-            .as_str()
-            .ok_or_else(|| format!("no grpc_addr in {line}"))?;
-        serve.grpc = grpc.parse()?;
+        let address = |name: &str| -> Result<SocketAddr, BoxError> {
+            let text = logged["fields"][name]
+                .as_str()
+                .ok_or_else(|| format!("no {name} in {line}"))?;
+            // The admin address is optional, logged as `Some(ADDRESS)`.
+            let text = text.trim_start_matches("Some(").trim_end_matches(')');
+            Ok(text.parse()?)
+        };
+        serve.grpc = address("grpc_addr")?;
+        serve.http = address("http_addr")?;
+        serve.admin = address("admin_addr")?;
         Ok(serve)
     }
 
