@@ -50,29 +50,36 @@ where
     Ok(())
 }
 
-#[tokio::test]
-async fn tonic_ok_and_over_limit() -> TestResult {
-    in_memory(tonic_checks::answers_ok_and_over_limit).await
+/// One test per check, each against a fresh `serve` in memory.
+macro_rules! in_memory_tests {
+    ($($name:ident => $check:path,)*) => {$(
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $name() -> TestResult {
+            in_memory($check).await
+        }
+    )*};
 }
 
-#[tokio::test]
-async fn tonic_invalid_argument() -> TestResult {
-    in_memory(tonic_checks::bad_requests_are_invalid_argument).await
-}
-
-#[tokio::test]
-async fn tonic_oversized_request() -> TestResult {
-    in_memory(tonic_checks::an_oversized_request_is_resource_exhausted).await
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn tonic_concurrent_streams() -> TestResult {
-    in_memory(tonic_checks::concurrent_calls_on_one_connection_get_their_own_answers).await
-}
-
-#[tokio::test]
-async fn tonic_unknown_method_and_service() -> TestResult {
-    in_memory(tonic_checks::unknown_methods_and_services_are_unimplemented).await
+in_memory_tests! {
+    tonic_ok_and_over_limit => tonic_checks::answers_ok_and_over_limit,
+    tonic_invalid_argument => tonic_checks::bad_requests_are_invalid_argument,
+    tonic_oversized_request => tonic_checks::an_oversized_request_is_resource_exhausted,
+    tonic_concurrent_streams =>
+        tonic_checks::concurrent_calls_on_one_connection_get_their_own_answers,
+    tonic_unknown_method_and_service =>
+        tonic_checks::unknown_methods_and_services_are_unimplemented,
+    h2_errors_are_trailers_only => h2_checks::errors_are_trailers_only,
+    h2_stream_reset_mid_call => h2_checks::a_stream_reset_mid_call_leaves_the_connection_serving,
+    h2_burst_of_resets => h2_checks::a_burst_of_resets_leaves_the_service_serving,
+    h2_connection_dropped_mid_request =>
+        h2_checks::a_connection_dropped_mid_request_leaves_the_service_serving,
+    h2_broken_framing => h2_checks::broken_framing_is_internal,
+    h2_gzip_refused => h2_checks::gzip_requests_are_refused_with_the_accepted_encodings,
+    h2_unknown_method => h2_checks::an_unknown_method_is_unimplemented,
+    h2_ping => h2_checks::pings_are_answered,
+    h2_wrong_content_type => h2_checks::a_content_type_not_grpc_is_415,
+    h2_oversized_message =>
+        h2_checks::an_oversized_message_is_resource_exhausted_on_a_live_connection,
 }
 
 /// `serve` on `redis` under the `closed` policy, with a Redis timeout long enough that a
@@ -92,16 +99,23 @@ fn serve_on_redis(redis: &RedisServer) -> Result<ServeProcess, BoxError> {
     )
 }
 
+/// [`serve_on_redis`], with one counted call answered on a fresh HTTP/2 connection (so the
+/// service's Redis connection is up before a check freezes Redis); that connection.
+async fn serve_on_redis_warmed(
+    redis: &RedisServer,
+) -> Result<(ServeProcess, raw::Connection), BoxError> {
+    let serve = serve_on_redis(redis)?;
+    let mut connection = raw::connect(serve.grpc).await?;
+    let warm = raw::request(&[("counted", "warm")]);
+    let answer = raw::unary(&mut connection.client, serve.grpc, &warm).await?;
+    assert_eq!(answer.message()?.overall_code, OK);
+    Ok((serve, connection))
+}
+
 #[tokio::test]
 async fn tonic_deadline_on_a_frozen_redis() -> TestResult {
     let redis = RedisServer::start()?;
-    let mut serve = serve_on_redis(&redis)?;
-    let mut client = tonic_checks::client(serve.grpc).await?;
-    let warm = tonic_checks::request("conformance", &[("counted", "warm")]);
-    assert_eq!(
-        tonic_checks::ask(&mut client, warm).await??.overall_code,
-        OK
-    );
+    let (mut serve, _warm) = serve_on_redis_warmed(&redis).await?;
     redis.pause()?;
     let checked =
         tonic_checks::a_call_past_its_deadline_ends_and_the_service_answers_on(serve.grpc).await;
@@ -114,11 +128,7 @@ async fn tonic_deadline_on_a_frozen_redis() -> TestResult {
 #[tokio::test]
 async fn h2_deadline_on_a_frozen_redis() -> TestResult {
     let redis = RedisServer::start()?;
-    let mut serve = serve_on_redis(&redis)?;
-    let mut connection = raw::connect(serve.grpc).await?;
-    let warm = raw::request(&[("counted", "warm")]);
-    let answer = raw::unary(&mut connection.client, serve.grpc, &warm).await?;
-    assert_eq!(answer.message()?.overall_code, OK);
+    let (mut serve, _warm) = serve_on_redis_warmed(&redis).await?;
     redis.pause()?;
     let checked = h2_checks::a_call_past_its_deadline_is_ended_by_the_service(serve.grpc).await;
     redis.resume()?;
@@ -141,68 +151,14 @@ async fn tonic_redis_gone_under_the_closed_policy() -> TestResult {
     Ok(())
 }
 
-#[tokio::test]
-async fn h2_errors_are_trailers_only() -> TestResult {
-    in_memory(h2_checks::errors_are_trailers_only).await
-}
-
-#[tokio::test]
-async fn h2_stream_reset_mid_call() -> TestResult {
-    in_memory(h2_checks::a_stream_reset_mid_call_leaves_the_connection_serving).await
-}
-
-#[tokio::test]
-async fn h2_burst_of_resets() -> TestResult {
-    in_memory(h2_checks::a_burst_of_resets_leaves_the_service_serving).await
-}
-
-#[tokio::test]
-async fn h2_connection_dropped_mid_request() -> TestResult {
-    in_memory(h2_checks::a_connection_dropped_mid_request_leaves_the_service_serving).await
-}
-
-#[tokio::test]
-async fn h2_broken_framing() -> TestResult {
-    in_memory(h2_checks::broken_framing_is_internal).await
-}
-
-#[tokio::test]
-async fn h2_gzip_refused() -> TestResult {
-    in_memory(h2_checks::gzip_requests_are_refused_with_the_accepted_encodings).await
-}
-
-#[tokio::test]
-async fn h2_unknown_method() -> TestResult {
-    in_memory(h2_checks::an_unknown_method_is_unimplemented).await
-}
-
-#[tokio::test]
-async fn h2_ping() -> TestResult {
-    in_memory(h2_checks::pings_are_answered).await
-}
-
-#[tokio::test]
-async fn h2_wrong_content_type() -> TestResult {
-    in_memory(h2_checks::a_content_type_not_grpc_is_415).await
-}
-
-#[tokio::test]
-async fn h2_oversized_message() -> TestResult {
-    in_memory(h2_checks::an_oversized_message_is_resource_exhausted_on_a_live_connection).await
-}
-
 /// SIGTERM: the service sends GOAWAY (a new call on an open connection is refused), finishes
 /// the call in flight, and exits cleanly. The call in flight waits on a frozen Redis, so it is
 /// certainly still running when the signal arrives.
 #[tokio::test]
 async fn sigterm_sends_goaway_and_finishes_calls_in_flight() -> TestResult {
     let redis = RedisServer::start()?;
-    let mut serve = serve_on_redis(&redis)?;
+    let (mut serve, mut connection) = serve_on_redis_warmed(&redis).await?;
     let grpc = serve.grpc;
-    let mut connection = raw::connect(grpc).await?;
-    let warm = raw::request(&[("counted", "warm")]);
-    let answer = raw::unary(&mut connection.client, grpc, &warm).await?;
-    assert_eq!(answer.message()?.overall_code, OK);
 
     redis.pause()?;
     let head = raw::headers(grpc, raw::METHOD, "application/grpc", &[])?;
@@ -269,13 +225,7 @@ async fn grpcio_client() -> TestResult {
     }
     let redis = RedisServer::start()?;
     let mut memory = ServeProcess::start(RULES, &[])?;
-    let mut frozen = serve_on_redis(&redis)?;
-    let mut client = tonic_checks::client(frozen.grpc).await?;
-    let warm = tonic_checks::request("conformance", &[("counted", "warm")]);
-    assert_eq!(
-        tonic_checks::ask(&mut client, warm).await??.overall_code,
-        OK
-    );
+    let (mut frozen, _warm) = serve_on_redis_warmed(&redis).await?;
     redis.pause()?;
     let (address, frozen_address) = (memory.grpc.to_string(), frozen.grpc.to_string());
     let run = tokio::task::spawn_blocking(move || {

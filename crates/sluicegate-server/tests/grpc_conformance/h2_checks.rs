@@ -10,7 +10,7 @@ use bytes::Bytes;
 use prost::Message as _;
 
 use super::TestResult;
-use super::raw::{METHOD, call, connect, frame, headers, request, unary};
+use super::raw::{METHOD, call, call_with, connect, frame, headers, request, still_serves, unary};
 use super::tonic_checks::OK;
 
 /// Errors are trailers-only: `grpc-status` and `grpc-message` in the one HEADERS frame that
@@ -73,8 +73,7 @@ pub async fn a_burst_of_resets_leaves_the_service_serving(grpc: SocketAddr) -> T
         send.send_reset(h2::Reason::CANCEL);
     }
     let mut connection = connect(grpc).await?;
-    let answer = unary(&mut connection.client, grpc, &request(&[("user", "ann")])).await?;
-    assert_eq!(answer.message()?.overall_code, OK);
+    still_serves(&mut connection.client, grpc).await?;
     Ok(())
 }
 
@@ -94,8 +93,7 @@ pub async fn a_connection_dropped_mid_request_leaves_the_service_serving(
         connection.driver.abort();
     }
     let mut connection = connect(grpc).await?;
-    let answer = unary(&mut connection.client, grpc, &request(&[("user", "ann")])).await?;
-    assert_eq!(answer.message()?.overall_code, OK);
+    still_serves(&mut connection.client, grpc).await?;
     Ok(())
 }
 
@@ -113,8 +111,7 @@ pub async fn broken_framing_is_internal(grpc: SocketAddr) -> TestResult {
         assert_eq!(answer.grpc_status(), Some("13"), "{name}: {answer:?}");
         assert!(!answer.grpc_message().is_empty(), "{name}: {answer:?}");
     }
-    let answer = unary(&mut connection.client, grpc, &request(&[("user", "ann")])).await?;
-    assert_eq!(answer.message()?.overall_code, OK);
+    still_serves(&mut connection.client, grpc).await?;
     Ok(())
 }
 
@@ -122,14 +119,9 @@ pub async fn broken_framing_is_internal(grpc: SocketAddr) -> TestResult {
 /// `grpc-accept-encoding` naming what the service takes (identity).
 pub async fn gzip_requests_are_refused_with_the_accepted_encodings(grpc: SocketAddr) -> TestResult {
     let mut connection = connect(grpc).await?;
-    let head = headers(
-        grpc,
-        METHOD,
-        "application/grpc",
-        &[("grpc-encoding", "gzip")],
-    )?;
-    let body = frame(true, &request(&[("user", "ann")]).encode_to_vec());
-    let answer = call(&mut connection.client, head, body).await?;
+    let gzip = [("grpc-encoding", "gzip")];
+    let call = request(&[("user", "ann")]);
+    let answer = call_with(&mut connection.client, grpc, &gzip, true, &call).await?;
     assert_eq!(answer.grpc_status(), Some("12"), "{answer:?}");
     let accepted = answer
         .headers
@@ -163,8 +155,7 @@ pub async fn pings_are_answered(grpc: SocketAddr) -> TestResult {
         ping_pong.ping(h2::Ping::opaque()).await?;
     }
     // The connection still serves calls.
-    let answer = unary(&mut connection.client, grpc, &request(&[("user", "ann")])).await?;
-    assert_eq!(answer.message()?.overall_code, OK);
+    still_serves(&mut connection.client, grpc).await?;
     Ok(())
 }
 
@@ -200,8 +191,7 @@ pub async fn an_oversized_message_is_resource_exhausted_on_a_live_connection(
     let huge = super::tonic_checks::request(&"x".repeat(5 << 20), &[("user", "ann")]);
     let answer = unary(&mut connection.client, grpc, &huge).await?;
     assert_eq!(answer.grpc_status(), Some("8"), "{answer:?}");
-    let answer = unary(&mut connection.client, grpc, &request(&[("user", "ann")])).await?;
-    assert_eq!(answer.message()?.overall_code, OK);
+    still_serves(&mut connection.client, grpc).await?;
     Ok(())
 }
 
@@ -211,14 +201,9 @@ pub async fn an_oversized_message_is_resource_exhausted_on_a_live_connection(
 /// DEADLINE_EXCEEDED, which a new path should give (then narrow this to "4").
 pub async fn a_call_past_its_deadline_is_ended_by_the_service(grpc: SocketAddr) -> TestResult {
     let mut connection = connect(grpc).await?;
-    let head = headers(
-        grpc,
-        METHOD,
-        "application/grpc",
-        &[("grpc-timeout", "200m")],
-    )?;
-    let body = frame(false, &request(&[("counted", "late")]).encode_to_vec());
-    let answer = call(&mut connection.client, head, body).await?;
+    let deadline = [("grpc-timeout", "200m")];
+    let late = request(&[("counted", "late")]);
+    let answer = call_with(&mut connection.client, grpc, &deadline, false, &late).await?;
     let status = answer.grpc_status().ok_or("no grpc-status")?;
     assert!(["1", "4"].contains(&status), "{answer:?}");
     // A domain without rules needs no counter: answered at once on the same connection.

@@ -131,8 +131,32 @@ pub async fn unary(
     grpc: SocketAddr,
     request: &RateLimitRequest,
 ) -> Result<Answer, BoxError> {
-    let head = headers(grpc, METHOD, "application/grpc", &[])?;
-    call(client, head, frame(false, &request.encode_to_vec())).await
+    call_with(client, grpc, &[], false, request).await
+}
+
+/// A call of `request` with `extra` headers, its message flagged `compressed` (sent as is).
+pub async fn call_with(
+    client: &mut SendRequest<Bytes>,
+    grpc: SocketAddr,
+    extra: &[(&str, &str)],
+    compressed: bool,
+    request: &RateLimitRequest,
+) -> Result<Answer, BoxError> {
+    let head = headers(grpc, METHOD, "application/grpc", extra)?;
+    call(client, head, frame(compressed, &request.encode_to_vec())).await
+}
+
+/// Checks that the connection still serves: a plain call on it is answered OK.
+pub async fn still_serves(
+    client: &mut SendRequest<Bytes>,
+    grpc: SocketAddr,
+) -> Result<(), BoxError> {
+    let answer = unary(client, grpc, &request(&[("user", "ann")])).await?;
+    let overall = answer.message()?.overall_code;
+    if overall != super::tonic_checks::OK {
+        return Err(format!("a plain call answered {overall}: {answer:?}").into());
+    }
+    Ok(())
 }
 
 /// Reads an answer to its end: headers, every DATA frame, and the trailers if any.
