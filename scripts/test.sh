@@ -15,8 +15,9 @@ command -v chromedriver >/dev/null 2>&1 || need_apt+=(chromium-driver)
 # clients.
 command -v curl >/dev/null 2>&1 || need_apt+=(curl)
 command -v h2load >/dev/null 2>&1 || need_apt+=(nghttp2-client)
-# The gRPC conformance suite's independent client (crates/sluicegate-server/tests/
-# grpc_conformance.rs): Python with grpcio, from PyPI below.
+# The check that no two public types share a name (scripts/unique-type-names.py), and the gRPC
+# conformance suite's independent client (crates/sluicegate-server/tests/grpc_conformance.rs):
+# Python, with grpcio from PyPI below.
 command -v python3 >/dev/null 2>&1 || need_apt+=(python3 python3-pip)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "installing: ${need_apt[*]}"
@@ -48,5 +49,7 @@ if cargo tree -e normal -p sluicegate-http --all-features --prefix none | grep -
 fi
 echo "== cargo doc (warnings are errors)"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --all-features --no-deps --quiet
+echo "== no two public types with the same name"
+python3 scripts/unique-type-names.py
 echo "== cargo test"
 cargo test --workspace --all-features
