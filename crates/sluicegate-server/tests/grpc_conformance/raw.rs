@@ -121,7 +121,9 @@ pub async fn call(
 ) -> Result<Answer, BoxError> {
     let mut ready = client.clone().ready().await?;
     let (response, mut send) = ready.send_request(head, false)?;
-    send.send_data(Bytes::from(body), true)?;
+    // The service may answer and close the stream before it reads the body (an unknown method,
+    // a message over the limit): the send then fails, and the answer says what happened.
+    let _ = send.send_data(Bytes::from(body), true);
     read_answer(response).await
 }
 
