@@ -97,15 +97,23 @@ pub async fn a_connection_dropped_mid_request_leaves_the_service_serving(
     Ok(())
 }
 
-/// A message cut short (the stream ends inside it) is INTERNAL, as is a message flagged
-/// compressed on a call that named no `grpc-encoding`.
+/// A message cut short (the stream ends inside it) is INTERNAL, as are a message flagged
+/// compressed on a call that named no `grpc-encoding` and bytes that are not a protobuf
+/// message (a string field declared 100 bytes long that ends after 1).
 pub async fn broken_framing_is_internal(grpc: SocketAddr) -> TestResult {
     let mut connection = connect(grpc).await?;
     let whole = frame(false, &request(&[("user", "ann")]).encode_to_vec());
     let cut = whole[..whole.len() - 2].to_vec();
     let prefix_only = whole[..3].to_vec();
     let flagged = frame(true, &request(&[("user", "ann")]).encode_to_vec());
-    for (name, body) in [("cut", cut), ("prefix", prefix_only), ("flagged", flagged)] {
+    let garbage = frame(false, &[0x0a, 0x64, b'x']);
+    let broken = [
+        ("cut", cut),
+        ("prefix", prefix_only),
+        ("flagged", flagged),
+        ("garbage", garbage),
+    ];
+    for (name, body) in broken {
         let head = headers(grpc, METHOD, "application/grpc", &[])?;
         let answer = call(&mut connection.client, head, body).await?;
         assert_eq!(answer.grpc_status(), Some("13"), "{name}: {answer:?}");
