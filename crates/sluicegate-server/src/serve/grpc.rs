@@ -219,3 +219,45 @@ pub fn verdict_to_proto(verdict: CallVerdict) -> RateLimitResponse {
         ..RateLimitResponse::default()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grpc_content_types_are_application_grpc_with_a_format_or_parameters() {
+        let is_grpc =
+            |text: &'static str| is_grpc_content_type(Some(&http::HeaderValue::from_static(text)));
+        for grpc in [
+            "application/grpc",
+            "application/grpc+proto",
+            "application/grpc;charset=utf-8",
+        ] {
+            assert!(is_grpc(grpc), "{grpc}");
+        }
+        for other in [
+            "application/json",
+            "application/grpcx",
+            "application/grpc-web",
+            "",
+        ] {
+            assert!(!is_grpc(other), "{other}");
+        }
+        assert!(!is_grpc_content_type(None));
+    }
+
+    #[test]
+    fn only_the_size_limit_status_is_rewritten() {
+        let answer = |status: tonic::Code| {
+            let mut response = http::Response::new(tonic::body::Body::empty());
+            response
+                .headers_mut()
+                .insert("grpc-status", http::HeaderValue::from(status as i32));
+            size_limit_as_resource_exhausted(response)
+        };
+        let status = |response: &HttpResponse| response.headers()["grpc-status"].clone();
+        assert_eq!(status(&answer(tonic::Code::OutOfRange)), "8");
+        assert_eq!(status(&answer(tonic::Code::InvalidArgument)), "3");
+        assert_eq!(status(&answer(tonic::Code::Ok)), "0");
+    }
+}
