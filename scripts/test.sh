@@ -18,7 +18,9 @@ command -v h2load >/dev/null 2>&1 || need_apt+=(nghttp2-client)
 # The check that no two public types share a name (scripts/unique-type-names.py), and the gRPC
 # conformance suite's independent client (crates/sluicegate-server/tests/grpc_conformance.rs):
 # Python, with grpcio from PyPI below.
-command -v python3 >/dev/null 2>&1 || need_apt+=(python3 python3-pip)
+command -v python3 >/dev/null 2>&1 || need_apt+=(python3)
+python3 -c "import grpc" >/dev/null 2>&1 || python3 -m pip --version >/dev/null 2>&1 ||
+  need_apt+=(python3-pip)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "installing: ${need_apt[*]}"
   if [ "$(id -u)" -eq 0 ]; then sudo=""; else sudo="sudo"; fi
