@@ -274,10 +274,14 @@ async fn entries_are_capped_counted_in_a_budget_and_cleared() -> Result<(), BoxE
     // Not full: an expired entry still leaves at the next answer from Redis, and its key
     // goes back to the budget.
     let later = Now::At(BASE + 3 * 3_600_000_000);
-    store.decide_all(&one(&limit, "l", b"d"), Op::Check, later).await?;
+    store
+        .decide_all(&one(&limit, "l", b"d"), Op::Check, later)
+        .await?;
     assert_eq!(store.over_limit_stats().entries, 0);
     assert_eq!(budget.live(), 0);
-    store.decide_all(&one(&limit, "l", b"d"), Op::Check, later).await?;
+    store
+        .decide_all(&one(&limit, "l", b"d"), Op::Check, later)
+        .await?;
     drop(store);
     assert_eq!(budget.live(), 0, "a store dropped gives its entries back");
     Ok(())
