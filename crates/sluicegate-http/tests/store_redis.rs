@@ -47,9 +47,16 @@ async fn serve_over(server: &RedisServer) -> Result<SocketAddr, BoxError> {
     let info = LimitInfo::rate("shared", 3, Duration::from_secs(3600));
     let layer =
         RateLimitLayer::builder(Global).build_with_store(Arc::new(safe), [(info, limit)])?;
-    let app = Router::new()
-        .route("/", get(|| async { "ok" }))
-        .layer(layer);
+    listen(
+        Router::new()
+            .route("/", get(|| async { "ok" }))
+            .layer(layer),
+    )
+    .await
+}
+
+/// Serves `app` on a free loopback port.
+async fn listen(app: Router) -> Result<SocketAddr, BoxError> {
     let listener = TcpListener::bind("127.0.0.1:0").await?;
     let address = listener.local_addr()?;
     tokio::spawn(async move { axum::serve(listener, app).await });
@@ -129,10 +136,7 @@ async fn serve_concurrency_over(
         .route("/", get(|| async { "ok" }))
         .route("/held", get(held))
         .layer(layer);
-    let listener = TcpListener::bind("127.0.0.1:0").await?;
-    let address = listener.local_addr()?;
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    Ok(address)
+    listen(app).await
 }
 
 /// Holds the one permit with a `/held` response from `a`, checks that `b` (another layer on
@@ -208,5 +212,43 @@ async fn a_response_longer_than_its_lease_keeps_its_permit() -> Result<(), BoxEr
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    Ok(())
+}
+
+/// The layer over a Redis store with its over-limit cache (`StoreConfig::over_limit_cache`):
+/// the same answers, and a key over its limit is answered without Redis until its retry time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_with_the_over_limit_cache_answers_denials_itself() -> Result<(), BoxError> {
+    let server = RedisServer::start()?;
+    let config = StoreConfig {
+        timeout: TIMEOUT,
+        ..StoreConfig::default()
+    }
+    .with_over_limit_cache(100);
+    let store = Arc::new(server.store(config).await?);
+    let rate = Rate::per_hour(2)?;
+    // A GCRA: no window edge to fall on mid-test; a denial of one permit is always kept.
+    let limit = Arc::new(NamedLimit {
+        limit: RedisLimit::gcra(rate, 2)?,
+        name: "hourly".into(),
+    });
+    let info = LimitInfo::rate("hourly", 2, Duration::from_secs(3600));
+    let layer =
+        RateLimitLayer::builder(Global).build_with_store(Arc::clone(&store), [(info, limit)])?;
+    let address = listen(
+        Router::new()
+            .route("/", get(|| async { "ok" }))
+            .layer(layer),
+    )
+    .await?;
+    let client = reqwest::Client::builder().no_proxy().build()?;
+    let mut seen = Vec::new();
+    for _ in 0..5 {
+        seen.push(status(&client, address).await?);
+    }
+    assert_eq!(seen, [200, 200, 429, 429, 429]);
+    // The first denial came from Redis, the next two from the cache.
+    let stats = store.over_limit_stats();
+    assert_eq!((stats.hits, stats.entries), (2, 1), "{stats:?}");
     Ok(())
 }

@@ -10,6 +10,7 @@ use sluicegate::store::{FailureKind, Held, Now, Request, Store, StoreDecision, S
 
 use crate::decide::NamedLimit;
 use crate::error::RedisLimitError;
+use crate::over_limit::OverLimitStats;
 use crate::store::{RedisStore, StoreConfig};
 
 /// A Redis server or cluster.
@@ -101,6 +102,23 @@ impl LazyStore {
             if self.connect().await.is_ok() {
                 return;
             }
+        }
+    }
+
+    /// The connected store's over-limit cache: what it holds and has answered (all zero
+    /// before a connection, or without a cache).
+    pub fn over_limit_stats(&self) -> OverLimitStats {
+        self.store
+            .get()
+            .map(RedisStore::over_limit_stats)
+            .unwrap_or_default()
+    }
+
+    /// Drops every denial the connected store's over-limit cache holds (see
+    /// [`RedisStore::clear_over_limit_cache`]).
+    pub fn clear_over_limit_cache(&self) {
+        if let Some(store) = self.store.get() {
+            store.clear_over_limit_cache();
         }
     }
 

@@ -16,6 +16,9 @@
 //!   a call's limits in one script call.
 //! - Every call is bounded by a timeout; [`FailSafe`] wraps any store of the seam with a
 //!   local fallback and applies a [`FailurePolicy`] (with a circuit breaker) when it fails.
+//! - An over-limit cache ([`StoreConfig::over_limit_cache`], off by default) answers a key
+//!   Redis denied until its retry time in the process, with Redis's own decision, where that
+//!   is exact ([`sluicegate::over_limit`]): it only ever repeats denials.
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
@@ -29,6 +32,7 @@ mod lazy;
 mod lease;
 mod limit;
 mod limiter;
+mod over_limit;
 mod redisson;
 mod reply;
 mod report;
@@ -47,6 +51,7 @@ pub use lazy::{LazyStore, LazyStoreError, RedisTarget};
 pub use lease::Lease;
 pub use limit::{MAX_REDIS_TOLERANCE, RedisLimit};
 pub use limiter::RedisLimiter;
+pub use over_limit::OverLimitStats;
 pub use redisson::{RateConfig, RateLimiterObject, RateType};
 pub use reply::{LimitRequest, RedisMultiDecision};
 pub use report::{FAILURE_LABELS, LogThrottle, log_failures};

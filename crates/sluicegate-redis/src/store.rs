@@ -2,11 +2,13 @@
 //! several limits decided at once (`decide_all`), one limit alone (batched when it can be),
 //! and the leases of concurrency limits. Calls go through the link (`connection.rs`).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use redis::Value;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClientBuilder;
+use sluicegate::limiter::KeyBudget;
 use sluicegate::state_machine::Op;
 use sluicegate::store::Now;
 use sluicegate::{ConfigError, Micros};
@@ -17,6 +19,7 @@ use crate::error::RedisLimitError;
 use crate::keys::KeyScheme;
 use crate::lease::{Lease, LeaseOp, new_lease_id};
 use crate::limit::{Joined, RedisLimit};
+use crate::over_limit::{OverLimitCache, OverLimitStats};
 use crate::reply::{
     LimitRequest, RedisMultiDecision, check_request, now_arg, parse_one_reply, parse_reply,
 };
@@ -44,6 +47,16 @@ pub struct StoreConfig {
     /// 0 or 1 sends every decision in a call of its own, pipelined without limit. Redis
     /// Cluster connections never batch.
     pub max_batch: usize,
+    /// The most denials the over-limit cache keeps (default 0: no cache). With it, a limit
+    /// and key Redis denied until a retry time are answered in the process until then, with
+    /// the decision Redis would give, for the algorithms and ops where that is exact (see
+    /// [`sluicegate::over_limit`]): a hot key over its limit costs Redis one call per retry
+    /// time instead of one per request, and nothing extra is ever admitted. Each entry takes
+    /// a few hundred bytes plus its key. Hits and entries: [`RedisStore::over_limit_stats`].
+    pub over_limit_cache: usize,
+    /// A cap on keys the over-limit cache's entries are also taken from (a service's cap on
+    /// counter keys across its limiters), if any: at the cap, a denial is not kept.
+    pub over_limit_budget: Option<Arc<KeyBudget>>,
 }
 
 /// How a [`RedisStore`] runs its Lua code.
@@ -68,7 +81,25 @@ impl Default for StoreConfig {
             expiry_grace: Duration::ZERO,
             scripts: ScriptMode::Auto,
             max_batch: 64,
+            over_limit_cache: 0,
+            over_limit_budget: None,
         }
+    }
+}
+
+impl StoreConfig {
+    /// With an over-limit cache of at most `entries` denials (0: none); see
+    /// [`StoreConfig::over_limit_cache`].
+    pub fn with_over_limit_cache(mut self, entries: usize) -> StoreConfig {
+        self.over_limit_cache = entries;
+        self
+    }
+
+    /// With the over-limit cache's entries also taken from `budget`; see
+    /// [`StoreConfig::over_limit_budget`].
+    pub fn with_over_limit_budget(mut self, budget: Arc<KeyBudget>) -> StoreConfig {
+        self.over_limit_budget = Some(budget);
+        self
     }
 }
 
@@ -81,6 +112,9 @@ pub struct RedisStore {
     pub(crate) grace_ms: u64,
     /// Where one-limit decisions go, if they are batched (see [`StoreConfig::max_batch`]).
     batcher: Option<Batcher>,
+    /// Denials answered in the process (see [`StoreConfig::over_limit_cache`]), shared by
+    /// every clone.
+    over_limit: Option<Arc<OverLimitCache>>,
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -147,6 +181,30 @@ impl RedisStore {
             keys,
             grace_ms,
             batcher: None,
+            over_limit: (config.over_limit_cache > 0).then(|| {
+                Arc::new(OverLimitCache::new(
+                    config.over_limit_cache,
+                    config.over_limit_budget.clone(),
+                ))
+            }),
+        }
+    }
+
+    /// What the over-limit cache holds and has answered (all zero without one).
+    pub fn over_limit_stats(&self) -> OverLimitStats {
+        self.over_limit
+            .as_ref()
+            .map(|cache| cache.stats())
+            .unwrap_or_default()
+    }
+
+    /// Drops every denial the over-limit cache holds: the next request of each key asks
+    /// Redis. Needed after anything changes counters behind the store's back (`FLUSHALL`,
+    /// another tool deleting keys); a service also clears it when an operator switches
+    /// modes.
+    pub fn clear_over_limit_cache(&self) {
+        if let Some(cache) = &self.over_limit {
+            cache.clear();
         }
     }
 
@@ -194,7 +252,41 @@ impl RedisStore {
     /// report a peek: what they have now, uncharged (as [`sluicegate::limiter::decide_together`]
     /// does). One script call, one round trip. The same limit name and key may appear only
     /// once.
+    ///
+    /// With an over-limit cache ([`StoreConfig::over_limit_cache`]), a call whose every
+    /// limit is known over is answered without Redis, with the same decisions.
     pub async fn decide_all(
+        &self,
+        requests: &[LimitRequest<'_>],
+        op: Op,
+        now: Now,
+    ) -> Result<RedisMultiDecision, RedisLimitError> {
+        let Some(cache) = &self.over_limit else {
+            return self.decide_in_redis(requests, op, now).await;
+        };
+        let keys: Vec<Vec<u8>> = requests
+            .iter()
+            .map(|r| self.keys.key(r.key, r.name.as_bytes(), ""))
+            .collect();
+        let stamp = cache.stamp(now);
+        if let Some((decisions, at)) = cache.answer(requests, &keys, op, stamp) {
+            return Ok(RedisMultiDecision {
+                allowed: false,
+                decisions,
+                leases: Vec::new(),
+                now: at,
+            });
+        }
+        // Dropped before asking: a call that fails or is cancelled (a caller's timeout) may
+        // have changed their state, and leaves no entry behind.
+        cache.forget(&keys);
+        let decided = self.decide_in_redis(requests, op, now).await?;
+        cache.learn(requests, &keys, op, stamp, &decided.decisions, decided.now);
+        Ok(decided)
+    }
+
+    /// [`RedisStore::decide_all`] in Redis.
+    async fn decide_in_redis(
         &self,
         requests: &[LimitRequest<'_>],
         op: Op,

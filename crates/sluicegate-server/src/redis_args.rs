@@ -32,6 +32,19 @@ pub struct RedisArgs {
     // the rules, so at most replicas × the limit passes while Redis is away.
     #[arg(long, env = "SLUICEGATE_FAILURE_POLICY", value_enum, default_value_t = PolicyArg::Local)]
     pub failure_policy: PolicyArg,
+    /// Answer keys Redis said are over their limit in this process until their retry time,
+    /// keeping at most this many such denials (0: off). Exact: only denials are repeated,
+    /// with the numbers Redis would give, for the algorithms and ops where nothing but time
+    /// can free the budget (not concurrency limits, nor charges of `--count-denied` except
+    /// on a full fixed window). A hot key over its limit then costs Redis one call per retry
+    /// time. For `serve`, each entry also counts against --max-keys.
+    #[arg(
+        long,
+        env = "SLUICEGATE_REDIS_OVER_LIMIT_CACHE",
+        default_value_t = 0,
+        value_name = "ENTRIES"
+    )]
+    pub redis_over_limit_cache: usize,
 }
 
 /// `--failure-policy`.
@@ -76,7 +89,8 @@ impl RedisArgs {
         let settings = RedisSettings::new(self.target()?)
             .prefix(self.redis_prefix.clone())
             .timeout(self.timeout())
-            .failure_policy(self.failure_policy.into());
+            .failure_policy(self.failure_policy.into())
+            .over_limit_cache(self.redis_over_limit_cache);
         Some(settings)
     }
 }

@@ -85,6 +85,7 @@ fn on_redis() -> Value {
         "failure_policy": "string",
         "errors": "number",
         "reloads": {"success": "number", "failure": "number"},
+        "over_limit_cache": {"capacity": "number", "entries": "number", "hits": "number"},
     })
 }
 

@@ -73,6 +73,27 @@ async fn two_proxies_on_one_redis_share_one_budget() -> TestResult {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_the_over_limit_cache_a_user_over_the_limit_is_answered_in_the_proxy() -> TestResult {
+    let redis = RedisServer::start()?;
+    let upstream = Upstream::start().await?;
+    let url = redis.url();
+    let mut args = on_redis(&url, "closed").to_vec();
+    args.extend(["--redis-over-limit-cache", "100"]);
+    let proxy = ProxyProcess::start(&upstream.url(), RULES, &args)?;
+    let mut seen = Vec::new();
+    for _ in 0..7 {
+        seen.push(status(&proxy, "alice").await?);
+    }
+    assert_eq!(seen, [200, 200, 200, 429, 429, 429, 429]);
+    // The first denial came from Redis; the next three from the cache, which holds one.
+    let hits = "sluicegate_proxy_redis_over_limit_cache_hits_total";
+    assert_eq!(proxy.metric_sum(hits).await?, 3);
+    let entries = "sluicegate_proxy_redis_over_limit_cache_entries";
+    assert_eq!(proxy.metric_sum(entries).await?, 1);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_denial_in_redis_gives_back_the_proxys_concurrency_permit() -> TestResult {
     let redis = RedisServer::start()?;
     let upstream = Upstream::start().await?;

@@ -36,6 +36,7 @@ pub mod clock;
 mod decision;
 mod error;
 pub mod limiter;
+pub mod over_limit;
 pub mod rate;
 pub mod spec;
 pub mod state_machine;

@@ -5,9 +5,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use sluicegate::limiter::KeyBudget;
 use sluicegate::store::Store;
 use sluicegate_redis::{
-    FailSafe, FailurePolicy, LazyStore, RedisLimitError, RedisTarget, StoreConfig, log_failures,
+    FailSafe, FailurePolicy, LazyStore, OverLimitStats, RedisLimitError, RedisTarget, StoreConfig,
+    log_failures,
 };
 
 /// Where shared counters are kept, and what answers when they cannot be reached.
@@ -22,6 +24,11 @@ pub struct RedisSettings {
     pub timeout: Duration,
     /// The answer when Redis is down, slow or refusing work.
     pub failure_policy: FailurePolicy,
+    /// The most denials the over-limit cache keeps (0: no cache; see
+    /// `sluicegate_redis::StoreConfig::over_limit_cache`).
+    pub over_limit_cache: usize,
+    /// The cap on keys the cache's entries are also taken from (`serve`'s `--max-keys`).
+    pub over_limit_budget: Option<Arc<KeyBudget>>,
 }
 
 impl RedisSettings {
@@ -33,6 +40,8 @@ impl RedisSettings {
             prefix: "sluicegate:".to_owned(),
             timeout: Duration::from_millis(50),
             failure_policy: FailurePolicy::Local,
+            over_limit_cache: 0,
+            over_limit_budget: None,
         }
     }
 
@@ -54,10 +63,24 @@ impl RedisSettings {
         self
     }
 
+    /// With an over-limit cache of at most `entries` denials (0: none).
+    pub fn over_limit_cache(mut self, entries: usize) -> RedisSettings {
+        self.over_limit_cache = entries;
+        self
+    }
+
+    /// With the over-limit cache's entries also taken from `budget`.
+    pub fn over_limit_budget(mut self, budget: Arc<KeyBudget>) -> RedisSettings {
+        self.over_limit_budget = Some(budget);
+        self
+    }
+
     fn store_config(&self) -> StoreConfig {
         StoreConfig {
             prefix: self.prefix.clone(),
             timeout: self.timeout,
+            over_limit_cache: self.over_limit_cache,
+            over_limit_budget: self.over_limit_budget.clone(),
             ..StoreConfig::default()
         }
     }
@@ -171,5 +194,15 @@ where
     /// Failures since start.
     pub(crate) fn failures(&self) -> u64 {
         self.store.failures()
+    }
+
+    /// The over-limit cache's hits and entries (all zero without one).
+    pub(crate) fn over_limit_stats(&self) -> OverLimitStats {
+        self.connection.over_limit_stats()
+    }
+
+    /// Drops every denial the over-limit cache holds (the manual switch changed a mode).
+    pub(crate) fn clear_over_limit_cache(&self) {
+        self.connection.clear_over_limit_cache();
     }
 }

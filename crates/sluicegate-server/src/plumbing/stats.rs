@@ -60,7 +60,17 @@ pub(crate) enum BackendStats {
         failure_policy: &'static str,
         errors: u64,
         reloads: Reloads,
+        over_limit_cache: OverLimitCacheStats,
     },
+}
+
+/// The Redis over-limit cache: its cap (0: off), the denials it holds, and the calls it
+/// answered without Redis.
+#[derive(Debug, Serialize)]
+pub(crate) struct OverLimitCacheStats {
+    pub(crate) capacity: usize,
+    pub(crate) entries: usize,
+    pub(crate) hits: u64,
 }
 
 impl BackendStats {
@@ -84,6 +94,15 @@ impl BackendStats {
             },
             errors: redis.failures(),
             reloads,
+            over_limit_cache: {
+                let stats = redis.over_limit_stats();
+                OverLimitCacheStats {
+                    // Before a connection the store does not exist yet: the configured cap.
+                    capacity: redis.settings().over_limit_cache,
+                    entries: stats.entries,
+                    hits: stats.hits,
+                }
+            },
         }
     }
 }

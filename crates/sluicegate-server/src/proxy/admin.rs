@@ -32,6 +32,10 @@ pub(crate) struct ProxyAdmin {
 
 impl AdminApp for ProxyAdmin {
     fn render_metrics(&self) -> String {
+        if let LimitCounters::Redis(redis) = &self.state.limit_counters {
+            let stats = redis.redis().over_limit_stats();
+            self.state.metrics.over_limit.update(stats);
+        }
         self.state.metrics.render()
     }
 

@@ -14,6 +14,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
 use sluicegate_http::adaptive::AdaptiveLimitLayer;
 
+use crate::plumbing::OverLimitMetrics;
 use crate::proxy::loads::Loads;
 use scraped::Scraped;
 pub(crate) use scraped::{Outcomes, RouteCounters};
@@ -50,6 +51,8 @@ pub(crate) struct Metrics {
     /// Calls Redis did not answer (the failure policy did), by kind (as
     /// `sluicegate_redis::FAILURE_LABELS`).
     backend_errors: Vec<Counter>,
+    /// The Redis over-limit cache's hits and entries (updated when `/metrics` is read).
+    pub(crate) over_limit: OverLimitMetrics,
 }
 
 impl Default for Metrics {
@@ -87,6 +90,7 @@ impl Default for Metrics {
              connection; refused: the script failed; other): the failure policy answered.",
             backend_errors.clone(),
         );
+        let over_limit = OverLimitMetrics::register(&mut registry);
         let websockets_open = Arc::new(AtomicU64::new(0));
         let scraped = Arc::new(Scraped::new(Arc::clone(&websockets_open)));
         registry.register_collector(Box::new(Arc::clone(&scraped)));
@@ -109,6 +113,7 @@ impl Default for Metrics {
                 .iter()
                 .map(|label| kind(&backend_errors, label))
                 .collect(),
+            over_limit,
         }
     }
 }

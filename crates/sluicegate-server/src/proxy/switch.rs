@@ -27,6 +27,10 @@ impl State {
         let in_force = self.rules.lock();
         let known = |name: &str| in_force.routes.iter().any(|r| r.name == name);
         let previous = self.modes.set(route, mode, known, |_, _| {})?;
+        // What was denied under the old mode is asked of Redis again.
+        if let crate::proxy::limit_counters::LimitCounters::Redis(redis) = &self.limit_counters {
+            redis.redis().clear_over_limit_cache();
+        }
         // The rules built before: only a limit Redis cannot hold fails, and those were
         // refused when the rules were loaded.
         if let Err(error) = self.rebuild(&in_force) {

@@ -233,4 +233,19 @@ mod tests {
         assert!(backend(&["--redis", "redis://a", "--redis-timeout-ms", "0"]).is_err());
         Ok(())
     }
+
+    #[test]
+    fn the_over_limit_cache_is_off_unless_given_entries() -> Result<(), Box<dyn std::error::Error>>
+    {
+        let entries = |args: &[&str]| -> Result<usize, Box<dyn std::error::Error>> {
+            match backend(&[&["--redis", "redis://r:6379"], args].concat())? {
+                BackendOptions::Redis(settings) => Ok(settings.over_limit_cache),
+                BackendOptions::Memory => Err("--redis is a Redis backend".into()),
+            }
+        };
+        assert_eq!(entries(&[])?, 0);
+        assert_eq!(entries(&["--redis-over-limit-cache", "10000"])?, 10_000);
+        assert!(entries(&["--redis-over-limit-cache", "-1"]).is_err());
+        Ok(())
+    }
 }

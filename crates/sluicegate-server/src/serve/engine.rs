@@ -129,7 +129,11 @@ impl Engine {
             build_limiter_table(&rules, None, options.count_denied, &options.clock, &keys)?;
         let redis = match &options.backend {
             BackendOptions::Memory => None,
-            BackendOptions::Redis(redis) => Some(redis_backend(redis.clone(), &metrics)),
+            // The over-limit cache's entries count against the same cap as the keys.
+            BackendOptions::Redis(redis) => Some(redis_backend(
+                redis.clone().over_limit_budget(Arc::clone(keys.budget())),
+                &metrics,
+            )),
         };
         let redis_limits = match redis {
             Some(_) => Some(build_redis_table(&rules, None)?),
@@ -216,6 +220,9 @@ impl Engine {
     pub fn render_metrics(&self) -> String {
         let live = i64::try_from(self.keys.budget().live()).unwrap_or(i64::MAX);
         self.metrics.keys.set(live);
+        if let Some(redis) = &self.redis {
+            self.metrics.over_limit.update(redis.over_limit_stats());
+        }
         self.metrics.render()
     }
 
@@ -238,6 +245,11 @@ impl Engine {
             mode_gauges(&self.metrics, before, after);
         })?;
         self.metrics.mode_changes.inc();
+        // What was denied under the old mode is asked again: an operator switching modes
+        // expects every key's next answer to come from Redis.
+        if let Some(redis) = &self.redis {
+            redis.clear_over_limit_cache();
+        }
         tracing::warn!(
             rule,
             mode = mode.name(),

@@ -9,6 +9,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
+use crate::plumbing::OverLimitMetrics;
 use crate::serve::decision_metrics::DecisionMetrics;
 use crate::serve::decision_totals::DecisionTotalsByKey;
 
@@ -54,6 +55,8 @@ pub struct Metrics {
     /// Calls refused as too large (`--max-descriptors`, `--max-entries`,
     /// `--max-descriptor-bytes`).
     pub oversized_calls: Counter,
+    /// The Redis over-limit cache's hits and entries (updated when `/metrics` is read).
+    pub(crate) over_limit: OverLimitMetrics,
 }
 
 impl Metrics {
@@ -102,8 +105,10 @@ impl Metrics {
             "Time to answer a rate limit call",
             request_seconds.clone(),
         );
+        let over_limit = OverLimitMetrics::register(&mut registry);
         Metrics {
             registry,
+            over_limit,
             decision_totals,
             backend_errors,
             config_loads,

@@ -66,8 +66,9 @@ impl KeyBudget {
         self.live.load(Ordering::Relaxed)
     }
 
-    /// Takes `keys` if that many are left.
-    pub(crate) fn try_take(&self, keys: usize) -> bool {
+    /// Takes `keys` if that many are left (a cache of this crate's users counting its
+    /// entries as keys: each taken is given back with [`KeyBudget::give_back`]).
+    pub fn try_take(&self, keys: usize) -> bool {
         self.live
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |live| {
                 live.checked_add(keys)
@@ -89,7 +90,7 @@ impl KeyBudget {
     }
 
     /// Gives back `keys` that were dropped.
-    pub(crate) fn give_back(&self, keys: usize) {
+    pub fn give_back(&self, keys: usize) {
         if keys > 0 {
             let _ = self
                 .live

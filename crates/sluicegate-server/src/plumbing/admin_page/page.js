@@ -122,6 +122,10 @@ function draw(stats) {
   if (backend.store === "redis") {
     health.push(el("span", { class: backend.redis_up ? "up" : "down", "data-testid": "redis" }, backend.redis_up ? "redis up" : "redis down"));
     health.push(el("span", {}, "failure policy: ", el("b", {}, backend.failure_policy)));
+    const cache = backend.over_limit_cache;
+    if (cache && cache.capacity > 0) {
+      health.push(el("span", { "data-testid": "over-limit-cache" }, "over-limit cache: ", el("b", {}, `${cache.hits} hits`), `, ${cache.entries}/${cache.capacity} entries`));
+    }
   }
   health.push(el("span", {}, "backend errors: ", el("b", {}, backend.errors)));
   health.push(el("span", {}, `reloads: ${backend.reloads.success} ok, ${backend.reloads.failure} refused`));
