@@ -15,6 +15,8 @@ command -v chromedriver >/dev/null 2>&1 || need_apt+=(chromium-driver)
 # clients.
 command -v curl >/dev/null 2>&1 || need_apt+=(curl)
 command -v h2load >/dev/null 2>&1 || need_apt+=(nghttp2-client)
+# The check that no two public types share a name (scripts/unique-type-names.py).
+command -v python3 >/dev/null 2>&1 || need_apt+=(python3)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "installing: ${need_apt[*]}"
   if [ "$(id -u)" -eq 0 ]; then sudo=""; else sudo="sudo"; fi
@@ -39,5 +41,7 @@ if cargo tree -e normal -p sluicegate-http --all-features --prefix none | grep -
 fi
 echo "== cargo doc (warnings are errors)"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --all-features --no-deps --quiet
+echo "== no two public types with the same name"
+python3 scripts/unique-type-names.py
 echo "== cargo test"
 cargo test --workspace --all-features

@@ -12,6 +12,9 @@
 //! [`AdaptiveLimitLayer`] holds the requests in flight to an adaptive concurrency limit that
 //! follows the latency the service shows (503 with `Retry-After` when full); see [`adaptive`].
 //!
+//! Both answer with a [`permit_body::PermitBody`]: the inner service's body, holding what the
+//! layer granted the request until the body has been sent to its end.
+//!
 //! [`pace::PaceLayer`] is the client side: it paces calls to a rate-limited API and holds
 //! further calls to a host that answered 429 or 503 with `Retry-After` or `RateLimit`.
 //!
@@ -55,6 +58,7 @@
 
 pub mod adaptive;
 pub mod pace;
+pub mod permit_body;
 pub mod rate_limit;
 pub mod ratelimit_fields;
 #[cfg(feature = "rls")]

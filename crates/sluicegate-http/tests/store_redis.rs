@@ -12,7 +12,9 @@ use sluicegate::{AnyAlgorithm, Gcra, KeyedLimiter, Rate};
 use sluicegate_http::rate_limit::key::Global;
 use sluicegate_http::rate_limit::{LimitInfo, RateLimitLayer};
 use sluicegate_redis::testing::RedisServer;
-use sluicegate_redis::{Both, FailSafe, FailurePolicy, NamedLimit, RedisLimit, StoreConfig};
+use sluicegate_redis::{
+    FailSafe, FailSafeLimit, FailurePolicy, NamedLimit, RedisLimit, StoreConfig,
+};
 use tokio::net::TcpListener;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -35,7 +37,7 @@ async fn serve_over(server: &RedisServer) -> Result<SocketAddr, BoxError> {
         FailurePolicy::Open,
         TIMEOUT,
     );
-    let limit = Both {
+    let limit = FailSafeLimit {
         primary: Arc::new(NamedLimit {
             limit: RedisLimit::gcra(rate, 3)?,
             name: "shared".into(),
@@ -99,7 +101,7 @@ async fn serve_concurrency_over(
         FailurePolicy::Local,
         TIMEOUT,
     );
-    let limit = Both {
+    let limit = FailSafeLimit {
         primary: Arc::new(NamedLimit {
             limit: RedisLimit::concurrency(1, lease)?,
             name: "in_flight".into(),

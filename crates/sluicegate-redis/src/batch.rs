@@ -14,7 +14,9 @@ use tokio::sync::{Semaphore, mpsc, oneshot};
 
 use crate::connection::Link;
 use crate::error::RedisLimitError;
-use crate::reply::{Now, is_error_reply, script_error};
+use sluicegate::store::Now;
+
+use crate::reply::{is_error_reply, script_error};
 use crate::scripts::{Entry, OneEntry};
 
 /// Calls a batcher keeps in flight at once. While they are out, new decisions queue up and
@@ -68,7 +70,7 @@ impl OneCall {
 
     fn fill_args(&self, cmd: &mut Cmd) {
         match self.now {
-            Now::Server => cmd.arg(""),
+            Now::Store => cmd.arg(""),
             Now::At(micros) => cmd.arg(micros),
         };
         cmd.arg(self.op).arg(self.permits).arg(&self.params);

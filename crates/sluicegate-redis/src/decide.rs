@@ -14,13 +14,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use sluicegate::store::{FailureKind, Held, Outcome, Request, Store, StoreError};
-use sluicegate::{Decision, Op};
+use sluicegate::Decision;
+use sluicegate::state_machine::Op;
+use sluicegate::store::{FailureKind, Held, Now, Request, Store, StoreDecision, StoreError};
 
 use crate::error::RedisLimitError;
 use crate::lease::{Lease, LeaseOp};
 use crate::limit::RedisLimit;
-use crate::reply::{LimitRequest, Now};
+use crate::reply::LimitRequest;
 use crate::store::RedisStore;
 
 /// A limit in Redis: its parameters and the name that keeps it apart from the other limits on
@@ -69,9 +70,8 @@ impl<K: AsRef<[u8]> + ?Sized + Sync + 'static> Store<K> for RedisStore {
         &'a self,
         requests: &'a [Request<'a, Arc<NamedLimit>, K>],
         op: Op,
-        now: sluicegate::store::Now,
-    ) -> Result<Outcome, RedisLimitError> {
-        let now = server_now(now);
+        now: Now,
+    ) -> Result<StoreDecision, RedisLimitError> {
         if let [only] = requests {
             let asked = [LimitRequest {
                 limit: &only.limit.limit,
@@ -91,7 +91,7 @@ impl<K: AsRef<[u8]> + ?Sized + Sync + 'static> Store<K> for RedisStore {
             return multi
                 .decisions
                 .pop()
-                .map(|decision| Outcome::one(decision).holding(held))
+                .map(|decision| StoreDecision::one(decision).holding(held))
                 .ok_or_else(|| RedisLimitError::UnexpectedReply("no decision".into()));
         }
         // Each request's slot among the limits asked (the same limit and key: one slot).
@@ -137,7 +137,7 @@ impl<K: AsRef<[u8]> + ?Sized + Sync + 'static> Store<K> for RedisStore {
                 Some(Held { request, id })
             })
             .collect();
-        Ok(Outcome::many(outcome).holding(held))
+        Ok(StoreDecision::many(outcome).holding(held))
     }
 
     async fn release<'a>(
@@ -146,7 +146,7 @@ impl<K: AsRef<[u8]> + ?Sized + Sync + 'static> Store<K> for RedisStore {
         held: &'a [Held],
     ) -> Result<(), RedisLimitError> {
         // Whether each was still held matters not: a lease that ran out is given back too.
-        self.on_leases(requests, held, LeaseOp::Release, Now::Server)
+        self.on_leases(requests, held, LeaseOp::Release, Now::Store)
             .await
             .map(drop)
     }
@@ -159,22 +159,13 @@ impl<K: AsRef<[u8]> + ?Sized + Sync + 'static> Store<K> for RedisStore {
         &'a self,
         requests: &'a [Request<'a, Arc<NamedLimit>, K>],
         held: &'a [Held],
-        now: sluicegate::store::Now,
+        now: Now,
     ) -> Result<bool, RedisLimitError> {
-        self.on_leases(requests, held, LeaseOp::Renew, server_now(now))
-            .await
+        self.on_leases(requests, held, LeaseOp::Renew, now).await
     }
 
     async fn ping(&self) -> Result<(), RedisLimitError> {
         RedisStore::ping(self).await
-    }
-}
-
-/// The time of a call as this crate's scripts take it.
-fn server_now(now: sluicegate::store::Now) -> Now {
-    match now {
-        sluicegate::store::Now::Store => Now::Server,
-        sluicegate::store::Now::At(micros) => Now::At(micros),
     }
 }
 

@@ -12,8 +12,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
-use sluicegate::store::{FailureKind, Held, Now, Outcome, Request, Store, StoreError};
-use sluicegate::{Decision, Op, micros_ceil};
+use sluicegate::Decision;
+use sluicegate::clock::micros_ceil;
+use sluicegate::state_machine::Op;
+use sluicegate::store::{FailureKind, Held, Now, Request, Store, StoreDecision, StoreError};
 use tokio::time::Instant;
 
 /// The answer given when the store is down, slow, or refusing work.
@@ -38,7 +40,7 @@ const PROBE_AT_MOST_EVERY: Duration = Duration::from_millis(500);
 
 /// A limit of a [`FailSafe`] store: the store's form and the fallback's.
 #[derive(Debug, Clone)]
-pub struct Both<P, L> {
+pub struct FailSafeLimit<P, L> {
     /// The limit in the store.
     pub primary: P,
     /// The same limit in the local fallback.
@@ -116,7 +118,7 @@ impl<P: StoreError, L: StoreError> StoreError for FailSafeError<P, L> {
 
 /// What a [`FailSafe`] tells its observer.
 #[derive(Debug)]
-pub enum Event<'a, E> {
+pub enum FailSafeEvent<'a, E> {
     /// The store failed a call; the policy answered it.
     Failed(&'a Failure<'a, E>),
     /// The breaker marked the store down after this many outage failures in a row.
@@ -129,7 +131,8 @@ pub enum Event<'a, E> {
 }
 
 /// A request of a [`FailSafe`] store over `P` and `L`.
-type Asked<'a, P, L, K> = Request<'a, Both<<P as Store<K>>::Limit, <L as Store<K>>::Limit>, K>;
+type Asked<'a, P, L, K> =
+    Request<'a, FailSafeLimit<<P as Store<K>>::Limit, <L as Store<K>>::Limit>, K>;
 
 /// The primary store's form of `requests`.
 fn primary_requests<'a, P: Store<K>, L: Store<K>, K: ?Sized>(
@@ -160,7 +163,7 @@ fn local_requests<'a, P: Store<K>, L: Store<K>, K: ?Sized>(
 }
 
 /// Told of every failure of the store and of the breaker's changes (to count and log them).
-type Observer<E> = Arc<dyn Fn(&Event<'_, E>) + Send + Sync>;
+type Observer<E> = Arc<dyn Fn(&FailSafeEvent<'_, E>) + Send + Sync>;
 
 /// A store that still answers, within its timeout, when the wrapped store does not: by its
 /// [`FailurePolicy`], the `local` one deciding in the fallback store. Errors about the request
@@ -216,7 +219,7 @@ where
     /// Tells `observer` of every failure of the store and of the breaker's changes.
     pub fn with_observer(
         mut self,
-        observer: impl Fn(&Event<'_, P::Error>) + Send + Sync + 'static,
+        observer: impl Fn(&FailSafeEvent<'_, P::Error>) + Send + Sync + 'static,
     ) -> Self {
         self.observer = Some(Arc::new(observer));
         self
@@ -250,8 +253,8 @@ where
     /// This store with every call, together, bounded by `deadline` rather than each by the
     /// timeout: a caller that makes several calls for one request (a quota's peek, then the
     /// enforcing limits) waits at most once.
-    pub fn until(&self, deadline: Instant) -> Until<'_, P, L, K> {
-        Until {
+    pub fn until(&self, deadline: Instant) -> FailSafeWithDeadline<'_, P, L, K> {
+        FailSafeWithDeadline {
             store: self,
             deadline,
         }
@@ -264,7 +267,7 @@ where
         op: Op,
         now: Now,
         deadline: Instant,
-    ) -> Result<Outcome, FailSafeError<P::Error, L::Error>> {
+    ) -> Result<StoreDecision, FailSafeError<P::Error, L::Error>> {
         if self.is_down() {
             self.failed(&Failure::Down);
             return self.by_policy(requests, op, now).await;
@@ -302,7 +305,7 @@ where
     fn failed(&self, failure: &Failure<'_, P::Error>) {
         self.breaker.failures.fetch_add(1, Ordering::Relaxed);
         if let Some(observer) = &self.observer {
-            observer(&Event::Failed(failure));
+            observer(&FailSafeEvent::Failed(failure));
         }
         if !failure.is_outage() {
             return;
@@ -321,7 +324,7 @@ where
             return;
         };
         if let Some(observer) = &self.observer {
-            observer(&Event::MarkedDown {
+            observer(&FailSafeEvent::MarkedDown {
                 failures_in_a_row: in_a_row,
             });
         }
@@ -335,7 +338,7 @@ where
     /// Gives back what an allowed call holds: in the store, if it holds leases there; in the
     /// fallback, if the call was answered there (`local`, no leases); otherwise nothing (the
     /// policy took nothing, or no limit of the call holds permits). A primary store that holds
-    /// permits must report them in [`Outcome::held`].
+    /// permits must report them in [`StoreDecision::held`].
     async fn release_held<'a>(
         &'a self,
         requests: &'a [Asked<'a, P, L, K>],
@@ -394,7 +397,7 @@ where
         requests: &'a [Asked<'a, P, L, K>],
         op: Op,
         now: Now,
-    ) -> Result<Outcome, FailSafeError<P::Error, L::Error>> {
+    ) -> Result<StoreDecision, FailSafeError<P::Error, L::Error>> {
         if self.policy == FailurePolicy::Local {
             let asked = local_requests::<P, L, K>(requests);
             return self
@@ -419,8 +422,8 @@ where
             });
         }
         Ok(match <[Decision; 1]>::try_from(decisions) {
-            Ok([one]) => Outcome::one(one),
-            Err(many) => Outcome::many(many),
+            Ok([one]) => StoreDecision::one(one),
+            Err(many) => StoreDecision::many(many),
         })
     }
 }
@@ -438,7 +441,7 @@ async fn probe_until_up<P: Store<K>, K: ?Sized + 'static>(
             breaker.failures_in_a_row.store(0, Ordering::Relaxed);
             breaker.down.store(false, Ordering::Release);
             if let Some(observer) = &observer {
-                observer(&Event::BackUp);
+                observer(&FailSafeEvent::BackUp);
             }
             return;
         }
@@ -452,7 +455,7 @@ where
     P: Store<K> + 'static,
     L: Store<K>,
 {
-    type Limit = Both<P::Limit, L::Limit>;
+    type Limit = FailSafeLimit<P::Limit, L::Limit>;
     type Error = FailSafeError<P::Error, L::Error>;
 
     fn capacity(&self, limit: &Self::Limit) -> u64 {
@@ -464,7 +467,7 @@ where
         requests: &'a [Request<'a, Self::Limit, K>],
         op: Op,
         now: Now,
-    ) -> Result<Outcome, Self::Error> {
+    ) -> Result<StoreDecision, Self::Error> {
         self.decide_by(requests, op, now, Instant::now() + self.timeout)
             .await
     }
@@ -497,18 +500,18 @@ where
 }
 
 /// A [`FailSafe`] store whose calls share one deadline ([`FailSafe::until`]).
-pub struct Until<'s, P: Store<K>, L, K: ?Sized + 'static> {
+pub struct FailSafeWithDeadline<'s, P: Store<K>, L, K: ?Sized + 'static> {
     store: &'s FailSafe<P, L, K>,
     deadline: Instant,
 }
 
-impl<P, L, K> Store<K> for Until<'_, P, L, K>
+impl<P, L, K> Store<K> for FailSafeWithDeadline<'_, P, L, K>
 where
     K: ?Sized + Sync + 'static,
     P: Store<K> + 'static,
     L: Store<K>,
 {
-    type Limit = Both<P::Limit, L::Limit>;
+    type Limit = FailSafeLimit<P::Limit, L::Limit>;
     type Error = FailSafeError<P::Error, L::Error>;
 
     fn capacity(&self, limit: &Self::Limit) -> u64 {
@@ -520,7 +523,7 @@ where
         requests: &'a [Request<'a, Self::Limit, K>],
         op: Op,
         now: Now,
-    ) -> Result<Outcome, Self::Error> {
+    ) -> Result<StoreDecision, Self::Error> {
         self.store.decide_by(requests, op, now, self.deadline).await
     }
 

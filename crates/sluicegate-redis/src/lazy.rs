@@ -5,8 +5,8 @@
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use sluicegate::Op;
-use sluicegate::store::{FailureKind, Held, Now, Outcome, Request, Store, StoreError};
+use sluicegate::state_machine::Op;
+use sluicegate::store::{FailureKind, Held, Now, Request, Store, StoreDecision, StoreError};
 
 use crate::decide::NamedLimit;
 use crate::error::RedisLimitError;
@@ -122,7 +122,7 @@ impl<K: AsRef<[u8]> + ?Sized + Sync + 'static> Store<K> for LazyStore {
         requests: &'a [Request<'a, Arc<NamedLimit>, K>],
         op: Op,
         now: Now,
-    ) -> Result<Outcome, LazyStoreError> {
+    ) -> Result<StoreDecision, LazyStoreError> {
         let store = self.connected()?;
         Ok(Store::<K>::decide(store, requests, op, now).await?)
     }

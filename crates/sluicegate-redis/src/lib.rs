@@ -5,7 +5,8 @@
 //! - Times are integer microseconds, exactly as in the core crate; the script keeps every
 //!   number an exact integer below 2^53 (see `lua/prelude.lua`), so a trace run in memory and
 //!   in Redis gives identical [`Decision`](sluicegate::Decision)s.
-//! - Time is Redis's own clock ([`Now::Server`]) by default, or given ([`Now::At`]).
+//! - Time is Redis's own clock ([`Now::Store`](sluicegate::store::Now::Store)) by default, or
+//!   given ([`Now::At`](sluicegate::store::Now::At)).
 //! - Keys are `PREFIX{KEY}NAME`: the key is the Cluster hash tag, so several limits on one
 //!   key are checked together in one call ([`RedisStore::decide_all`]), all or nothing. Every
 //!   key expires when its state is fresh again.
@@ -39,13 +40,14 @@ pub mod testing;
 pub use decide::NamedLimit;
 pub use error::RedisLimitError;
 pub use failure::{
-    Both, Event, FAILURES_TO_OPEN, FailSafe, FailSafeError, Failure, FailurePolicy, Until,
+    FAILURES_TO_OPEN, FailSafe, FailSafeError, FailSafeEvent, FailSafeLimit, FailSafeWithDeadline,
+    Failure, FailurePolicy,
 };
 pub use lazy::{LazyStore, LazyStoreError, RedisTarget};
 pub use lease::Lease;
 pub use limit::{MAX_REDIS_TOLERANCE, RedisLimit};
 pub use limiter::RedisLimiter;
 pub use redisson::{RateConfig, RateLimiterObject, RateType};
-pub use reply::{LimitRequest, MultiDecision, Now};
+pub use reply::{LimitRequest, RedisMultiDecision};
 pub use report::{FAILURE_LABELS, LogThrottle, log_failures};
 pub use store::{RedisStore, ScriptMode, StoreConfig};

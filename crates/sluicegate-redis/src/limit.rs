@@ -2,10 +2,12 @@
 
 use std::time::Duration;
 
+use sluicegate::clock::micros_ceil;
+use sluicegate::rate::TickInterval;
+use sluicegate::state_machine::Op;
 use sluicegate::{
     Algorithm as _, AnyAlgorithm, Concurrency, ConfigError, FixedWindow, Gcra, LeakyBucket,
-    LeakyQueue, Micros, Op, Pace, QueueDelay, Rate, SlidingLog, SlidingWindow, TokenBucket,
-    micros_ceil,
+    LeakyQueue, Micros, QueueDelay, Rate, SlidingLog, SlidingWindow, TokenBucket,
 };
 
 use crate::scripts::OneEntry;
@@ -87,7 +89,7 @@ pub(crate) struct Bucket {
     pub(crate) rate: Rate,
     pub(crate) burst: u64,
     pub(crate) initial: u64,
-    pub(crate) pace: Pace,
+    pub(crate) pace: TickInterval,
     pub(crate) tolerance: u64,
 }
 

@@ -2,12 +2,14 @@
 
 use std::num::NonZeroU64;
 
-use sluicegate::{Decision, Op};
+use sluicegate::Decision;
+use sluicegate::state_machine::Op;
+use sluicegate::store::Now;
 
 use crate::error::RedisLimitError;
 use crate::lease::{Lease, LeaseOp};
 use crate::limit::{LimitKind, RedisLimit};
-use crate::reply::{LimitRequest, Now};
+use crate::reply::LimitRequest;
 use crate::store::RedisStore;
 
 /// One limit, a state per key, in Redis: the distributed twin of
@@ -61,7 +63,7 @@ impl RedisLimiter {
 
     /// Asks for one permit for `key` on Redis's clock.
     pub async fn check(&self, key: &[u8]) -> Result<Decision, RedisLimitError> {
-        self.decide(key, NonZeroU64::MIN, Op::Check, Now::Server)
+        self.decide(key, NonZeroU64::MIN, Op::Check, Now::Store)
             .await
     }
 

@@ -12,12 +12,13 @@ use std::num::NonZeroU64;
 use std::time::Duration;
 
 use redis::Value;
+use sluicegate::store::Now;
 use sluicegate::{ConfigError, Decision};
 
 use crate::error::RedisLimitError;
 use crate::lease::new_lease_id;
 use crate::limit::RedisLimit;
-use crate::reply::{Now, now_arg, parse_reply, text};
+use crate::reply::{now_arg, parse_reply, text};
 use crate::scripts::Entry;
 use crate::store::RedisStore;
 
@@ -95,7 +96,7 @@ impl RateLimiterObject {
     ) -> Result<bool, RedisLimitError> {
         // The same bounds as a sliding log in Redis.
         RedisLimit::sliding_log(rate, interval)?;
-        let interval_us = sluicegate::micros_ceil(interval);
+        let interval_us = sluicegate::clock::micros_ceil(interval);
         let args = vec![
             op.into(),
             rate.to_string().into_bytes(),
@@ -204,7 +205,7 @@ impl RateLimiterObject {
 
     /// Takes `permits` if they are available now (Redisson `tryAcquire(permits)`).
     pub async fn try_acquire(&self, permits: u64) -> Result<bool, RedisLimitError> {
-        Ok(self.try_acquire_at(permits, Now::Server).await?.allowed())
+        Ok(self.try_acquire_at(permits, Now::Store).await?.allowed())
     }
 
     /// Takes `permits` if they are available at `now`, with the full decision.
@@ -226,7 +227,7 @@ impl RateLimiterObject {
     ) -> Result<bool, RedisLimitError> {
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
-            let decision = self.try_acquire_at(permits, Now::Server).await?;
+            let decision = self.try_acquire_at(permits, Now::Store).await?;
             if decision.allowed() {
                 return Ok(true);
             }
@@ -241,7 +242,7 @@ impl RateLimiterObject {
     /// Takes `permits`, waiting as long as it takes (Redisson `acquire(permits)`).
     pub async fn acquire(&self, permits: u64) -> Result<(), RedisLimitError> {
         loop {
-            let decision = self.try_acquire_at(permits, Now::Server).await?;
+            let decision = self.try_acquire_at(permits, Now::Store).await?;
             if decision.allowed() {
                 return Ok(());
             }
@@ -251,7 +252,7 @@ impl RateLimiterObject {
 
     /// Permits available now (Redisson `availablePermits`).
     pub async fn available_permits(&self) -> Result<u64, RedisLimitError> {
-        self.available_permits_at(Now::Server).await
+        self.available_permits_at(Now::Store).await
     }
 
     /// Permits available at `now`: the rate less the permits granted in the interval ending

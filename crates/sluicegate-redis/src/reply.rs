@@ -1,25 +1,17 @@
-//! What a Redis call is made of and what it answers: the shared types of a decision (`Now`,
-//! `LimitRequest`, `MultiDecision`) and the reading of the scripts' replies. A leaf: the
+//! What a Redis call is made of and what it answers: the shared types of a decision
+//! (`LimitRequest`, `RedisMultiDecision`) and the reading of the scripts' replies. A leaf: the
 //! connection, the batcher, the store and the limiters all read it; it reads none of them.
 
 use std::num::NonZeroU64;
 
 use redis::Value;
-use sluicegate::{Decision, Micros, Op};
+use sluicegate::state_machine::Op;
+use sluicegate::store::Now;
+use sluicegate::{Decision, Micros};
 
 use crate::error::RedisLimitError;
 use crate::lease::Lease;
 use crate::limit::RedisLimit;
-
-/// Where the time of a decision comes from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Now {
-    /// Redis's own clock (`TIME`), so clients whose clocks disagree still agree on the limit.
-    #[default]
-    Server,
-    /// An explicit time in microseconds since the Unix epoch (deterministic tests, replays).
-    At(Micros),
-}
 
 /// One limit in a multi-limit request: `limit` named `name`, counted for `key`.
 #[derive(Debug, Clone, Copy)]
@@ -37,7 +29,7 @@ pub struct LimitRequest<'a> {
 
 /// The answer to a multi-limit request.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MultiDecision {
+pub struct RedisMultiDecision {
     /// Every limit allowed, and every limit was charged; otherwise none was.
     pub allowed: bool,
     /// Each limit's own decision, in request order.
@@ -70,7 +62,7 @@ pub(crate) fn check_request(request: &LimitRequest<'_>, op: Op) -> Result<(), Re
 
 pub(crate) fn now_arg(now: Now) -> Vec<u8> {
     match now {
-        Now::Server => Vec::new(),
+        Now::Store => Vec::new(),
         Now::At(micros) => micros.to_string().into_bytes(),
     }
 }

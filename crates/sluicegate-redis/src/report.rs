@@ -7,7 +7,7 @@ use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use crate::error::RedisLimitError;
-use crate::failure::{Event, Failure, FailurePolicy};
+use crate::failure::{FailSafeEvent, Failure, FailurePolicy};
 use crate::lazy::LazyStoreError;
 
 /// At most one warning about failed calls this often; the rest are counted in the next.
@@ -22,10 +22,10 @@ pub fn log_failures(
     who: &'static str,
     policy: FailurePolicy,
     count: impl Fn(&'static str) + Send + Sync + 'static,
-) -> impl Fn(&Event<'_, LazyStoreError>) + Send + Sync + 'static {
+) -> impl Fn(&FailSafeEvent<'_, LazyStoreError>) + Send + Sync + 'static {
     let warnings = LogThrottle::new(WARN_EVERY);
     move |event| match event {
-        Event::Failed(failure) => {
+        FailSafeEvent::Failed(failure) => {
             let kind = failure.label();
             count(kind);
             warnings.write(|left_out| {
@@ -38,12 +38,14 @@ pub fn log_failures(
                 );
             });
         }
-        Event::MarkedDown { failures_in_a_row } => tracing::warn!(
+        FailSafeEvent::MarkedDown { failures_in_a_row } => tracing::warn!(
             failures_in_a_row,
             ?policy,
             "{who}redis marked down: the failure policy answers at once while it is probed"
         ),
-        Event::BackUp => tracing::info!("{who}redis answers again: decisions go back to it"),
+        FailSafeEvent::BackUp => {
+            tracing::info!("{who}redis answers again: decisions go back to it")
+        }
     }
 }
 

@@ -7,7 +7,9 @@ use std::time::Duration;
 use redis::Value;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClientBuilder;
-use sluicegate::{ConfigError, Micros, Op};
+use sluicegate::state_machine::Op;
+use sluicegate::store::Now;
+use sluicegate::{ConfigError, Micros};
 
 use crate::batch::{Batcher, OneCall};
 use crate::connection::{Connection, Link, bounded};
@@ -16,7 +18,7 @@ use crate::keys::KeyScheme;
 use crate::lease::{Lease, LeaseOp, new_lease_id};
 use crate::limit::{Joined, RedisLimit};
 use crate::reply::{
-    LimitRequest, MultiDecision, Now, check_request, now_arg, parse_one_reply, parse_reply,
+    LimitRequest, RedisMultiDecision, check_request, now_arg, parse_one_reply, parse_reply,
 };
 use crate::scripts::{Entry, OneEntry};
 
@@ -189,7 +191,7 @@ impl RedisStore {
 
     /// Decides every request at once: allowed only if each limit allows, and then charged to
     /// all of them; if one denies, none is charged, and the limits that would have allowed
-    /// report a peek: what they have now, uncharged (as [`sluicegate::decide_together`]
+    /// report a peek: what they have now, uncharged (as [`sluicegate::limiter::decide_together`]
     /// does). One script call, one round trip. The same limit name and key may appear only
     /// once.
     pub async fn decide_all(
@@ -197,7 +199,7 @@ impl RedisStore {
         requests: &[LimitRequest<'_>],
         op: Op,
         now: Now,
-    ) -> Result<MultiDecision, RedisLimitError> {
+    ) -> Result<RedisMultiDecision, RedisLimitError> {
         let (op_name, max_wait) = match op {
             Op::Check => ("check", None),
             Op::Peek => ("peek", None),
@@ -266,7 +268,7 @@ impl RedisStore {
         } else {
             Vec::new()
         };
-        Ok(MultiDecision {
+        Ok(RedisMultiDecision {
             allowed,
             decisions,
             leases,
@@ -284,7 +286,7 @@ impl RedisStore {
         op_name: &'static str,
         max_wait: Option<Micros>,
         now: Now,
-    ) -> Result<MultiDecision, RedisLimitError> {
+    ) -> Result<RedisMultiDecision, RedisLimitError> {
         check_request(request, op)?;
         let key = self.keys.key(request.key, request.name.as_bytes(), "");
         let mut params = Joined::default();
@@ -308,7 +310,7 @@ impl RedisStore {
             None => call.send_alone(&self.link).await?,
         };
         let (now, decision) = parse_one_reply(&reply, request.limit.capacity())?;
-        Ok(MultiDecision {
+        Ok(RedisMultiDecision {
             allowed: decision.allowed(),
             decisions: vec![decision],
             leases: Vec::new(),

@@ -5,10 +5,12 @@
 use std::num::NonZeroU64;
 use std::time::Duration;
 
-use sluicegate::{Decision, Op, Rate};
+use sluicegate::state_machine::Op;
+use sluicegate::store::Now;
+use sluicegate::{Decision, Rate};
 use sluicegate_redis::testing::{RedisServer, calls_of, command_calls};
 use sluicegate_redis::{
-    Now, RedisLimit, RedisLimitError, RedisLimiter, RedisStore, ScriptMode, StoreConfig,
+    RedisLimit, RedisLimitError, RedisLimiter, RedisStore, ScriptMode, StoreConfig,
 };
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -231,7 +233,7 @@ fn a_corrupt_key_fails_alone_in_its_batch() -> Result<(), BoxError> {
                     let request = limiter.request(key);
                     limiter
                         .store()
-                        .decide_all(&[request], Op::Check, Now::Server)
+                        .decide_all(&[request], Op::Check, Now::Store)
                         .await
                 })
             })

@@ -4,8 +4,10 @@ use std::num::NonZeroU64;
 use std::sync::Arc;
 use std::time::Duration;
 
-use sluicegate::{Algorithm, Gcra, Op, QueueDelay, Rate, TokenBucket};
-use sluicegate_redis::{Now, RedisLimit, RedisLimitError, RedisLimiter, RedisStore, StoreConfig};
+use sluicegate::state_machine::Op;
+use sluicegate::store::Now;
+use sluicegate::{Algorithm, Gcra, QueueDelay, Rate, TokenBucket};
+use sluicegate_redis::{RedisLimit, RedisLimitError, RedisLimiter, RedisStore, StoreConfig};
 
 use sluicegate_redis::testing::RedisServer;
 
@@ -27,7 +29,7 @@ async fn server_time_decisions_replay_identically_in_memory() -> Result<(), BoxE
     let mut allowed = 0;
     for _ in 0..10 {
         let multi = store
-            .decide_all(&[redis.request(b"k")], Op::Check, Now::Server)
+            .decide_all(&[redis.request(b"k")], Op::Check, Now::Store)
             .await?;
         // Redis's TIME is today's Unix time, not a small test number.
         assert!(multi.now > 1_600_000_000_000_000, "{}", multi.now);
@@ -155,7 +157,7 @@ async fn several_limits_are_charged_all_or_none_under_contention() -> Result<(),
             let requests = [wide.request(b"u"), narrow.request(b"u")];
             let multi = wide
                 .store()
-                .decide_all(&requests, Op::Check, Now::Server)
+                .decide_all(&requests, Op::Check, Now::Store)
                 .await?;
             assert_eq!(multi.allowed, multi.decisions.iter().all(|d| d.allowed()));
             Ok::<bool, RedisLimitError>(multi.allowed)
@@ -167,7 +169,7 @@ async fn several_limits_are_charged_all_or_none_under_contention() -> Result<(),
     }
     assert_eq!(allowed, 25);
     // The 39 denied requests charged nothing to the wider limit: a peek reports its 15 left.
-    let wide_now = wide.decide(b"u", one(), Op::Peek, Now::Server).await?;
+    let wide_now = wide.decide(b"u", one(), Op::Peek, Now::Store).await?;
     assert_eq!(wide_now.remaining(), 40 - 25);
     Ok(())
 }
@@ -360,7 +362,7 @@ async fn every_key_lives_exactly_until_its_state_is_fresh() -> Result<(), BoxErr
         );
     }
     let limiter = RedisLimiter::new(store.clone(), RedisLimit::concurrency(3, second)?, "c");
-    let _ = limiter.acquire_lease(b"k", two, Now::Server).await?;
+    let _ = limiter.acquire_lease(b"k", two, Now::Store).await?;
     for suffix in [":l", ":h"] {
         let ttl: i64 = store
             .command(redis::cmd("PTTL").arg(format!("sluicegate:{{k}}c{suffix}")))

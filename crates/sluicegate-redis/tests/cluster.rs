@@ -3,8 +3,10 @@
 
 use std::num::NonZeroU64;
 
-use sluicegate::{Algorithm, Gcra, Op, Rate, TokenBucket};
-use sluicegate_redis::{Now, RedisLimit, RedisLimitError, RedisLimiter, ScriptMode, StoreConfig};
+use sluicegate::state_machine::Op;
+use sluicegate::store::Now;
+use sluicegate::{Algorithm, Gcra, Rate, TokenBucket};
+use sluicegate_redis::{RedisLimit, RedisLimitError, RedisLimiter, ScriptMode, StoreConfig};
 
 use sluicegate_redis::testing::RedisCluster;
 

@@ -8,13 +8,16 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
+use sluicegate::limiter::{LimitTarget, decide_together};
+use sluicegate::state_machine::Op;
+use sluicegate::store::Now;
 use sluicegate::{
     Algorithm, AnyAlgorithm, CheckError, Clock, Concurrency, Decision, FixedWindow, Gcra,
-    KeyedLimiter, LeakyBucket, LeakyQueue, LimitTarget, ManualClock, Micros, Op, QueueDelay, Rate,
-    SlidingLog, SlidingWindow, TokenBucket, decide_together,
+    KeyedLimiter, LeakyBucket, LeakyQueue, ManualClock, Micros, QueueDelay, Rate, SlidingLog,
+    SlidingWindow, TokenBucket,
 };
 use sluicegate_redis::{
-    Now, RedisLimit, RedisLimitError, RedisLimiter, RedisStore, ScriptMode, StoreConfig,
+    RedisLimit, RedisLimitError, RedisLimiter, RedisStore, ScriptMode, StoreConfig,
 };
 
 use sluicegate_redis::testing::RedisServer;
@@ -618,8 +621,9 @@ fn multi_cases() -> impl Strategy<Value = (Vec<(u8, u64)>, Vec<MultiEvent>)> {
     })
 }
 
-/// Several limits on one request: Redis's `decide_all` answers as `sluicegate::decide_together`
-/// does, and when one limit denies, every limit reports what it has now, uncharged.
+/// Several limits on one request: Redis's `decide_all` answers as
+/// `sluicegate::limiter::decide_together` does, and when one limit denies, every limit reports what
+/// it has now, uncharged.
 #[test]
 fn multi_limit_requests_match_decide_together() -> Result<(), BoxError> {
     let h = Harness::new()?;

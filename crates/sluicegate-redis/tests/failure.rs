@@ -6,10 +6,11 @@ use std::num::NonZeroU64;
 use std::sync::Arc;
 use std::time::Duration;
 
-use sluicegate::store::{MemoryStore, Now as At, Outcome, Request, Store};
-use sluicegate::{AnyAlgorithm, FixedWindow, Gcra, KeyedLimiter, ManualClock, Op, Rate};
+use sluicegate::state_machine::Op;
+use sluicegate::store::{MemoryStore, Now as At, Request, Store, StoreDecision};
+use sluicegate::{AnyAlgorithm, FixedWindow, Gcra, KeyedLimiter, ManualClock, Rate};
 use sluicegate_redis::{
-    Both, FailSafe, FailSafeError, FailurePolicy, NamedLimit, RedisLimit, RedisLimitError,
+    FailSafe, FailSafeError, FailSafeLimit, FailurePolicy, NamedLimit, RedisLimit, RedisLimitError,
     RedisLimiter, RedisStore, StoreConfig,
 };
 
@@ -37,10 +38,10 @@ async fn no_hang<T>(call: impl Future<Output = T>) -> Result<T, BoxError> {
 type Safe = FailSafe<RedisStore, MemoryStore<AnyAlgorithm, ManualClock>, String>;
 
 /// A limit in Redis and the same limit in memory.
-type Limit = Both<Arc<NamedLimit>, Arc<KeyedLimiter<String, AnyAlgorithm, ManualClock>>>;
+type Limit = FailSafeLimit<Arc<NamedLimit>, Arc<KeyedLimiter<String, AnyAlgorithm, ManualClock>>>;
 
 fn both(redis: RedisLimit, name: &str, local: AnyAlgorithm) -> Limit {
-    Both {
+    FailSafeLimit {
         primary: Arc::new(NamedLimit {
             limit: redis,
             name: name.to_owned(),
@@ -67,7 +68,7 @@ async fn decide_one(
         key: &key,
         permits,
     }];
-    let outcome: Outcome = safe.decide(&request, Op::Check, now).await?;
+    let outcome: StoreDecision = safe.decide(&request, Op::Check, now).await?;
     let decision = outcome.decisions[0];
     Ok((decision, safe.failures() > before))
 }

@@ -6,11 +6,13 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
+use sluicegate::state_machine::Op;
+use sluicegate::store::Now;
 use sluicegate::{
-    Algorithm, CheckError, Decision, FixedWindow, Gcra, LeakyBucket, LeakyQueue, Micros, Op,
+    Algorithm, CheckError, Decision, FixedWindow, Gcra, LeakyBucket, LeakyQueue, Micros,
     QueueDelay, Rate, SlidingLog, SlidingWindow, TokenBucket,
 };
-use sluicegate_redis::{Now, RedisLimit, RedisLimitError, RedisLimiter, ScriptMode, StoreConfig};
+use sluicegate_redis::{RedisLimit, RedisLimitError, RedisLimiter, ScriptMode, StoreConfig};
 
 use sluicegate_redis::testing::RedisServer;
 

@@ -7,9 +7,11 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
-use sluicegate::{Algorithm, Op, SlidingLog};
+use sluicegate::state_machine::Op;
+use sluicegate::store::Now;
+use sluicegate::{Algorithm, SlidingLog};
 use sluicegate_redis::{
-    Now, RateConfig, RateLimiterObject, RateType, RedisLimitError, RedisStore, StoreConfig,
+    RateConfig, RateLimiterObject, RateType, RedisLimitError, RedisStore, StoreConfig,
 };
 
 use sluicegate_redis::testing::RedisServer;

@@ -5,8 +5,9 @@ use std::num::NonZeroU64;
 use std::sync::Arc;
 use std::time::Duration;
 
+use sluicegate::Rate;
+use sluicegate::state_machine::Op;
 use sluicegate::store::{Held, Now, Request, Store};
-use sluicegate::{Op, Rate};
 use sluicegate_redis::testing::{RedisCluster, RedisServer};
 use sluicegate_redis::{NamedLimit, RedisLimit, RedisStore, StoreConfig};
 

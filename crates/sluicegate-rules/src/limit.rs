@@ -10,7 +10,9 @@
 
 use std::time::Duration;
 
-use sluicegate::{AlgorithmSpec, AnyAlgorithm, ConfigError, parse_duration};
+use sluicegate::rate::parse_duration;
+use sluicegate::spec::AlgorithmSpec;
+use sluicegate::{AnyAlgorithm, ConfigError};
 
 use crate::error::{Report, RuleErrorKind};
 use crate::raw::RawLimit;

@@ -193,7 +193,7 @@ fn limit(pos: Position, entries: &[(Node, Node)], report: &mut Report) -> RawLim
         algorithm: None,
         params: Vec::new(),
     };
-    let parameters = sluicegate::AlgorithmSpec::non_quota_parameters();
+    let parameters = sluicegate::spec::AlgorithmSpec::non_quota_parameters();
     for (key, value) in entries {
         match key_name(key, report).as_deref() {
             Some("requests_per_unit") => {

@@ -5,7 +5,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::Serialize;
-use sluicegate::{AnyAlgorithm, QueueDelay, Rate, format_duration_micros};
+use sluicegate::rate::format_duration_micros;
+use sluicegate::{AnyAlgorithm, QueueDelay, Rate};
 
 use crate::yaml::Position;
 

@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use common::rules;
 use proptest::prelude::*;
-use sluicegate::{AlgorithmSpec, AnyAlgorithm};
+use sluicegate::AnyAlgorithm;
+use sluicegate::spec::AlgorithmSpec;
 use sluicegate_rules::{Limit, Window};
 
 /// The rule file holding `limit` alone, as [`Limit::to_rule_yaml`] writes it.

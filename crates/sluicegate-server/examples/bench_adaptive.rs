@@ -19,8 +19,10 @@ use std::time::Duration;
 
 use congestion_limiter::limiter::{DefaultLimiter, Limiter, Outcome as TheirOutcome, Token};
 use congestion_limiter::limits::{self, LimitAlgorithm};
+use sluicegate::Micros;
 use sluicegate::adaptive::Outcome;
-use sluicegate::{Micros, micros_ceil, parse_duration};
+use sluicegate::clock::micros_ceil;
+use sluicegate::rate::parse_duration;
 use sluicegate_server::simulate::adaptive::{
     ControllerSpec, Gate, LimitsSpec, Load, Panel, Run, Scenario, ServerSpec, TrafficSpec, run_one,
     simulate, write_svg,

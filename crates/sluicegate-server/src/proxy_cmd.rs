@@ -176,7 +176,7 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
 }
 
 fn parse_duration_or_zero(text: &str) -> Result<Duration, String> {
-    sluicegate::parse_duration(text).map_err(|e| e.to_string())
+    sluicegate::rate::parse_duration(text).map_err(|e| e.to_string())
 }
 
 /// A size ([`parse_size`]) of at least one byte.

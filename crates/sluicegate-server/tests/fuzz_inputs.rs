@@ -35,8 +35,8 @@ use proptest::test_runner::TestCaseError;
 use prost::Message;
 use sluicegate_rules::{LoadOptions, RuleSet};
 use sluicegate_server::serve::{
-    CallError, Code, EngineOptions, EnvoyUnit, HeaderOptions, LegacyHeaderNames, Metrics,
-    RateLimitCall, Verdict, call_from_json, call_from_proto, verdict_to_json, verdict_to_proto,
+    CallError, CallVerdict, Code, EngineOptions, EnvoyUnit, HeaderOptions, LegacyHeaderNames,
+    Metrics, RateLimitCall, call_from_json, call_from_proto, verdict_to_json, verdict_to_proto,
 };
 use sluicegate_server::serve::{CallLimits, Engine, MAX_BODY_BYTES};
 
@@ -85,7 +85,7 @@ impl Answerer {
     }
 
     /// Answers `call`, checking the verdict.
-    fn answer(&self, call: &RateLimitCall) -> Result<Verdict, TestCaseError> {
+    fn answer(&self, call: &RateLimitCall) -> Result<CallVerdict, TestCaseError> {
         let engine = {
             let mut slot = self.engine.borrow_mut();
             slot.0 += 1;
@@ -108,7 +108,7 @@ impl Answerer {
 fn check_verdict(
     engine: &Engine,
     call: &RateLimitCall,
-    verdict: &Verdict,
+    verdict: &CallVerdict,
 ) -> Result<(), TestCaseError> {
     check(verdict.statuses.len() == call.descriptors.len(), || {
         format!(

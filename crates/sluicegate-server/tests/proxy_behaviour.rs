@@ -513,7 +513,11 @@ async fn a_second_proxy_on_the_same_address_is_refused_not_sharing_it() -> TestR
         )),
         "{stderr}"
     );
-    assert!(stderr.contains("in use"), "{stderr}");
+    assert_eq!(
+        stderr.matches("in use").count(),
+        1,
+        "the reason, once: {stderr}"
+    );
     assert_eq!(reqwest::get(first.url("/")).await?.status(), 200);
 
     // A busy admin address names its own flag, not the listening one.

@@ -16,7 +16,8 @@ use criterion::{
 };
 use governor::clock::MonotonicClock;
 use governor::{Quota, RateLimiter};
-use sluicegate::{Clock, DirectLimiter, Gcra, Op, Rate, SystemClock, TokenBucket};
+use sluicegate::state_machine::Op;
+use sluicegate::{Clock, DirectLimiter, Gcra, Rate, SystemClock, TokenBucket};
 
 /// Our clock reading `Instant` (as `SystemClock` did before it moved to quanta), so the two
 /// limiters can be compared on that time source too.

@@ -16,7 +16,8 @@ use std::num::{NonZeroU32, NonZeroU64};
 
 use governor::clock::MonotonicClock;
 use governor::{Quota, RateLimiter};
-use sluicegate::{Clock, DirectLimiter, Gcra, Op, Rate, SystemClock, TokenBucket};
+use sluicegate::state_machine::Op;
+use sluicegate::{Clock, DirectLimiter, Gcra, Rate, SystemClock, TokenBucket};
 
 /// A named loop body.
 type Case<'a> = (&'static str, Box<dyn FnMut() + 'a>);

@@ -169,7 +169,8 @@ impl fmt::Debug for Decision {
 ///
 /// ```
 /// use std::num::NonZeroU64;
-/// use sluicegate::{Admission, Algorithm, Gcra, Op, Rate};
+/// use sluicegate::{Admission, Algorithm, Gcra, Rate};
+/// use sluicegate::state_machine::Op;
 ///
 /// let gcra = Gcra::new(Rate::per_second(10)?, 1)?;
 /// let mut state = gcra.initial_state(0);

@@ -9,6 +9,13 @@
 //! Times are integer microseconds ([`Micros`]); rates are exact fractions ([`Rate`]), so a limit
 //! of 3 per second admits exactly 3 per second, forever, with no rounding drift.
 //!
+//! The root holds what a limiter's user needs: the limiters, the algorithms ([`AnyAlgorithm`]
+//! is any of them, read from a spec such as `gcra:rate=10/s,burst=20`), [`Decision`],
+//! [`Rate`], the errors and the clocks. The modules hold the rest: [`limiter`] (several limits
+//! decided together, key budgets), [`rate`] (durations and ticks), [`spec`] (specs as text),
+//! [`state_machine`] and [`state`] (for a store of one's own), [`store`] (the seam the HTTP
+//! layer and the service decide through), [`adaptive`] (adaptive concurrency limits).
+//!
 //! ```
 //! use sluicegate::{Gcra, KeyedLimiter, Rate};
 //!
@@ -25,13 +32,13 @@
 pub mod adaptive;
 mod algorithm;
 mod cell;
-mod clock;
+pub mod clock;
 mod decision;
 mod error;
-mod limiter;
-mod rate;
-mod spec;
-mod state_machine;
+pub mod limiter;
+pub mod rate;
+pub mod spec;
+pub mod state_machine;
 pub mod store;
 #[cfg(feature = "stream")]
 pub mod stream;
@@ -45,20 +52,18 @@ pub use algorithm::{
 /// a store of their own around [`Algorithm::decide`]. Using a limiter needs none of it.
 pub mod state {
     pub use crate::algorithm::{
-        FixedWindowState, Held, LeakyBucketState, SlidingLogState, SlidingWindowState, SmoothState,
-        Tat, TokenBucketState,
+        ConcurrencyState, FixedWindowState, LeakyBucketState, SlidingLogState, SlidingWindowState,
+        SmoothState, Tat, TokenBucketState,
     };
     pub use crate::cell::{LockedCell, StateCell, WordCell};
-    pub use crate::spec::AnyState;
+    pub use crate::spec::any::AnyState;
 }
-pub use clock::{Clock, ManualClock, Micros, SystemClock, micros_ceil};
+pub use clock::{Clock, ManualClock, Micros, SystemClock};
 pub use decision::{Admission, Decision};
 pub use error::{CheckError, ConfigError};
 pub use limiter::{
-    ConcurrencyPermit, CurrentAlgorithm, DirectLimiter, KeyBudget, KeyedConcurrencyPermit,
-    KeyedLimiter, LimitSet, LimitTarget, MultiDecision, OwnedConcurrencyPermit, decide_together,
-    decide_together_at,
+    ConcurrencyPermit, DirectLimiter, KeyedConcurrencyPermit, KeyedLimiter, OwnedConcurrencyPermit,
 };
-pub use rate::{MAX_TICKS_PER_MICRO, Pace, Rate, format_duration_micros, parse_duration};
-pub use spec::{AlgorithmSpec, AnyAlgorithm, Quota};
-pub use state_machine::{Algorithm, AlgorithmState, Op, Releasable};
+pub use rate::Rate;
+pub use spec::AnyAlgorithm;
+pub use state_machine::Algorithm;

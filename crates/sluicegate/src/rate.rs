@@ -122,7 +122,7 @@ impl Rate {
     }
 
     /// The emission interval in exact ticks.
-    pub fn pace(&self) -> Pace {
+    pub fn pace(&self) -> TickInterval {
         let (permits, period) = (self.permits.get(), self.period_us.get());
         let g = gcd(permits, period);
         let (mut ticks_per_micro, mut interval) = (permits / g, period / g);
@@ -132,7 +132,7 @@ impl Rate {
             let g = gcd(ticks_per_micro, interval);
             (ticks_per_micro, interval) = (ticks_per_micro / g, interval / g);
         }
-        Pace {
+        TickInterval {
             ticks_per_micro,
             interval,
         }
@@ -188,7 +188,7 @@ impl FromStr for Rate {
 
 /// A rate's emission interval counted in ticks of `1 / ticks_per_micro` µs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Pace {
+pub struct TickInterval {
     /// Ticks per microsecond (the reduced denominator of the interval, at most
     /// [`MAX_TICKS_PER_MICRO`]).
     pub ticks_per_micro: u64,
@@ -196,7 +196,7 @@ pub struct Pace {
     pub interval: u64,
 }
 
-impl Pace {
+impl TickInterval {
     /// `micros` as ticks (saturating).
     #[inline]
     pub fn to_ticks(&self, micros: Micros) -> u64 {
@@ -270,7 +270,7 @@ fn unit_micros(unit: &str) -> Option<u64> {
 /// is seconds.
 ///
 /// ```
-/// use sluicegate::parse_duration;
+/// use sluicegate::rate::parse_duration;
 /// use std::time::Duration;
 /// assert_eq!(parse_duration("1.5s")?, Duration::from_millis(1500));
 /// assert_eq!(parse_duration("250ms")?, Duration::from_millis(250));
@@ -373,7 +373,7 @@ mod tests {
         let pace = Rate::per_second(3).unwrap_or_else(|e| panic!("{e}")).pace();
         assert_eq!(
             pace,
-            Pace {
+            TickInterval {
                 ticks_per_micro: 3,
                 interval: 1_000_000
             }
@@ -383,7 +383,7 @@ mod tests {
             .pace();
         assert_eq!(
             pace,
-            Pace {
+            TickInterval {
                 ticks_per_micro: 1,
                 interval: 10_000
             }

@@ -223,9 +223,8 @@ pub(crate) fn unsupported(algorithm: &'static str, op: Op) -> CheckError {
 
 /// Algorithms whose permits are held and given back: concurrency limits (and
 /// [`AnyAlgorithm`](crate::AnyAlgorithm), which may be one, and otherwise answers
-/// [`CheckError::Unsupported`](crate::CheckError::Unsupported) at run time). Only their
-/// limiters have a `release`, so releasing a rate limit is a compile error rather than an
-/// error at run time:
+/// [`CheckError::Unsupported`] at run time). Only their limiters have a `release`, so
+/// releasing a rate limit is a compile error rather than an error at run time:
 ///
 /// ```compile_fail
 /// use sluicegate::{DirectLimiter, Gcra, Rate};

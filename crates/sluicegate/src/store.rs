@@ -7,7 +7,7 @@
 //! is this crate's: its answer is ready the first time its future is polled.
 //!
 //! Concurrency permits an allowed call takes are given back with [`Store::release`], with
-//! what its [`Outcome::held`] names (a store's ids for them, such as Redis's leases; nothing
+//! what its [`StoreDecision::held`] names (a store's ids for them, such as Redis's leases; nothing
 //! in memory, where the key finds them). A store whose permits expire unless renewed (Redis's
 //! leases, [`Store::lease`]) has their holder renew them with [`Store::renew`] while it keeps
 //! them.
@@ -59,7 +59,7 @@ impl<L, K: ?Sized> Copy for Request<'_, L, K> {}
 /// every limit was charged), each limit's decision in request order, and the concurrency
 /// permits the store holds for the call under an id of its own.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Outcome {
+pub struct StoreDecision {
     /// Every limit allowed the call.
     pub allowed: bool,
     /// Each limit's decision, in request order.
@@ -69,10 +69,10 @@ pub struct Outcome {
     pub held: Vec<Held>,
 }
 
-impl Outcome {
+impl StoreDecision {
     /// The outcome of one limit alone.
-    pub fn one(decision: Decision) -> Outcome {
-        Outcome {
+    pub fn one(decision: Decision) -> StoreDecision {
+        StoreDecision {
             allowed: decision.allowed(),
             decisions: Decisions::One(decision),
             held: Vec::new(),
@@ -80,8 +80,8 @@ impl Outcome {
     }
 
     /// The outcome of several limits (allowed only if each allowed).
-    pub fn many(decisions: Vec<Decision>) -> Outcome {
-        Outcome {
+    pub fn many(decisions: Vec<Decision>) -> StoreDecision {
+        StoreDecision {
             allowed: decisions.iter().all(Decision::allowed),
             decisions: Decisions::Many(decisions),
             held: Vec::new(),
@@ -89,7 +89,7 @@ impl Outcome {
     }
 
     /// The same outcome, holding `held`.
-    pub fn holding(mut self, held: Vec<Held>) -> Outcome {
+    pub fn holding(mut self, held: Vec<Held>) -> StoreDecision {
         self.held = held;
         self
     }
@@ -144,7 +144,7 @@ impl IntoIterator for Decisions {
     }
 }
 
-/// The decisions of an [`Outcome`], by value.
+/// The decisions of a [`StoreDecision`], by value.
 #[derive(Debug)]
 pub enum DecisionsIter {
     /// A single limit's, until taken.
@@ -219,10 +219,10 @@ pub trait Store<K: ?Sized + 'static>: Send + Sync {
         requests: &'a [Request<'a, Self::Limit, K>],
         op: Op,
         now: Now,
-    ) -> impl Future<Output = Result<Outcome, Self::Error>> + Send + 'a;
+    ) -> impl Future<Output = Result<StoreDecision, Self::Error>> + Send + 'a;
 
     /// Gives back the concurrency permits an allowed call on `requests` took, `held` being
-    /// what its [`Outcome`] said it holds: a store that counts permits by key (memory) gives
+    /// what its [`StoreDecision`] said it holds: a store that counts permits by key (memory) gives
     /// back those of each request whose limit holds permits (`concurrency`), one that leases
     /// them (Redis) each lease in `held`. A permit no longer held (its lease ran out) is no
     /// error. Call it once per allowed call, with the same requests.
@@ -313,7 +313,7 @@ where
         requests: &'a [Request<'a, Self::Limit, K>],
         op: Op,
         now: Now,
-    ) -> Ready<Result<Outcome, CheckError>> {
+    ) -> Ready<Result<StoreDecision, CheckError>> {
         ready(decide_in_memory(requests, op, now))
     }
 
@@ -345,7 +345,7 @@ fn decide_in_memory<'a, K, A, C>(
     requests: &[MemoryRequest<'a, K, A, C>],
     op: Op,
     now: Now,
-) -> Result<Outcome, CheckError>
+) -> Result<StoreDecision, CheckError>
 where
     K: Hash + Eq + Clone,
     A: Algorithm,
@@ -361,17 +361,17 @@ where
         permits: r.permits,
     };
     match requests {
-        [] => Ok(Outcome::many(Vec::new())),
+        [] => Ok(StoreDecision::many(Vec::new())),
         [only] => {
             let decision = match now {
                 Now::Store => only.limit.decide(only.key, only.permits, op)?,
                 Now::At(micros) => only.limit.decide_at(only.key, micros, only.permits, op)?,
             };
-            Ok(Outcome::one(decision))
+            Ok(StoreDecision::one(decision))
         }
         [a, b] => {
             let multi = decide_together_at(&[target(a), target(b)], at(a.limit), op)?;
-            Ok(Outcome {
+            Ok(StoreDecision {
                 allowed: multi.allowed,
                 decisions: Decisions::Many(multi.decisions),
                 held: Vec::new(),
@@ -380,7 +380,7 @@ where
         [first, ..] => {
             let targets: Vec<_> = requests.iter().map(target).collect();
             let multi = decide_together_at(&targets, at(first.limit), op)?;
-            Ok(Outcome {
+            Ok(StoreDecision {
                 allowed: multi.allowed,
                 decisions: Decisions::Many(multi.decisions),
                 held: Vec::new(),

@@ -8,7 +8,8 @@ use std::num::NonZeroU64;
 
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
-use sluicegate::{Admission, Algorithm, AnyAlgorithm, KeyedLimiter, ManualClock, Op};
+use sluicegate::state_machine::Op;
+use sluicegate::{Admission, Algorithm, AnyAlgorithm, KeyedLimiter, ManualClock};
 
 /// One algorithm of each kind, and the bucket shapes with and without a shaping wait.
 const SPECS: [&str; 13] = [

@@ -5,7 +5,8 @@ use std::num::NonZeroU64;
 use std::time::Duration;
 
 use proptest::prelude::*;
-use sluicegate::{Algorithm, Gcra, Op, Rate, TokenBucket};
+use sluicegate::state_machine::Op;
+use sluicegate::{Algorithm, Gcra, Rate, TokenBucket};
 
 #[derive(Debug, Clone)]
 struct Event {

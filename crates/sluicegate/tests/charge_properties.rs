@@ -10,10 +10,11 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
+use sluicegate::limiter::{LimitTarget, decide_together};
+use sluicegate::state_machine::Op;
 use sluicegate::{
     Algorithm, CheckError, Concurrency, FixedWindow, Gcra, KeyedLimiter, LeakyBucket, LeakyQueue,
-    LimitTarget, ManualClock, Micros, Op, QueueDelay, Rate, SlidingLog, SlidingWindow,
-    SmoothBursty, TokenBucket, decide_together,
+    ManualClock, Micros, QueueDelay, Rate, SlidingLog, SlidingWindow, SmoothBursty, TokenBucket,
 };
 
 /// One request: the time since the previous one, its permits, and its op.

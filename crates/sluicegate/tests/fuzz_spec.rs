@@ -14,10 +14,10 @@ use std::num::NonZeroU64;
 use fuzz_harness::{accepted, check, fuzz};
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
-use sluicegate::{
-    Algorithm, AlgorithmSpec, AnyAlgorithm, ConfigError, KeyedLimiter, ManualClock, Op, Rate,
-    parse_duration,
-};
+use sluicegate::rate::parse_duration;
+use sluicegate::spec::AlgorithmSpec;
+use sluicegate::state_machine::Op;
+use sluicegate::{Algorithm, AnyAlgorithm, ConfigError, KeyedLimiter, ManualClock, Rate};
 
 /// Every algorithm name, in some of the spellings the parser accepts, and a few it does not.
 const NAMES: &[&str] = &[

@@ -18,8 +18,9 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use sluicegate::state::SmoothState;
+use sluicegate::state_machine::Op;
 use sluicegate::{
-    Algorithm, Clock, ConfigError, Decision, DirectLimiter, KeyedLimiter, ManualClock, Micros, Op,
+    Algorithm, Clock, ConfigError, Decision, DirectLimiter, KeyedLimiter, ManualClock, Micros,
     SmoothBursty, SmoothWarmup,
 };
 

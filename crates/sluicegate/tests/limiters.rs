@@ -4,9 +4,11 @@ use std::num::NonZeroU64;
 use std::sync::Arc;
 use std::time::Duration;
 
+use sluicegate::limiter::{LimitSet, LimitTarget, decide_together};
+use sluicegate::state_machine::Op;
 use sluicegate::{
-    CheckError, Clock, Concurrency, DirectLimiter, Gcra, KeyedLimiter, LimitSet, LimitTarget,
-    ManualClock, Op, Rate, TokenBucket, decide_together,
+    CheckError, Clock, Concurrency, DirectLimiter, Gcra, KeyedLimiter, ManualClock, Rate,
+    TokenBucket,
 };
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;

@@ -6,10 +6,9 @@ use std::num::NonZeroU64;
 
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
-use sluicegate::{
-    Algorithm, AnyAlgorithm, CheckError, Clock, KeyedLimiter, LimitTarget, ManualClock, Micros, Op,
-    decide_together,
-};
+use sluicegate::limiter::{LimitTarget, decide_together};
+use sluicegate::state_machine::Op;
+use sluicegate::{Algorithm, AnyAlgorithm, CheckError, Clock, KeyedLimiter, ManualClock, Micros};
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 

@@ -9,9 +9,10 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
+use sluicegate::state_machine::Op;
 use sluicegate::{
     Algorithm, CheckError, DirectLimiter, FixedWindow, Gcra, KeyedLimiter, LeakyBucket, LeakyQueue,
-    ManualClock, Micros, Op, QueueDelay, Rate, SlidingLog, SlidingWindow, TokenBucket,
+    ManualClock, Micros, QueueDelay, Rate, SlidingLog, SlidingWindow, TokenBucket,
 };
 
 /// One request of a trace: the time since the previous one, its permits, and whether it peeks.

@@ -22,10 +22,10 @@ pub const DEFAULT_RETRY_AFTER: Duration = Duration::from_secs(1);
 ///
 /// Each request takes a [`Permit`](sluicegate::adaptive::Permit) of the
 /// [`AdaptiveLimiter`] it was built on, or waits for one in the limiter's queue (with
-/// [`Builder::queue_timeout`]), or is refused: `503 Service Unavailable` with `Retry-After`
-/// and a text body saying why (a gRPC call gets `UNAVAILABLE`). The permit is held until the
-/// response body has been sent to the end, and its latency and outcome then move the limit:
-/// see [`crate::adaptive`].
+/// [`AdaptiveLimitBuilder::queue_timeout`]), or is refused: `503 Service Unavailable` with
+/// `Retry-After` and a text body saying why (a gRPC call gets `UNAVAILABLE`). The permit is held
+/// until the response body has been sent to the end, and its latency and outcome then move the
+/// limit: see [`crate::adaptive`].
 ///
 /// Every clone shares the one limiter. For a limit per route, give each route its own layer
 /// (axum's `route_layer`); for a limit shared by several routes, clone one layer onto each.
@@ -45,8 +45,8 @@ impl AdaptiveLimitLayer {
     /// A builder for the queue, the refusal and how responses count.
     pub fn builder<C: Controller + 'static, K: Clock + 'static>(
         limiter: AdaptiveLimiter<C, K>,
-    ) -> Builder {
-        Builder {
+    ) -> AdaptiveLimitBuilder {
+        AdaptiveLimitBuilder {
             limiter: Box::new(limiter),
             options: Options {
                 queue_timeout: None,
@@ -101,12 +101,12 @@ impl<S> Layer<S> for AdaptiveLimitLayer {
 }
 
 /// Builds an [`AdaptiveLimitLayer`].
-pub struct Builder {
+pub struct AdaptiveLimitBuilder {
     limiter: Box<dyn Limiter>,
     options: Options,
 }
 
-impl Builder {
+impl AdaptiveLimitBuilder {
     /// Lets a request wait up to `timeout` for a place in the limiter's bounded FIFO queue
     /// (its capacity is the limiter's: `AdaptiveLimiter::builder(..).queue_capacity(n)`)
     /// before it is refused. Without it, a request finding the limit reached is refused at
@@ -153,9 +153,9 @@ impl Builder {
     }
 }
 
-impl fmt::Debug for Builder {
+impl fmt::Debug for AdaptiveLimitBuilder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Builder")
+        f.debug_struct("AdaptiveLimitBuilder")
             .field("options", &self.options)
             .finish_non_exhaustive()
     }

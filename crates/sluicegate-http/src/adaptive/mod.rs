@@ -5,10 +5,11 @@
 //! # What a request gets
 //!
 //! - **A permit**, at once if the limit allows, or after waiting in the limiter's bounded FIFO
-//!   queue up to [`Builder::queue_timeout`]. The permit is held until the response body has
-//!   been sent to the end; its latency (from the grant) and outcome then feed the controller.
-//! - **Refused**: `503 Service Unavailable`, `Retry-After` ([`Builder::retry_after`], 1 s by
-//!   default) and a text body saying why (limit reached, queue full, or no place within the
+//!   queue up to [`AdaptiveLimitBuilder::queue_timeout`]. The permit is held until the
+//!   response body has been sent to the end; its latency (from the grant) and outcome then
+//!   feed the controller.
+//! - **Refused**: `503 Service Unavailable`, `Retry-After`
+//!   ([`AdaptiveLimitBuilder::retry_after`], 1 s by default) and a text body saying why (limit reached, queue full, or no place within the
 //!   queue timeout). A gRPC call (`content-type: application/grpc`) gets a trailers-only
 //!   `UNAVAILABLE` (code 14, which gRPC clients retry) with the delay as `retry-after` and
 //!   `grpc-retry-pushback-ms`.
@@ -20,10 +21,10 @@
 //!   `RESOURCE_EXHAUSTED`, a body that breaks half way, and a request or body abandoned before
 //!   its end (the client went away, the inner service failed): overload shows as much in
 //!   these as in latency;
-//! - `timeout`: a gRPC `DEADLINE_EXCEEDED`, and with [`Builder::timeout_after`] any answer
-//!   slower than that;
-//! - [`Builder::classify`] replaces the rule (returning `None` gives the permit back without a
-//!   sample).
+//! - `timeout`: a gRPC `DEADLINE_EXCEEDED`, and with [`AdaptiveLimitBuilder::timeout_after`]
+//!   any answer slower than that;
+//! - [`AdaptiveLimitBuilder::classify`] replaces the rule (returning `None` gives the permit
+//!   back without a sample).
 //!
 //! # Per route
 //!
@@ -132,14 +133,14 @@
 //! below the pool size when the database is the bottleneck.
 
 mod answer;
-mod body;
 mod classify;
 mod erased;
 mod layer;
 mod service;
 mod shared;
+mod ticket;
 
-pub use body::AdaptiveBody;
 pub use classify::{Classifier, default_classifier};
-pub use layer::{AdaptiveLimitLayer, Builder, DEFAULT_RETRY_AFTER};
-pub use service::{AdaptiveLimit, ResponseFuture};
+pub use layer::{AdaptiveLimitBuilder, AdaptiveLimitLayer, DEFAULT_RETRY_AFTER};
+pub use service::{AdaptiveLimit, AdaptiveLimitFuture};
+pub use ticket::{AdaptiveBody, PendingSample};

@@ -12,8 +12,8 @@ use pin_project_lite::pin_project;
 use tower_service::Service;
 
 use crate::adaptive::answer::{self, Refusal};
-use crate::adaptive::body::{AdaptiveBody, Ticket};
 use crate::adaptive::shared::Shared;
+use crate::adaptive::ticket::{AdaptiveBody, Ticket};
 
 /// A service behind an [`AdaptiveLimitLayer`](crate::adaptive::AdaptiveLimitLayer).
 pub struct AdaptiveLimit<S> {
@@ -68,7 +68,7 @@ where
 {
     type Response = Response<AdaptiveBody<ResBody>>;
     type Error = S::Error;
-    type Future = ResponseFuture<S::Future, ResBody, S::Error>;
+    type Future = AdaptiveLimitFuture<S::Future, ResBody, S::Error>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
@@ -80,11 +80,11 @@ where
             return match shared.limiter.try_acquire() {
                 Some(permit) => {
                     let ticket = Ticket::new(permit, request.method(), Arc::clone(shared));
-                    ResponseFuture::called(self.inner.call(request), ticket)
+                    AdaptiveLimitFuture::called(self.inner.call(request), ticket)
                 }
                 None => {
                     let grpc = answer::is_grpc(request.headers());
-                    ResponseFuture::answered(shared.refuse(Refusal::Full, grpc))
+                    AdaptiveLimitFuture::answered(shared.refuse(Refusal::Full, grpc))
                 }
             };
         };
@@ -96,11 +96,11 @@ where
         {
             Poll::Ready(Ok(permit)) => {
                 let ticket = Ticket::new(permit, request.method(), Arc::clone(shared));
-                ResponseFuture::called(self.inner.call(request), ticket)
+                AdaptiveLimitFuture::called(self.inner.call(request), ticket)
             }
             Poll::Ready(Err(error)) => {
                 let grpc = answer::is_grpc(request.headers());
-                ResponseFuture::answered(shared.refuse(error.into(), grpc))
+                AdaptiveLimitFuture::answered(shared.refuse(error.into(), grpc))
             }
             Poll::Pending => {
                 let shared = Arc::clone(shared);
@@ -108,7 +108,7 @@ where
                 // its place.
                 let clone = self.inner.clone();
                 let mut inner = std::mem::replace(&mut self.inner, clone);
-                ResponseFuture::deferred(Box::pin(async move {
+                AdaptiveLimitFuture::deferred(Box::pin(async move {
                     match acquiring.await {
                         Ok(permit) => {
                             let ticket = Ticket::new(permit, request.method(), shared);
@@ -131,7 +131,7 @@ type BoxFuture<B, E> = Pin<Box<dyn Future<Output = Result<Response<AdaptiveBody<
 
 pin_project! {
     /// The future of [`AdaptiveLimit`]'s responses.
-    pub struct ResponseFuture<F, B, E> {
+    pub struct AdaptiveLimitFuture<F, B, E> {
         #[pin]
         state: State<F, B, E>,
     }
@@ -148,9 +148,9 @@ pin_project! {
     }
 }
 
-impl<F, B, E> ResponseFuture<F, B, E> {
+impl<F, B, E> AdaptiveLimitFuture<F, B, E> {
     fn called(future: F, ticket: Ticket) -> Self {
-        ResponseFuture {
+        AdaptiveLimitFuture {
             state: State::Called {
                 future,
                 ticket: Some(ticket),
@@ -159,7 +159,7 @@ impl<F, B, E> ResponseFuture<F, B, E> {
     }
 
     fn answered(response: Response<Bytes>) -> Self {
-        ResponseFuture {
+        AdaptiveLimitFuture {
             state: State::Answered {
                 response: Some(response),
             },
@@ -167,13 +167,13 @@ impl<F, B, E> ResponseFuture<F, B, E> {
     }
 
     fn deferred(future: BoxFuture<B, E>) -> Self {
-        ResponseFuture {
+        AdaptiveLimitFuture {
             state: State::Deferred { future },
         }
     }
 }
 
-impl<F, B, E> Future for ResponseFuture<F, B, E>
+impl<F, B, E> Future for AdaptiveLimitFuture<F, B, E>
 where
     F: Future<Output = Result<Response<B>, E>>,
     B: Body,
@@ -186,13 +186,13 @@ where
                 let response = ready!(future.poll(cx))?;
                 let ticket = ticket
                     .take()
-                    .expect("ResponseFuture polled after it completed");
+                    .expect("AdaptiveLimitFuture polled after it completed");
                 Poll::Ready(Ok(ticket.attach(response)))
             }
             StateProj::Answered { response } => {
                 let response = response
                     .take()
-                    .expect("ResponseFuture polled after it completed");
+                    .expect("AdaptiveLimitFuture polled after it completed");
                 Poll::Ready(Ok(response.map(AdaptiveBody::answer)))
             }
             StateProj::Deferred { future } => future.as_mut().poll(cx),
@@ -200,14 +200,14 @@ where
     }
 }
 
-impl<F, B, E> std::fmt::Debug for ResponseFuture<F, B, E> {
+impl<F, B, E> std::fmt::Debug for AdaptiveLimitFuture<F, B, E> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let state = match &self.state {
             State::Called { .. } => "called",
             State::Answered { .. } => "answered",
             State::Deferred { .. } => "deferred",
         };
-        f.debug_struct("ResponseFuture")
+        f.debug_struct("AdaptiveLimitFuture")
             .field("state", &state)
             .finish()
     }

@@ -7,9 +7,9 @@ use http::header::CONTENT_TYPE;
 use http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode};
 
 use crate::rate_limit::backend::Verdict;
-use crate::rate_limit::body::RateLimitBody;
 use crate::rate_limit::error::{BackendError, KeyError};
 use crate::rate_limit::headers;
+use crate::rate_limit::held::RateLimitBody;
 use crate::rate_limit::policy::{MissingKey, Options, Rejection};
 
 /// gRPC's `RESOURCE_EXHAUSTED`.

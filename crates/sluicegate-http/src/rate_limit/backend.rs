@@ -12,8 +12,9 @@ use std::num::NonZeroU64;
 use std::sync::Arc;
 use std::time::Duration;
 
+use sluicegate::state_machine::Op;
 use sluicegate::store::Held;
-use sluicegate::{Admission, CheckError, Decision, Op};
+use sluicegate::{Admission, CheckError, Decision};
 use smallvec::SmallVec;
 
 use crate::rate_limit::error::BackendError;
@@ -23,8 +24,8 @@ use crate::ratelimit_fields::{self, LimitInfo, Standing};
 ///
 /// Internal: the public seam is the core's [`Store`](sluicegate::store::Store), which the
 /// layer decides through (see
-/// [`Builder::build_with_store`](crate::rate_limit::Builder::build_with_store)). This one
-/// exists for the fast path, and for deciders that are not stores (a remote service that
+/// [`RateLimitBuilder::build_with_store`](super::RateLimitBuilder::build_with_store)).
+/// This one exists for the fast path, and for deciders that are not stores (a remote service that
 /// names its own limits, the proxy's routes); it may change in any release.
 ///
 /// The future is polled once as soon as it is made, with a waker that does nothing: a backend

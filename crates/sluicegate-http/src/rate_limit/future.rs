@@ -10,9 +10,8 @@ use http::Response;
 use pin_project_lite::pin_project;
 
 use crate::rate_limit::answer;
-use crate::rate_limit::body::{Permit, RateLimitBody};
 use crate::rate_limit::headers::{self, Fields};
-use crate::rate_limit::held::HoldPermits;
+use crate::rate_limit::held::{ConcurrencyPermits, HoldPermits, RateLimitBody};
 
 /// A boxed response future, for the paths that wait.
 pub(crate) type BoxFuture<B, E> =
@@ -21,7 +20,7 @@ pub(crate) type BoxFuture<B, E> =
 /// What an allowed response gets: the permit its body holds, and the rate limit fields.
 #[derive(Debug)]
 pub(crate) struct Finish {
-    pub(crate) permit: Option<Permit>,
+    pub(crate) permit: Option<ConcurrencyPermits>,
     pub(crate) fields: Fields,
 }
 
@@ -34,7 +33,7 @@ impl Finish {
         mut response: Response<B>,
     ) -> Response<RateLimitBody<B>> {
         let Some(finish) = finish else {
-            return response.map(|body| RateLimitBody::passed(body, None));
+            return response.map(|body| RateLimitBody::holding(body, None));
         };
         let Finish { permit, fields } = *finish;
         headers::extend(response.headers_mut(), fields);
@@ -46,13 +45,13 @@ impl Finish {
             }
             (permit, _) => permit,
         };
-        response.map(|body| RateLimitBody::passed(body, permit))
+        response.map(|body| RateLimitBody::holding(body, permit))
     }
 }
 
 pin_project! {
     /// The future of [`RateLimit`](crate::rate_limit::RateLimit)'s responses.
-    pub struct ResponseFuture<F, B, E> {
+    pub struct RateLimitFuture<F, B, E> {
         #[pin]
         state: State<F, B, E>,
     }
@@ -67,16 +66,16 @@ pin_project! {
     }
 }
 
-impl<F, B, E> ResponseFuture<F, B, E> {
+impl<F, B, E> RateLimitFuture<F, B, E> {
     #[inline]
     pub(crate) fn called(future: F, finish: Option<Box<Finish>>) -> Self {
-        ResponseFuture {
+        RateLimitFuture {
             state: State::Called { future, finish },
         }
     }
 
     pub(crate) fn answered(response: Response<Bytes>) -> Self {
-        ResponseFuture {
+        RateLimitFuture {
             state: State::Answered {
                 response: Some(Box::new(response)),
             },
@@ -84,13 +83,13 @@ impl<F, B, E> ResponseFuture<F, B, E> {
     }
 
     pub(crate) fn deferred(future: BoxFuture<B, E>) -> Self {
-        ResponseFuture {
+        RateLimitFuture {
             state: State::Deferred { future },
         }
     }
 }
 
-impl<F, B, E> Future for ResponseFuture<F, B, E>
+impl<F, B, E> Future for RateLimitFuture<F, B, E>
 where
     F: Future<Output = Result<Response<B>, E>>,
 {
@@ -109,7 +108,7 @@ where
             StateProj::Answered { response } => {
                 let response = response
                     .take()
-                    .expect("ResponseFuture polled after it completed");
+                    .expect("RateLimitFuture polled after it completed");
                 Poll::Ready(Ok(answer::into_response(*response)))
             }
             StateProj::Deferred { future } => future.as_mut().poll(cx),
@@ -117,14 +116,14 @@ where
     }
 }
 
-impl<F, B, E> std::fmt::Debug for ResponseFuture<F, B, E> {
+impl<F, B, E> std::fmt::Debug for RateLimitFuture<F, B, E> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let state = match &self.state {
             State::Called { .. } => "called",
             State::Answered { .. } => "answered",
             State::Deferred { .. } => "deferred",
         };
-        f.debug_struct("ResponseFuture")
+        f.debug_struct("RateLimitFuture")
             .field("state", &state)
             .finish()
     }

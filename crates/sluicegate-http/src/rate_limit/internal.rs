@@ -3,7 +3,7 @@
 //!
 //! Not part of the public API: it may change in any release. To decide in storage of your
 //! own, implement the core's [`Store`](sluicegate::store::Store) and build the layer with
-//! [`Builder::build_with_store`](crate::rate_limit::Builder::build_with_store).
+//! [`RateLimitBuilder::build_with_store`](super::RateLimitBuilder::build_with_store).
 
 use crate::rate_limit::KeyError;
 use crate::rate_limit::key::normal::PathError;

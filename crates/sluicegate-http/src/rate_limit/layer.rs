@@ -27,7 +27,7 @@ use crate::ratelimit_fields::LimitInfo;
 
 /// Keys a layer holds at most by default, per limit: memory stays below this many limiter
 /// states (a few dozen bytes each for the bucket and window algorithms, a log's length for
-/// `sliding-log`) whatever the traffic. Set another cap with [`Builder::max_keys`].
+/// `sliding-log`) whatever the traffic. Set another cap with [`RateLimitBuilder::max_keys`].
 pub const DEFAULT_MAX_KEYS: usize = 100_000;
 
 /// A tower [`Layer`] that rate limits requests by key. Every clone, and every service it
@@ -66,8 +66,8 @@ impl<S, X, Bk> Layer<S> for RateLimitLayer<X, Bk> {
 
 impl<X: KeyExtractor> RateLimitLayer<X, MemoryBackend<X::Key>> {
     /// A builder for a layer keying requests with `key`.
-    pub fn builder(key: X) -> Builder<X> {
-        Builder {
+    pub fn builder(key: X) -> RateLimitBuilder<X> {
+        RateLimitBuilder {
             key,
             clock: SystemClock::new(),
             limits: Vec::new(),
@@ -83,14 +83,15 @@ impl<X, Bk> RateLimitLayer<X, Bk> {
         self.shared.counters.snapshot()
     }
 
-    /// What the layer decides with ([`MemoryBackend`] for [`Builder::build`],
-    /// [`StoreBackend`] for [`Builder::build_with_store`]), to inspect its limiters or store.
+    /// What the layer decides with ([`MemoryBackend`] for [`RateLimitBuilder::build`],
+    /// [`StoreBackend`] for [`RateLimitBuilder::build_with_store`]), to inspect its limiters or
+    /// store.
     pub fn backend(&self) -> &Bk {
         &self.shared.backend
     }
 }
 
-/// A limit for [`Builder::limit`]: a spec string (`"token-bucket:rate=10/s,burst=20"`), an
+/// A limit for [`RateLimitBuilder::limit`]: a spec string (`"token-bucket:rate=10/s,burst=20"`), an
 /// [`AnyAlgorithm`] or any algorithm of the core.
 pub trait IntoLimit {
     /// The algorithm, or what is wrong with the spec (with the spec as written).
@@ -137,7 +138,7 @@ into_limit!(
 type LimitOrError = Result<AnyAlgorithm, (String, ConfigError)>;
 
 /// Builds a [`RateLimitLayer`]: its limits, key cap and answers.
-pub struct Builder<X, C = SystemClock> {
+pub struct RateLimitBuilder<X, C = SystemClock> {
     key: X,
     clock: C,
     limits: Vec<(Option<String>, LimitOrError)>,
@@ -145,9 +146,9 @@ pub struct Builder<X, C = SystemClock> {
     options: Options,
 }
 
-impl<X: std::fmt::Debug, C> std::fmt::Debug for Builder<X, C> {
+impl<X: std::fmt::Debug, C> std::fmt::Debug for RateLimitBuilder<X, C> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Builder")
+        f.debug_struct("RateLimitBuilder")
             .field("key", &self.key)
             .field("limits", &self.limits)
             .field("max_keys", &self.max_keys)
@@ -156,7 +157,7 @@ impl<X: std::fmt::Debug, C> std::fmt::Debug for Builder<X, C> {
     }
 }
 
-impl<X: KeyExtractor, C: Clock + Clone + 'static> Builder<X, C> {
+impl<X: KeyExtractor, C: Clock + Clone + 'static> RateLimitBuilder<X, C> {
     /// Adds a limit, named after its algorithm in the response fields. Several limits are
     /// decided together: a request passes only if all allow it, and a request one of them
     /// denies is charged to none. A bad spec is reported by [`build`](Self::build).
@@ -188,8 +189,8 @@ impl<X: KeyExtractor, C: Clock + Clone + 'static> Builder<X, C> {
     }
 
     /// The clock the limits read (a `ManualClock` in tests).
-    pub fn clock<C2: Clock + Clone + 'static>(self, clock: C2) -> Builder<X, C2> {
-        Builder {
+    pub fn clock<C2: Clock + Clone + 'static>(self, clock: C2) -> RateLimitBuilder<X, C2> {
+        RateLimitBuilder {
             key: self.key,
             clock,
             limits: self.limits,

@@ -5,19 +5,19 @@ use std::hash::Hash;
 use std::num::NonZeroU64;
 use std::sync::Arc;
 
+use sluicegate::limiter::{KeyBudget, LimitTarget, decide_together};
+use sluicegate::state_machine::Op;
 use sluicegate::store::Held;
-use sluicegate::{
-    AnyAlgorithm, Clock, KeyBudget, KeyedLimiter, LimitTarget, Op, SystemClock, decide_together,
-};
+use sluicegate::{AnyAlgorithm, Clock, KeyedLimiter, SystemClock};
 use smallvec::SmallVec;
 
 use crate::rate_limit::backend::{AtOnce, Backend, Verdict};
 use crate::rate_limit::error::BackendError;
 use crate::ratelimit_fields::LimitInfo;
 
-/// What a layer built with [`Builder::build`](crate::rate_limit::Builder::build) decides
-/// with: its limits kept in this process, a [`KeyedLimiter`] per limit, decided together with
-/// the core's [`decide_together`] (all or nothing). One limit that holds no permit is decided
+/// What a layer built with [`RateLimitBuilder::build`](super::RateLimitBuilder::build)
+/// decides with: its limits kept in this process, a [`KeyedLimiter`] per limit, decided together
+/// with the core's [`decide_together`] (all or nothing). One limit that holds no permit is decided
 /// by [`KeyedLimiter::admit`], which builds no decision for a request that passes.
 ///
 /// Memory is bounded without a cleanup call or a background task: each limiter drops keys

@@ -12,34 +12,35 @@
 //!   response body has been sent to the end, or dropped (a client that went away); a response
 //!   carrying a [`HoldPermits`] (a `101` whose connection becomes a WebSocket) gives it to that
 //!   instead, until the upgraded connection drops its last clone.
-//! - **Denied**: 429 (or [`Builder::status`]), `Retry-After`, the IETF `RateLimit-Policy` and
-//!   `RateLimit` fields (`X-RateLimit-*` with [`Builder::legacy_headers`]) describing the
-//!   tightest limit, and a text body naming it. A gRPC call (`content-type: application/grpc`)
-//!   gets `RESOURCE_EXHAUSTED` instead: HTTP 200, `grpc-status: 8`, the same fields as
-//!   metadata. [`Builder::on_rejection`] rewrites any rejection.
+//! - **Denied**: 429 (or [`RateLimitBuilder::status`]), `Retry-After`, the IETF
+//!   `RateLimit-Policy` and `RateLimit` fields (`X-RateLimit-*` with
+//!   [`RateLimitBuilder::legacy_headers`]) describing the tightest limit, and a text body
+//!   naming it. A gRPC call (`content-type: application/grpc`) gets `RESOURCE_EXHAUSTED`
+//!   instead: HTTP 200, `grpc-status: 8`, the same fields as metadata. [`RateLimitBuilder::on_rejection`] rewrites any rejection.
 //! - **Several limits** are decided together, all or nothing: a request one limit denies is
 //!   charged to none.
-//! - **Dry run** ([`Builder::dry_run`]): decided and counted, always passed;
+//! - **Dry run** ([`RateLimitBuilder::dry_run`]): decided and counted, always passed;
 //!   [`RateLimitLayer::stats`] counts what would have been rejected.
 //! - **No key** (a header not sent, a peer address the server does not provide): 400 or 500
 //!   with a body naming what was missing, or as [`MissingKey`] says.
-//! - **Key cap**: at most [`Builder::max_keys`] keys are held; idle ones are forgotten as the
-//!   tables grow (no cleanup call, no background task), and at the cap new keys are refused
-//!   (the denial status, a body saying so) rather than evicting a client still limited.
+//! - **Key cap**: at most [`RateLimitBuilder::max_keys`] keys are held; idle ones are
+//!   forgotten as the tables grow (no cleanup call, no background task), and at the cap new
+//!   keys are refused (the denial status, a body saying so) rather than evicting a client
+//!   still limited.
 //!
 //! # Where the counters are kept
 //!
-//! [`Builder::build`] keeps them in this process ([`MemoryBackend`]: a limiter per limit, and
-//! no allocation for a request that passes). [`Builder::build_with_store`] decides in any
-//! store of the core's seam, [`sluicegate::store::Store`], the one trait to implement for
+//! [`RateLimitBuilder::build`] keeps them in this process ([`MemoryBackend`]: a limiter per limit,
+//! and no allocation for a request that passes). [`RateLimitBuilder::build_with_store`] decides in
+//! any store of the core's seam, [`sluicegate::store::Store`], the one trait to implement for
 //! storage of your own: Redis (`sluicegate_redis::RedisStore`, shared by several processes;
 //! `FailSafe` behind its failure policy), the core's
-//! [`MemoryStore`](sluicegate::store::MemoryStore), or yours. The layer asks the store to decide each request's limits together
-//! ([`Store::decide`](sluicegate::store::Store::decide) with [`Op::Check`](sluicegate::Op)),
-//! gives a concurrency limit's permits back when the response ends
-//! ([`Store::release`](sluicegate::store::Store::release)), and renews them meanwhile if the
-//! store leases them. The remote rate limit service of the `rls` feature is given to
-//! [`Builder::build_with`].
+//! [`MemoryStore`](sluicegate::store::MemoryStore), or yours. The layer asks the store to
+//! decide each request's limits together ([`Store::decide`](sluicegate::store::Store::decide)
+//! with [`Op::Check`](sluicegate::state_machine::Op)), gives a concurrency limit's permits back when the
+//! response ends ([`Store::release`](sluicegate::store::Store::release)), and renews them meanwhile
+//! if the store leases them. The remote rate limit service of the `rls` feature is given to
+//! [`RateLimitBuilder::build_with`].
 //!
 //! A store of one's own, here one that wraps the core's memory store to count what it denies:
 //!
@@ -48,8 +49,9 @@
 //! use std::sync::atomic::{AtomicU64, Ordering};
 //!
 //! use http::{HeaderName, Request, Response};
-//! use sluicegate::store::{Held, MemoryStore, Now, Outcome, Request as Ask, Store};
-//! use sluicegate::{AnyAlgorithm, CheckError, KeyedLimiter, Op};
+//! use sluicegate::store::{Held, MemoryStore, Now, StoreDecision, Request as Ask, Store};
+//! use sluicegate::{AnyAlgorithm, CheckError, KeyedLimiter};
+//! use sluicegate::state_machine::Op;
 //! use sluicegate_http::rate_limit::{LimitInfo, RateLimitLayer, key::Header};
 //! use tower::{Layer, ServiceExt, service_fn};
 //!
@@ -75,7 +77,7 @@
 //!         requests: &'a [Ask<'a, Limit, String>],
 //!         op: Op,
 //!         now: Now,
-//!     ) -> Result<Outcome, CheckError> {
+//!     ) -> Result<StoreDecision, CheckError> {
 //!         let outcome = self.memory.decide(requests, op, now).await?;
 //!         if !outcome.allowed {
 //!             self.denied.fetch_add(1, Ordering::Relaxed);
@@ -120,7 +122,6 @@
 
 mod answer;
 mod backend;
-mod body;
 mod error;
 mod future;
 mod headers;
@@ -137,12 +138,11 @@ mod store;
 
 pub use crate::ratelimit_fields::LimitInfo;
 pub use backend::Verdict;
-pub use body::RateLimitBody;
 pub use error::{BackendError, BuildError, KeyError};
-pub use future::ResponseFuture;
-pub use held::HoldPermits;
+pub use future::RateLimitFuture;
+pub use held::{ConcurrencyPermits, HoldPermits, RateLimitBody};
 pub use key::KeyExtractor;
-pub use layer::{Builder, DEFAULT_MAX_KEYS, IntoLimit, RateLimitLayer};
+pub use layer::{DEFAULT_MAX_KEYS, IntoLimit, RateLimitBuilder, RateLimitLayer};
 pub use memory::MemoryBackend;
 pub use policy::{MissingKey, OnBackendError, Rejection, RejectionHook};
 pub use service::RateLimit;

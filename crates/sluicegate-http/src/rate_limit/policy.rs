@@ -45,7 +45,7 @@ pub enum OnBackendError {
 
 /// Why a request was turned away, as given to the [rejection hook].
 ///
-/// [rejection hook]: crate::rate_limit::Builder::on_rejection
+/// [rejection hook]: crate::rate_limit::RateLimitBuilder::on_rejection
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub enum Rejection {
@@ -58,8 +58,8 @@ pub enum Rejection {
 }
 
 /// Reads the peer's address from a request body of the type it was made for
-/// ([`Builder::peer_from_body`](crate::rate_limit::Builder::peer_from_body)); `None` for a body
-/// of another type.
+/// ([`RateLimitBuilder::peer_from_body`](super::RateLimitBuilder::peer_from_body));
+/// `None` for a body of another type.
 pub(crate) type PeerOfBody = Arc<dyn Fn(&dyn Any) -> Option<IpAddr> + Send + Sync>;
 
 /// Rewrites a rejection's default answer (status, fields and a text body) into another.

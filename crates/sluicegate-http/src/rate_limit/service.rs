@@ -10,15 +10,15 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::{Request, Response};
-use sluicegate::Op;
+use sluicegate::state_machine::Op;
 use tower_service::Service;
 
 use crate::rate_limit::answer;
 use crate::rate_limit::backend::{AtOnce, Backend, HeldInStore, Verdict};
-use crate::rate_limit::body::{Permit, RateLimitBody};
 use crate::rate_limit::error::BackendError;
-use crate::rate_limit::future::{Finish, ResponseFuture};
+use crate::rate_limit::future::{Finish, RateLimitFuture};
 use crate::rate_limit::headers;
+use crate::rate_limit::held::{ConcurrencyPermits, RateLimitBody};
 use crate::rate_limit::key::{KeyExtractor, RequestHead};
 use crate::rate_limit::policy::{MissingKey, OnBackendError, Options};
 use crate::rate_limit::stats::Counters;
@@ -141,7 +141,7 @@ impl<X: KeyExtractor, Bk: Backend<X::Key>> Shared<X, Bk> {
             Vec::new()
         };
         let permit = verdict.holds_permits().then(|| {
-            Permit::new(Held {
+            ConcurrencyPermits::new(Held {
                 shared: Arc::clone(self),
                 key,
                 permits: options.permits,
@@ -175,7 +175,7 @@ where
 {
     type Response = Response<RateLimitBody<ResBody>>;
     type Error = S::Error;
-    type Future = ResponseFuture<S::Future, ResBody, S::Error>;
+    type Future = RateLimitFuture<S::Future, ResBody, S::Error>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
@@ -190,11 +190,11 @@ where
             Err(error) => {
                 Counters::count(&shared.counters.missing_key);
                 if shared.options.missing_key == MissingKey::Allow {
-                    return ResponseFuture::called(self.inner.call(request), None);
+                    return RateLimitFuture::called(self.inner.call(request), None);
                 }
                 let grpc = answer::is_grpc(request.headers());
                 let response = answer::missing_key(&shared.options, error, grpc);
-                return ResponseFuture::answered(response);
+                return RateLimitFuture::answered(response);
             }
         };
         let permits = shared.options.permits;
@@ -202,7 +202,7 @@ where
         // fields. The usual answer passes with no verdict built, moved or matched.
         if !shared.options.headers.on_allowed {
             match shared.backend.decide_at_once(&key, permits, Op::Check) {
-                AtOnce::Pass => return ResponseFuture::called(self.inner.call(request), None),
+                AtOnce::Pass => return RateLimitFuture::called(self.inner.call(request), None),
                 AtOnce::Decided(decided) => return self.decided(decided, key, request),
                 AtOnce::Later => {}
             }
@@ -215,7 +215,7 @@ where
             Poll::Pending => {
                 let shared = Arc::clone(shared);
                 let mut inner = take_ready(&mut self.inner);
-                ResponseFuture::deferred(Box::pin(async move {
+                RateLimitFuture::deferred(Box::pin(async move {
                     let decided = decision.await;
                     match shared.judge(decided, key, || answer::is_grpc(request.headers())) {
                         Judged::Answer(response) => Ok(answer::into_response(response)),
@@ -243,7 +243,7 @@ where
         decided: Result<Verdict, BackendError>,
         key: X::Key,
         request: Request<ReqBody>,
-    ) -> ResponseFuture<S::Future, ResBody, S::Error>
+    ) -> RateLimitFuture<S::Future, ResBody, S::Error>
     where
         S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone + Send + 'static,
         S::Future: Send + 'static,
@@ -255,13 +255,13 @@ where
             .shared
             .judge(decided, key, || answer::is_grpc(request.headers()))
         {
-            Judged::Answer(response) => ResponseFuture::answered(response),
+            Judged::Answer(response) => RateLimitFuture::answered(response),
             Judged::Pass { finish, wait } if wait.is_zero() => {
-                ResponseFuture::called(self.inner.call(request), finish)
+                RateLimitFuture::called(self.inner.call(request), finish)
             }
             Judged::Pass { finish, wait } => {
                 let mut inner = take_ready(&mut self.inner);
-                ResponseFuture::deferred(Box::pin(async move {
+                RateLimitFuture::deferred(Box::pin(async move {
                     tokio::time::sleep(wait).await;
                     Ok(Finish::apply(finish, inner.call(request).await?))
                 }))

@@ -10,7 +10,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use sluicegate::Op;
+use sluicegate::state_machine::Op;
 use sluicegate::store::{FailureKind, Held, Now, Request, Store, StoreError as _};
 use tokio::time::{Instant, MissedTickBehavior};
 
@@ -22,8 +22,8 @@ use crate::ratelimit_fields::LimitInfo;
 pub(crate) type StoreFuture = Pin<Box<dyn Future<Output = Result<Verdict, BackendError>> + Send>>;
 
 /// What a layer built with
-/// [`Builder::build_with_store`](crate::rate_limit::Builder::build_with_store) decides with:
-/// every request's limits together, in a store of the backend seam.
+/// [`RateLimitBuilder::build_with_store`](super::RateLimitBuilder::build_with_store)
+/// decides with: every request's limits together, in a store of the backend seam.
 ///
 /// A `concurrency` limit's permits are given back when the response ends ([`Store::release`]):
 /// in Redis, the request's leases (which also expire, so a process that dies holding one
@@ -46,8 +46,8 @@ pub struct StoreBackend<S: Store<String>> {
 impl<S: Store<String>> StoreBackend<S> {
     /// Decides in `store` the `limits`, each in the store's form with what the response
     /// headers say of it (see [`LimitInfo::of`]); what
-    /// [`Builder::build_with_store`](crate::rate_limit::Builder::build_with_store) makes, for
-    /// [`Builder::build_with`](crate::rate_limit::Builder::build_with).
+    /// [`RateLimitBuilder::build_with_store`](super::RateLimitBuilder::build_with_store) makes, for
+    /// [`RateLimitBuilder::build_with`](super::RateLimitBuilder::build_with).
     pub fn new(store: Arc<S>, limits: impl IntoIterator<Item = (LimitInfo, S::Limit)>) -> Self {
         let (infos, limits): (Vec<LimitInfo>, Vec<S::Limit>) = limits.into_iter().unzip();
         StoreBackend {
@@ -226,7 +226,7 @@ where
 mod tests {
     use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-    use sluicegate::store::Outcome;
+    use sluicegate::store::StoreDecision;
     use sluicegate::{CheckError, Decision};
 
     use super::*;
@@ -264,12 +264,12 @@ mod tests {
             _requests: &'a [Request<'a, (), String>],
             _op: Op,
             _now: Now,
-        ) -> Result<sluicegate::store::Outcome, CheckError> {
+        ) -> Result<sluicegate::store::StoreDecision, CheckError> {
             let lease = Held {
                 request: 0,
                 id: "lease".into(),
             };
-            Ok(Outcome::one(Decision::allow(1, 0, 0)).holding(vec![lease]))
+            Ok(StoreDecision::one(Decision::allow(1, 0, 0)).holding(vec![lease]))
         }
 
         async fn release<'a>(

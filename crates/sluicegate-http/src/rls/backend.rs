@@ -11,7 +11,7 @@ use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescript
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
-use sluicegate::Op;
+use sluicegate::state_machine::Op;
 use sluicegate::store::Held;
 use tonic::transport::Channel;
 
@@ -58,7 +58,7 @@ pub(crate) struct Remote<K> {
 }
 
 /// What a layer asking a remote rate limit service decides with (see [the module](crate::rls)),
-/// given to [`Builder::build_with`](crate::rate_limit::Builder::build_with).
+/// given to [`RateLimitBuilder::build_with`](crate::rate_limit::RateLimitBuilder::build_with).
 pub struct RlsBackend<K> {
     pub(crate) remote: Arc<Remote<K>>,
     /// The limits known before any answer: none (each verdict carries the service's).

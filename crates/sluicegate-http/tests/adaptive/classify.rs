@@ -9,12 +9,12 @@ use http_body::Frame;
 use http_body_util::{BodyExt, Full, StreamBody};
 use sluicegate::ManualClock;
 use sluicegate::adaptive::{AdaptiveLimiter, Outcome};
-use sluicegate_http::adaptive::{AdaptiveLimitLayer, Builder};
+use sluicegate_http::adaptive::{AdaptiveLimitBuilder, AdaptiveLimitLayer};
 use tower::{Layer, ServiceExt};
 
 use crate::support::Recorder;
 
-fn layer(recorder: &Recorder) -> Builder {
+fn layer(recorder: &Recorder) -> AdaptiveLimitBuilder {
     AdaptiveLimitLayer::builder(AdaptiveLimiter::with_clock(
         recorder.clone(),
         ManualClock::new(0),

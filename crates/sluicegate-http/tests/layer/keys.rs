@@ -7,7 +7,8 @@ use axum::routing::{any, get};
 use http::StatusCode;
 use sluicegate::ManualClock;
 use sluicegate_http::rate_limit::key::{
-    ClientIp, Global, Header, Host, KeyExtractor, Method, Path, PeerIp, RequestHead, Route, from_fn,
+    ClientIp, Global, Header, Host, KeyExtractor, PeerIp, RequestHead, RequestMethod, RequestPath,
+    Route, from_fn,
 };
 use sluicegate_http::rate_limit::{KeyError, MemoryBackend, RateLimitLayer};
 
@@ -184,7 +185,7 @@ async fn header_key_and_its_absence() {
 
 #[tokio::test]
 async fn method_key() {
-    let address = serve_with(once_per_key(Method)).await;
+    let address = serve_with(once_per_key(RequestMethod)).await;
     let client = client();
     let url = format!("http://{address}/");
     let status = |request: reqwest::RequestBuilder| async move {
@@ -208,7 +209,7 @@ async fn route_template_counts_a_route_once_and_path_each_path() {
     );
     assert_eq!(fetch(&client, address, "/", &[]).await.0, 200);
 
-    let address = serve_with(once_per_key(Path)).await;
+    let address = serve_with(once_per_key(RequestPath)).await;
     assert_eq!(fetch(&client, address, "/users/1", &[]).await.0, 200);
     assert_eq!(
         fetch(&client, address, "/users/2?x=1", &[]).await.0,
@@ -225,7 +226,7 @@ async fn route_template_counts_a_route_once_and_path_each_path() {
 #[tokio::test]
 async fn a_path_spelt_otherwise_is_the_same_path() {
     let client = client();
-    let address = serve_with(once_per_key(Path)).await;
+    let address = serve_with(once_per_key(RequestPath)).await;
     assert_eq!(fetch(&client, address, "/users/3", &[]).await.0, 200);
     for spelling in [
         "//users/3",

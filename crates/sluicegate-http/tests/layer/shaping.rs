@@ -13,8 +13,9 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{Request, Response};
 use http_body_util::Empty;
-use sluicegate::store::{Held, MemoryStore, Now, Outcome, Request as StoreRequest, Store};
-use sluicegate::{AnyAlgorithm, CheckError, KeyedLimiter, ManualClock, Op};
+use sluicegate::state_machine::Op;
+use sluicegate::store::{Held, MemoryStore, Now, Request as StoreRequest, Store, StoreDecision};
+use sluicegate::{AnyAlgorithm, CheckError, KeyedLimiter, ManualClock};
 use sluicegate_http::rate_limit::key::Global;
 use sluicegate_http::rate_limit::{LimitInfo, RateLimitBody, RateLimitLayer};
 use tower::{Layer, Service, ServiceExt};
@@ -172,7 +173,7 @@ impl Store<String> for Gated {
         requests: &'a [StoreRequest<'a, GatedLimit, String>],
         op: Op,
         now: Now,
-    ) -> Result<Outcome, CheckError> {
+    ) -> Result<StoreDecision, CheckError> {
         let _pass = self.gate.acquire().await;
         self.memory.decide(requests, op, now).await
     }

@@ -17,8 +17,8 @@ use crate::plumbing::{
     AdminApp, AdminStats, BackendStats, KeyCount, LatencyPercentiles, Mode, ModeError, ModeTable,
     Reloads, RuleEntry,
 };
-use crate::proxy::backing::Backing;
 use crate::proxy::connection::State;
+use crate::proxy::limit_counters::LimitCounters;
 use crate::proxy::live::RouteSeries;
 
 /// What the proxy answers on its admin listener.
@@ -63,9 +63,9 @@ impl AdminApp for ProxyAdmin {
             success: metrics.reloads_ok.get(),
             failure: metrics.reloads_failed.get(),
         };
-        let backend = match &self.state.backing {
-            Backing::Memory => BackendStats::memory(reloads),
-            Backing::Redis(shared) => BackendStats::redis(shared.redis(), reloads),
+        let backend = match &self.state.limit_counters {
+            LimitCounters::Memory => BackendStats::memory(reloads),
+            LimitCounters::Redis(redis) => BackendStats::redis(redis.redis(), reloads),
         };
         // The proxy times no decision on its own and keeps no key count across its limits:
         // null, as the page shows what it does not know.

@@ -10,7 +10,7 @@ use crate::proxy::rewrite::ForwardedClient;
 /// The client rides with the body rather than in the request's extensions: those are a map
 /// allocated on first insert and freed with the request, and the proxy's requests otherwise
 /// carry nothing there. The limits read the client from here too
-/// ([`Builder::peer_from_body`](sluicegate_http::rate_limit::Builder::peer_from_body)).
+/// ([`peer_from_body`](sluicegate_http::rate_limit::RateLimitBuilder::peer_from_body)).
 #[derive(Debug)]
 pub(crate) struct ClientBody {
     /// The body as hyper reads it from the client.

@@ -23,7 +23,6 @@ use tokio::time::Instant;
 use tokio_rustls::TlsAcceptor;
 
 use crate::plumbing::Modes;
-use crate::proxy::backing::Backing;
 use crate::proxy::branch_wakers::BranchWakers;
 use crate::proxy::client_body::ClientBody;
 use crate::proxy::client_idle::{OpenBody, Requests};
@@ -31,6 +30,7 @@ use crate::proxy::cpu_yield;
 use crate::proxy::forward::Forwarder;
 use crate::proxy::guards;
 use crate::proxy::h2_stall::Stalls;
+use crate::proxy::limit_counters::LimitCounters;
 use crate::proxy::lingering::{HandedBack, Lingering};
 use crate::proxy::loads::Counted;
 use crate::proxy::metrics::Metrics;
@@ -48,7 +48,7 @@ pub(crate) struct State {
     /// The switch's modes, by route name.
     pub(crate) modes: Modes,
     /// Where the counters are (fixed at start).
-    pub(crate) backing: Backing,
+    pub(crate) limit_counters: LimitCounters,
     pub(crate) forwarder: Arc<Forwarder>,
     pub(crate) metrics: Arc<Metrics>,
     /// How long a client connection may have no request open: the time to send a request

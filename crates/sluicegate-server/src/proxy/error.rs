@@ -72,8 +72,9 @@ pub enum ProxyError {
     /// The Redis settings are wrong (a bad URL or key prefix).
     #[error("redis: {0}")]
     Redis(String),
-    /// A listening address cannot be bound.
-    #[error("cannot listen on {address} (choose another with {flag}): {source}")]
+    /// A listening address cannot be bound. The operating system's reason is the source,
+    /// told once, after this.
+    #[error("cannot listen on {address} (choose another with {flag})")]
     Bind {
         /// The address.
         address: std::net::SocketAddr,

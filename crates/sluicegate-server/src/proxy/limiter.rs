@@ -18,7 +18,7 @@ pub(crate) struct Limiter {
     /// away, and concurrency limits, which stay here).
     pub(crate) limiter: Arc<KeyedLimiter<KeyBytes, AnyAlgorithm>>,
     /// The limit in Redis, when the counters are shared there.
-    pub(crate) shared: Option<Arc<sluicegate_redis::NamedLimit>>,
+    pub(crate) redis: Option<Arc<sluicegate_redis::NamedLimit>>,
 }
 
 impl Limiter {
@@ -30,16 +30,16 @@ impl Limiter {
             def,
             info,
             limiter: Arc::new(limiter),
-            shared: None,
+            redis: None,
         }
     }
 
     /// Keeps the counters of `def` in Redis, but for a concurrency limit's (see
-    /// [`shared`](crate::proxy::shared)); `Err` says why Redis cannot hold it.
+    /// [`redis_counters`](crate::proxy::redis_counters)); `Err` says why Redis cannot hold it.
     pub(crate) fn in_redis(def: LimitDef) -> Result<Limiter, sluicegate::ConfigError> {
-        let shared = crate::proxy::shared::Shared::limit(&def)?;
+        let redis = crate::proxy::redis_counters::RedisCounters::limit(&def)?;
         Ok(Limiter {
-            shared,
+            redis,
             ..Limiter::new(def)
         })
     }

@@ -23,8 +23,6 @@
 //! `sluicegate_proxy_connections{worker}` (client connections served, lingering ones left out).
 
 mod admin;
-mod backend;
-mod backing;
 mod branch_wakers;
 pub(crate) mod client_body;
 mod client_idle;
@@ -35,28 +33,30 @@ mod forward;
 mod guards;
 mod h2_stall;
 mod key;
+mod limit_counters;
 mod limiter;
 mod lingering;
 mod live;
 mod loads;
 mod metrics;
+mod redis_counters;
+mod redis_route;
 mod request_body;
 pub(crate) mod rewrite;
+mod route_decider;
 mod rules;
 mod send_deadline;
 mod server;
-mod shared;
-mod shared_route;
 mod switch;
 mod table;
 mod upstream;
 mod workers;
 
 pub use crate::plumbing::{RedisSettings, TlsError, TlsFiles};
-pub use backing::check_rule_file;
 pub use error::{ProxyError, RuleFileError, RuleProblem};
 pub use forward::UpstreamBody;
 pub use key::{KeyBytes, KeyPart, OnMissingKey, RouteKeys};
+pub use limit_counters::check_rule_file;
 pub use rewrite::ForwardingFields;
 pub use rules::{
     AdaptiveDef, BackendChoice, DEFAULT_LIMIT_KEYS, LimitDef, PathMatch, PathRules, RouteDef, Rules,

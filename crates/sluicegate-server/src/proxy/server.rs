@@ -19,10 +19,10 @@ use tokio::task::JoinHandle;
 use crate::plumbing::{Modes, RuleWatcher, admin_address_allowed, admin_router, serve_admin};
 use crate::plumbing::{TlsFiles, tls_acceptor};
 use crate::proxy::admin::ProxyAdmin;
-use crate::proxy::backing::Backing;
 use crate::proxy::connection::{ConnectionServer, State};
 use crate::proxy::error::ProxyError;
 use crate::proxy::forward::{Forwarder, Target};
+use crate::proxy::limit_counters::LimitCounters;
 use crate::proxy::lingering::Lingering;
 use crate::proxy::live::{RouteSeries, sample_every_second};
 use crate::proxy::loads::Loads;
@@ -216,9 +216,9 @@ pub async fn start(config: ProxyConfig) -> Result<Proxy, ProxyError> {
     let target = Target::parse(&config.upstream)?;
     let rules = Rules::load(&config.rules)?;
     let metrics = Arc::new(Metrics::default());
-    let backing = Backing::new(config.redis.as_ref(), &metrics);
-    backing.check(&rules, &config.rules)?;
-    backing.connect().await?;
+    let limit_counters = LimitCounters::new(config.redis.as_ref(), &metrics);
+    limit_counters.check(&rules, &config.rules)?;
+    limit_counters.connect().await?;
     let fallback_host =
         HeaderValue::from_str(target.authority.as_str()).map_err(|_| ProxyError::Upstream {
             url: config.upstream.clone(),
@@ -265,12 +265,19 @@ pub async fn start(config: ProxyConfig) -> Result<Proxy, ProxyError> {
     });
     // Not persisted: a restarted proxy enforces its rule file.
     let modes = Modes::unpersisted();
-    let table = Table::build(&rules, &backing, &forwarder, &metrics, None, &modes.table())?;
+    let table = Table::build(
+        &rules,
+        &limit_counters,
+        &forwarder,
+        &metrics,
+        None,
+        &modes.table(),
+    )?;
     let state = Arc::new(State {
         table: ArcSwap::from_pointee(table),
         rules: Mutex::new(rules),
         modes,
-        backing,
+        limit_counters,
         forwarder,
         metrics,
         client_header_timeout: config.client_header_timeout,
@@ -446,7 +453,7 @@ async fn watch_rules(
             .map_err(|e| e.to_string())
             .and_then(|rules| {
                 state
-                    .backing
+                    .limit_counters
                     .check(&rules, &path)
                     .map_err(|e| e.to_string())?;
                 state.install(rules).map_err(|e| e.to_string())

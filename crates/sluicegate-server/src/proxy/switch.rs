@@ -40,7 +40,7 @@ impl State {
         let modes = self.modes.table();
         let table = Table::build(
             rules,
-            &self.backing,
+            &self.limit_counters,
             &self.forwarder,
             &self.metrics,
             Some(&old),

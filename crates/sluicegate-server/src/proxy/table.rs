@@ -20,14 +20,14 @@ use tower_service::Service;
 use sluicegate_http::adaptive::{AdaptiveBody, AdaptiveLimit, AdaptiveLimitLayer};
 
 use crate::plumbing::{Mode, ModeTable};
-use crate::proxy::backend::RouteBackend;
-use crate::proxy::backing::Backing;
 use crate::proxy::client_body::ClientBody;
 use crate::proxy::forward::{Forwarder, Upstream, UpstreamBody, text, too_large};
 use crate::proxy::guards;
 use crate::proxy::key::{LimitKey, RouteExtractor};
+use crate::proxy::limit_counters::LimitCounters;
 use crate::proxy::limiter::Limiter;
 use crate::proxy::metrics::{Metrics, RouteCounters};
+use crate::proxy::route_decider::RouteDecider;
 use crate::proxy::rules::{AdaptiveDef, PathMatch, PathRules, RouteDef, Rules};
 use sluicegate_http::rate_limit::key::RequestHead;
 use sluicegate_http::rate_limit::key::normal::{
@@ -38,7 +38,7 @@ use sluicegate_http::rate_limit::{
 };
 
 /// A route's limits around the upstream.
-pub(crate) type Limited = RateLimit<Upstream, RouteExtractor, RouteBackend>;
+pub(crate) type Limited = RateLimit<Upstream, RouteExtractor, RouteDecider>;
 
 /// What a request is answered by.
 pub(crate) enum Handler {
@@ -73,7 +73,7 @@ pub(crate) struct Table {
     /// Every route's adaptive limit, by route name, for the next reload to keep.
     adaptive: HashMap<String, (AdaptiveDef, AdaptiveLimitLayer)>,
     /// Where the counters are.
-    backing: Backing,
+    limit_counters: LimitCounters,
 }
 
 /// The metrics name of requests no route matches.
@@ -84,7 +84,7 @@ impl Table {
     /// same definition.
     pub(crate) fn build(
         rules: &Rules,
-        backing: &Backing,
+        limit_counters: &LimitCounters,
         forwarder: &Arc<Forwarder>,
         metrics: &Arc<Metrics>,
         previous: Option<&Table>,
@@ -98,14 +98,13 @@ impl Table {
             let limiter = match kept {
                 Some(l) => Arc::clone(l),
                 None => {
-                    let limiter =
-                        backing
-                            .limiter(def.clone())
-                            .map_err(|source| BuildError::Limit {
-                                index,
-                                spec: def.spec.clone(),
-                                source,
-                            })?;
+                    let limiter = limit_counters.limiter(def.clone()).map_err(|source| {
+                        BuildError::Limit {
+                            index,
+                            spec: def.spec.clone(),
+                            source,
+                        }
+                    })?;
                     Arc::new(limiter)
                 }
             };
@@ -122,7 +121,7 @@ impl Table {
             },
             limiters,
             adaptive: HashMap::new(),
-            backing: backing.clone(),
+            limit_counters: limit_counters.clone(),
         };
         for (index, def) in rules.routes.iter().enumerate() {
             let mode = modes.of(&def.name);
@@ -222,7 +221,7 @@ impl Table {
             keys: keys.collect(),
             fold_case: rules.paths.case_insensitive,
         };
-        let backend = RouteBackend::new(limiters, &self.backing);
+        let decider = RouteDecider::new(limiters, &self.limit_counters);
         let mut builder = RateLimitLayer::builder(extractor)
             .peer_from_body(|body: &ClientBody| body.client.ip())
             .status(def.status)
@@ -246,7 +245,7 @@ impl Table {
                 response
             });
         }
-        let layer = builder.build_with(backend)?;
+        let layer = builder.build_with(decider)?;
         let stats_layer = layer.clone();
         counters.follow(Some(Box::new(move || stats_layer.stats())));
         Ok(Route {
@@ -279,8 +278,8 @@ pub type ProxyBody = http_body_util::Either<AdaptiveBody<RouteBody>, RouteBody>;
 /// Not an `async fn`: each layer of those would hold the request (272 bytes with its
 /// `ClientBody`) and be copied into the next, and the future hyper keeps per request would be
 /// the sum of them.
-pub(crate) fn handle(table: &Arc<Table>, mut request: Request<ClientBody>) -> Handling {
-    let refused = |refused: Response<UpstreamBody>| Handling::Now {
+pub(crate) fn handle(table: &Arc<Table>, mut request: Request<ClientBody>) -> ProxyFuture {
+    let refused = |refused: Response<UpstreamBody>| ProxyFuture::Now {
         future: std::future::ready(refused.map(|body| Either::Right(Either::Right(body)))),
     };
     let path = request.uri().path();
@@ -320,7 +319,7 @@ pub(crate) fn handle(table: &Arc<Table>, mut request: Request<ClientBody>) -> Ha
         set_path(&mut request, &normal);
     }
     match index.and_then(|i| table.routes[i].adaptive.as_ref()) {
-        None => Handling::Route {
+        None => ProxyFuture::Route {
             future: table.send_through(index, request),
         },
         Some(adaptive) => {
@@ -329,7 +328,7 @@ pub(crate) fn handle(table: &Arc<Table>, mut request: Request<ClientBody>) -> Ha
                 index,
             };
             // `ByRoute` is always ready: no `poll_ready` to wait for.
-            Handling::Adaptive {
+            ProxyFuture::Adaptive {
                 future: adaptive.layer(route).call(request),
             }
         }
@@ -338,16 +337,16 @@ pub(crate) fn handle(table: &Arc<Table>, mut request: Request<ClientBody>) -> Ha
 
 impl Table {
     /// `request` through the handler of route `index` (none: no route matched).
-    fn send_through(&self, index: Option<usize>, request: Request<ClientBody>) -> Routing {
+    fn send_through(&self, index: Option<usize>, request: Request<ClientBody>) -> RouteFuture {
         match index.map(|i| &self.routes[i].handler) {
-            Some(Handler::Limited(service)) => Routing::Limited {
+            Some(Handler::Limited(service)) => RouteFuture::Limited {
                 future: service.clone().call(request),
             },
-            Some(Handler::Plain(upstream)) => Routing::Plain {
+            Some(Handler::Plain(upstream)) => RouteFuture::Plain {
                 future: upstream.clone().call(request),
             },
             // Answered in `handle`, before any route is sent through.
-            Some(Handler::Closed { .. }) | None => Routing::Plain {
+            Some(Handler::Closed { .. }) | None => RouteFuture::Plain {
                 future: self.unmatched.clone().call(request),
             },
         }
@@ -355,53 +354,55 @@ impl Table {
 }
 
 pin_project! {
-    /// The answer to a request on its way ([`handle`]).
-    #[project = HandlingProj]
-    pub(crate) enum Handling {
+    /// The proxy's answer to a request on its way ([`handle`]): ready, or through a route.
+    #[project = ProxyFutureProj]
+    pub(crate) enum ProxyFuture {
         /// Answered by the proxy itself.
         Now { #[pin] future: std::future::Ready<Response<ProxyBody>> },
         /// Through a route's limits, or none.
-        Route { #[pin] future: Routing },
+        Route { #[pin] future: RouteFuture },
         /// Through a route's adaptive limit, then its limits.
         Adaptive { #[pin] future: <AdaptiveLimit<ByRoute> as Service<Request<ClientBody>>>::Future },
     }
 }
 
-impl Future for Handling {
+impl Future for ProxyFuture {
     type Output = Response<ProxyBody>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Response<ProxyBody>> {
         match self.project() {
-            HandlingProj::Now { future } => future.poll(cx),
-            HandlingProj::Route { future } => {
+            ProxyFutureProj::Now { future } => future.poll(cx),
+            ProxyFutureProj::Route { future } => {
                 future.poll(cx).map(|response| response.map(Either::Right))
             }
-            HandlingProj::Adaptive { future } => future.poll(cx).map(|answered| match answered {
-                Ok(response) => response.map(Either::Left),
-                Err(never) => match never {},
-            }),
+            ProxyFutureProj::Adaptive { future } => {
+                future.poll(cx).map(|answered| match answered {
+                    Ok(response) => response.map(Either::Left),
+                    Err(never) => match never {},
+                })
+            }
         }
     }
 }
 
 pin_project! {
-    /// A request on its way through a route's handler.
-    #[project = RoutingProj]
-    pub(crate) enum Routing {
+    /// A route's answer to a request on its way: through its limits, or passed on.
+    #[project = RouteFutureProj]
+    pub(crate) enum RouteFuture {
         Limited { #[pin] future: <Limited as Service<Request<ClientBody>>>::Future },
         Plain { #[pin] future: <Upstream as Service<Request<ClientBody>>>::Future },
     }
 }
 
-impl Future for Routing {
+impl Future for RouteFuture {
     type Output = Response<RouteBody>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Response<RouteBody>> {
         let answered = match self.project() {
-            RoutingProj::Limited { future } => {
+            RouteFutureProj::Limited { future } => {
                 ready!(future.poll(cx)).map(|response| response.map(Either::Left))
             }
-            RoutingProj::Plain { future } => {
+            RouteFutureProj::Plain { future } => {
                 ready!(future.poll(cx)).map(|response| response.map(Either::Right))
             }
         };
@@ -506,7 +507,7 @@ struct ByRoute {
 impl Service<Request<ClientBody>> for ByRoute {
     type Response = Response<RouteBody>;
     type Error = Infallible;
-    type Future = Answered<Routing>;
+    type Future = Answered<RouteFuture>;
 
     fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
         Poll::Ready(Ok(()))

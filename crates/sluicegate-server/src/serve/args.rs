@@ -12,14 +12,14 @@ use crate::redis_args::RedisArgs;
 /// A reload interval: a duration of at least 10 ms (a shorter one would poll the files in a
 /// busy loop).
 fn parse_reload_interval(text: &str) -> Result<Duration, String> {
-    let interval = sluicegate::parse_duration(text).map_err(|error| error.to_string())?;
+    let interval = sluicegate::rate::parse_duration(text).map_err(|error| error.to_string())?;
     if interval < Duration::from_millis(10) {
         return Err(format!("`{text}` is shorter than 10ms"));
     }
     Ok(interval)
 }
-use crate::serve::backend::BackendOptions;
 use crate::serve::clock::ServiceClock;
+use crate::serve::counters::BackendOptions;
 use crate::serve::engine::EngineOptions;
 use crate::serve::headers::{HeaderOptions, LegacyHeaderNames};
 use crate::serve::key_cap::DEFAULT_MAX_KEYS;
@@ -146,7 +146,7 @@ impl ServeArgs {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::serve::backend::RedisTarget;
+    use crate::serve::counters::RedisTarget;
     use clap::Parser;
     use sluicegate_redis::FailurePolicy;
 

@@ -4,8 +4,9 @@
 //! the shadow-mode and check-only limits each on its own. A store at its key cap refuses a new
 //! key; the call is then peeked and answered by the key cap's policy.
 
+use sluicegate::Decision;
+use sluicegate::state_machine::Op;
 use sluicegate::store::{FailureKind, Now, Request, Store, StoreError as _};
-use sluicegate::{Decision, Op};
 use smallvec::SmallVec;
 
 use crate::serve::check::{Check, Decided, Role};

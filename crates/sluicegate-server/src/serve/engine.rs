@@ -12,15 +12,15 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 use sluicegate::store::{MemoryStore, Now};
 use sluicegate::{AnyAlgorithm, Clock as _};
-use sluicegate_redis::{Both, FailurePolicy, RedisLimitError};
+use sluicegate_redis::{FailSafeLimit, FailurePolicy, RedisLimitError};
 use sluicegate_rules::{Match, RuleSet};
 use smallvec::SmallVec;
 use tokio::time::Instant;
 
 use crate::plumbing::{EVERY_RULE, Mode, ModeError, ModeTable, Modes};
-use crate::serve::backend::{BackendOptions, RedisBackend, RedisLimits, redis_backend};
 use crate::serve::check::{Check, Decided, Role};
 use crate::serve::clock::ServiceClock;
+use crate::serve::counters::{BackendOptions, RedisBackend, RedisLimits, redis_backend};
 use crate::serve::decide::decide_call;
 use crate::serve::decision_totals::DecisionTotals;
 use crate::serve::engine_error::EngineError;
@@ -30,7 +30,7 @@ use crate::serve::limiter_table::{Enforcer, LimiterTable, build_limiter_table};
 use crate::serve::metrics::{Metrics, ModeLabels};
 use crate::serve::overrides::Overrides;
 use crate::serve::protocol::{
-    CallError, CallLimits, CurrentLimit, DescriptorCall, LimitOverride, RateLimitCall, Verdict,
+    CallError, CallLimits, CallVerdict, CurrentLimit, DescriptorCall, LimitOverride, RateLimitCall,
 };
 use crate::serve::recorder::{Recorder, RuleRecords};
 use crate::serve::redis_table::{RedisEnforcer, RedisTable, build_redis_table};
@@ -279,7 +279,7 @@ impl Engine {
     }
 
     /// Answers a (validated) call. With Redis, within the Redis timeout whatever Redis does.
-    pub async fn should_rate_limit(&self, call: &RateLimitCall) -> Verdict {
+    pub async fn should_rate_limit(&self, call: &RateLimitCall) -> CallVerdict {
         let Some(redis) = &self.redis else {
             let loaded = self.loaded.load();
             let Plan { checks, stats } = self.plan(call, &loaded, |memory, _| match memory {
@@ -308,7 +308,7 @@ impl Engine {
         &self,
         redis: &RedisBackend,
         call: &RateLimitCall,
-    ) -> Verdict {
+    ) -> CallVerdict {
         // Held across the Redis call: a reload meanwhile does not change this call's rules.
         let loaded = self.loaded.load_full();
         let Plan { checks, stats } = self.plan(call, &loaded, both_limits);
@@ -344,7 +344,7 @@ impl Engine {
         stats: &[DescriptorStats],
         decided: Decided<'_, L>,
         loaded: &LoadedRules,
-    ) -> Verdict {
+    ) -> CallVerdict {
         // Read once, for the live page (and the fixed windows' resets).
         let now = self.options.clock.now();
         verdict(
@@ -581,7 +581,7 @@ fn entries_of(descriptor: &DescriptorCall) -> Vec<(&str, &str)> {
 /// nothing passes.
 fn both_limits(memory: &Enforcer, redis: Option<&Arc<RedisEnforcer>>) -> Option<RedisLimits> {
     match (memory, redis) {
-        (Enforcer::Limiter(local), Some(primary)) => Some(Both {
+        (Enforcer::Limiter(local), Some(primary)) => Some(FailSafeLimit {
             primary: Arc::clone(primary),
             local: Arc::clone(local),
         }),

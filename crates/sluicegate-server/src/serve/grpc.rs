@@ -15,7 +15,7 @@ use tonic::{Request, Response, Status};
 
 use crate::serve::engine::Engine;
 use crate::serve::protocol::{
-    CallError, DescriptorCall, EnvoyUnit, LimitOverride, RateLimitCall, Verdict,
+    CallError, CallVerdict, DescriptorCall, EnvoyUnit, LimitOverride, RateLimitCall,
 };
 use crate::serve::request_timer::Transport;
 
@@ -89,7 +89,7 @@ pub fn call_from_proto(request: RateLimitRequest) -> Result<RateLimitCall, CallE
 }
 
 /// Writes a verdict as a protobuf response (moving its strings, not copying them).
-pub fn verdict_to_proto(verdict: Verdict) -> RateLimitResponse {
+pub fn verdict_to_proto(verdict: CallVerdict) -> RateLimitResponse {
     RateLimitResponse {
         overall_code: verdict.overall.proto_number(),
         statuses: verdict

@@ -9,7 +9,7 @@ use serde::de::{self, Unexpected, Visitor};
 use serde::{Deserialize, Deserializer, Serialize};
 
 use crate::serve::protocol::{
-    CallError, DescriptorCall, EnvoyUnit, LimitOverride, RateLimitCall, Verdict,
+    CallError, CallVerdict, DescriptorCall, EnvoyUnit, LimitOverride, RateLimitCall,
 };
 
 #[derive(Debug, Deserialize)]
@@ -289,7 +289,7 @@ pub fn proto_json_duration(duration: Duration) -> String {
 }
 
 /// Writes a verdict as the JSON form of `RateLimitResponse`.
-pub fn verdict_to_json(verdict: &Verdict) -> serde_json::Value {
+pub fn verdict_to_json(verdict: &CallVerdict) -> serde_json::Value {
     let response = JsonResponse {
         overall_code: verdict.overall.proto_name(),
         statuses: verdict

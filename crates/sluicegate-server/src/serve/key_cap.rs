@@ -13,7 +13,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use prometheus_client::metrics::counter::Counter;
-use sluicegate::{KeyBudget, Micros};
+use sluicegate::Micros;
+use sluicegate::limiter::KeyBudget;
 use sluicegate_redis::{FailurePolicy, LogThrottle};
 
 use crate::serve::metrics::Metrics;

@@ -4,7 +4,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use sluicegate::{Algorithm as _, AnyAlgorithm, KeyedLimiter, Op};
+use sluicegate::state_machine::Op;
+use sluicegate::{Algorithm as _, AnyAlgorithm, KeyedLimiter};
 use sluicegate_rules::{Limit, RuleSet};
 
 use crate::serve::protocol::{CurrentLimit, EnvoyUnit};

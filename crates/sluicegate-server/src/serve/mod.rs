@@ -2,9 +2,9 @@
 
 mod admin;
 mod args;
-mod backend;
 mod check;
 mod clock;
+mod counters;
 mod decide;
 mod decision_metrics;
 mod decision_totals;
@@ -34,8 +34,8 @@ pub use crate::plumbing::{EVERY_RULE, Mode, ModeError, ModeTable, Modes};
 pub use crate::redis_args::PolicyArg;
 pub use admin::admin_router;
 pub use args::ServeArgs;
-pub use backend::{BackendOptions, RedisTarget};
 pub use clock::ServiceClock;
+pub use counters::{BackendOptions, RedisTarget};
 pub use engine::{Engine, EngineOptions, LoadedRules};
 pub use engine_error::EngineError;
 pub use grpc::{GrpcService, call_from_proto, verdict_to_proto};
@@ -45,7 +45,7 @@ pub use json::{call_from_json, proto_json_duration, verdict_to_json};
 pub use key_cap::DEFAULT_MAX_KEYS;
 pub use metrics::Metrics;
 pub use protocol::{
-    CallError, CallLimits, Code, CurrentLimit, DescriptorCall, DescriptorVerdict, EnvoyUnit,
-    LimitOverride, RateLimitCall, Statuses, Verdict,
+    CallError, CallLimits, CallVerdict, Code, CurrentLimit, DescriptorCall, DescriptorVerdict,
+    EnvoyUnit, LimitOverride, RateLimitCall, Statuses,
 };
 pub use server::{RunningServer, ServerConfig, grpc_incoming, grpc_server, runtime, start};

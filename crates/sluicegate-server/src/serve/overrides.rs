@@ -136,7 +136,7 @@ mod tests {
     use super::*;
     use crate::serve::metrics::Metrics;
     use crate::serve::protocol::EnvoyUnit;
-    use sluicegate::Op;
+    use sluicegate::state_machine::Op;
     use sluicegate_redis::FailurePolicy;
     use std::num::NonZeroU64;
     use std::time::Duration;

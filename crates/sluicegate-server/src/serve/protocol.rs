@@ -204,7 +204,7 @@ pub type Statuses = SmallVec<[DescriptorVerdict; 1]>;
 
 /// The answer to a `ShouldRateLimit` call.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Verdict {
+pub struct CallVerdict {
     /// Over the limit if any descriptor is (shadow-mode rules never are).
     pub overall: Code,
     /// One status per descriptor, in request order.

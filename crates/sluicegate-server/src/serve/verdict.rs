@@ -4,12 +4,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use sluicegate::{Decision, Micros, micros_ceil};
+use sluicegate::clock::micros_ceil;
+use sluicegate::{Decision, Micros};
 
 use crate::serve::check::{Check, Decided, Role};
 use crate::serve::decision_totals::{DecisionTotals, Outcome};
 use crate::serve::headers::{HeaderOptions, headers_for, standing};
-use crate::serve::protocol::{Code, DescriptorVerdict, Statuses, Verdict};
+use crate::serve::protocol::{CallVerdict, Code, DescriptorVerdict, Statuses};
 use crate::serve::recorder::RuleRecords;
 
 /// What is recorded of a descriptor: the totals of its domain and its rule's stats key (empty
@@ -32,7 +33,7 @@ pub(crate) fn verdict<L>(
     now: Micros,
     shadow_mode: bool,
     header_options: &HeaderOptions,
-) -> Verdict {
+) -> CallVerdict {
     let mut statuses = Statuses::from_elem(DescriptorVerdict::unlimited(), descriptors);
     for (check, decision) in decided {
         if !decision.is_some_and(|d| d.allowed()) && check.role != Role::CheckOnly {
@@ -70,7 +71,7 @@ pub(crate) fn verdict<L>(
         // A quota over its limit does not fail a call another quota lets through.
         headers.retain(|(name, _)| name != "Retry-After");
     }
-    Verdict {
+    CallVerdict {
         overall,
         statuses,
         headers,

@@ -4,7 +4,10 @@ use std::path::PathBuf;
 use std::str::FromStr;
 
 use clap::Args;
-use sluicegate::{AlgorithmSpec, AnyAlgorithm, Micros, micros_ceil, parse_duration};
+use sluicegate::clock::micros_ceil;
+use sluicegate::rate::parse_duration;
+use sluicegate::spec::AlgorithmSpec;
+use sluicegate::{AnyAlgorithm, Micros};
 
 use crate::simulate::adaptive::{ControllerSpec, LimitsSpec, Load, ServerSpec};
 use crate::simulate::traffic::TrafficSpec;

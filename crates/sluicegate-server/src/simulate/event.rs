@@ -1,6 +1,7 @@
 //! One event of a trace: at `t`, `key` asks for `permits` with `op`.
 
-use sluicegate::{Micros, Op};
+use sluicegate::Micros;
+use sluicegate::state_machine::Op;
 
 /// An event, read from a trace line or generated.
 #[derive(Debug, Clone, PartialEq)]
@@ -82,8 +83,8 @@ fn parse_timeout(text: &str) -> Result<Micros, String> {
 /// A `try` timeout without its sign.
 fn parse_magnitude(text: &str) -> Result<Micros, String> {
     if text.ends_with(|c: char| c.is_ascii_alphabetic()) {
-        return sluicegate::parse_duration(text)
-            .map(sluicegate::micros_ceil)
+        return sluicegate::rate::parse_duration(text)
+            .map(sluicegate::clock::micros_ceil)
             .map_err(|e| format!("bad timeout: {e}"));
     }
     parse_seconds(text).map_err(|e| format!("bad timeout `{text}`: {e}"))

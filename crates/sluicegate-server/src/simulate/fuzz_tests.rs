@@ -15,7 +15,8 @@ use std::io::Cursor;
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 use serde_json::Value;
-use sluicegate::{Algorithm as _, AlgorithmSpec, Micros};
+use sluicegate::spec::AlgorithmSpec;
+use sluicegate::{Algorithm as _, Micros};
 
 use super::Simulation;
 use crate::simulate::args::LimiterArg;

@@ -121,13 +121,13 @@ impl<W: Write> LineWriter<W> {
 
 /// A duration as seconds; durations here are whole microseconds, so this is exact.
 fn duration_seconds(duration: std::time::Duration) -> f64 {
-    seconds(sluicegate::micros_ceil(duration))
+    seconds(sluicegate::clock::micros_ceil(duration))
 }
 
 #[cfg(test)]
 mod tests {
 
-    use sluicegate::Op;
+    use sluicegate::state_machine::Op;
 
     use super::*;
     use crate::simulate::event::EventOp;

@@ -4,7 +4,9 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
-use sluicegate::{AlgorithmSpec, Micros, format_duration_micros};
+use sluicegate::Micros;
+use sluicegate::rate::format_duration_micros;
+use sluicegate::spec::AlgorithmSpec;
 
 /// What happened at one instant, as drawn.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

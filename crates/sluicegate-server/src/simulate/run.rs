@@ -165,7 +165,7 @@ impl Simulation {
                     });
                 match outcome {
                     Ok(decision) => {
-                        if op.consumes() && *op != sluicegate::Op::Release {
+                        if op.consumes() && *op != sluicegate::state_machine::Op::Release {
                             self.mark(
                                 index,
                                 event.t,

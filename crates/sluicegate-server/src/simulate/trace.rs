@@ -115,7 +115,7 @@ fn split_csv(line: &str) -> Result<Vec<String>, String> {
 
 #[cfg(test)]
 mod tests {
-    use sluicegate::Op;
+    use sluicegate::state_machine::Op;
 
     use super::*;
 

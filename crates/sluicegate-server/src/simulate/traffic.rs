@@ -1,7 +1,10 @@
 //! `--traffic`: generated traces (Poisson arrivals, at a steady or a linearly ramping rate, an
 //! even stream, periodic bursts).
 
-use sluicegate::{Micros, Op, Rate, micros_ceil, parse_duration};
+use sluicegate::clock::micros_ceil;
+use sluicegate::rate::parse_duration;
+use sluicegate::state_machine::Op;
+use sluicegate::{Micros, Rate};
 
 use crate::simulate::event::{Event, EventOp};
 use rand::{Rng, SeedableRng};

@@ -6,7 +6,7 @@ use std::num::NonZeroU64;
 use crate::clock::Micros;
 use crate::decision::{Admission, Decision};
 use crate::error::ConfigError;
-use crate::rate::{Pace, Rate};
+use crate::rate::{Rate, TickInterval};
 
 /// The largest bucket, in ticks: `burst` permits' worth of time.
 const MAX_TOLERANCE: u64 = 1 << 61;
@@ -14,8 +14,8 @@ const MAX_TOLERANCE: u64 = 1 << 61;
 /// The furthest a bucket may be from full, in ticks, reservations included: a reservation that
 /// would take it further is denied (its `retry_after` says when it would fit), never clamped,
 /// so an admitted reservation is always charged in full. Denied permits counted by
-/// [`Op::Charge`](crate::Op::Charge) are clamped to it instead: that deep, a bucket refuses
-/// for longer than any clock runs (146 000 years of whole-microsecond ticks).
+/// [`Op::Charge`](crate::state_machine::Op::Charge) are clamped to it instead: that deep, a bucket
+/// refuses for longer than any clock runs (146 000 years of whole-microsecond ticks).
 pub(crate) const MAX_DEBT: u64 = 1 << 62;
 
 /// The last time, in ticks, that the bucket algorithms tell from later ones: a clock reading
@@ -34,7 +34,7 @@ pub(crate) const HORIZON_TICKS: u64 = u64::MAX - MAX_DEBT;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct BucketShape {
     pub(crate) rate: Rate,
-    pub(crate) pace: Pace,
+    pub(crate) pace: TickInterval,
     /// Non-zero, so that a check of one permit against it folds away.
     burst: NonZeroU64,
     pub(crate) initial: u64,
@@ -123,7 +123,7 @@ impl BucketShape {
         too_long.max(too_deep)
     }
 
-    /// `ticks` as whole microseconds, rounded up (as [`Pace::to_micros_ceil`], faster).
+    /// `ticks` as whole microseconds, rounded up (as [`TickInterval::to_micros_ceil`], faster).
     #[inline]
     pub(crate) fn micros_ceil(&self, ticks: u64) -> Micros {
         if self.pace.ticks_per_micro == 1 {
@@ -162,8 +162,8 @@ impl BucketShape {
         R::pass(self, debt_after)
     }
 
-    /// An allowed [`Op::Peek`](crate::Op::Peek): nothing is taken, so `remaining` is what
-    /// the bucket holds at `debt`; `reset_after` is what the grant would report, at
+    /// An allowed [`Op::Peek`](crate::state_machine::Op::Peek): nothing is taken, so `remaining` is
+    /// what the bucket holds at `debt`; `reset_after` is what the grant would report, at
     /// `debt_after`.
     #[inline]
     pub(crate) fn peek(&self, debt: u64, debt_after: u64) -> Decision {
@@ -191,8 +191,8 @@ impl BucketShape {
         Decision::deny(self.burst(), 0, self.micros_ceil(debt), Some(retry_us))
     }
 
-    /// A denied [`Op::Charge`](crate::Op::Charge) of `n` permits that leaves the bucket
-    /// `debt_after` short of full: the debt kept (at most [`MAX_DEBT`], so stored times stay
+    /// A denied [`Op::Charge`](crate::state_machine::Op::Charge) of `n` permits that leaves the
+    /// bucket `debt_after` short of full: the debt kept (at most [`MAX_DEBT`], so stored times stay
     /// in range), and the denial, whose retry is when `n` more permits would fit after it.
     #[inline]
     pub(crate) fn charge_denied(&self, debt_after: u64, n: u64) -> (u64, Decision) {

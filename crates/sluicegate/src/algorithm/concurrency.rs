@@ -19,7 +19,7 @@ pub struct Concurrency {
 }
 
 /// Permits currently held (shares `u64`'s lock-free cell with GCRA's arrival time).
-pub type Held = u64;
+pub type ConcurrencyState = u64;
 
 impl Concurrency {
     /// At most `limit` (at least 1) held at once.
@@ -35,7 +35,7 @@ impl Concurrency {
 }
 
 impl Algorithm for Concurrency {
-    type State = Held;
+    type State = ConcurrencyState;
 
     fn name(&self) -> &'static str {
         "concurrency"
@@ -49,13 +49,13 @@ impl Algorithm for Concurrency {
         self.limit
     }
 
-    fn initial_state(&self, _created_at: Micros) -> Held {
+    fn initial_state(&self, _created_at: Micros) -> ConcurrencyState {
         0
     }
 
     fn decide(
         &self,
-        held: &mut Held,
+        held: &mut ConcurrencyState,
         _now: Micros,
         permits: NonZeroU64,
         op: Op,
@@ -98,7 +98,7 @@ impl Algorithm for Concurrency {
         }
     }
 
-    fn is_fresh(&self, held: &Held, _now: Micros) -> bool {
+    fn is_fresh(&self, held: &ConcurrencyState, _now: Micros) -> bool {
         *held == 0
     }
 }

@@ -23,7 +23,8 @@ use crate::state_machine::{Algorithm, AlgorithmState, Op, ensure_capacity, unsup
 /// past the limit, and the window then denies everything until it ends.
 ///
 /// ```
-/// use sluicegate::{Algorithm, FixedWindow, Op};
+/// use sluicegate::{Algorithm, FixedWindow};
+/// use sluicegate::state_machine::Op;
 /// use std::{num::NonZeroU64, time::Duration};
 ///
 /// let window = FixedWindow::new(2, Duration::from_secs(1))?;

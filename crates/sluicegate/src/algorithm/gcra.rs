@@ -16,7 +16,8 @@ use crate::state_machine::{Algorithm, AlgorithmState, Op, ensure_capacity, unsup
 /// including the token bucket's limits on reservations and on time (see its docs).
 ///
 /// ```
-/// use sluicegate::{Algorithm, Gcra, Op, Rate};
+/// use sluicegate::{Algorithm, Gcra, Rate};
+/// use sluicegate::state_machine::Op;
 /// use std::num::NonZeroU64;
 ///
 /// let gcra = Gcra::new(Rate::per_second(10)?, 2)?;
@@ -33,7 +34,8 @@ pub struct Gcra {
     shape: BucketShape,
 }
 
-/// The theoretical arrival time, in ticks of the rate's [`Pace`](crate::Pace).
+/// The theoretical arrival time, in ticks of the rate's
+/// [`TickInterval`](crate::rate::TickInterval).
 ///
 /// Times are counted up to a horizon (Unix time in the year 2398 at the finest pace, far
 /// later at coarser ones); a clock reading beyond it counts as the horizon itself, so the

@@ -15,17 +15,18 @@ use crate::state_machine::{Algorithm, AlgorithmState, Op, ensure_capacity, unsup
 ///
 /// This is the [`TokenBucket`](crate::TokenBucket) seen from the other side (the level is the
 /// capacity minus the tokens), and it decides identically, to the microsecond: the level is
-/// kept in exact ticks of the rate's [`Pace`](crate::Pace), `reset_after` is the time until
-/// the bucket is empty and `retry_after` the time until the request's permits fit, both rounded
-/// up to a whole microsecond. It has nothing to reserve, so [`Op::Reserve`] is unsupported.
-/// [`Op::Charge`] pours denied permits in too: the level may rise above the capacity (up to
-/// 2^62 ticks), and the bucket denies until it has drained back below.
+/// kept in exact ticks of the rate's [`TickInterval`](crate::rate::TickInterval), `reset_after` is
+/// the time until the bucket is empty and `retry_after` the time until the request's permits fit,
+/// both rounded up to a whole microsecond. It has nothing to reserve, so [`Op::Reserve`] is
+/// unsupported. [`Op::Charge`] pours denied permits in too: the level may rise above the capacity
+/// (up to 2^62 ticks), and the bucket denies until it has drained back below.
 /// Like the token bucket, it counts time up to a horizon (Unix time in the year 2398 at the
 /// finest pace) past which time stands still: the bucket drains no more, so it denies once
 /// full.
 ///
 /// ```
-/// use sluicegate::{Algorithm, LeakyBucket, Op, Rate};
+/// use sluicegate::{Algorithm, LeakyBucket, Rate};
+/// use sluicegate::state_machine::Op;
 /// use std::{num::NonZeroU64, time::Duration};
 ///
 /// let bucket = LeakyBucket::new(Rate::per_second(10)?, 2)?;

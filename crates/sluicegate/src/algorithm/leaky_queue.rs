@@ -24,7 +24,7 @@ pub enum QueueDelay {
 }
 
 /// nginx `limit_req`: `rate`, `burst` and a [`QueueDelay`], exact in ticks of the rate's
-/// [`Pace`](crate::Pace).
+/// [`TickInterval`](crate::rate::TickInterval).
 ///
 /// nginx keeps an `excess` per key and, for each request, computes
 /// `excess' = max(excess - rate * elapsed + 1, 0)`, rejecting it if `excess' > burst` and
@@ -57,7 +57,8 @@ pub enum QueueDelay {
 /// rejects a wait above `max_wait`); [`Op::Peek`] reports without consuming.
 ///
 /// ```
-/// use sluicegate::{Algorithm, LeakyQueue, Op, QueueDelay, Rate};
+/// use sluicegate::{Algorithm, LeakyQueue, QueueDelay, Rate};
+/// use sluicegate::state_machine::Op;
 /// use std::{num::NonZeroU64, time::Duration};
 ///
 /// let queue = LeakyQueue::new(Rate::per_second(10)?, 2, QueueDelay::Shape)?;

@@ -14,7 +14,7 @@ mod smooth_warmup;
 mod token_bucket;
 mod window;
 
-pub use concurrency::{Concurrency, Held};
+pub use concurrency::{Concurrency, ConcurrencyState};
 pub use fixed_window::{FixedWindow, FixedWindowState};
 pub use gcra::{Gcra, Tat};
 pub use leaky_bucket::{LeakyBucket, LeakyBucketState};

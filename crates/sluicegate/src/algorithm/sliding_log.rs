@@ -27,7 +27,8 @@ use crate::state_machine::{Algorithm, AlgorithmState, Op, ensure_capacity, unsup
 /// the traffic, to count denials.
 ///
 /// ```
-/// use sluicegate::{Algorithm, Op, SlidingLog};
+/// use sluicegate::{Algorithm, SlidingLog};
+/// use sluicegate::state_machine::Op;
 /// use std::{num::NonZeroU64, time::Duration};
 ///
 /// let log = SlidingLog::new(2, Duration::from_secs(1))?;

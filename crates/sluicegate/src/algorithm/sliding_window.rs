@@ -33,7 +33,8 @@ use crate::state_machine::{Algorithm, AlgorithmState, Op, ensure_capacity, unsup
 /// whole number of permits that would still pass (the estimate's fraction rounded down).
 ///
 /// ```
-/// use sluicegate::{Algorithm, Op, SlidingWindow};
+/// use sluicegate::{Algorithm, SlidingWindow};
+/// use sluicegate::state_machine::Op;
 /// use std::{num::NonZeroU64, time::Duration};
 ///
 /// // Cloudflare's example: 42 in the previous minute, 18 in this one, 15s in: 49.5 of 50.

@@ -28,7 +28,8 @@ use crate::state_machine::{Algorithm, Op};
 /// under a microsecond, more may pass than it says).
 ///
 /// ```
-/// use sluicegate::{Algorithm, Op, SmoothBursty};
+/// use sluicegate::{Algorithm, SmoothBursty};
+/// use sluicegate::state_machine::Op;
 /// use std::num::NonZeroU64;
 /// use std::time::Duration;
 ///

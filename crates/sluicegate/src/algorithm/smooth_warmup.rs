@@ -25,7 +25,8 @@ use crate::state_machine::{Algorithm, Op};
 /// microsecond, more may pass than it says).
 ///
 /// ```
-/// use sluicegate::{Algorithm, Op, SmoothWarmup};
+/// use sluicegate::{Algorithm, SmoothWarmup};
+/// use sluicegate::state_machine::Op;
 /// use std::num::NonZeroU64;
 /// use std::time::Duration;
 ///

@@ -20,13 +20,14 @@ use crate::state_machine::{Algorithm, Op};
 /// name (in specs, rule files and traces) tells them apart.
 ///
 /// Reservations ([`Op::Reserve`]) may run the bucket into debt, up to 2^62 ticks of the rate's
-/// [`Pace`](crate::Pace) (about 146 000 years of permits at whole-microsecond paces); one that
-/// would go deeper is denied, with the `retry_after` at which it would fit. Times count up to
-/// a horizon (Unix time in the year 2398 at the finest pace, far later at coarser ones)
+/// [`TickInterval`](crate::rate::TickInterval) (about 146 000 years of permits at whole-microsecond
+/// paces); one that would go deeper is denied, with the `retry_after` at which it would fit. Times
+/// count up to a horizon (Unix time in the year 2398 at the finest pace, far later at coarser ones)
 /// beyond which the bucket stops refilling: it grants what it holds, then denies.
 ///
 /// ```
-/// use sluicegate::{Algorithm, Op, Rate, TokenBucket};
+/// use sluicegate::{Algorithm, Rate, TokenBucket};
+/// use sluicegate::state_machine::Op;
 /// use std::num::NonZeroU64;
 ///
 /// let bucket = TokenBucket::new(Rate::per_second(10)?, 20)?;
@@ -40,9 +41,9 @@ pub struct TokenBucket {
     gcra: Gcra,
 }
 
-/// A token bucket's state: the tick (of the rate's [`Pace`](crate::Pace)) at which the bucket
-/// is full again. The level at `now` is `burst` less the ticks from `now` until then, counted
-/// in permits; a time beyond `now + burst × interval` is debt from reservations.
+/// A token bucket's state: the tick (of the rate's [`TickInterval`](crate::rate::TickInterval)) at
+/// which the bucket is full again. The level at `now` is `burst` less the ticks from `now` until
+/// then, counted in permits; a time beyond `now + burst × interval` is debt from reservations.
 pub type TokenBucketState = Tat;
 
 impl TokenBucket {

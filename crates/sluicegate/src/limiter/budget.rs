@@ -12,7 +12,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 ///
 /// ```
 /// use std::sync::Arc;
-/// use sluicegate::{CheckError, FixedWindow, KeyBudget, KeyedLimiter, ManualClock};
+/// use sluicegate::{CheckError, FixedWindow, KeyedLimiter, ManualClock};
+/// use sluicegate::limiter::KeyBudget;
 /// use std::time::Duration;
 ///
 /// let budget = Arc::new(KeyBudget::new(2));

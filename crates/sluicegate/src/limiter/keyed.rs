@@ -422,8 +422,8 @@ impl<K: Hash + Eq + Clone, A: Algorithm, C: Clock> KeyedLimiter<K, A, C> {
     /// `Arc<KeyedLimiter>` shared by many tasks), carrying every key's state over at the
     /// current time (see [`DirectLimiter::set_algorithm`](crate::DirectLimiter::set_algorithm)):
     /// what each key has used counts against the new limit. Decisions wait while every shard
-    /// is locked for the change, in the same order [`decide_together`](crate::decide_together)
-    /// locks them.
+    /// is locked for the change, in the same order
+    /// [`decide_together`](crate::limiter::decide_together) locks them.
     ///
     /// With an [`AnyAlgorithm`](crate::AnyAlgorithm), switching to another *kind* of algorithm
     /// starts every key afresh, as if first seen now: what each key spent under the old

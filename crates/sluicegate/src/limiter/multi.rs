@@ -51,8 +51,9 @@ pub struct MultiDecision {
 /// same key is charged twice, in order.
 ///
 /// ```
-/// use sluicegate::{Gcra, KeyedLimiter, LimitTarget, ManualClock, Rate, decide_together};
-/// use sluicegate::Op;
+/// use sluicegate::{Gcra, KeyedLimiter, ManualClock, Rate};
+/// use sluicegate::limiter::{LimitTarget, decide_together};
+/// use sluicegate::state_machine::Op;
 /// use std::num::NonZeroU64;
 ///
 /// let clock = ManualClock::new(0);

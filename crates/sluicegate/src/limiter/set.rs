@@ -17,7 +17,8 @@ use crate::state_machine::Op;
 ///
 /// ```
 /// use std::time::Duration;
-/// use sluicegate::{FixedWindow, LimitSet, ManualClock, SlidingLog};
+/// use sluicegate::{FixedWindow, ManualClock, SlidingLog};
+/// use sluicegate::limiter::LimitSet;
 ///
 /// let clock = ManualClock::new(0);
 /// // 3 a second (fixed windows) and 5 an hour (exact, sliding), per user.

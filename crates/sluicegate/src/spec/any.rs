@@ -4,9 +4,9 @@
 use std::num::NonZeroU64;
 
 use crate::algorithm::{
-    Concurrency, FixedWindow, FixedWindowState, Gcra, Held, LeakyBucket, LeakyBucketState,
-    LeakyQueue, SlidingLog, SlidingLogState, SlidingWindow, SlidingWindowState, SmoothBursty,
-    SmoothState, SmoothWarmup, Tat, TokenBucket, TokenBucketState,
+    Concurrency, ConcurrencyState, FixedWindow, FixedWindowState, Gcra, LeakyBucket,
+    LeakyBucketState, LeakyQueue, SlidingLog, SlidingLogState, SlidingWindow, SlidingWindowState,
+    SmoothBursty, SmoothState, SmoothWarmup, Tat, TokenBucket, TokenBucketState,
 };
 use crate::cell::LockedCell;
 use crate::clock::Micros;
@@ -144,7 +144,7 @@ any_algorithm! {
     /// [`SmoothWarmup`].
     SmoothWarmup(SmoothWarmup, SmoothState),
     /// [`Concurrency`].
-    Concurrency(Concurrency, Held),
+    Concurrency(Concurrency, ConcurrencyState),
 }
 
 impl AlgorithmState for AnyState {

@@ -3,7 +3,7 @@
 //! their quota, see [`AlgorithmSpec::from_quota`]). [`AnyAlgorithm`] is the workspace's one limit
 //! type: the algorithm with its validated parameters.
 
-mod any;
+pub(crate) mod any;
 mod build;
 mod parse;
 mod quota;
@@ -13,6 +13,6 @@ pub(crate) mod values;
 #[cfg(test)]
 mod tests;
 
-pub use any::{AnyAlgorithm, AnyState};
+pub use any::AnyAlgorithm;
 pub use parse::AlgorithmSpec;
 pub use quota::Quota;

@@ -30,7 +30,8 @@ use crate::spec::values;
 /// writes an algorithm back as a spec.
 ///
 /// ```
-/// use sluicegate::{AlgorithmSpec, Algorithm};
+/// use sluicegate::Algorithm;
+/// use sluicegate::spec::AlgorithmSpec;
 ///
 /// let spec: AlgorithmSpec = "token-bucket:rate=10/s,burst=20".parse()?;
 /// assert_eq!(spec.algorithm(), "token-bucket");

@@ -33,7 +33,8 @@ impl AlgorithmSpec {
     /// as in the text form; giving a parameter the quota fills is an error naming it.
     ///
     /// ```
-    /// use sluicegate::{AlgorithmSpec, AnyAlgorithm};
+    /// use sluicegate::AnyAlgorithm;
+    /// use sluicegate::spec::AlgorithmSpec;
     /// use std::time::Duration;
     ///
     /// let spec = AlgorithmSpec::from_quota("GCRA", 100, Duration::from_secs(60), [("burst", "20")])?;

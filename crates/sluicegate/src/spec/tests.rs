@@ -6,7 +6,8 @@ use proptest::prelude::*;
 use crate::algorithm::{Concurrency, Gcra, TokenBucket};
 use crate::error::{CheckError, ConfigError};
 use crate::rate::Rate;
-use crate::spec::{AlgorithmSpec, AnyAlgorithm, AnyState};
+use crate::spec::{AlgorithmSpec, AnyAlgorithm};
+use crate::state::AnyState;
 use crate::state_machine::{Algorithm, Op};
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;

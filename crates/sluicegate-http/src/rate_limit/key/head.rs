@@ -35,8 +35,8 @@ impl<'a> RequestHead<'a> {
 
     /// This head with `peer` as the peer's address, for a server that knows it otherwise
     /// than in the request's extensions (see
-    /// [`Builder::peer_from_body`](crate::rate_limit::Builder::peer_from_body)); `None` leaves
-    /// the extensions to tell it.
+    /// [`RateLimitBuilder::peer_from_body`](crate::rate_limit::RateLimitBuilder::peer_from_body));
+    /// `None` leaves the extensions to tell it.
     #[inline]
     pub fn with_peer(self, peer: Option<IpAddr>) -> RequestHead<'a> {
         RequestHead { peer, ..self }

@@ -58,9 +58,9 @@ impl KeyExtractor for Header {
 
 /// The request's method.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Method;
+pub struct RequestMethod;
 
-impl KeyExtractor for Method {
+impl KeyExtractor for RequestMethod {
     type Key = http::Method;
 
     fn extract(&self, request: &RequestHead<'_>) -> Result<http::Method, KeyError> {
@@ -75,9 +75,9 @@ impl KeyExtractor for Method {
 /// UTF-8 once decoded are kept as U+FFFD. Every distinct path is a key: for a route with
 /// parameters (`/users/{id}`) prefer [`Route`], which counts the route once.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Path;
+pub struct RequestPath;
 
-impl KeyExtractor for Path {
+impl KeyExtractor for RequestPath {
     type Key = Box<str>;
 
     fn extract(&self, request: &RequestHead<'_>) -> Result<Box<str>, KeyError> {
@@ -118,7 +118,7 @@ impl KeyExtractor for Host {
 /// The route template axum matched (`/users/{id}`), from its `MatchedPath` extension: present
 /// when the layer is added with `Router::layer` or `Router::route_layer`. Without one (around
 /// the router, or a request no route matched), [`KeyError::NoMatchedPath`], or, with
-/// [`or_path`](Route::or_path), the request's path in its normal form, as [`Path`] reads it.
+/// [`or_path`](Route::or_path), the request's path in its normal form, as [`RequestPath`] reads it.
 ///
 /// Without the `axum` feature there is no template: only `or_path` gives a key.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -21,9 +21,10 @@
 
 use std::time::Duration;
 
+use sluicegate::ConfigError;
 use sluicegate::adaptive::spec::PARAMETERS;
 use sluicegate::adaptive::{AdaptiveLimiter, ControllerSpec};
-use sluicegate::{ConfigError, parse_duration};
+use sluicegate::rate::parse_duration;
 use sluicegate_rules::Position;
 use sluicegate_rules::yaml::{Node, Scalar, Value};
 

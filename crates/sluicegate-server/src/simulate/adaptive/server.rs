@@ -1,6 +1,8 @@
 //! `--server`: the simulated service, an M/M/c queue whose worker count may change.
 
-use sluicegate::{Micros, format_duration_micros, micros_ceil, parse_duration};
+use sluicegate::Micros;
+use sluicegate::clock::micros_ceil;
+use sluicegate::rate::{format_duration_micros, parse_duration};
 
 /// An M/M/c server, as given to `--server`:
 /// `mmc:workers=W,service=MEAN[,cv=X][,queue=N][,reject=DUR][,fail=P][,change=T:W2,...]`.

@@ -1,7 +1,9 @@
-//! The proxy's backend: each limit keeps its own keys (an nginx zone), and a route's limits
-//! are decided together, all or nothing, each on its own key. Not a `Store`: a route
-//! counts only the limits whose key could be made, and its verdict then describes those
-//! alone, so it implements the layer's internal seam (`sluicegate_http::rate_limit::internal`).
+//! What decides a route's limits for the rate limit layer: each limit keeps its own keys (an
+//! nginx zone), and a route's limits are decided together, all or nothing, each on its own
+//! key, in the proxy's memory or, with counters in Redis, through
+//! [`redis_route`](crate::proxy::redis_route). Not a `Store`: a route counts only the limits
+//! whose key could be made, and its verdict then describes those alone, so it implements the
+//! layer's internal seam (`sluicegate_http::rate_limit::internal`).
 
 use std::future::{Future, Ready, ready};
 use std::num::NonZeroU64;
@@ -9,36 +11,38 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
+use sluicegate::AnyAlgorithm;
+use sluicegate::limiter::{LimitTarget, decide_together};
+use sluicegate::state_machine::Op;
 use sluicegate::store::Held;
-use sluicegate::{AnyAlgorithm, LimitTarget, Op, decide_together};
 use smallvec::SmallVec;
 
-use crate::proxy::backing::Backing;
 use crate::proxy::key::{KeyBytes, RouteKeys};
+use crate::proxy::limit_counters::LimitCounters;
 use crate::proxy::limiter::Limiter;
 use sluicegate_http::rate_limit::internal::{AtOnce, Backend};
 use sluicegate_http::rate_limit::{BackendError, LimitInfo, Verdict};
 
-/// The limits of one route.
-pub(crate) struct RouteBackend {
+/// What decides the limits of one route.
+pub(crate) struct RouteDecider {
     limiters: Arc<[Arc<Limiter>]>,
     infos: Arc<[LimitInfo]>,
     /// Whether any limit is a concurrency limit (its permits held until the response ends).
     concurrency: bool,
     /// Redis, when the counters are shared there.
-    shared: Option<Arc<crate::proxy::shared::Shared>>,
+    redis: Option<Arc<crate::proxy::redis_counters::RedisCounters>>,
 }
 
-impl RouteBackend {
-    pub(crate) fn new(limiters: Vec<Arc<Limiter>>, backing: &Backing) -> RouteBackend {
+impl RouteDecider {
+    pub(crate) fn new(limiters: Vec<Arc<Limiter>>, limit_counters: &LimitCounters) -> RouteDecider {
         let infos: Arc<[LimitInfo]> = limiters.iter().map(|l| l.info.clone()).collect();
-        RouteBackend {
+        RouteDecider {
             concurrency: infos.iter().any(LimitInfo::is_concurrency),
             limiters: limiters.into(),
             infos,
-            shared: match backing {
-                Backing::Memory => None,
-                Backing::Redis(shared) => Some(Arc::clone(shared)),
+            redis: match limit_counters {
+                LimitCounters::Memory => None,
+                LimitCounters::Redis(redis) => Some(Arc::clone(redis)),
             },
         }
     }
@@ -73,43 +77,43 @@ impl RouteBackend {
     }
 }
 
-/// A route's answer: ready at once in memory, after a round trip with Redis.
-pub(crate) enum RouteFuture {
+/// A route's decision: ready at once in memory, after a round trip with Redis.
+pub(crate) enum DecisionFuture {
     Ready(Ready<Result<Verdict, BackendError>>),
     Waiting(Pin<Box<dyn Future<Output = Result<Verdict, BackendError>> + Send>>),
 }
 
-impl Future for RouteFuture {
+impl Future for DecisionFuture {
     type Output = Result<Verdict, BackendError>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match self.get_mut() {
-            RouteFuture::Ready(ready) => Pin::new(ready).poll(cx),
-            RouteFuture::Waiting(waiting) => waiting.as_mut().poll(cx),
+            DecisionFuture::Ready(ready) => Pin::new(ready).poll(cx),
+            DecisionFuture::Waiting(waiting) => waiting.as_mut().poll(cx),
         }
     }
 }
 
-impl Backend<RouteKeys> for RouteBackend {
-    type Future = RouteFuture;
+impl Backend<RouteKeys> for RouteDecider {
+    type Future = DecisionFuture;
 
-    fn decide(&self, keys: &RouteKeys, permits: NonZeroU64, _op: Op) -> RouteFuture {
-        if let Some(shared) = &self.shared {
-            let shared = Arc::clone(shared);
+    fn decide(&self, keys: &RouteKeys, permits: NonZeroU64, _op: Op) -> DecisionFuture {
+        if let Some(redis) = &self.redis {
+            let redis = Arc::clone(redis);
             let limiters = Arc::clone(&self.limiters);
             let infos = Arc::clone(&self.infos);
             let keys = keys.clone();
-            return RouteFuture::Waiting(Box::pin(async move {
-                crate::proxy::shared_route::decide_route(&shared, &limiters, &infos, &keys, permits)
+            return DecisionFuture::Waiting(Box::pin(async move {
+                crate::proxy::redis_route::decide_route(&redis, &limiters, &infos, &keys, permits)
                     .await
             }));
         }
-        RouteFuture::Ready(ready(self.decide_now(keys, permits)))
+        DecisionFuture::Ready(ready(self.decide_now(keys, permits)))
     }
 
     #[inline]
     fn decide_at_once(&self, keys: &RouteKeys, permits: NonZeroU64, _op: Op) -> AtOnce {
-        if self.shared.is_some() {
+        if self.redis.is_some() {
             return AtOnce::Later;
         }
         // One rate limit, its key made: decided without gathering targets.

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use sluicegate::{AnyAlgorithm, store::MemoryStore};
 pub use sluicegate_redis::RedisTarget;
-use sluicegate_redis::{Both, NamedLimit};
+use sluicegate_redis::{FailSafeLimit, NamedLimit};
 
 use crate::plumbing::{RedisSettings, SafeRedis};
 
@@ -26,7 +26,7 @@ pub enum BackendOptions {
 }
 
 /// A limit of [`SafeRedisStore`]: in Redis, and in memory for the `local` policy.
-pub(crate) type RedisLimits = Both<Arc<NamedLimit>, Arc<Limiter>>;
+pub(crate) type RedisLimits = FailSafeLimit<Arc<NamedLimit>, Arc<Limiter>>;
 
 /// The Redis connection of a running service, behind its failure policy.
 pub(crate) type RedisBackend = SafeRedis<MemoryStore<AnyAlgorithm, ServiceClock>, String>;

@@ -1,4 +1,4 @@
-//! Where the proxy keeps its counters: in the proxy, or in Redis (fixed at start).
+//! Where the proxy keeps its limits' counters: in the proxy, or in Redis (fixed at start).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -11,33 +11,33 @@ use crate::proxy::rules::{LimitDef, Rules};
 
 /// Where a route's counters are.
 #[derive(Debug, Clone)]
-pub(crate) enum Backing {
+pub(crate) enum LimitCounters {
     /// In the proxy.
     Memory,
     /// In Redis.
-    Redis(Arc<crate::proxy::shared::Shared>),
+    Redis(Arc<crate::proxy::redis_counters::RedisCounters>),
 }
 
-impl Backing {
+impl LimitCounters {
     /// Where `settings` says: Redis if given (not connected yet: see
-    /// [`Backing::connect`]), memory otherwise.
+    /// [`LimitCounters::connect`]), memory otherwise.
     pub(crate) fn new(
         settings: Option<&crate::plumbing::RedisSettings>,
         metrics: &Arc<crate::proxy::metrics::Metrics>,
-    ) -> Backing {
+    ) -> LimitCounters {
         match settings {
-            None => Backing::Memory,
-            Some(settings) => Backing::Redis(Arc::new(crate::proxy::shared::Shared::new(
-                settings, metrics,
-            ))),
+            None => LimitCounters::Memory,
+            Some(settings) => LimitCounters::Redis(Arc::new(
+                crate::proxy::redis_counters::RedisCounters::new(settings, metrics),
+            )),
         }
     }
 
     /// With Redis, connects now, or in the background while the failure policy answers.
     pub(crate) async fn connect(&self) -> Result<(), ProxyError> {
         match self {
-            Backing::Memory => Ok(()),
-            Backing::Redis(shared) => shared
+            LimitCounters::Memory => Ok(()),
+            LimitCounters::Redis(redis) => redis
                 .connect()
                 .await
                 .map_err(|error| ProxyError::Redis(error.to_string())),
@@ -48,18 +48,20 @@ impl Backing {
     /// hold it.
     pub(crate) fn limiter(&self, def: LimitDef) -> Result<Limiter, ConfigError> {
         match self {
-            Backing::Memory => Ok(Limiter::new(def)),
-            Backing::Redis(_) => Limiter::in_redis(def),
+            LimitCounters::Memory => Ok(Limiter::new(def)),
+            LimitCounters::Redis(_) => Limiter::in_redis(def),
         }
     }
 
     /// Checks that `rules` (from the file at `path`) can be kept here.
     pub(crate) fn check(&self, rules: &Rules, path: &Path) -> Result<(), RuleFileError> {
         match self {
-            Backing::Memory => rules.check_backend(path, false, |_| None),
-            Backing::Redis(_) => {
-                rules.check_backend(path, true, crate::proxy::shared::Shared::refuse)
-            }
+            LimitCounters::Memory => rules.check_backend(path, false, |_| None),
+            LimitCounters::Redis(_) => rules.check_backend(
+                path,
+                true,
+                crate::proxy::redis_counters::RedisCounters::refuse,
+            ),
         }
     }
 }
@@ -71,7 +73,11 @@ pub fn check_rule_file(path: &Path) -> Result<Rules, RuleFileError> {
     let rules = Rules::load(path)?;
     match rules.backend {
         Some(crate::proxy::rules::BackendChoice::Redis) => {
-            rules.check_backend(path, true, crate::proxy::shared::Shared::refuse)?;
+            rules.check_backend(
+                path,
+                true,
+                crate::proxy::redis_counters::RedisCounters::refuse,
+            )?;
         }
         _ => rules.check_backend(path, false, |_| None)?,
     }

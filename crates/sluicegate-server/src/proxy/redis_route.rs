@@ -1,23 +1,25 @@
-//! A route's limits decided with shared counters: concurrency limits in the proxy, the others
-//! in Redis (see [`shared`](crate::proxy::shared)), all or nothing.
+//! A route's limits decided with counters in Redis: concurrency limits in the proxy, the others
+//! in Redis (see [`redis_counters`](crate::proxy::redis_counters)), all or nothing.
 
 use std::num::NonZeroU64;
 use std::sync::Arc;
 
+use sluicegate::limiter::{LimitTarget, decide_together};
+use sluicegate::state_machine::Op;
 use sluicegate::store::Request;
-use sluicegate::{AnyAlgorithm, Decision, LimitTarget, Op, decide_together};
-use sluicegate_redis::Both;
+use sluicegate::{AnyAlgorithm, Decision};
+use sluicegate_redis::FailSafeLimit;
 use smallvec::SmallVec;
 
 use crate::proxy::key::{KeyBytes, RouteKeys};
 use crate::proxy::limiter::Limiter;
-use crate::proxy::shared::{Shared, SharedLimit};
+use crate::proxy::redis_counters::{RedisCounters, SharedLimit};
 use sluicegate_http::rate_limit::{BackendError, LimitInfo, Verdict};
 
 /// Decides a route's limits for `keys`, all or nothing: the proxy's own (concurrency) first,
 /// then the shared ones in Redis, giving back the proxy's permits if Redis denies.
 pub(crate) async fn decide_route(
-    shared: &Shared,
+    redis: &RedisCounters,
     limiters: &[Arc<Limiter>],
     infos: &Arc<[LimitInfo]>,
     keys: &RouteKeys,
@@ -32,7 +34,7 @@ pub(crate) async fn decide_route(
         .collect();
     let local: SmallVec<[LimitTarget<'_, KeyBytes, AnyAlgorithm, _>; 2]> = counted
         .iter()
-        .filter(|(_, l, _)| l.shared.is_none())
+        .filter(|(_, l, _)| l.redis.is_none())
         .map(|(_, l, key)| LimitTarget {
             limiter: &*l.limiter,
             key: *key,
@@ -46,7 +48,7 @@ pub(crate) async fn decide_route(
     let shared_limits: SmallVec<[SharedLimit; 4]> = counted
         .iter()
         .filter_map(|(_, l, _)| {
-            l.shared.as_ref().map(|named| Both {
+            l.redis.as_ref().map(|named| FailSafeLimit {
                 primary: Arc::clone(named),
                 local: Arc::clone(&l.limiter),
             })
@@ -54,7 +56,7 @@ pub(crate) async fn decide_route(
         .collect();
     let mut shared_decisions = None;
     if allowed && !shared_limits.is_empty() {
-        let shared_keys = counted.iter().filter(|(_, l, _)| l.shared.is_some());
+        let shared_keys = counted.iter().filter(|(_, l, _)| l.redis.is_some());
         let requests: SmallVec<[Request<'_, _, KeyBytes>; 4]> = shared_limits
             .iter()
             .zip(shared_keys)
@@ -64,7 +66,7 @@ pub(crate) async fn decide_route(
                 permits,
             })
             .collect();
-        let outcome = match shared.decide(&requests, key_cap(&counted)).await {
+        let outcome = match redis.decide(&requests, key_cap(&counted)).await {
             Ok(outcome) => outcome,
             Err(error) => {
                 give_back(&local, permits);
@@ -81,7 +83,7 @@ pub(crate) async fn decide_route(
     // is left out, and the verdict then describes only the limits that answered.
     let mut answered: SmallVec<[usize; 4]> = SmallVec::new();
     for (i, limiter, _) in &counted {
-        let decision = match limiter.shared {
+        let decision = match limiter.redis {
             None => local_decisions.next(),
             Some(_) => shared_decisions.as_mut().and_then(Iterator::next),
         };

@@ -12,9 +12,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use sluicegate::store::{FailureKind, MemoryStore, Now, Outcome, Request, Store, StoreError};
-use sluicegate::{AnyAlgorithm, ConfigError, KeyedLimiter, Op};
-use sluicegate_redis::{Both, NamedLimit, RedisLimit};
+use sluicegate::state_machine::Op;
+use sluicegate::store::{FailureKind, MemoryStore, Now, Request, Store, StoreDecision, StoreError};
+use sluicegate::{AnyAlgorithm, ConfigError, KeyedLimiter};
+use sluicegate_redis::{FailSafeLimit, NamedLimit, RedisLimit};
 
 use crate::plumbing::{RedisSettings, SafeRedis};
 
@@ -28,22 +29,23 @@ use sluicegate_http::rate_limit::BackendError;
 const UNUSED_LEASE: Duration = Duration::from_secs(60);
 
 /// A limit of the shared store: in Redis, and in the proxy for the `local` policy.
-pub(crate) type SharedLimit = Both<Arc<NamedLimit>, Arc<KeyedLimiter<KeyBytes, AnyAlgorithm>>>;
+pub(crate) type SharedLimit =
+    FailSafeLimit<Arc<NamedLimit>, Arc<KeyedLimiter<KeyBytes, AnyAlgorithm>>>;
 
 /// The proxy's Redis, behind its failure policy.
 #[derive(Debug)]
-pub(crate) struct Shared {
+pub(crate) struct RedisCounters {
     redis: Arc<SafeRedis<MemoryStore<AnyAlgorithm>, KeyBytes>>,
 }
 
-impl Shared {
+impl RedisCounters {
     /// Redis behind its failure policy, for the live page's health line.
     pub(crate) fn redis(&self) -> &SafeRedis<MemoryStore<AnyAlgorithm>, KeyBytes> {
         &self.redis
     }
 
-    /// Not connected yet: see [`Shared::connect`]. Failures are counted in `metrics`.
-    pub(crate) fn new(settings: &RedisSettings, metrics: &Arc<Metrics>) -> Shared {
+    /// Not connected yet: see [`RedisCounters::connect`]. Failures are counted in `metrics`.
+    pub(crate) fn new(settings: &RedisSettings, metrics: &Arc<Metrics>) -> RedisCounters {
         let metrics = Arc::clone(metrics);
         let redis = SafeRedis::new(
             settings.clone(),
@@ -53,7 +55,7 @@ impl Shared {
                 metrics.backend_error(kind);
             },
         );
-        Shared {
+        RedisCounters {
             redis: Arc::new(redis),
         }
     }
@@ -79,7 +81,7 @@ impl Shared {
 
     /// Why Redis cannot hold `def`, if it cannot (a rule file's problem at its spec).
     pub(crate) fn refuse(def: &LimitDef) -> Option<String> {
-        let error = Shared::limit(def).err()?;
+        let error = RedisCounters::limit(def).err()?;
         Some(format!("`{}` cannot be kept in Redis: {error}", def.spec))
     }
 
@@ -88,7 +90,7 @@ impl Shared {
         &self,
         requests: &[Request<'_, SharedLimit, KeyBytes>],
         max_keys: usize,
-    ) -> Result<Outcome, BackendError> {
+    ) -> Result<StoreDecision, BackendError> {
         self.redis
             .store()
             .decide(requests, Op::Check, Now::Store)
