@@ -22,7 +22,7 @@
 //! whatever the in-flight count; a drop's latency is never read; no state is a trap (from any
 //! state, fast answers with the limit in use take it to its maximum, and drops to its
 //! minimum). `docs/adaptive/README.md` says which controller to use, and why: at their
-//! defaults, [`Percentile`] and [`Gradient2`] keep at least 97% of the best fixed limit's
+//! defaults, [`Percentile`] and [`Gradient2`] keep at least 96% of the best fixed limit's
 //! goodput on every simulated scenario of `examples/adaptive/`.
 //!
 //! ```
