@@ -15,13 +15,23 @@ command -v chromedriver >/dev/null 2>&1 || need_apt+=(chromium-driver)
 # clients.
 command -v curl >/dev/null 2>&1 || need_apt+=(curl)
 command -v h2load >/dev/null 2>&1 || need_apt+=(nghttp2-client)
-# The check that no two public types share a name (scripts/unique-type-names.py).
+# The check that no two public types share a name (scripts/unique-type-names.py), and the gRPC
+# conformance suite's independent client (crates/sluicegate-server/tests/grpc_conformance.rs):
+# Python, with grpcio from PyPI below.
 command -v python3 >/dev/null 2>&1 || need_apt+=(python3)
+python3 -c "import grpc" >/dev/null 2>&1 || python3 -m pip --version >/dev/null 2>&1 ||
+  need_apt+=(python3-pip)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "installing: ${need_apt[*]}"
   if [ "$(id -u)" -eq 0 ]; then sudo=""; else sudo="sudo"; fi
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${need_apt[@]}" >/dev/null
+fi
+if ! python3 -c "import grpc" >/dev/null 2>&1; then
+  echo "installing: grpcio (pip)"
+  # A Debian python3 refuses pip installs into itself unless told.
+  python3 -m pip install --quiet grpcio ||
+    python3 -m pip install --quiet --break-system-packages grpcio
 fi
 rustup component add rustfmt clippy >/dev/null 2>&1 || true
 

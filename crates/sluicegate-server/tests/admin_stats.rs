@@ -4,15 +4,15 @@
 //! JSON, so a field renamed, moved or retyped in either application fails here.
 
 mod proxy_support;
+mod serve_process;
 
 use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use sluicegate_redis::testing::RedisServer;
 
 use proxy_support::{BoxError, ProxyProcess, Upstream};
+use serve_process::ServeProcess;
 
 type TestResult = Result<(), BoxError>;
 
@@ -163,81 +163,18 @@ descriptors:
     rate_limit: {unit: hour, requests_per_unit: 1}
 ";
 
-/// A running `sluicegate serve`, killed when dropped.
-struct ServeProcess {
-    child: Child,
-    http: SocketAddr,
-    admin: SocketAddr,
-    _dir: tempfile::TempDir,
-}
-
-impl ServeProcess {
-    /// Starts the binary on ports the system picks, and reads them from its log line
-    /// `sluicegate serving` (no port is guessed free, so none can be taken meanwhile).
-    fn start(extra: &[&str]) -> Result<ServeProcess, BoxError> {
-        let dir = tempfile::tempdir()?;
-        let rules = dir.path().join("rules.yaml");
-        std::fs::write(&rules, SERVE_RULES)?;
-        let log = dir.path().join("serve.log");
-        let child = Command::new(env!("CARGO_BIN_EXE_sluicegate"))
-            .arg("serve")
-            .arg("--config")
-            .arg(&rules)
-            .args(["--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"])
-            .args(["--admin-addr", "127.0.0.1:0", "--log-json"])
-            .args(extra)
-            .env("SLUICEGATE_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log)?)
-            .spawn()?;
-        let mut serve = ServeProcess {
-            child,
-            http: SocketAddr::from(([0, 0, 0, 0], 0)),
-            admin: SocketAddr::from(([0, 0, 0, 0], 0)),
-            _dir: dir,
-        };
-        // Bounded: a slow machine, not a timing.
-        let deadline = Instant::now() + Duration::from_secs(20);
-        let fields = loop {
-            let text = std::fs::read_to_string(&log).unwrap_or_default();
-            if let Some(line) = text.lines().find(|l| l.contains("sluicegate serving")) {
-                break serde_json::from_str::<Value>(line)?["fields"].clone();
-            }
-            if serve.child.try_wait()?.is_some() || Instant::now() > deadline {
-                return Err(format!("serve did not start; log:\n{text}").into());
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        };
-        let address = |name: &str| -> Result<SocketAddr, BoxError> {
-            let text = fields[name].as_str().ok_or("no address logged")?;
-            let text = text.trim_start_matches("Some(").trim_end_matches(')');
-            Ok(text.parse()?)
-        };
-        serve.http = address("http_addr")?;
-        serve.admin = address("admin_addr")?;
-        Ok(serve)
-    }
-
-    /// One hit for `user`, over `POST /json`; the HTTP status.
-    async fn hit(&self, user: &str) -> Result<u16, BoxError> {
-        let body = json!({
-            "domain": "shop",
-            "descriptors": [{"entries": [{"key": "user", "value": user}]}],
-        });
-        let response = reqwest::Client::new()
-            .post(format!("http://{}/json", self.http))
-            .body(body.to_string())
-            .send()
-            .await?;
-        Ok(response.status().as_u16())
-    }
-}
-
-impl Drop for ServeProcess {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// One hit for `user` on the service at `http`, over `POST /json`; the HTTP status.
+async fn hit(http: SocketAddr, user: &str) -> Result<u16, BoxError> {
+    let body = json!({
+        "domain": "shop",
+        "descriptors": [{"entries": [{"key": "user", "value": user}]}],
+    });
+    let response = reqwest::Client::new()
+        .post(format!("http://{http}/json"))
+        .body(body.to_string())
+        .send()
+        .await?;
+    Ok(response.status().as_u16())
 }
 
 #[tokio::test]
@@ -249,10 +186,10 @@ async fn serve_answers_the_documented_shape_in_memory_and_on_redis() -> TestResu
         (&[][..], in_memory(), "memory"),
         (&on_redis_args[..], on_redis(), "redis"),
     ] {
-        let serve = ServeProcess::start(extra)?;
+        let serve = ServeProcess::start(SERVE_RULES, extra)?;
         // One allowed, one denied: a latency, a live key and a most limited key to show.
-        assert_eq!(serve.hit("ann").await?, 200, "{store}");
-        assert_eq!(serve.hit("ann").await?, 429, "{store}");
+        assert_eq!(hit(serve.http, "ann").await?, 200, "{store}");
+        assert_eq!(hit(serve.http, "ann").await?, 429, "{store}");
         let stats = get_stats(serve.admin).await?;
         let item = json!([{"key": "string", "count": "number"}]);
         assert_eq!(

@@ -1,6 +1,8 @@
 //! Envoy's `envoy.service.ratelimit.v3.RateLimitService` over gRPC.
 
+use std::convert::Infallible;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 
 use envoy_types::pb::envoy::config::core::v3::HeaderValue;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
@@ -11,6 +13,8 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
 };
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use envoy_types::pb::google::protobuf::Duration as ProtoDuration;
+use futures_util::future::{Either, FutureExt as _, Map, Ready, ready};
+use tonic::server::NamedService;
 use tonic::{Request, Response, Status};
 
 use crate::serve::engine::Engine;
@@ -27,8 +31,10 @@ pub struct GrpcService {
 
 impl GrpcService {
     /// A service answering from `engine`, wrapped for tonic's router.
-    pub fn server(engine: Arc<Engine>) -> RateLimitServiceServer<GrpcService> {
-        RateLimitServiceServer::new(GrpcService::new(engine))
+    pub fn server(engine: Arc<Engine>) -> SpecAnswers<RateLimitServiceServer<GrpcService>> {
+        SpecAnswers {
+            inner: RateLimitServiceServer::new(GrpcService::new(engine)),
+        }
     }
 
     /// A service answering from `engine`, unwrapped (to call it in process).
@@ -53,6 +59,97 @@ impl RateLimitService for GrpcService {
         recorder.finish_request(Transport::Grpc, started);
         Ok(Response::new(response))
     }
+}
+
+/// A gRPC service as tonic generates it, with two answers put right that the gRPC spec gives
+/// otherwise (tests/grpc_conformance.rs holds the service to both):
+/// - a request whose `content-type` is not `application/grpc` is refused with HTTP 415 (tonic
+///   would decode it as gRPC and answer 200), so that no plain HTTP client takes a gRPC error
+///   for a success;
+/// - a request over the message size limit is `RESOURCE_EXHAUSTED`, not tonic's
+///   `OUT_OF_RANGE`. The rate limit service itself never answers `OUT_OF_RANGE`, so every such
+///   status here is the decoder's size limit.
+#[derive(Debug, Clone)]
+pub struct SpecAnswers<S> {
+    inner: S,
+}
+
+/// A response of the wrapped service.
+type HttpResponse = http::Response<tonic::body::Body>;
+
+impl<S: NamedService> NamedService for SpecAnswers<S> {
+    const NAME: &'static str = S::NAME;
+}
+
+impl<S, B> tower_service::Service<http::Request<B>> for SpecAnswers<S>
+where
+    S: tower_service::Service<http::Request<B>, Response = HttpResponse, Error = Infallible>,
+{
+    type Response = HttpResponse;
+    type Error = Infallible;
+    type Future = Either<
+        Ready<Result<HttpResponse, Infallible>>,
+        Map<S::Future, fn(Result<HttpResponse, Infallible>) -> Result<HttpResponse, Infallible>>,
+    >;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: http::Request<B>) -> Self::Future {
+        if !is_grpc_content_type(request.headers().get(http::header::CONTENT_TYPE)) {
+            return Either::Left(ready(Ok(unsupported_media_type())));
+        }
+        let size_limit: fn(Result<HttpResponse, Infallible>) -> Result<HttpResponse, Infallible> =
+            |answer| answer.map(size_limit_as_resource_exhausted);
+        Either::Right(self.inner.call(request).map(size_limit))
+    }
+}
+
+/// Whether a request's content type is gRPC's: `application/grpc`, alone or with a `+format`
+/// or parameters.
+fn is_grpc_content_type(value: Option<&http::HeaderValue>) -> bool {
+    let Some(value) = value.map(http::HeaderValue::as_bytes) else {
+        return false;
+    };
+    match value.strip_prefix(b"application/grpc") {
+        Some(rest) => rest.is_empty() || rest.starts_with(b"+") || rest.starts_with(b";"),
+        None => false,
+    }
+}
+
+/// HTTP 415, trailers-only, with the gRPC status a gRPC client would also understand.
+fn unsupported_media_type() -> HttpResponse {
+    let mut response = http::Response::new(tonic::body::Body::empty());
+    *response.status_mut() = http::StatusCode::UNSUPPORTED_MEDIA_TYPE;
+    let headers = response.headers_mut();
+    headers.insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/grpc"),
+    );
+    headers.insert(
+        "grpc-status",
+        http::HeaderValue::from(tonic::Code::InvalidArgument as i32),
+    );
+    headers.insert(
+        "grpc-message",
+        http::HeaderValue::from_static("content-type must be application/grpc"),
+    );
+    response
+}
+
+/// Tonic's answer to a message over the size limit, `OUT_OF_RANGE` (trailers-only, in the
+/// headers), as the gRPC spec has it: `RESOURCE_EXHAUSTED`.
+fn size_limit_as_resource_exhausted(mut response: HttpResponse) -> HttpResponse {
+    let out_of_range = http::HeaderValue::from(tonic::Code::OutOfRange as i32);
+    let headers = response.headers_mut();
+    if headers.get("grpc-status") == Some(&out_of_range) {
+        headers.insert(
+            "grpc-status",
+            http::HeaderValue::from(tonic::Code::ResourceExhausted as i32),
+        );
+    }
+    response
 }
 
 /// Reads a protobuf request into a call (validated).
@@ -120,5 +217,47 @@ pub fn verdict_to_proto(verdict: CallVerdict) -> RateLimitResponse {
             })
             .collect(),
         ..RateLimitResponse::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grpc_content_types_are_application_grpc_with_a_format_or_parameters() {
+        let is_grpc =
+            |text: &'static str| is_grpc_content_type(Some(&http::HeaderValue::from_static(text)));
+        for grpc in [
+            "application/grpc",
+            "application/grpc+proto",
+            "application/grpc;charset=utf-8",
+        ] {
+            assert!(is_grpc(grpc), "{grpc}");
+        }
+        for other in [
+            "application/json",
+            "application/grpcx",
+            "application/grpc-web",
+            "",
+        ] {
+            assert!(!is_grpc(other), "{other}");
+        }
+        assert!(!is_grpc_content_type(None));
+    }
+
+    #[test]
+    fn only_the_size_limit_status_is_rewritten() {
+        let answer = |status: tonic::Code| {
+            let mut response = http::Response::new(tonic::body::Body::empty());
+            response
+                .headers_mut()
+                .insert("grpc-status", http::HeaderValue::from(status as i32));
+            size_limit_as_resource_exhausted(response)
+        };
+        let status = |response: &HttpResponse| response.headers()["grpc-status"].clone();
+        assert_eq!(status(&answer(tonic::Code::OutOfRange)), "8");
+        assert_eq!(status(&answer(tonic::Code::InvalidArgument)), "3");
+        assert_eq!(status(&answer(tonic::Code::Ok)), "0");
     }
 }

@@ -1,0 +1,260 @@
+//! The gRPC conformance suite: independent clients (tonic, a raw `h2` client, Python's
+//! grpcio) against a real `sluicegate serve` process over loopback. Every check in
+//! `grpc_conformance/` takes the service's gRPC address, so another serving path can be held
+//! to the same answers by starting it here. What each check pins is in docs/grpc-conformance.md.
+
+use std::future::Future;
+use std::net::SocketAddr;
+
+use sluicegate_redis::testing::RedisServer;
+
+#[path = "grpc_conformance/h2_checks.rs"]
+mod h2_checks;
+#[path = "grpc_conformance/raw.rs"]
+mod raw;
+mod serve_process;
+#[path = "grpc_conformance/tonic_checks.rs"]
+mod tonic_checks;
+
+use serve_process::ServeProcess;
+use tonic_checks::{OK, OVER_LIMIT};
+
+/// The rules every conformance check runs against: `user` always has room, `blocked` never
+/// does, so no answer depends on where a real clock's window boundary falls.
+pub const RULES: &str = "
+domain: conformance
+descriptors:
+  - key: user
+    rate_limit: {unlimited: true}
+  - key: blocked
+    rate_limit: {unit: hour, requests_per_unit: 0}
+  - key: counted
+    rate_limit: {unit: hour, requests_per_unit: 1000000}
+";
+
+/// Any error of a check.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// A check's outcome.
+pub type TestResult = Result<(), BoxError>;
+
+/// Runs `check` against a `sluicegate serve` in memory, and checks it is still up after.
+async fn in_memory<F, Fut>(check: F) -> TestResult
+where
+    F: FnOnce(SocketAddr) -> Fut,
+    Fut: Future<Output = TestResult>,
+{
+    let mut serve = ServeProcess::start(RULES, &[])?;
+    check(serve.grpc).await?;
+    assert!(serve.is_running()?, "serve exited during the check");
+    Ok(())
+}
+
+/// One test per check, each against a fresh `serve` in memory.
+macro_rules! in_memory_tests {
+    ($($name:ident => $check:path,)*) => {$(
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $name() -> TestResult {
+            in_memory($check).await
+        }
+    )*};
+}
+
+in_memory_tests! {
+    tonic_ok_and_over_limit => tonic_checks::answers_ok_and_over_limit,
+    tonic_invalid_argument => tonic_checks::bad_requests_are_invalid_argument,
+    tonic_oversized_request => tonic_checks::an_oversized_request_is_resource_exhausted,
+    tonic_concurrent_streams =>
+        tonic_checks::concurrent_calls_on_one_connection_get_their_own_answers,
+    tonic_unknown_method_and_service =>
+        tonic_checks::unknown_methods_and_services_are_unimplemented,
+    h2_errors_are_trailers_only => h2_checks::errors_are_trailers_only,
+    h2_stream_reset_mid_call => h2_checks::a_stream_reset_mid_call_leaves_the_connection_serving,
+    h2_burst_of_resets => h2_checks::a_burst_of_resets_leaves_the_service_serving,
+    h2_connection_dropped_mid_request =>
+        h2_checks::a_connection_dropped_mid_request_leaves_the_service_serving,
+    h2_broken_framing => h2_checks::broken_framing_is_internal,
+    h2_gzip_refused => h2_checks::gzip_requests_are_refused_with_the_accepted_encodings,
+    h2_unknown_method => h2_checks::an_unknown_method_is_unimplemented,
+    h2_ping => h2_checks::pings_are_answered,
+    h2_wrong_content_type => h2_checks::a_content_type_not_grpc_is_415,
+    h2_oversized_message =>
+        h2_checks::an_oversized_message_is_resource_exhausted_on_a_live_connection,
+}
+
+/// `serve` on `redis` under the `closed` policy, with a Redis timeout long enough that a
+/// frozen Redis holds a call past any deadline a check sets.
+fn serve_on_redis(redis: &RedisServer) -> Result<ServeProcess, BoxError> {
+    let url = redis.url();
+    ServeProcess::start(
+        RULES,
+        &[
+            "--redis",
+            &url,
+            "--failure-policy",
+            "closed",
+            "--redis-timeout-ms",
+            "60000",
+        ],
+    )
+}
+
+/// [`serve_on_redis`], with one counted call answered on a fresh HTTP/2 connection (so the
+/// service's Redis connection is up before a check freezes Redis); that connection.
+async fn serve_on_redis_warmed(
+    redis: &RedisServer,
+) -> Result<(ServeProcess, raw::Connection), BoxError> {
+    let serve = serve_on_redis(redis)?;
+    let mut connection = raw::connect(serve.grpc).await?;
+    let warm = raw::request(&[("counted", "warm")]);
+    let answer = raw::unary(&mut connection.client, serve.grpc, &warm).await?;
+    assert_eq!(answer.message()?.overall_code, OK);
+    Ok((serve, connection))
+}
+
+#[tokio::test]
+async fn tonic_deadline_on_a_frozen_redis() -> TestResult {
+    let redis = RedisServer::start()?;
+    let (mut serve, _warm) = serve_on_redis_warmed(&redis).await?;
+    redis.pause()?;
+    let checked =
+        tonic_checks::a_call_past_its_deadline_ends_and_the_service_answers_on(serve.grpc).await;
+    redis.resume()?;
+    checked?;
+    assert!(serve.is_running()?);
+    Ok(())
+}
+
+#[tokio::test]
+async fn h2_deadline_on_a_frozen_redis() -> TestResult {
+    let redis = RedisServer::start()?;
+    let (mut serve, _warm) = serve_on_redis_warmed(&redis).await?;
+    redis.pause()?;
+    let checked = h2_checks::a_call_past_its_deadline_is_ended_by_the_service(serve.grpc).await;
+    redis.resume()?;
+    checked?;
+    assert!(serve.is_running()?);
+    Ok(())
+}
+
+/// With Redis gone, the `closed` policy answers OVER_LIMIT: a gRPC OK, not UNAVAILABLE (the
+/// service has no error status for a store that is down; the policy is the answer).
+#[tokio::test]
+async fn tonic_redis_gone_under_the_closed_policy() -> TestResult {
+    let mut redis = RedisServer::start()?;
+    let serve = serve_on_redis(&redis)?;
+    redis.stop();
+    let mut client = tonic_checks::client(serve.grpc).await?;
+    let call = tonic_checks::request("conformance", &[("counted", "gone")]);
+    let answer = tonic_checks::ask(&mut client, call).await??;
+    assert_eq!(answer.overall_code, OVER_LIMIT);
+    Ok(())
+}
+
+/// SIGTERM: the service sends GOAWAY (a new call on an open connection is refused), finishes
+/// the call in flight, and exits cleanly. The call in flight waits on a frozen Redis, so it is
+/// certainly still running when the signal arrives.
+#[tokio::test]
+async fn sigterm_sends_goaway_and_finishes_calls_in_flight() -> TestResult {
+    let redis = RedisServer::start()?;
+    let (mut serve, mut connection) = serve_on_redis_warmed(&redis).await?;
+    let grpc = serve.grpc;
+
+    redis.pause()?;
+    let head = raw::headers(grpc, raw::METHOD, "application/grpc", &[])?;
+    let body = raw::frame(
+        false,
+        &prost::Message::encode_to_vec(&raw::request(&[("counted", "in-flight")])),
+    );
+    let mut ready = connection.client.clone().ready().await?;
+    let (response, mut send) = ready.send_request(head, false)?;
+    send.send_data(body.into(), true)?;
+    let in_flight = tokio::spawn(raw::read_answer(response));
+    // A PING answered means the server has read every frame sent before it: the call is in.
+    let mut ping_pong = connection.ping_pong.take().ok_or("no ping handle")?;
+    ping_pong.ping(h2::Ping::opaque()).await?;
+
+    serve.terminate()?;
+    serve.wait_for_log("shutting down")?;
+    // Calls that need no counter, until one is refused: the GOAWAY has arrived (bounded).
+    let elsewhere = tonic_checks::request("elsewhere", &[("user", "ann")]);
+    let mut refused = None;
+    for _ in 0..500 {
+        match raw::unary(&mut connection.client, grpc, &elsewhere).await {
+            Ok(answer) => assert_eq!(answer.message()?.overall_code, OK),
+            Err(error) => {
+                refused = Some(error);
+                break;
+            }
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let refused = refused.ok_or("no call was ever refused after SIGTERM")?;
+    let refused = refused
+        .downcast_ref::<h2::Error>()
+        .ok_or_else(|| format!("not an HTTP/2 refusal: {refused}"))?;
+    assert!(
+        refused.is_go_away() || refused.reason() == Some(h2::Reason::REFUSED_STREAM),
+        "{refused:?}"
+    );
+
+    redis.resume()?;
+    let answer = in_flight.await??;
+    assert_eq!(answer.grpc_status(), Some("0"), "{answer:?}");
+    assert_eq!(answer.message()?.overall_code, OK);
+    assert!(serve.wait_for_exit()?.success());
+    Ok(())
+}
+
+/// Python's grpcio (gRPC's C core) as the client: `grpc_conformance/grpcio_client.py`, run
+/// against a service in memory and one on a frozen Redis (for its deadline check).
+/// scripts/test.sh installs grpcio when it is missing.
+#[tokio::test]
+async fn grpcio_client() -> TestResult {
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/grpc_conformance/grpcio_client.py"
+    );
+    let has_grpcio = std::process::Command::new("python3")
+        .args(["-c", "import grpc"])
+        .output()?;
+    if !has_grpcio.status.success() {
+        return Err(
+            "python3 with grpcio is needed: pip install grpcio (scripts/test.sh does)".into(),
+        );
+    }
+    let redis = RedisServer::start()?;
+    let mut memory = ServeProcess::start(RULES, &[])?;
+    let (mut frozen, _warm) = serve_on_redis_warmed(&redis).await?;
+    redis.pause()?;
+    let (address, frozen_address) = (memory.grpc.to_string(), frozen.grpc.to_string());
+    let run = tokio::task::spawn_blocking(move || {
+        std::process::Command::new("python3")
+            .args([script, &address, &frozen_address])
+            .output()
+    })
+    .await;
+    redis.resume()?;
+    let output = run??;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stdout}\n{stderr}");
+    for check in [
+        "normal call",
+        "over limit",
+        "invalid argument",
+        "deadline",
+        "oversized message",
+        "unknown method",
+        "gzip refused",
+        "concurrent calls",
+        "still serving",
+    ] {
+        assert!(
+            stdout.contains(&format!("ok {check}\n")),
+            "{check}: {stdout}"
+        );
+    }
+    assert!(memory.is_running()? && frozen.is_running()?);
+    Ok(())
+}
