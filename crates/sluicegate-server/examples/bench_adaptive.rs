@@ -172,10 +172,12 @@ struct Row {
     min_limit: Option<u32>,
 }
 
-/// Every gate's run on one scenario and seed, and the best fixed limit's goodput.
+/// Every gate's run on one scenario and seed, and the best fixed limit's goodput (over the
+/// run, and from 10 s after a drop of the workers).
 struct Bench {
     rows: Vec<Row>,
     best_fixed: u64,
+    best_fixed_settled: Option<u64>,
 }
 
 fn bench(scenario: &Scenario) -> Result<Bench, Failure> {
@@ -203,6 +205,11 @@ fn bench(scenario: &Scenario) -> Result<Bench, Failure> {
         .max_by_key(|row| (goodput(row), std::cmp::Reverse(p99(row))))
         .ok_or("no fixed limit ran")?;
     let best_fixed = goodput(best);
+    let best_fixed_settled = best
+        .run
+        .as_ref()
+        .ok()
+        .and_then(|run| settled_goodput(&scenario.server, run));
     rows.push(Row {
         name: format!("best fixed ({})", best.name),
         run: best.run.clone(),
@@ -224,7 +231,11 @@ fn bench(scenario: &Scenario) -> Result<Bench, Failure> {
     rows.push(theirs("congestion-limiter gradient", scenario, || {
         limits::Gradient::new_with_initial_limit(initial)
     })?);
-    Ok(Bench { rows, best_fixed })
+    Ok(Bench {
+        rows,
+        best_fixed,
+        best_fixed_settled,
+    })
 }
 
 /// A run's p99 in whole microseconds, for comparisons (no answers at all is the worst).
@@ -337,6 +348,8 @@ struct Measures {
     p99_ms: Option<f64>,
     /// The p99 from 10 s after the first drop of the workers to the next change or the end.
     settled_p99_ms: Option<f64>,
+    /// Goodput over the same span, over the best fixed limit's.
+    settled_vs_best_fixed: Option<f64>,
     /// Twice the unloaded p99, in milliseconds.
     twice_unloaded_ms: f64,
     /// After the first drop of the workers to half or less: seconds until p99 stays under
@@ -352,6 +365,9 @@ fn measure(scenario: &Scenario, bench: &Bench, row: &Row, run: &Run) -> Measures
         vs_best_fixed: run.goodput() as f64 / bench.best_fixed.max(1) as f64,
         p99_ms: run.p99_ms,
         settled_p99_ms: run.settled_p99_ms,
+        settled_vs_best_fixed: settled_goodput(&scenario.server, run)
+            .zip(bench.best_fixed_settled)
+            .map(|(ours, best)| ours as f64 / best.max(1) as f64),
         twice_unloaded_ms: 2.0 * scenario.server.unloaded_p99() / 1e3,
         recovery_s: recovery(&scenario.server, run),
         stuck: stuck(scenario, row.min_limit, run),
@@ -386,7 +402,9 @@ fn stuck(scenario: &Scenario, min_limit: Option<u32>, run: &Run) -> bool {
     at_min && served < 0.9 * capacity && turned_away > 0
 }
 
-fn recovery(server: &ServerSpec, run: &Run) -> Option<Option<u64>> {
+/// The first drop of the workers to half or less, and the next change (`u64::MAX` if none),
+/// in whole seconds.
+fn drop_span(server: &ServerSpec) -> Option<(u64, u64)> {
     let mut workers = server.workers();
     let changes = server.changes();
     let (index, (dropped_at, _)) = changes.iter().enumerate().find(|(_, (_, w))| {
@@ -394,10 +412,27 @@ fn recovery(server: &ServerSpec, run: &Run) -> Option<Option<u64>> {
         workers = *w;
         dropped
     })?;
-    let dropped_s = dropped_at.div_ceil(1_000_000);
     let until_s = changes
         .get(index + 1)
         .map_or(u64::MAX, |(t, _)| t / 1_000_000);
+    Some((dropped_at.div_ceil(1_000_000), until_s))
+}
+
+/// Goodput from 10 s after the first drop of the workers to the next change or the end: the
+/// span of `Run::settled_p99_ms`, so that a p99 bought by turning callers away shows.
+fn settled_goodput(server: &ServerSpec, run: &Run) -> Option<u64> {
+    let (dropped_s, until_s) = drop_span(server)?;
+    Some(
+        run.seconds
+            .iter()
+            .filter(|s| s.t > dropped_s + 10 && s.t <= until_s)
+            .map(|s| s.goodput)
+            .sum(),
+    )
+}
+
+fn recovery(server: &ServerSpec, run: &Run) -> Option<Option<u64>> {
+    let (dropped_s, until_s) = drop_span(server)?;
     let limit_ms = 2.0 * server.unloaded_p99() / 1e3;
     // Seconds ending after the drop and before the next change; a second with no answer at
     // all counts as slow (nothing got through).
@@ -438,6 +473,8 @@ fn print_tables(results: &Results, seeds: &[u64]) {
          error within the client timeout, over the best fixed limit's for the same seed. p99: \
          over every answered request. Recovery: seconds after the workers drop until each \
          second's p99 stays under twice the unloaded p99, to the next change or the end. \
+         Goodput then: from 10 s after the drop, over the best fixed limit's (by the whole \
+         run) over the same span. \
          Stuck: seeds that end at the minimum limit while the server had capacity to spare.\n",
         seeds.join(", ")
     );
@@ -460,10 +497,10 @@ fn print_tables(results: &Results, seeds: &[u64]) {
             first.server.unloaded_p99() / 1e3
         );
         print!("| limit | goodput vs best fixed | p99 ms | stuck |");
-        let extra = " p99 ms from 10 s after the drop | every second under 2x unloaded p99 |";
+        let extra = " p99 ms from 10 s after the drop | goodput then vs best fixed | every second under 2x unloaded p99 |";
         println!("{}", if dropping { extra } else { "" });
         print!("|---|---:|---:|---:|");
-        println!("{}", if dropping { "---:|---:|" } else { "" });
+        println!("{}", if dropping { "---:|---:|---:|" } else { "" });
         for (index, row) in first_bench.rows.iter().enumerate() {
             let mut measures = Vec::new();
             let mut failure = None;
@@ -516,6 +553,16 @@ fn print_tables(results: &Results, seeds: &[u64]) {
                     span(&settled, |x| format!("{x:.0}"))
                 };
                 print!(" {settled} |");
+                let then: Vec<f64> = measures
+                    .iter()
+                    .filter_map(|m| m.settled_vs_best_fixed)
+                    .map(|v| 100.0 * v)
+                    .collect();
+                if then.is_empty() {
+                    print!(" - |");
+                } else {
+                    print!(" {}% |", span(&then, |x| format!("{x:.1}")));
+                }
                 let never = measures.iter().any(|m| matches!(m.recovery_s, Some(None)));
                 let secs: Vec<f64> = measures
                     .iter()

@@ -8,8 +8,8 @@ use crate::adaptive::sample::{
 use crate::clock::Micros;
 use crate::error::ConfigError;
 
-/// How many requests may queue on top of the limit the gradient allows: the growth per
-/// sample while latency holds (at least 1 whatever is set, or the limit could never grow).
+/// How far the limit may grow past itself while no queue shows: the growth per round trip
+/// (at least 1 whatever is set, or the limit could never grow).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum QueueHeadroom {
     /// Always this many.
@@ -35,27 +35,50 @@ impl QueueHeadroom {
 /// Delay-based Gradient2, after Netflix concurrency-limits' `Gradient2Limit`, made to hold
 /// up on noisy latencies and against a service that rejects quickly.
 ///
-/// It keeps two averages of the latencies answered (or timed out): `short`, an exponential
-/// average over the last `short_window` of them, and `long`, over `long_window` (each the
-/// plain mean of its first samples, up to 10, then exponential). Netflix compares a single
+/// It keeps three averages of the latencies answered (or timed out): `short`, an
+/// exponential average over the last `short_window` of them; `long`, over `long_window`; and
+/// `no_load`, the no-load estimate, also over `long_window` but of the answers no limit of
+/// ours can have queued: those admitted with fewer than half the limit in flight (the
+/// application did not use the limit), or at `min_limit` with no more than that in flight
+/// (the service itself is that slow). It starts as the plain mean of the first `long_window`
+/// answers, whatever they found: the first answers of a service with a long tail are its
+/// fast ones (the slow ones are still out), and an estimate made of them alone would take
+/// the whole service for a queue. A controller started on a service already overloaded
+/// therefore counts the queue of its first `long_window` answers as no-load latency, as
+/// Netflix's average does; it does not learn more of it after.
+/// (`short` and `long` are the plain mean of their first samples, up to 10, then exponential;
+/// `no_load`, which learns from quiet moments only, the plain mean of its first
+/// `long_window`.) Netflix compares a single
 /// answer with `long`: on a service with noisy latency every slow answer then shrinks the
-/// limit, and it settles at a low number whatever the demand. Once `short` has been over
-/// `rtt_tolerance` times `long` for more than `short_window` answers in a row (a standing
-/// queue), `long` learns `long_rise` times more slowly, so the queue is not taken as the new
-/// normal as quickly; at `min_limit` it learns at its usual pace (no queue of ours is to
-/// blame there: the service itself is slower). On every such sample:
+/// limit, and it settles at a low number whatever the demand. And `long` learns the latency
+/// at the operating point, so a standing queue becomes its normal: after a service falls from
+/// 10 workers to one the limit comes down at once, then creeps back up as `long` learns the
+/// queue, to the callers' timeout. A queue of our own never reaches `no_load`. Once `short`
+/// has been over `rtt_tolerance` times `no_load` for more than `short_window` answers in a
+/// row, `long` learns `long_rise` times more slowly. On every such sample:
 /// 1. if fewer than half the limit were in flight (`in_flight < limit / 2`) the limit stays:
 ///    the application does not use it, so its latency says nothing about it;
-/// 2. `gradient = clamp(rtt_tolerance * long / short, 0.5, 1)`: 1 while the service is no
-///    slower than its average allows, down to 0.5;
-/// 3. `new = limit * gradient + headroom(limit)`, then smoothed per round trip,
+/// 2. `gradient = clamp(rtt_tolerance * no_load / short, 0.5, 1)`: 1 while the service is no
+///    slower than the tolerance allows, down to 0.5;
+/// 3. `new = limit * gradient`, plus `headroom(limit)` when the gradient is 1 (no queue
+///    shows), then smoothed per round trip,
 ///    `limit += smoothing * share * (new - limit)`, and kept within bounds, where `share` is
 ///    the time since the previous answer over `short`, within `[1 / limit, 1]`: a round
 ///    trip of answers moves the limit by about `smoothing` of the way, whatever their rate
 ///    (and a windowed summary, a round trip or more after the previous one, by all of it).
 ///    Netflix moves it by `smoothing` of the way on every answer: at 500 answers a second
 ///    the headroom alone then adds hundreds a second, and the limit swings between its
-///    bounds faster than the queue can follow.
+///    bounds faster than the queue can follow. Netflix also adds the headroom whatever the
+///    gradient, which puts a floor of `headroom / (1 - gradient)` under the limit (4 at the
+///    steepest gradient, with a headroom of `sqrt(limit)`) that a service of fewer workers
+///    never drains: 4 in flight on one worker of 20 ms is a p99 of 200 ms.
+///
+/// The limit settles where the short-term latency is `rtt_tolerance` times the no-load one:
+/// a queue of half the service's own latency, at any capacity. The cost of a no-load
+/// estimate that a queue cannot raise: a service that becomes slower for good (not from
+/// load) looks like a queue, and the limit falls to `min_limit` before the estimate learns
+/// the new latency there (or from answers that come while the limit is not in use) and
+/// the limit grows again. A slowdown within the tolerance (up to 1.5x) costs nothing.
 ///
 /// Netflix also cuts `long` by 5% whenever it is over twice `short`; on a long-tailed
 /// service that holds for most answers (the median is far below the mean), and the cuts
@@ -73,22 +96,14 @@ impl QueueHeadroom {
 /// outlasts its callers times out most of them, and its latency, the same for every answer,
 /// shows no gradient at all.
 ///
-/// Where it falls short: `long` follows the latency at its operating point, so it keeps the
-/// queue that it finds normal. After the service loses most of its capacity (from 10
-/// workers to one) the limit comes down at once, but then drifts back up as `long` learns
-/// the longer latency, and p99 stays several times the unloaded one.
-/// [`Percentile`](crate::adaptive::Percentile) holds a target tied to the service's own
-/// latency and drains such a queue.
-///
 /// Defaults, and why: limits 1 / 20 / 1000 (Netflix's 20 / 20 / 200 put a floor under the
 /// limit that a service of fewer than 20 workers cannot drain, and a ceiling on one of
 /// more); `smoothing` 0.2, `rtt_tolerance` 1.5 and `long_window` 600 (Netflix's);
 /// `short_window` 10 (averages out a single slow answer, yet follows a queue within a few
 /// round trips); `long_rise` 10; `backoff_ratio` 0.9 (AIMD's). The headroom defaults to
-/// [`QueueHeadroom::SquareRoot`] at least 1: Gradient2's documentation says at least 4, but
-/// the headroom puts a floor under the limit, `h / (1 - g)` at a gradient `g` (8 at the
-/// steepest, with 4), that a service of fewer workers can never drain; with 1 the floor is
-/// 4 at a limit of 4 and below.
+/// [`QueueHeadroom::SquareRoot`] at least 1 (Gradient2's documentation says at least 4; in
+/// front of one worker, at a limit of 1 or 2, a headroom of 4 aims at several times what
+/// the worker takes, and 1 keeps the growth there to a step at a time).
 #[derive(Debug, Clone)]
 pub struct Gradient2 {
     bounds: LimitBounds,
@@ -106,6 +121,8 @@ pub struct Gradient2 {
     queued_for: u32,
     short_rtt: ExpAverage,
     long_rtt: ExpAverage,
+    /// The no-load estimate (see [`Gradient2::no_load_rtt`]).
+    base_rtt: ExpAverage,
     estimate: f64,
     losses: LossGate,
 }
@@ -126,6 +143,10 @@ pub struct Gradient2Builder {
 }
 
 const DEFAULT_BOUNDS: LimitBounds = LimitBounds::known(1, 20, 1000);
+
+/// The answers the no-load estimate needs before it is used (fewer, or the window if shorter):
+/// as many as every average here takes as its plain mean before it turns exponential.
+const TRUSTED: u32 = 10;
 
 /// The answers over which the share of timeouts is averaged.
 const TIMEOUT_WINDOW: f64 = 100.0;
@@ -227,6 +248,7 @@ impl Gradient2Builder {
             queued_for: 0,
             short_rtt: ExpAverage::new(self.short_window),
             long_rtt: ExpAverage::new(self.long_window),
+            base_rtt: ExpAverage::cumulative(self.long_window),
             estimate: f64::from(bounds.initial()),
             losses: LossGate::default(),
         }
@@ -260,6 +282,22 @@ impl Gradient2 {
         self.long_rtt.value
     }
 
+    /// The no-load latency estimate the short-term average is compared with, in
+    /// microseconds: the plain mean of the first `long_window` latencies, then an average of
+    /// those answered with fewer than half the limit in flight (or at the minimum); until
+    /// there are 10, the long-term average.
+    pub fn no_load_rtt(&self) -> f64 {
+        self.no_load()
+    }
+
+    fn no_load(&self) -> f64 {
+        if self.base_rtt.warm(TRUSTED) {
+            self.base_rtt.value
+        } else {
+            self.long_rtt.value
+        }
+    }
+
     /// The bounds the limit stays within.
     pub fn bounds(&self) -> LimitBounds {
         self.bounds
@@ -291,18 +329,40 @@ impl Controller for Gradient2 {
         let rtt = sample.rtt_f64();
         let last_answer = self.last_answer.replace(now);
         let short = self.short_rtt.add(rtt, 1.0);
+        let used = sample.used(estimate);
+        // Admitted at the minimum with no more in flight: no limit of ours could have queued it.
+        let at_min = whole(estimate) <= self.bounds.min() && sample.in_flight <= self.bounds.min();
         // A standing queue is learnt `long_rise` times more slowly, so that it does not
-        // become the new normal; a single slow stretch (noise) is learnt as usual.
-        let queued = short > self.tolerance * self.long_rtt.value;
+        // become the new normal; a single slow stretch (noise) is learnt as usual, and so is
+        // anything at the minimum (no queue of ours is to blame there).
+        let queued = short > self.tolerance * self.no_load();
         self.queued_for = if queued { self.queued_for + 1 } else { 0 };
-        let sustained = self.queued_for > self.short_window;
+        let sustained = self.queued_for > self.short_window && !at_min;
         let slow = if sustained { self.long_rise } else { 1.0 };
-        let long = self.long_rtt.add(rtt, slow);
-        if !sample.used(estimate) {
+        self.long_rtt.add(rtt, slow);
+        // The no-load estimate learns only latencies no limit of ours can have queued: with
+        // fewer than half the limit in flight, or at the minimum; and, to start, the first
+        // `long_window` answers whatever they found, or a controller started on a busy service
+        // would never have one.
+        if !used || at_min || self.base_rtt.warming() {
+            self.base_rtt.add(rtt, 1.0);
+        }
+        if !used {
             return whole(estimate);
         }
-        let gradient = (self.tolerance * long / short).clamp(0.5, 1.0);
-        let mut next = estimate * gradient + self.headroom.at(whole(estimate));
+        let gradient = (self.tolerance * self.no_load() / short).clamp(0.5, 1.0);
+        // Headroom only while no queue shows: added whatever the gradient, it puts a floor of
+        // `h / (1 - g)` under the limit that a service of fewer workers never drains (a limit
+        // of 4 at a gradient of 0.5), and a limit held there would never reach `min_limit`,
+        // where the no-load estimate learns what a slower service now answers in.
+        // (Within a rounding error: an average that learns a constant latency only closes in
+        // on it, and with a tolerance of 1 it would never quite reach it.)
+        let headroom = if gradient >= 1.0 - 1e-9 {
+            self.headroom.at(whole(estimate))
+        } else {
+            0.0
+        };
+        let mut next = estimate * gradient + headroom;
         if self.timeouts > TIMEOUT_SHARE {
             // Callers are giving up: whatever the gradient says, the limit is not too low.
             next = next.min(estimate);
@@ -323,7 +383,8 @@ impl Controller for Gradient2 {
 }
 
 /// Netflix's `ExpAvgMeasurement`: the plain mean of the first samples (10, or the window if
-/// shorter), then an exponential average with weight `2 / (window + 1)` (or less, when told).
+/// shorter; or the whole window, [`ExpAverage::cumulative`]), then an exponential average with
+/// weight `2 / (window + 1)` (or less, when told).
 #[derive(Debug, Clone)]
 struct ExpAverage {
     value: f64,
@@ -336,12 +397,32 @@ struct ExpAverage {
 impl ExpAverage {
     fn new(window: u32) -> ExpAverage {
         ExpAverage {
+            warmup: window.min(10),
+            ..ExpAverage::cumulative(window)
+        }
+    }
+
+    /// The plain mean of everything until there are `window` samples: an average that
+    /// learns rarely (the no-load estimate, from quiet moments only) is otherwise held for
+    /// long by whichever 10 samples came first.
+    fn cumulative(window: u32) -> ExpAverage {
+        ExpAverage {
             value: 0.0,
             sum: 0.0,
             count: 0,
-            warmup: window.min(10),
+            warmup: window,
             factor: 2.0 / (f64::from(window) + 1.0),
         }
+    }
+
+    /// Whether it is still the plain mean of its first samples.
+    fn warming(&self) -> bool {
+        self.count < self.warmup
+    }
+
+    /// Whether it holds at least `samples` (or its whole warm-up, if shorter).
+    fn warm(&self, samples: u32) -> bool {
+        self.count >= samples.min(self.warmup).max(1)
     }
 
     /// Adds a sample, weighed `slow` times less than usual after the warm-up.
@@ -368,8 +449,9 @@ mod tests {
 
     #[test]
     fn follows_the_rule_step_by_step() -> Result<(), ConfigError> {
-        // Netflix's averages (the latest answer against a plain long-term average) to show
-        // the rule itself.
+        // Netflix's averages (the latest answer against a plain long-term average, which
+        // stands in for the no-load estimate until that holds 10 answers) to show the rule
+        // itself.
         let mut g = Gradient2::builder()
             .short_window(1)
             .long_rise(1.0)
@@ -383,17 +465,17 @@ mod tests {
             (100, 20, 20.04, 100.0),
             // 20.04 + 0.2 / 20.04 * 4 = 20.0799...
             (100, 20, 20.07992015968064, 100.0),
-            // long = 600 / 3 = 200, gradient = 1.5 * 200/400 = 0.75:
-            // new = 20.0799 * 0.75 + 4 = 19.0599, a step of 0.2 / 20.0799 of -1.02.
-            (400, 20, 20.069760955542286, 200.0),
-            // long = 1600 / 4 = 400, gradient = 1.5 * 0.4 = 0.6: new = 16.04.
-            (1000, 20, 20.029621918598703, 400.0),
+            // long = 600 / 3 = 200, gradient = 1.5 * 200/400 = 0.75, and with a queue showing
+            // no headroom: new = 20.0799 * 0.75 = 15.06, a step of 0.2 / 20.0799 of -5.02.
+            (400, 20, 20.02992015968064, 200.0),
+            // long = 1600 / 4 = 400, gradient = 1.5 * 0.4 = 0.6: new = 12.02.
+            (1000, 20, 19.94992015968064, 400.0),
             // long = 5600 / 5 = 1120, gradient 1.5 * 1120/4000 = 0.42, clamped to 0.5.
-            (4000, 20, 19.969562762377546, 1120.0),
-            // 2 * 9 < 19.97: app-limited, unchanged; long = 5700 / 6 = 950 (Netflix's rule
+            (4000, 20, 19.849920159680643, 1120.0),
+            // 2 * 9 < 19.85: app-limited, unchanged; long = 5700 / 6 = 950 (Netflix's rule
             // would cut it by 5% here, as 950 / 100 > 2: on a noisy service that cut
             // ratchets the average down until the limit collapses).
-            (100, 9, 19.969562762377546, 950.0),
+            (100, 9, 19.849920159680643, 950.0),
         ];
         for (i, (rtt, in_flight, estimate, long)) in steps.into_iter().enumerate() {
             let limit = g.on_sample(0, Sample::ok(0, rtt, in_flight));
@@ -401,9 +483,17 @@ mod tests {
             assert_eq!(limit, estimate as u32, "step {i}");
             assert!(close(g.long_rtt(), long), "step {i}: {}", g.long_rtt());
         }
-        // Still warming up: the mean of the sum, 6700 / 7.
+        // Still warming up: the mean of the sum, 6700 / 7. The no-load estimate holds the
+        // same seven answers (its first 10 are whatever comes), too few to be used: the
+        // long-term average stands in.
         g.on_sample(0, Sample::ok(0, 1000, 0));
         assert!(close(g.long_rtt(), 6700.0 / 7.0));
+        assert!(close(g.no_load_rtt(), g.long_rtt()));
+        // Eight more app-limited answers of 100: the plain mean of its 15, 7500 / 15.
+        for _ in 0..8 {
+            g.on_sample(0, Sample::ok(0, 100, 0));
+        }
+        assert!(close(g.no_load_rtt(), 500.0), "{}", g.no_load_rtt());
         Ok(())
     }
 
@@ -411,17 +501,19 @@ mod tests {
     fn the_long_average_learns_a_standing_queue_slowly() -> Result<(), ConfigError> {
         // A long window of 3 weighs each new sample 2 / 4 = 0.5 once its 3 samples of
         // warm-up are in; the short-term "average" is the latest answer. Once the short one
-        // has been over 1.5 times the long one for more answers in a row than the short
-        // window (here 1), the long one learns 10 times more slowly.
+        // has been over 1.5 times the no-load estimate (the first 3 answers: the rest find
+        // the limit in use) for more answers in a row than the short window (here 1), the
+        // long one learns 10 times more slowly.
         let mut g = Gradient2::builder()
             .long_window(3)
             .short_window(1)
             .build()?;
         let mut longs = Vec::new();
         for rtt in [100, 100, 100, 400, 400, 400, 60] {
-            g.on_sample(0, Sample::ok(0, rtt, 0));
+            g.on_sample(0, Sample::ok(0, rtt, 20));
             longs.push(g.long_rtt());
         }
+        assert!(close(g.no_load_rtt(), 100.0));
         // 400 > 150 once: learnt (250); twice in a row: 0.05 of the gap (257.5, 264.625);
         // 60 is no queue: learnt at the full weight.
         let expected = [100.0, 100.0, 100.0, 250.0, 257.5, 264.625, 162.3125];
@@ -437,6 +529,58 @@ mod tests {
             netflix.on_sample(0, Sample::ok(0, rtt, 0));
         }
         assert!(close(netflix.long_rtt(), 211.25));
+        Ok(())
+    }
+
+    /// A default Gradient2 after 1000 app-limited answers of 20 ms (1 in flight of 20), which
+    /// set its no-load estimate (past its plain mean of 600); and the time of the last.
+    fn after_quiet_answers() -> (Gradient2, Micros) {
+        let mut g = Gradient2::default();
+        let mut now = 1_000_000;
+        for _ in 0..1000 {
+            now += 1_000;
+            g.on_sample(now, Sample::ok(now - 20_000, 20_000, 1));
+        }
+        assert!(close(g.no_load_rtt(), 20_000.0));
+        (g, now)
+    }
+
+    #[test]
+    fn a_standing_queue_does_not_become_the_no_load_latency() -> Result<(), ConfigError> {
+        let (mut g, mut now) = after_quiet_answers();
+        // Then the limit in use on 4 workers: past 4 in flight a queue of our own, 20 ms
+        // more per 4. For 20 000 answers (over a thousand seconds) the limit holds the queue
+        // near the tolerance (1.5 times the 20 ms: 6 in flight) and does not creep: the
+        // long-term average learns some of the queue (slowly), the no-load estimate none.
+        for _ in 0..20_000 {
+            let limit = g.limit();
+            let rtt = 20_000 * Micros::from(limit.max(4)) / 4;
+            now += rtt / Micros::from(limit);
+            g.on_sample(now, Sample::ok(now - rtt, rtt, limit));
+            if now > 10_000_000 {
+                assert!((4..=7).contains(&g.limit()), "{} at {now}", g.limit());
+            }
+        }
+        assert!(close(g.no_load_rtt(), 20_000.0), "{}", g.no_load_rtt());
+        assert!(g.long_rtt() > 20_000.0, "{}", g.long_rtt());
+        Ok(())
+    }
+
+    #[test]
+    fn a_service_slower_for_good_is_learnt_at_the_minimum() -> Result<(), ConfigError> {
+        let (mut g, mut now) = after_quiet_answers();
+        // Every answer now takes 100 ms whatever the limit: the limit falls to the minimum,
+        // where what is admitted alone is no queue of ours, and the estimate learns it.
+        let mut lowest = u32::MAX;
+        for _ in 0..5_000 {
+            now += 10_000;
+            let limit = g.limit();
+            lowest = lowest.min(limit);
+            g.on_sample(now, Sample::ok(now - 100_000, 100_000, limit));
+        }
+        assert_eq!(lowest, 1);
+        assert!(g.no_load_rtt() * 1.5 >= 100_000.0, "{}", g.no_load_rtt());
+        assert!(g.limit() > 20, "{}", g.limit());
         Ok(())
     }
 

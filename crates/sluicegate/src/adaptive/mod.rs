@@ -10,7 +10,7 @@
 //! |---|---|---|
 //! | [`Aimd`] | loss | +1 while at least half the limit is in flight; x0.9 on a drop or timeout |
 //! | [`Vegas`] | delay | keep the estimated queue `limit * (1 - rtt_noload / rtt)` between log10-scaled bounds |
-//! | [`Gradient2`] | delay | `limit * clamp(1.5 * long_rtt / short_rtt, 0.5, 1) + headroom`, smoothed per round trip |
+//! | [`Gradient2`] | delay | `limit * clamp(1.5 * no_load_rtt / short_rtt, 0.5, 1)`, plus headroom at 1, smoothed per round trip; the no-load latency learnt from answers no queue of ours delayed |
 //! | [`EnvoyGradient`] | delay | `limit * clamp(1.25 * min_rtt / window_rtt, 0.5, 2) + sqrt`, minRTT measured by pinning the limit low |
 //! | [`Percentile`] | delay | a window's p99 over its target (by default twice the service's own) halves the limit; under it, slow start then +1 |
 //!
@@ -22,7 +22,7 @@
 //! whatever the in-flight count; a drop's latency is never read; no state is a trap (from any
 //! state, fast answers with the limit in use take it to its maximum, and drops to its
 //! minimum). `docs/adaptive/README.md` says which controller to use, and why: at their
-//! defaults, [`Percentile`] and [`Gradient2`] keep at least 97% of the best fixed limit's
+//! defaults, [`Percentile`] and [`Gradient2`] keep at least 96% of the best fixed limit's
 //! goodput on every simulated scenario of `examples/adaptive/`.
 //!
 //! ```

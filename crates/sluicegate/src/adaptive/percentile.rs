@@ -14,9 +14,16 @@ use crate::error::ConfigError;
 ///
 /// Answered latencies are kept per `window` (which closes on the first sample at or after its
 /// end; that sample opens the next) in a bounded uniform sample (`reservoir` values,
-/// reservoir sampling seeded by `seed`). A window with fewer than `min_samples` answers keeps
-/// collecting until it has them, or for 10 windows' time, and is then read on what it has
-/// (thrown away, at a low limit no window would ever be read again). At the end of each
+/// reservoir sampling seeded by `seed`). A window is read once its verdict is in and it has
+/// at least `min_samples` answers: in slow start (below the limit it may slow-start to) at
+/// once; at or above it, where the limit probes the edge, once it has `2 / (1 - percentile)`
+/// answers (200 for a p99; at most 1000), or more answers over the target than the
+/// percentile allows in that many (3 of them for a p99: it misses whatever comes). Until then
+/// it keeps collecting, for at most 10 windows' time, and is then read on what it has
+/// (thrown away, at a low limit no window would ever be read again). Read on fewer answers, a
+/// p99 is their slowest one, an easier bar than the percentile: after a service falls to
+/// one worker (50 answers a second) a limit whose p99 is over the target passes about half
+/// such windows, and the p99 of the answers settles over the target. At the end of each
 /// window, with `p` its `percentile` latency:
 /// - `p > target`: the limit halves (not below `min_limit`), and the limit it may slow-start
 ///   back to is the last good one: the limit of the latest window that met the target, if that
@@ -49,8 +56,8 @@ use crate::error::ConfigError;
 ///
 /// Defaults, and why: `percentile` 0.99 (the tail is what callers feel); `target_multiple` 2
 /// (a queue may double the tail the service shows unloaded, and no more: on an M/M/c service
-/// that keeps the workers busy at overload); `window` 1 s and `min_samples` 10 (a p99 needs
-/// samples; fewer than 10 in a second say little); `reservoir` 1000 (bounded memory, exact up
+/// that keeps the workers busy at overload); `window` 1 s and `min_samples` 10 (fewer than 10
+/// answers say little, even that the target is missed); `reservoir` 1000 (bounded memory, exact up
 /// to 1000 answers a window); limits 1 / 10 / 1000 (doubling reaches any limit within a few
 /// windows); `backoff_ratio` 0.9 (AIMD's); `seed` 0.
 #[derive(Debug, Clone)]
@@ -71,6 +78,10 @@ pub struct Percentile {
     open: Option<(Micros, Micros)>,
     max_in_flight: u32,
     samples: Reservoir,
+    /// Answers of the current window slower than `in_force`.
+    over: u64,
+    /// The target as it stood when the current window opened.
+    in_force: Micros,
     last_good: Option<u32>,
     slow_start_until: u32,
 }
@@ -149,7 +160,8 @@ impl PercentileBuilder {
         self
     }
 
-    /// The fewest samples a window needs to be read (at least 1).
+    /// The fewest samples a window needs to be read as a miss, and to pass (at least 1; a
+    /// pass also needs `1 / (1 - percentile)` of them).
     pub fn min_samples(mut self, samples: u32) -> Self {
         self.min_samples = samples;
         self
@@ -192,7 +204,7 @@ impl PercentileBuilder {
         if self.reservoir == 0 {
             return Err(ConfigError::invalid("reservoir", 0, "must be at least 1"));
         }
-        Ok(Percentile {
+        let mut built = Percentile {
             bounds,
             percentile: self.percentile,
             target,
@@ -206,9 +218,13 @@ impl PercentileBuilder {
             open: None,
             max_in_flight: 0,
             samples: Reservoir::new(self.reservoir, self.seed),
+            over: 0,
+            in_force: Micros::MAX,
             last_good: None,
             slow_start_until: bounds.max(),
-        })
+        };
+        built.in_force = built.target();
+        Ok(built)
     }
 }
 
@@ -255,20 +271,36 @@ impl Percentile {
         self.bounds
     }
 
-    /// The answers a window needs to set a relative target's baseline: `min_samples`, and
-    /// enough for its percentile to lie well inside them, `2 / (1 - percentile)` (200 for a
-    /// p99, at most 1000). The p99 of fewer runs low (of 10 it is their maximum) and wanders
-    /// far on a long tail.
-    fn needed_samples(&self) -> u64 {
-        if let Target::Fixed(_) = self.target {
-            return self.min_samples;
-        }
-        let needed = (2.0 / (1.0 - self.percentile)).ceil();
+    /// The answers a window needs for its percentile to lie well inside them, `2 / (1 -
+    /// percentile)` (200 for a p99; at least `min_samples`, at most 1000): to set a relative
+    /// target's baseline, and to pass at the edge. The nearest-rank p99 of fewer runs low (of
+    /// 50 it is their slowest, which a limit whose p99 is over the target keeps under it in
+    /// about half its windows) and wanders far on a long tail.
+    fn enough_samples(&self) -> u64 {
+        // Less a hair, so that 2 / (1 - 0.9) = 20.000000000000004 needs 20, not 21.
+        let needed = (2.0 / (1.0 - self.percentile) - 1e-9).ceil();
         if needed.is_finite() {
             (needed as u64).clamp(self.min_samples, 1000)
         } else {
             1000
         }
+    }
+
+    /// Whether the window's verdict is in (it has at least `min_samples` answers): in slow
+    /// start, below the last good limit, at once (a doubling wasted costs one window); at or
+    /// above it, where the limit probes the edge, once it holds enough answers for its
+    /// percentile to be more than its slowest few ([`Percentile::enough_samples`]), or already
+    /// more answers over the target than the percentile allows in that many (it misses
+    /// whatever comes).
+    fn decided(&self) -> bool {
+        let seen = self.samples.seen();
+        if seen < self.min_samples {
+            return false;
+        }
+        let needed = self.enough_samples();
+        // As the nearest rank reads them: of `needed` answers, those above its rank.
+        let allowed = needed.saturating_sub((self.percentile * needed as f64).ceil() as u64);
+        self.limit < self.slow_start_until || seen >= needed || self.over > allowed
     }
 
     /// The median of the latest windows' latencies, once there are `RECENT` of them.
@@ -290,15 +322,21 @@ impl Percentile {
     }
 
     fn close_window(&mut self) {
+        self.read_window();
+        self.in_force = self.target();
+    }
+
+    fn read_window(&mut self) {
         let max_in_flight = std::mem::take(&mut self.max_in_flight);
         let seen = self.samples.seen();
         let latency = self.samples.percentile(self.percentile);
         self.samples.clear();
+        self.over = 0;
         let Some(latency) = latency else {
             return;
         };
         let limit = self.limit;
-        let enough = seen >= self.needed_samples();
+        let enough = seen >= self.enough_samples();
         if let Target::Relative(_) = self.target {
             // Only once everything in the window was admitted at the minimum: a queue left
             // from a higher limit drains through the first windows at the minimum.
@@ -360,6 +398,8 @@ impl Default for Percentile {
             open: None,
             max_in_flight: 0,
             samples: Reservoir::new(1000, 0),
+            over: 0,
+            in_force: Micros::MAX,
             last_good: None,
             slow_start_until: bounds.max(),
         }
@@ -372,7 +412,7 @@ impl Controller for Percentile {
             .open
             .get_or_insert((now, now.saturating_add(self.window)));
         if now >= end || now < opened {
-            let enough = self.samples.seen() >= self.min_samples;
+            let enough = self.decided();
             // A clock that went back before the window opened counts as a stale window.
             let stale = now
                 .checked_sub(opened)
@@ -390,6 +430,9 @@ impl Controller for Percentile {
                     .clamp((f64::from(self.limit) * self.backoff) as u64);
             }
             return self.limit;
+        }
+        if sample.rtt > self.in_force {
+            self.over += 1;
         }
         self.samples.push(sample.rtt);
         self.limit
@@ -414,13 +457,14 @@ mod tests {
             .initial_limit(4)
             .max_limit(100)
             .build()?;
-        let fast = [5 * MS; 10];
-        // p90 of ten is the 9th smallest: two slow samples out of ten make it slow.
-        let mut slow = [5 * MS; 10];
-        slow[3] = 20 * MS;
-        slow[7] = 20 * MS;
+        let fast = [5 * MS; 20];
+        // p90 of 20 is the 18th smallest: three slow samples out of 20 make it slow.
+        let mut slow = [5 * MS; 20];
+        for i in [3, 7, 11] {
+            slow[i] = 20 * MS;
+        }
         // Exactly on target is within it.
-        let on_target = [10 * MS; 10];
+        let on_target = [10 * MS; 20];
         // (window's latencies, in flight, limit once the window closes, why)
         let steps: [(&[Micros], u32, u32, &str); 11] = [
             (&fast, 4, 8, "slow start: 4 -> 8"),
@@ -435,15 +479,20 @@ mod tests {
             (&fast, 16, 17, "at the last good limit: +1"),
             (&fast, 17, 18, "+1"),
             (&slow, 18, 9, "miss at 18: halve, slow start back to 17"),
-            (&fast, 9, 17, "9 -> 18, held at 17"),
-            (&fast, 17, 18, "+1"),
-            (&fast, 8, 18, "2 * 8 < 18: app-limited, no growth"),
             (
-                &fast[..9],
-                18,
-                18,
-                "9 answers are too few: the window keeps collecting",
+                &fast[..10],
+                9,
+                17,
+                "slow start reads 10 answers: 9 -> 18, held at 17",
             ),
+            (
+                &fast[..10],
+                17,
+                17,
+                "at the edge 10 answers are too few (a p90 needs 20): the window keeps collecting",
+            ),
+            (&fast[..10], 17, 18, "20 answers: +1"),
+            (&fast, 8, 18, "2 * 8 < 18: app-limited, no growth"),
         ];
         // Window k runs from k seconds; its first sample closes window k - 1.
         let mut expected: Option<(u32, &str)> = None;
@@ -458,10 +507,20 @@ mod tests {
             expected = Some((limit, why));
         }
         let end = steps.len() as Micros * SECOND;
-        assert_eq!(p.on_sample(end, Sample::ok(end, 0, 0)), 18);
-        // With its 10th answer the window is read at the next sample: fast, and 18 in
-        // flight: +1.
-        assert_eq!(p.on_sample(end + SECOND, Sample::ok(end, 0, 0)), 19);
+        // At the edge, 2 slow answers of 10: 20 answers with 2 over would still pass.
+        for i in 0..10 {
+            let rtt = if i < 2 { 20 * MS } else { 5 * MS };
+            let after = p.on_sample(end + i, Sample::ok(end, rtt, 18));
+            if i == 0 {
+                assert_eq!(after, 18, "the last window");
+            }
+        }
+        assert_eq!(p.on_sample(end + SECOND, Sample::ok(end, 20 * MS, 18)), 18);
+        // A third: a miss whatever comes, read at the next sample.
+        assert_eq!(
+            p.on_sample(end + SECOND + 1, Sample::ok(end, 5 * MS, 18)),
+            9
+        );
         Ok(())
     }
 
@@ -472,15 +531,58 @@ mod tests {
             .min_samples(1)
             .initial_limit(64)
             .build()?;
+        // Four answers a window (what a median needs at the edge, 2 / (1 - 0.5)); the first
+        // of each window closes the previous one.
+        let mut window = |at: Micros, sample: Sample| {
+            let limit = p.on_sample(at, sample);
+            for i in 1..4 {
+                p.on_sample(at + i, sample);
+            }
+            limit
+        };
         let slow = Sample::ok(0, 50 * MS, 64);
-        p.on_sample(0, slow);
-        assert_eq!(p.on_sample(SECOND, slow), 32);
-        assert_eq!(p.on_sample(2 * SECOND, slow), 16);
+        let fast = Sample::ok(0, MS, 16);
+        window(0, slow);
+        assert_eq!(window(SECOND, slow), 32);
+        assert_eq!(window(2 * SECOND, slow), 16);
         // No window met the target in between, so each miss caps slow start at the halved
-        // limit: the window of the third slow sample closes at 8, and the next, good, one
-        // adds one.
-        assert_eq!(p.on_sample(3 * SECOND, Sample::ok(0, MS, 16)), 8);
-        assert_eq!(p.on_sample(4 * SECOND, Sample::ok(0, MS, 16)), 9);
+        // limit: the third slow window closes at 8, and the next, good, one adds one.
+        assert_eq!(window(3 * SECOND, fast), 8);
+        assert_eq!(window(4 * SECOND, fast), 9);
+        Ok(())
+    }
+
+    #[test]
+    fn at_the_edge_a_window_waits_for_enough_answers() -> Result<(), ConfigError> {
+        // 50 answers a second, as from one worker of 20 ms.
+        let mut p = Percentile::builder(Duration::from_millis(10))
+            .initial_limit(8)
+            .max_limit(100)
+            .build()?;
+        let mut now: Micros = 0;
+        let mut second = |p: &mut Percentile, slow: usize, in_flight: u32| {
+            let mut limits = Vec::new();
+            for i in 0..50 {
+                let rtt = if i < slow { 50 * MS } else { MS };
+                limits.push(p.on_sample(now, Sample::ok(now, rtt, in_flight)));
+                now += SECOND / 50;
+            }
+            limits
+        };
+        // Slow start: a window is read on its 50 answers; one slow one is their p99, a miss.
+        second(&mut p, 1, 8);
+        assert_eq!(second(&mut p, 0, 8)[0], 4, "halved; 4 is now the edge");
+        // At the edge a p99 needs 200 answers: 50 fast ones are not yet a pass, nor one
+        // slow answer in 100, then two in 150, a miss (200 with 2 over still pass).
+        for slow in [1, 1, 0] {
+            assert!(second(&mut p, slow, 4).iter().all(|l| *l == 4));
+        }
+        // 200 answers, 2 of them over (the p99 is the third slowest): a pass, +1.
+        assert_eq!(second(&mut p, 0, 4)[0], 5);
+        // The window is due; a third slow answer makes it a miss whatever comes, read at
+        // the next answer.
+        let limits = second(&mut p, 3, 5);
+        assert_eq!((limits[2], limits[3]), (5, 2));
         Ok(())
     }
 
