@@ -42,7 +42,10 @@ use crate::error::ConfigError;
 /// the service's own latency at the lightest load it was seen under, so that it runs with
 /// no tuning. Only a window of at least
 /// `2 / (1 - percentile)` answers (200 for a p99, at most 1000) counts towards the baseline:
-/// the p99 of fewer runs low (of 10 it is their maximum) and wanders far on a long tail. A
+/// the p99 of fewer runs low (of 10 it is their maximum) and wanders far on a long tail.
+/// Windows too short for that (a service answering fewer than 200 a `window`) count
+/// together: their answers are kept until they are that many, and read as one window, so
+/// that a slow service gets a target too. A
 /// relative target is re-based when the limit misses it at `min_limit`: no limit can meet it
 /// then, so the service itself is slower than it was, and that window's latency becomes the
 /// new lowest. Until a window has set it, a relative target is met by any latency (the limit
@@ -69,6 +72,10 @@ pub struct Percentile {
     lowest: Option<Micros>,
     /// The latest windows' latencies that may set `lowest` (their median does).
     recent: [Option<Micros>; RECENT],
+    /// The answers of windows too short to count towards `lowest` alone, until together
+    /// they are enough: without them a service answering fewer than enough a window would
+    /// never get a relative target, and the limit would only grow.
+    short_windows: Reservoir,
     backoff: f64,
     losses: LossGate,
     window: Micros,
@@ -118,6 +125,10 @@ enum TargetSpec {
 /// How many windows a window short of `min_samples` answers collects before it is read on
 /// what it has.
 const MAX_COLLECT_WINDOWS: u64 = 10;
+
+/// The most answers a window needs to count towards the baseline (a percentile near 1 would
+/// otherwise ask for more than a reservoir keeps exactly).
+const MAX_ENOUGH_SAMPLES: usize = 1000;
 
 /// How many windows' latencies (each of enough answers) make one candidate for the lowest.
 const RECENT: usize = 9;
@@ -210,6 +221,7 @@ impl PercentileBuilder {
             target,
             lowest: None,
             recent: [None; RECENT],
+            short_windows: Reservoir::new(MAX_ENOUGH_SAMPLES, self.seed),
             backoff: self.backoff,
             losses: LossGate::default(),
             window,
@@ -280,7 +292,7 @@ impl Percentile {
         // Less a hair, so that 2 / (1 - 0.9) = 20.000000000000004 needs 20, not 21.
         let needed = (2.0 / (1.0 - self.percentile) - 1e-9).ceil();
         if needed.is_finite() {
-            (needed as u64).clamp(self.min_samples, 1000)
+            (needed as u64).clamp(self.min_samples, MAX_ENOUGH_SAMPLES as u64)
         } else {
             1000
         }
@@ -343,9 +355,19 @@ impl Percentile {
             let rebase = limit == self.bounds.min()
                 && max_in_flight <= self.bounds.min()
                 && latency > self.target();
-            if enough {
+            let counted = if enough {
+                self.short_windows.clear();
+                Some(latency)
+            } else if self.short_windows.seen() >= self.enough_samples() {
+                let together = self.short_windows.percentile(self.percentile);
+                self.short_windows.clear();
+                together
+            } else {
+                None
+            };
+            if let Some(counted) = counted {
                 self.recent.rotate_right(1);
-                self.recent[0] = Some(latency);
+                self.recent[0] = Some(counted);
             }
             // The median of the latest windows, not one window: a long tail makes a single
             // window's percentile wander, and the lowest of such wanderings runs low.
@@ -390,6 +412,7 @@ impl Default for Percentile {
             target: Target::Relative(DEFAULT_MULTIPLE),
             lowest: None,
             recent: [None; RECENT],
+            short_windows: Reservoir::new(MAX_ENOUGH_SAMPLES, 0),
             backoff: DEFAULT_BACKOFF,
             losses: LossGate::default(),
             window: 1_000_000,
@@ -435,6 +458,9 @@ impl Controller for Percentile {
             self.over += 1;
         }
         self.samples.push(sample.rtt);
+        if let Target::Relative(_) = self.target {
+            self.short_windows.push(sample.rtt);
+        }
         self.limit
     }
 
@@ -449,6 +475,34 @@ mod tests {
 
     const SECOND: Micros = 1_000_000;
     const MS: Micros = 1_000;
+
+    #[test]
+    fn a_service_answering_few_a_window_still_gets_a_target() {
+        // 50 answers a second, 20 ms each, at most 4 in flight: no one window holds the 200
+        // answers a p99 baseline needs, so windows count together.
+        let mut p = Percentile::default();
+        let mut now = 0;
+        for _ in 0..(10 * 50) {
+            now += 20 * MS;
+            p.on_sample(now, Sample::ok(now - 20 * MS, 20 * MS, 4));
+        }
+        assert_eq!(
+            p.target(),
+            40 * MS,
+            "twice the p99 of the short windows together"
+        );
+        // A queue that triples latency is then a miss, and the limit comes down.
+        let before = p.limit();
+        for _ in 0..(3 * 50) {
+            now += 20 * MS;
+            p.on_sample(now, Sample::ok(now - 60 * MS, 60 * MS, before));
+        }
+        assert!(
+            p.limit() < before,
+            "limit {} after misses, was {before}",
+            p.limit()
+        );
+    }
 
     #[test]
     fn follows_the_rule_step_by_step() -> Result<(), ConfigError> {
