@@ -35,12 +35,17 @@ def workspace_crates():
 
 
 def source_of(page):
-    """Where an item's page says the item is defined (`src/crate/file.rs.html#line`)."""
-    match = re.search(r'<a class="src" href="([^"]+)"', page.read_text())
-    if not match:
-        return str(page)
-    # An item inlined from another crate names its first line only.
-    return re.sub(r"^(\.\./)+|-\d+$", "", match.group(1))
+    """Where an item's page says the item is defined (`src/crate/file.rs.html#line`), or
+    `None` when it links no source of the workspace. Rustdoc links the source of every item a
+    crate defines; a page without such a link shows a type re-exported from elsewhere, which
+    its own crate's docs count if that is a workspace crate (a third party's type is not
+    ours). Links into the standard library (`https://...`: a derived trait's methods) are not
+    the item's own."""
+    for href in re.findall(r'<a class="src" href="([^"]+)"', page.read_text()):
+        if not href.startswith(("http://", "https://")):
+            # An item inlined from another crate names its first line only.
+            return re.sub(r"^(\.\./)+|-\d+$", "", href)
+    return None
 
 
 def public_types(doc, crate):
@@ -63,7 +68,9 @@ def main():
     by_name = defaultdict(dict)
     for crate in workspace_crates():
         for name, path, kind, page in public_types(doc, crate):
-            by_name[name].setdefault(source_of(page), []).append(f"{path} ({kind})")
+            source = source_of(page)
+            if source is not None:
+                by_name[name].setdefault(source, []).append(f"{path} ({kind})")
     if "--list" in sys.argv[1:]:
         for name in sorted(by_name):
             for paths in by_name[name].values():
