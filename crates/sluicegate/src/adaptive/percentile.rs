@@ -72,8 +72,8 @@ pub struct Percentile {
     lowest: Option<Micros>,
     /// The latest windows' latencies that may set `lowest` (their median does).
     recent: [Option<Micros>; RECENT],
-    /// The answers of windows too short to count towards `lowest` alone, until together
-    /// they are enough: without them a service answering fewer than enough a window would
+    /// The answers of windows too short to count towards `lowest` alone (copied in as each
+    /// closes), until together they are enough: without them a service answering fewer than enough a window would
     /// never get a relative target, and the limit would only grow.
     short_windows: Reservoir,
     backoff: f64,
@@ -342,13 +342,19 @@ impl Percentile {
         let max_in_flight = std::mem::take(&mut self.max_in_flight);
         let seen = self.samples.seen();
         let latency = self.samples.percentile(self.percentile);
+        let short = seen < self.enough_samples();
+        if short && matches!(self.target, Target::Relative(_)) {
+            for &rtt in self.samples.kept() {
+                self.short_windows.push(rtt);
+            }
+        }
         self.samples.clear();
         self.over = 0;
         let Some(latency) = latency else {
             return;
         };
         let limit = self.limit;
-        let enough = seen >= self.enough_samples();
+        let enough = !short;
         if let Target::Relative(_) = self.target {
             // Only once everything in the window was admitted at the minimum: a queue left
             // from a higher limit drains through the first windows at the minimum.
@@ -458,9 +464,6 @@ impl Controller for Percentile {
             self.over += 1;
         }
         self.samples.push(sample.rtt);
-        if let Target::Relative(_) = self.target {
-            self.short_windows.push(sample.rtt);
-        }
         self.limit
     }
 

@@ -81,6 +81,11 @@ impl Reservoir {
         self.values.get(rank.clamp(1, n) - 1).copied()
     }
 
+    /// The values kept (all of them while fewer than `capacity` were offered), unordered.
+    pub(crate) fn kept(&self) -> &[Micros] {
+        &self.values
+    }
+
     pub(crate) fn clear(&mut self) {
         self.values.clear();
         self.seen = 0;
