@@ -85,6 +85,10 @@ def main():
         print("give each a name that says what it is", file=sys.stderr)
         return 1
     count = sum(len(items) for items in by_name.values())
+    if count == 0:
+        # Nothing read is a change in rustdoc's pages, not a workspace without types.
+        print("no public types read from the docs: has rustdoc's HTML changed?", file=sys.stderr)
+        return 1
     print(f"{count} public types, no two with the same name")
     return 0
 
