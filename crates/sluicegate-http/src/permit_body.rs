@@ -47,8 +47,12 @@ pub trait BodyEnd {
     /// The body was sent to its end.
     fn ended(self);
 
-    /// The body answered an error.
-    fn failed(self);
+    /// The body answered an error. By default what is held is dropped, as on an early drop.
+    fn failed(self)
+    where
+        Self: Sized,
+    {
+    }
 }
 
 pin_project! {

@@ -267,7 +267,8 @@ impl OverLimitCache {
     fn sweep(&self, entries: &mut Entries, now: Micros) {
         let recent = entries
             .last_sweep
-            .is_some_and(|last| now >= last && now - last < SWEEP_EVERY);
+            // Either way: a caller's clock that goes back must not scan on every call.
+            .is_some_and(|last| now.abs_diff(last) < SWEEP_EVERY);
         if now < entries.next_expiry || recent {
             return;
         }

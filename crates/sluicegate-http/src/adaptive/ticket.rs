@@ -119,9 +119,6 @@ impl BodyEnd for PendingSample {
             Some(outcome) => self.permit.complete(outcome),
         }
     }
-
-    /// Broken half way: the permit drops, as `dropped`.
-    fn failed(self) {}
 }
 
 impl fmt::Debug for PendingSample {

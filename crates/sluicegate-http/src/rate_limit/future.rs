@@ -33,7 +33,7 @@ impl Finish {
         mut response: Response<B>,
     ) -> Response<RateLimitBody<B>> {
         let Some(finish) = finish else {
-            return response.map(|body| RateLimitBody::holding(body, None));
+            return response.map(RateLimitBody::plain);
         };
         let Finish { permit, fields } = *finish;
         headers::extend(response.headers_mut(), fields);

@@ -34,9 +34,6 @@ impl std::fmt::Debug for ConcurrencyPermits {
 impl BodyEnd for ConcurrencyPermits {
     /// Given back (dropped here): the request no longer holds its place.
     fn ended(self) {}
-
-    /// Given back (dropped here), as at the end.
-    fn failed(self) {}
 }
 
 /// A response extension saying that the exchange goes on after the response body (a `101`
