@@ -35,6 +35,7 @@ mod cell;
 pub mod clock;
 mod decision;
 mod error;
+pub mod lease;
 pub mod limiter;
 pub mod over_limit;
 pub mod rate;

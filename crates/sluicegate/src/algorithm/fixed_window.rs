@@ -85,6 +85,31 @@ impl FixedWindow {
             (start, 0)
         }
     }
+
+    /// The end of the window a lease taken at `now` is counted in: its permits must be used
+    /// in it. `None` if a later window is in force (the clock went back).
+    pub(crate) fn lease_end(&self, state: &FixedWindowState, now: Micros) -> Option<Micros> {
+        let (start, _) = self.current(state, now);
+        (start == self.aligned(now)).then(|| start.saturating_add(self.window))
+    }
+
+    /// Uncounts up to `permits` counted by a lease taken at `taken_at`, if the window that
+    /// counted them is still the one kept and has not ended at `now`; the permits given back.
+    pub(crate) fn give_back(
+        &self,
+        state: &mut FixedWindowState,
+        now: Micros,
+        taken_at: Micros,
+        permits: u64,
+    ) -> u64 {
+        let start = self.aligned(taken_at);
+        if state.window_start != start || now >= start.saturating_add(self.window) {
+            return 0;
+        }
+        let back = permits.min(state.count);
+        state.count -= back;
+        back
+    }
 }
 
 impl Algorithm for FixedWindow {

@@ -86,6 +86,57 @@ impl LeakyBucket {
 
     /// The level at `now_t`, drained but not below empty.
     #[inline]
+    /// Pours `permits` in at `now` as if at `at` (a lease's last microsecond, not before
+    /// `now`): the level becomes what it would be at `at` with them, plus the time until
+    /// `at`, so it never drains them before `at` (the level of GCRA's TAT `max(TAT, at) +
+    /// permits`). `false`, the state untouched, unless they fit at `now`.
+    pub(crate) fn pour_as_at(
+        &self,
+        state: &mut LeakyBucketState,
+        now: Micros,
+        at: Micros,
+        permits: u64,
+    ) -> bool {
+        let s = &self.shape;
+        let now_t = s.ticks(now).max(state.leaked_at);
+        let level = self.level_at(state, now_t);
+        let added = permits.saturating_mul(s.pace.interval);
+        if level.saturating_add(added) > s.tolerance {
+            return false;
+        }
+        let until_at = s.ticks(at).saturating_sub(now_t);
+        *state = LeakyBucketState {
+            level: level.max(until_at) + added,
+            leaked_at: now_t,
+        };
+        true
+    }
+
+    /// Takes back up to `permits` of a lease poured as at `charged_at`, if `now` is still
+    /// before then (as [`Gcra`](crate::Gcra) does: later, they may have drained into an idle
+    /// bucket); the permits given back.
+    pub(crate) fn give_back(
+        &self,
+        state: &mut LeakyBucketState,
+        now: Micros,
+        charged_at: Micros,
+        permits: u64,
+    ) -> u64 {
+        let s = &self.shape;
+        let now_t = s.ticks(now).max(state.leaked_at);
+        let charged_t = s.ticks(charged_at);
+        if now_t >= charged_t {
+            return 0;
+        }
+        let level = self.level_at(state, now_t);
+        let back = (level.saturating_sub(charged_t - now_t) / s.pace.interval).min(permits);
+        *state = LeakyBucketState {
+            level: level - back * s.pace.interval,
+            leaked_at: now_t,
+        };
+        back
+    }
+
     fn level_at(&self, state: &LeakyBucketState, now_t: u64) -> u64 {
         state
             .level

@@ -155,6 +155,37 @@ impl SlidingWindow {
         self.slot_start(j.saturating_add(self.span()))
     }
 
+    /// The end of the slot a lease taken at `now` is counted in: its permits must be used in
+    /// it. `None` if a later slot is kept (the clock went back).
+    pub(crate) fn lease_end(&self, state: &SlidingWindowState, now: Micros) -> Option<Micros> {
+        let current = self.slot_of(now);
+        if state.slots.back().is_some_and(|&(s, _)| s > current) {
+            return None;
+        }
+        Some(self.slot_start(current.saturating_add(1)))
+    }
+
+    /// Uncounts up to `permits` counted by a lease taken at `taken_at` from its slot, if the
+    /// slot is still kept; the permits given back. Exact whenever it happens: the permits
+    /// were counted in that slot and never used.
+    pub(crate) fn give_back(
+        &self,
+        state: &mut SlidingWindowState,
+        taken_at: Micros,
+        permits: u64,
+    ) -> u64 {
+        let slot = self.slot_of(taken_at);
+        let Some(i) = state.slots.iter().position(|&(s, _)| s == slot) else {
+            return 0;
+        };
+        let back = permits.min(state.slots[i].1);
+        state.slots[i].1 -= back;
+        if state.slots[i].1 == 0 {
+            state.slots.remove(i);
+        }
+        back
+    }
+
     fn standing(&self, state: &SlidingWindowState, now: Micros) -> Standing {
         let current = state
             .slots

@@ -1,0 +1,203 @@
+//! Leases never let an algorithm grant beyond its limit: several processes share one state,
+//! each granting its leases' permits at its own request times, and the grants as used,
+//! replayed through the algorithm in time order, are every one allowed.
+
+use std::num::NonZeroU64;
+
+use proptest::prelude::*;
+
+use super::*;
+use crate::clock::Micros;
+use crate::error::CheckError;
+use crate::spec::{AnyAlgorithm, any::AnyState};
+use crate::state_machine::{Algorithm as _, Op};
+
+const SPECS: [&str; 7] = [
+    "fixed-window:limit=7,window=10ms",
+    "sliding-window:limit=9,window=12ms,buckets=4",
+    "sliding-window:limit=6,window=9ms",
+    "gcra:rate=1/ms,burst=5",
+    "token-bucket:rate=3/2ms,burst=8",
+    "leaky-bucket:rate=1/ms,capacity=4",
+    "gcra:rate=1/3us,burst=4",
+];
+
+fn algorithm(spec: &str) -> AnyAlgorithm {
+    spec.parse().expect("a valid spec")
+}
+
+fn one() -> NonZeroU64 {
+    NonZeroU64::MIN
+}
+
+/// A process's lease in hand.
+#[derive(Debug, Default, Clone, Copy)]
+struct Held {
+    terms: Option<LeaseTerms>,
+    left: u64,
+}
+
+/// What a process does at a time.
+#[derive(Debug, Clone, Copy)]
+enum Step {
+    /// Asks for a permit, leasing up to this many more if it has none in hand.
+    Request(u64),
+    /// Gives back what it holds unused and drops its lease.
+    GiveBack,
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    prop_oneof![
+        8 => (0u64..12).prop_map(Step::Request),
+        1 => Just(Step::GiveBack),
+    ]
+}
+
+/// Runs `trace` of (time step, process, step) with leases of `life`; the grant times.
+fn run(spec: &str, life: Micros, trace: &[(Micros, usize, Step)]) -> Vec<Micros> {
+    let algorithm = algorithm(spec);
+    let mut state = algorithm.initial_state(0);
+    let mut held = [Held::default(); 4];
+    let mut now = 0;
+    let mut granted = Vec::new();
+    for &(dt, process, step) in trace {
+        now += dt;
+        let hand = &mut held[process % held.len()];
+        match step {
+            Step::GiveBack => {
+                if let Some(terms) = hand.terms.take() {
+                    give_back(&algorithm, &mut state, now, &terms, hand.left);
+                }
+            }
+            Step::Request(want) => {
+                if let Some(terms) = hand.terms
+                    && hand.left > 0
+                    && now < terms.end
+                {
+                    hand.left -= 1;
+                    granted.push(now);
+                    continue;
+                }
+                let leased = take_lease(&algorithm, &mut state, now, one(), want, life)
+                    .expect("a permit is within capacity");
+                if leased.decision.allowed() {
+                    granted.push(now);
+                }
+                if let Some(terms) = leased.terms {
+                    *hand = Held {
+                        terms: Some(terms),
+                        left: terms.permits,
+                    };
+                }
+            }
+        }
+    }
+    granted
+}
+
+/// The first grant the algorithm would deny, replayed alone in time order.
+fn first_excess(spec: &str, granted: &[Micros]) -> Option<(usize, Micros)> {
+    let algorithm = algorithm(spec);
+    let mut state = algorithm.initial_state(0);
+    granted.iter().enumerate().find_map(|(i, &t)| {
+        let decision = algorithm
+            .decide(&mut state, t, one(), Op::Check)
+            .expect("a permit is within capacity");
+        (!decision.allowed()).then_some((i, t))
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    #[test]
+    fn leased_grants_never_exceed_the_limit(
+        spec in proptest::sample::select(SPECS.to_vec()),
+        life in 1u64..6_000,
+        trace in proptest::collection::vec((0u64..1_500, 0usize..4, step()), 1..300),
+    ) {
+        let granted = run(spec, life, &trace);
+        prop_assert_eq!(first_excess(spec, &granted), None, "{} granted {:?}", spec, granted);
+    }
+
+    #[test]
+    fn without_leases_decisions_are_the_plain_checks(
+        spec in proptest::sample::select(SPECS.to_vec()),
+        times in proptest::collection::vec(0u64..1_500, 1..200),
+    ) {
+        let algorithm = algorithm(spec);
+        let (mut leasing, mut plain) = (algorithm.initial_state(0), algorithm.initial_state(0));
+        let mut now = 0;
+        for dt in times {
+            now += dt;
+            let leased = take_lease(&algorithm, &mut leasing, now, one(), 0, 5_000)
+                .expect("a permit is within capacity");
+            let checked = algorithm.decide(&mut plain, now, one(), Op::Check)
+                .expect("a permit is within capacity");
+            prop_assert_eq!(leased.decision, checked);
+            prop_assert_eq!(leased.terms, None);
+            prop_assert_eq!(&leasing, &plain);
+        }
+    }
+}
+
+#[test]
+fn a_window_lease_ends_with_its_window_and_comes_back_whole() -> Result<(), CheckError> {
+    let fw = algorithm("fixed-window:limit=10,window=10ms");
+    let mut state = fw.initial_state(0);
+    let leased = take_lease(&fw, &mut state, 8_000, one(), 5, 20_000)?;
+    assert_eq!(leased.decision.remaining(), 9);
+    let terms = leased.terms.expect("a lease");
+    assert_eq!((terms.permits, terms.end), (5, 10_000));
+    assert_eq!(
+        state,
+        AnyState::FixedWindow(crate::state::FixedWindowState {
+            window_start: 0,
+            count: 6,
+        })
+    );
+    assert_eq!(give_back(&fw, &mut state, 9_000, &terms, 3), 3);
+    assert!(
+        fw.decide(
+            &mut state,
+            9_000,
+            NonZeroU64::new(7).unwrap_or(one()),
+            Op::Peek
+        )?
+        .allowed()
+    );
+    // In the next window there is nothing left to give back.
+    assert_eq!(give_back(&fw, &mut state, 10_000, &terms, 2), 0);
+    Ok(())
+}
+
+#[test]
+fn a_bucket_lease_is_charged_at_its_end_and_given_back_before_it() -> Result<(), CheckError> {
+    // One permit per ms, a burst of 5: empty debt at 0.
+    let gcra = algorithm("gcra:rate=1/ms,burst=5");
+    let mut state = gcra.initial_state(0);
+    let leased = take_lease(&gcra, &mut state, 0, one(), 10, 3_000)?;
+    let terms = leased.terms.expect("a lease");
+    // One for the request, four more fit now; charged as at 2 999: TAT 2 999 + 4 000.
+    assert_eq!((terms.permits, terms.end), (4, 3_000));
+    assert_eq!(state, AnyState::Gcra(6_999));
+    assert_eq!(give_back(&gcra, &mut state, 1_000, &terms, 3), 3);
+    assert_eq!(state, AnyState::Gcra(3_999));
+    // After the charge time, nothing comes back.
+    assert_eq!(give_back(&gcra, &mut state, 3_000, &terms, 1), 0);
+    Ok(())
+}
+
+#[test]
+fn the_sliding_log_and_the_queue_do_not_lease() -> Result<(), CheckError> {
+    for spec in [
+        "sliding-log:limit=5,window=1s",
+        "leaky-queue:rate=1/s,burst=3",
+    ] {
+        let a = algorithm(spec);
+        assert_eq!(lease_kind(&a), None);
+        let mut state = a.initial_state(0);
+        assert_eq!(take_lease(&a, &mut state, 0, one(), 3, 1_000)?.terms, None);
+    }
+    Ok(())
+}
