@@ -78,16 +78,19 @@ local function read_tat(key, p)
     d_old, p.d)
 end
 
--- Stores the TAT `debt_after` ticks after `now`, living until then.
-local function write_tat(key, now, debt_after, p)
+-- Stores the TAT `debt_after` ticks after `at` (default `now`; a lease's charge time,
+-- lease.lua, is later), living until then.
+local function write_tat(key, now, debt_after, p, at)
   local value
+  local ahead = 0
+  if at ~= nil then ahead = at - now else at = now end
   if p.d == 1 then
-    value = format("%d", now + debt_after)
+    value = format("%d", at + debt_after)
   else
     local q, r = idiv(debt_after, p.d)
-    value = format("%d:%d:%d", now + q, r, p.d)
+    value = format("%d:%d:%d", at + q, r, p.d)
   end
-  set_state(key, value, debt_after, p.d, p.grace_ms)
+  set_state(key, value, ahead * p.d + debt_after, p.d, p.grace_ms)
 end
 
 -- The leaky bucket's state, the string "l:u:r:d:i" (level in ticks, the pair (u, r)

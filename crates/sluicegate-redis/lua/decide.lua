@@ -57,6 +57,14 @@ local function parse_limit(KEYS, ARGV, now, i, k)
   fail("args", "unknown algorithm " .. tostring(kind))
 end
 
+-- `reply` with each decision's numbers appended, in order.
+local function append_decisions(reply, decisions)
+  for _, decision in ipairs(decisions) do
+    for _, v in ipairs(decision) do reply[#reply + 1] = v end
+  end
+  return reply
+end
+
 local function run(KEYS, ARGV)
   local now = decision_time(ARGV[1])
   local op = ARGV[2]
@@ -84,11 +92,7 @@ local function run(KEYS, ARGV)
       if decisions[j][1] == 1 then decisions[j] = deciders[j]("peek") end
     end
   end
-  local reply = { "OK", now }
-  for _, decision in ipairs(decisions) do
-    for _, v in ipairs(decision) do reply[#reply + 1] = v end
-  end
-  return reply
+  return append_decisions({ "OK", now }, decisions)
 end
 
 local decide_all = entry_point(run)

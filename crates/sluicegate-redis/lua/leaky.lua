@@ -4,7 +4,9 @@
 -- Leaky bucket as a meter (leaky_bucket.rs). State: the string "l:u:r:d:i" (level ticks,
 -- leaked-at pair, d, interval). Parameters as GCRA (the initial pair unused: a missing key is
 -- empty).
-local function decide_leaky_bucket(key, now, n, op, p)
+-- The meter's level at `now` and the pair it is measured at: `now`, or the stored pair if
+-- later (a clock gone back drains nothing).
+local function leaky_level(key, now, p)
   local level, lu, lr = 0, 0, 0
   local raw_level, u, r, d_old, i_old = read_level(key)
   if raw_level ~= nil then
@@ -25,7 +27,11 @@ local function decide_leaky_bucket(key, now, n, op, p)
   else
     drained = (now - lu) * p.d - lr
   end
-  local level_at = level - math.min(level, drained)
+  return level - math.min(level, drained), now_us, now_r
+end
+
+local function decide_leaky_bucket(key, now, n, op, p)
+  local level_at, now_us, now_r = leaky_level(key, now, p)
   local after = level_at + n * p.interval
   if after > p.tolerance and op ~= "charge" then
     return bucket_deny(p, level_at, ceil_div(after - p.tolerance, p.d)), nil

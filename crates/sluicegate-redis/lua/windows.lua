@@ -116,18 +116,29 @@ end
 
 -- Sliding window (sliding_window.rs), K slots or (K = 0) Cloudflare's weighted two windows.
 -- State: list [slot1, p1, slot2, p2, ...]. Parameters: limit, window_us, K, grace_ms.
+-- A sliding window's slots per window and slots counted: K and K, or 1 and 2 (K = 0, the
+-- weighted mode, whose slot is a whole window).
+local function window_slots(k)
+  if k == 0 then return 1, 2 end
+  return k, k
+end
+
+-- The slot of time t, floor(t * per / window), without forming the big product.
+local function window_slot_of(t, window, per)
+  local q, r = idiv(t, window)
+  return q * per + (idiv(r * per, window))
+end
+
+-- The first microsecond of slot j, ceil(j * window / per), likewise.
+local function window_slot_start(j, window, per)
+  local a, b = idiv(j, per)
+  return a * window + ceil_div(b * window, per)
+end
+
 local function decide_sliding_window(key, now, n, op, limit, window, k, grace_ms)
-  local per, span = k, k
-  if k == 0 then per, span = 1, 2 end
-  -- floor(t * per / window) and ceil(j * window / per) without forming the big products.
-  local function slot_of(t)
-    local q, r = idiv(t, window)
-    return q * per + (idiv(r * per, window))
-  end
-  local function slot_start(j)
-    local a, b = idiv(j, per)
-    return a * window + ceil_div(b * window, per)
-  end
+  local per, span = window_slots(k)
+  local function slot_of(t) return window_slot_of(t, window, per) end
+  local function slot_start(j) return window_slot_start(j, window, per) end
   local function slot_expiry(j) return slot_start(j + span) end
   -- The current slot, how many leading pairs no longer count, and when the request counts.
   local function standing(ss)

@@ -19,6 +19,9 @@
 //! - An over-limit cache ([`StoreConfig::over_limit_cache`], off by default) answers a key
 //!   Redis denied until its retry time in the process, with Redis's own decision, where that
 //!   is exact ([`sluicegate::over_limit`]): it only ever repeats denials.
+//! - Permit leasing ([`StoreConfig::leasing`], off by default) takes a batch of a hot key's
+//!   permits from Redis in one call and grants them in the process, never beyond the limit
+//!   ([`sluicegate::lease`]).
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
@@ -30,6 +33,8 @@ mod failure;
 mod keys;
 mod lazy;
 mod lease;
+mod lease_calls;
+mod leasing;
 mod limit;
 mod limiter;
 mod over_limit;
@@ -37,6 +42,7 @@ mod redisson;
 mod reply;
 mod report;
 mod scripts;
+mod stamp;
 mod store;
 #[cfg(feature = "testing")]
 pub mod testing;
@@ -49,6 +55,7 @@ pub use failure::{
 };
 pub use lazy::{LazyStore, LazyStoreError, RedisTarget};
 pub use lease::Lease;
+pub use leasing::{LeaseConfig, LeaseStats};
 pub use limit::{MAX_REDIS_TOLERANCE, RedisLimit};
 pub use limiter::RedisLimiter;
 pub use over_limit::OverLimitStats;

@@ -33,7 +33,6 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::Instant;
 
 use sluicegate::limiter::KeyBudget;
 use sluicegate::over_limit::OverLimit;
@@ -43,6 +42,7 @@ use sluicegate::{Decision, Micros};
 
 use crate::limit::RedisLimit;
 use crate::reply::LimitRequest;
+use crate::stamp::{Stamp, Stamper, Timeline};
 
 /// What a store's over-limit cache holds and has done.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -56,22 +56,6 @@ pub struct OverLimitStats {
     pub capacity: usize,
 }
 
-/// Which clock an entry's times are on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Timeline {
-    /// The times callers give ([`Now::At`]).
-    Given,
-    /// This process's monotonic clock, for calls on Redis's clock ([`Now::Store`]).
-    Local,
-}
-
-/// A call's time on the cache's clocks.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Stamp {
-    timeline: Timeline,
-    at: Micros,
-}
-
 /// How often, at most, a full cache scans its entries for expired ones.
 const SWEEP_EVERY: Micros = 1_000_000;
 
@@ -80,8 +64,8 @@ const SWEEP_EVERY: Micros = 1_000_000;
 pub(crate) struct OverLimitCache {
     capacity: usize,
     budget: Option<Arc<KeyBudget>>,
-    /// Where the [`Timeline::Local`] clock starts.
-    origin: Instant,
+    /// The clocks its entries are on.
+    stamper: Stamper,
     hits: AtomicU64,
     entries: Mutex<Entries>,
 }
@@ -110,7 +94,7 @@ impl OverLimitCache {
         OverLimitCache {
             capacity,
             budget,
-            origin: Instant::now(),
+            stamper: Stamper::new(),
             hits: AtomicU64::new(0),
             entries: Mutex::new(Entries {
                 timeline: Timeline::Given,
@@ -129,16 +113,7 @@ impl OverLimitCache {
 
     /// A call's time: the one given, or now on the local clock.
     pub(crate) fn stamp(&self, now: Now) -> Stamp {
-        match now {
-            Now::At(at) => Stamp {
-                timeline: Timeline::Given,
-                at,
-            },
-            Now::Store => Stamp {
-                timeline: Timeline::Local,
-                at: u64::try_from(self.origin.elapsed().as_micros()).unwrap_or(Micros::MAX),
-            },
-        }
+        self.stamper.stamp(now)
     }
 
     /// Each request's denial, if every one is answered at `stamp` (`keys[i]` the Redis key of

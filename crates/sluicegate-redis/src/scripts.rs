@@ -14,8 +14,8 @@ macro_rules! lua {
     };
 }
 
-/// Every algorithm and the multi-limit entry point: the library's core and the `EVALSHA`
-/// decide script alike.
+/// Every algorithm, the multi-limit entry point and leasing: the library's core and the
+/// `EVALSHA` decide and lease scripts alike.
 macro_rules! decide_lua {
     () => {
         lua!(
@@ -27,6 +27,7 @@ macro_rules! decide_lua {
             "fixed_window.lua",
             "windows.lua",
             "decide.lua",
+            "lease.lua",
         )
     };
 }
@@ -48,6 +49,8 @@ const LIBRARY_BODY: &str = concat!(
 pub(crate) enum Entry {
     /// Any set of limits, all or nothing (`decide.lua`).
     Decide,
+    /// A lease of permits of a set of limits taken or given back (`lease.lua`).
+    Lease,
     /// One GCRA limit or token bucket, with fewer arguments and reply values (`one_gcra.lua`).
     OneGcra,
     /// One fixed window (`one_fixed_window.lua`).
@@ -85,8 +88,9 @@ impl OneEntry {
     }
 }
 
-const ENTRIES: [(Entry, &str); 5] = [
+const ENTRIES: [(Entry, &str); 6] = [
     (Entry::Decide, "decide"),
+    (Entry::Lease, "lease"),
     (Entry::OneGcra, "one_gcra"),
     (Entry::OneFixedWindow, "one_fixed_window"),
     (Entry::Batch, "batch"),
@@ -116,6 +120,10 @@ pub(crate) static LIBRARY: LazyLock<Library> = LazyLock::new(|| {
 /// Every algorithm and the multi-limit entry point, for `EVALSHA`.
 static DECIDE_SCRIPT: LazyLock<Script> =
     LazyLock::new(|| Script::new(concat!(decide_lua!(), "return decide_all(KEYS, ARGV)\n")));
+
+/// Leases, for `EVALSHA`: the decide script's code, entered at `lease`.
+static LEASE_SCRIPT: LazyLock<Script> =
+    LazyLock::new(|| Script::new(concat!(decide_lua!(), "return lease(KEYS, ARGV)\n")));
 
 /// One GCRA limit in a script holding GCRA alone: each `EVALSHA` builds only its closures.
 static ONE_GCRA_SCRIPT: LazyLock<Script> = LazyLock::new(|| {
@@ -172,6 +180,7 @@ impl Entry {
     pub(crate) fn script(self) -> &'static Script {
         match self {
             Entry::Decide => &DECIDE_SCRIPT,
+            Entry::Lease => &LEASE_SCRIPT,
             Entry::OneGcra => &ONE_GCRA_SCRIPT,
             Entry::OneFixedWindow => &ONE_FIXED_WINDOW_SCRIPT,
             Entry::Batch => &BATCH_SCRIPT,

@@ -11,13 +11,14 @@ use redis::cluster::ClusterClientBuilder;
 use sluicegate::limiter::KeyBudget;
 use sluicegate::state_machine::Op;
 use sluicegate::store::Now;
-use sluicegate::{ConfigError, Micros};
+use sluicegate::{ConfigError, Decision, Micros};
 
 use crate::batch::{Batcher, OneCall};
 use crate::connection::{Connection, Link, bounded};
 use crate::error::RedisLimitError;
 use crate::keys::KeyScheme;
 use crate::lease::{Lease, LeaseOp, new_lease_id};
+use crate::leasing::{LeaseConfig, LeaseStats, Leasing, Plan};
 use crate::limit::{Joined, RedisLimit};
 use crate::over_limit::{OverLimitCache, OverLimitStats};
 use crate::reply::{
@@ -57,6 +58,14 @@ pub struct StoreConfig {
     /// A cap on keys the over-limit cache's entries are also taken from (a service's cap on
     /// counter keys across its limiters), if any: at the cap, a denial is not kept.
     pub over_limit_budget: Option<Arc<KeyBudget>>,
+    /// Permit leasing (default `None`: off). With it, a hot call shape of leasing limits
+    /// (fixed and sliding windows, GCRA, token and leaky buckets) takes a batch of permits
+    /// from Redis in one call and grants them in the process, never beyond the limit (see
+    /// [`sluicegate::lease`]): a hot key costs Redis one call per lease instead of one per
+    /// request. The price: permits leased but unused are spent for a lease's life (at most
+    /// `max_per_key` per process and key); a local grant's `remaining` is this process's
+    /// view. Counts: [`RedisStore::lease_stats`].
+    pub leasing: Option<LeaseConfig>,
 }
 
 /// How a [`RedisStore`] runs its Lua code.
@@ -83,6 +92,7 @@ impl Default for StoreConfig {
             max_batch: 64,
             over_limit_cache: 0,
             over_limit_budget: None,
+            leasing: None,
         }
     }
 }
@@ -101,6 +111,12 @@ impl StoreConfig {
         self.over_limit_budget = Some(budget);
         self
     }
+
+    /// With permit leasing; see [`StoreConfig::leasing`].
+    pub fn with_leasing(mut self, leasing: LeaseConfig) -> StoreConfig {
+        self.leasing = Some(leasing);
+        self
+    }
 }
 
 /// A shared, cloneable handle on Redis: one multiplexed connection (per node, for Cluster)
@@ -115,6 +131,8 @@ pub struct RedisStore {
     /// Denials answered in the process (see [`StoreConfig::over_limit_cache`]), shared by
     /// every clone.
     over_limit: Option<Arc<OverLimitCache>>,
+    /// Permits leased (see [`StoreConfig::leasing`]), shared by every clone.
+    pub(crate) leasing: Option<Arc<Leasing>>,
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -131,6 +149,7 @@ impl RedisStore {
     /// Connects to one Redis server (`redis://host:port/db`).
     pub async fn connect(url: &str, config: StoreConfig) -> Result<RedisStore, RedisLimitError> {
         let keys = KeyScheme::new(&config.prefix)?;
+        validate_leasing(&config)?;
         let client = redis::Client::open(url).map_err(|e| invalid_url(url, &e))?;
         let manager_config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(config.timeout))
@@ -154,6 +173,7 @@ impl RedisStore {
         config: StoreConfig,
     ) -> Result<RedisStore, RedisLimitError> {
         let keys = KeyScheme::new(&config.prefix)?;
+        validate_leasing(&config)?;
         let client = ClusterClientBuilder::new(nodes.iter().copied())
             .connection_timeout(config.timeout)
             .response_timeout(config.timeout)
@@ -187,7 +207,16 @@ impl RedisStore {
                     config.over_limit_budget.clone(),
                 ))
             }),
+            leasing: config.leasing.map(|c| Arc::new(Leasing::new(c))),
         }
+    }
+
+    /// What leasing has done and holds (all zero without it).
+    pub fn lease_stats(&self) -> LeaseStats {
+        self.leasing
+            .as_ref()
+            .map(|leasing| leasing.stats())
+            .unwrap_or_default()
     }
 
     /// What the over-limit cache holds and has answered (all zero without one).
@@ -261,15 +290,19 @@ impl RedisStore {
         op: Op,
         now: Now,
     ) -> Result<RedisMultiDecision, RedisLimitError> {
-        let Some(cache) = &self.over_limit else {
+        let leasing = self.leasing.as_deref().filter(|_| op == Op::Check);
+        if self.over_limit.is_none() && leasing.is_none() {
             return self.decide_in_redis(requests, op, now).await;
-        };
+        }
         let keys: Vec<Vec<u8>> = requests
             .iter()
             .map(|r| self.keys.key(r.key, r.name.as_bytes(), ""))
             .collect();
-        let stamp = cache.stamp(now);
-        if let Some((decisions, at)) = cache.answer(requests, &keys, op, stamp) {
+        let cache = self.over_limit.as_deref();
+        let cache_stamp = cache.map(|cache| cache.stamp(now));
+        if let (Some(cache), Some(stamp)) = (cache, cache_stamp)
+            && let Some((decisions, at)) = cache.answer(requests, &keys, op, stamp)
+        {
             return Ok(RedisMultiDecision {
                 allowed: false,
                 decisions,
@@ -277,11 +310,50 @@ impl RedisStore {
                 now: at,
             });
         }
+        let mut asking = None;
+        let mut lease_stamp = None;
+        if let Some(leasing) = leasing {
+            let stamp = leasing.stamp(now);
+            lease_stamp = Some(stamp);
+            match leasing.plan(requests, &keys, stamp) {
+                Plan::Granted(decisions, at) => {
+                    return Ok(RedisMultiDecision {
+                        allowed: true,
+                        decisions,
+                        leases: Vec::new(),
+                        now: at,
+                    });
+                }
+                Plan::Ask(ask) => asking = Some(ask),
+                Plan::Plain => {}
+            }
+        }
+        if let (Some(leasing), Some(stamp)) = (leasing, lease_stamp) {
+            self.return_ended_leases(leasing, stamp).await;
+        }
         // Dropped before asking: a call that fails or is cancelled (a caller's timeout) may
         // have changed their state, and leaves no entry behind.
-        cache.forget(&keys);
-        let decided = self.decide_in_redis(requests, op, now).await?;
-        cache.learn(requests, &keys, op, stamp, &decided.decisions, decided.now);
+        if let Some(cache) = cache {
+            cache.forget(&keys);
+        }
+        let decided = match asking {
+            Some(ask) => {
+                let reply = self
+                    .lease_in_redis(requests, &keys, &ask, leasing, now)
+                    .await?;
+                ask.learn(&reply);
+                RedisMultiDecision {
+                    allowed: reply.decisions.iter().all(Decision::allowed),
+                    decisions: reply.decisions,
+                    leases: Vec::new(),
+                    now: reply.now,
+                }
+            }
+            None => self.decide_in_redis(requests, op, now).await?,
+        };
+        if let (Some(cache), Some(stamp)) = (cache, cache_stamp) {
+            cache.learn(requests, &keys, op, stamp, &decided.decisions, decided.now);
+        }
         Ok(decided)
     }
 
@@ -441,6 +513,13 @@ impl RedisStore {
         let (_, decisions) = parse_reply(&reply, 1)?;
         Ok(decisions.first().is_some_and(|d| d.allowed()))
     }
+}
+
+fn validate_leasing(config: &StoreConfig) -> Result<(), RedisLimitError> {
+    if let Some(leasing) = config.leasing {
+        leasing.validated()?;
+    }
+    Ok(())
 }
 
 fn invalid_url(url: &str, error: &redis::RedisError) -> RedisLimitError {

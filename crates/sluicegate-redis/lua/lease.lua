@@ -1,0 +1,231 @@
+-- Permit leasing (crates/sluicegate/src/lease): a call's limits lease a batch of permits
+-- together, all or none, and give back what a lease left unused where that is exact.
+-- Concatenated after decide.lua (see src/scripts.rs).
+--
+-- ARGV: now ("" = TIME), op ("take" or "return"), want (permits to lease beyond the
+-- request), life_us, then the lease to give back first: taken_at, end, unused (0: none), then
+-- the limit count and each limit's arguments exactly as decide.lua takes them (kind,
+-- permits, parameters). Only fixed-window, sliding-window, gcra, token-bucket and
+-- leaky-bucket lease. KEYS: one per limit.
+-- Reply of take: {"OK", now, leased, end, given_back, then each limit's decision of the
+-- request (6 numbers, as decide.lua)}; the request is decided as a plain check, and the lease
+-- taken only if it is allowed. Reply of return: {"OK", now, given_back}. `given_back` is the
+-- least any limit took back.
+
+-- Rewrites a list of (slot, permits) pairs, keeping its time to live.
+local function rewrite_pairs(key, at, ps)
+  local ttl = redis_call("PTTL", key)
+  redis_call("DEL", key)
+  if #at == 0 or ttl <= 0 then return end
+  local flat = {}
+  for j = 1, #at do
+    flat[#flat + 1] = format("%d", at[j])
+    flat[#flat + 1] = format("%d", ps[j])
+  end
+  redis_call("RPUSH", key, unpack(flat))
+  redis_call("PEXPIRE", key, ttl)
+end
+
+-- One limit's lease operations: end(life) -> the lease's end bound or nil; charge(k, e) ->
+-- false, or a commit charging k permits used before e; give_back(taken_at, e, u) -> permits
+-- uncounted.
+local function fixed_window_lease(key, now, limit, window, grace_ms)
+  local function start_of(t) local _, into = idiv(t, window); return t - into end
+  local function stored()
+    local raw = get_state(key)
+    if raw == false then return nil, 0 end
+    local colon = string.find(raw, ":", 1, true)
+    if colon == nil then bad_state(key, raw) end
+    return int_field(key, "s", string.sub(raw, 1, colon - 1), 0, 2 ^ 53),
+      int_field(key, "c", string.sub(raw, colon + 1), 0, EXACT)
+  end
+  return {
+    ["end"] = function()
+      local s, c = stored()
+      local start = start_of(now)
+      if s ~= nil and c > 0 and s > start then return nil end
+      return start + window
+    end,
+    charge = function(k)
+      local decision, commit = decide_fixed_window(key, now, k, "check", limit, window, grace_ms)
+      return decision[1] == 1 and commit
+    end,
+    give_back = function(taken_at, _, u)
+      local s, c = stored()
+      local start = start_of(taken_at)
+      if s ~= start or start + window <= now then return 0 end
+      local back = math.min(u, c)
+      write_window(key, s, c - back, start + window - now, grace_ms)
+      return back
+    end,
+  }
+end
+
+local function sliding_window_lease(key, now, limit, window, k, grace_ms)
+  local per = window_slots(k)
+  return {
+    ["end"] = function()
+      local current = window_slot_of(now, window, per)
+      local ss = read_pairs(key, EXACT)
+      if #ss > 0 and ss[#ss] > current then return nil end
+      return window_slot_start(current + 1, window, per)
+    end,
+    charge = function(n)
+      local decision, commit = decide_sliding_window(key, now, n, "check", limit, window, k,
+        grace_ms)
+      return decision[1] == 1 and commit
+    end,
+    give_back = function(taken_at, _, u)
+      local slot = window_slot_of(taken_at, window, per)
+      local ss, ps = read_pairs(key, EXACT)
+      for j = 1, #ss do
+        if ss[j] == slot then
+          local back = math.min(u, ps[j])
+          ps[j] = ps[j] - back
+          if ps[j] == 0 then
+            table.remove(ss, j)
+            table.remove(ps, j)
+          end
+          rewrite_pairs(key, ss, ps)
+          return back
+        end
+      end
+      return 0
+    end,
+  }
+end
+
+local function gcra_lease(key, now, p)
+  return {
+    ["end"] = function() return math.huge end,
+    charge = function(k, e)
+      -- Fits now, so at any later time: charged as granted at e - 1.
+      if gcra_decision(key, now, k, "check", p)[1] ~= 1 then return false end
+      local at = math.max(now, e - 1)
+      local _, debt_after = gcra_decision(key, at, k, "check", p)
+      if debt_after == nil then return false end
+      return function() write_tat(key, now, debt_after, p, at) end
+    end,
+    give_back = function(_, e, u)
+      local charged = e - 1
+      if now >= charged then return 0 end
+      local tat_us, tat_r = read_tat(key, p)
+      local above = ticks_after(key, tat_us, tat_r, charged, 0, p.d)
+      local back = math.min(u, (idiv(above, p.interval)))
+      if back > 0 then
+        local debt = ticks_after(key, tat_us, tat_r, now, 0, p.d)
+        write_tat(key, now, debt - back * p.interval, p)
+      end
+      return back
+    end,
+  }
+end
+
+local function leaky_lease(key, now, p)
+  -- Ticks from the pair (us, r) to the microsecond t, or 0 if t is not later.
+  local function until_t(us, r, t)
+    if t < us or (t == us and r > 0) then return 0 end
+    return (t - us) * p.d - r
+  end
+  return {
+    ["end"] = function() return math.huge end,
+    charge = function(k, e)
+      local level, now_us, now_r = leaky_level(key, now, p)
+      local added = k * p.interval
+      if level + added > p.tolerance then return false end
+      local after = math.max(level, until_t(now_us, now_r, math.max(now, e - 1))) + added
+      return function()
+        write_level(key, after, now_us, now_r, p, after + (now_us - now) * p.d + now_r)
+      end
+    end,
+    give_back = function(_, e, u)
+      local level, now_us, now_r = leaky_level(key, now, p)
+      local floor_ticks = until_t(now_us, now_r, e - 1)
+      if floor_ticks == 0 then return 0 end
+      local back = math.min(u, (idiv(math.max(0, level - floor_ticks), p.interval)))
+      if back > 0 then
+        local after = level - back * p.interval
+        write_level(key, after, now_us, now_r, p, after + (now_us - now) * p.d + now_r)
+      end
+      return back
+    end,
+  }
+end
+
+-- One limit's lease operations from ARGV[i] on (after its kind and permits).
+local function parse_lease(KEYS, ARGV, now, kind, i, k)
+  local key = KEYS[k]
+  if kind == "gcra" or kind == "token-bucket" then
+    return gcra_lease(key, now, (bucket_params(ARGV, i)))
+  elseif kind == "leaky-bucket" then
+    return leaky_lease(key, now, (bucket_params(ARGV, i)))
+  elseif kind == "fixed-window" then
+    return fixed_window_lease(key, now, to_number(ARGV[i]), to_number(ARGV[i + 1]),
+      to_number(ARGV[i + 2]))
+  elseif kind == "sliding-window" then
+    return sliding_window_lease(key, now, to_number(ARGV[i]), to_number(ARGV[i + 1]),
+      to_number(ARGV[i + 2]), to_number(ARGV[i + 3]))
+  end
+  fail("args", tostring(kind) .. " does not lease")
+end
+
+local function run_lease(KEYS, ARGV)
+  local now = decision_time(ARGV[1])
+  local op, want, life = ARGV[2], to_number(ARGV[3]), to_number(ARGV[4])
+  local taken_at, lease_end, unused = to_number(ARGV[5]), to_number(ARGV[6]), to_number(ARGV[7])
+  local count = to_number(ARGV[8])
+  if want == nil or life == nil or unused == nil or count == nil then
+    fail("args", "lease arguments")
+  end
+  local i, k = 9, 1
+  local deciders, leases = {}, {}
+  for j = 1, count do
+    local kind, at_i, at_k = ARGV[i], i + 2, k
+    deciders[j], i, k = parse_limit(KEYS, ARGV, now, i, k)
+    leases[j] = parse_lease(KEYS, ARGV, now, kind, at_i, at_k)
+  end
+  local given_back = 0
+  if unused > 0 then
+    given_back = unused
+    for j = 1, count do
+      given_back = math.min(given_back, leases[j].give_back(taken_at, lease_end, unused))
+    end
+  end
+  if op == "return" then return { "OK", now, given_back } end
+  if op ~= "take" then fail("args", "lease op " .. tostring(op)) end
+  -- The request, as a plain check, all or nothing (decide.lua's run).
+  local decisions, commits, all_allowed = {}, {}, true
+  for j = 1, count do
+    decisions[j], commits[j] = deciders[j]("check")
+    if decisions[j][1] ~= 1 then all_allowed = false end
+  end
+  local leased, e = 0, now + life
+  if all_allowed then
+    for j = 1, count do commits[j]() end
+    leased = want
+    for j = 1, count do
+      leased = math.min(leased, decisions[j][3])
+      local bound = leases[j]["end"]()
+      if bound == nil then leased = 0 else e = math.min(e, bound) end
+    end
+    if e <= now then leased = 0 end
+    if leased > 0 then
+      local charges = {}
+      for j = 1, count do
+        charges[j] = leases[j].charge(leased, e)
+        if not charges[j] then leased = 0; break end
+      end
+      if leased > 0 then
+        for j = 1, count do charges[j]() end
+      end
+    end
+  else
+    for j = 1, count do
+      if decisions[j][1] == 1 then decisions[j] = deciders[j]("peek") end
+    end
+  end
+  if leased == 0 then e = 0 end
+  return append_decisions({ "OK", now, leased, e, given_back }, decisions)
+end
+
+local lease = entry_point(run_lease)

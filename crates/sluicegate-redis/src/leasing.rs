@@ -1,0 +1,525 @@
+//! Permit leasing of a [`RedisStore`](crate::RedisStore) (off unless
+//! [`StoreConfig::leasing`](crate::StoreConfig::leasing) is set): a hot call shape (the limits
+//! and keys a call names) takes a batch of permits from Redis in one script call (`lease.lua`)
+//! and grants them in the process, one request at a time, by the core's rules
+//! ([`sluicegate::lease`]).
+//!
+//! - One lease per call shape, the call's limits leased together: each local grant spends its
+//!   permits of every limit of the lease at once, so multi-limit calls stay all or nothing.
+//!   Only checks ([`Op::Check`](sluicegate::state_machine::Op::Check)) of calls whose limits
+//!   all lease, and that ask the same permits of each, are leased; everything else takes the
+//!   plain path.
+//! - Sized by the shape's local rate ([`LeaseSizing`]): a cold shape asks Redis every time.
+//!   While one task asks Redis for a shape's lease, the shape's other requests take the plain
+//!   path (no herd of leases).
+//! - A lease ends at its end (Redis's time, on the caller's clock for given times, or on this
+//!   process's monotonic clock from when the call was sent for Redis's clock: it ends no later
+//!   than Redis's end), when its permits run out, or when the limits change (a rule reload).
+//!   Its unused permits are given back with the shape's next lease call, by
+//!   [`RedisStore::return_leases`](crate::RedisStore::return_leases) (shutdown), or, for a
+//!   shape gone idle, by the next call of any shape that asks Redis (at most once per lease
+//!   life: that call first sends the ended leases of windows back, one script call each, so
+//!   it pays their round trips); Redis takes back what is exact to take back (see the core's
+//!   docs), the rest is spent.
+//! - What a local grant reports: `allowed`, the limit, `remaining` from this process's view
+//!   (what Redis reported left when the lease was taken, less what the process granted from it
+//!   since: an estimate, which other processes' grants make optimistic), and `reset_after`
+//!   counting down from Redis's answer at the lease.
+//! - Bounded: at most `max_shapes` shapes are followed; at the cap, shapes with no lease and
+//!   no recent request are dropped (a scan at most once a second), and new shapes take the
+//!   plain path until there is room.
+
+use std::collections::HashMap;
+use std::num::NonZeroU64;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use sluicegate::lease::{LeaseKind, LeaseSizing, LeaseTerms, LocalRate, lease_kind};
+use sluicegate::store::Now;
+use sluicegate::{ConfigError, Decision, Micros};
+
+use crate::limit::RedisLimit;
+use crate::reply::LimitRequest;
+use crate::stamp::{Stamp, Stamper, Timeline};
+
+/// How a [`RedisStore`](crate::RedisStore) leases permits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeaseConfig {
+    /// Lease life, size and caps.
+    pub sizing: LeaseSizing,
+    /// The most call shapes whose rate is followed (default 10 000): each takes a few
+    /// hundred bytes plus its keys.
+    pub max_shapes: usize,
+}
+
+impl Default for LeaseConfig {
+    fn default() -> Self {
+        LeaseConfig {
+            sizing: LeaseSizing::default(),
+            max_shapes: 10_000,
+        }
+    }
+}
+
+impl LeaseConfig {
+    /// Checks the sizing (see [`LeaseSizing::validated`]) and a cap of at least one shape.
+    pub fn validated(self) -> Result<LeaseConfig, ConfigError> {
+        if self.max_shapes == 0 {
+            return Err(ConfigError::InvalidParameter {
+                name: "max_shapes",
+                value: "0".into(),
+                reason: "must be at least 1".into(),
+            });
+        }
+        Ok(LeaseConfig {
+            sizing: self.sizing.validated()?,
+            ..self
+        })
+    }
+}
+
+/// What a store's leasing has done since the store was made (all zero without leasing).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LeaseStats {
+    /// Leases taken.
+    pub leases_taken: u64,
+    /// Permits leased, beyond the requests that took the leases.
+    pub permits_leased: u64,
+    /// Calls answered from a lease without asking Redis: round trips saved.
+    pub local_grants: u64,
+    /// Calls of the lease script (each takes a lease, or decides a hot shape's request
+    /// without one at a cap, or gives leases back).
+    pub lease_calls: u64,
+    /// Unused permits Redis took back.
+    pub permits_returned: u64,
+    /// Unused permits not taken back (spent: they come back by time alone).
+    pub permits_expired_unused: u64,
+    /// Leased permits held unused now.
+    pub permits_held: u64,
+    /// Call shapes followed now.
+    pub shapes: usize,
+}
+
+/// A lease in hand.
+#[derive(Debug, Clone)]
+struct Held {
+    /// As Redis counts it (Redis's times).
+    terms: LeaseTerms,
+    left: u64,
+    /// Granted from on `[from, until)` of the shapes' timeline.
+    from: Micros,
+    until: Micros,
+    /// Redis's time minus the timeline's, at the lease.
+    offset: Micros,
+    /// Per limit: the limit, what is left from this process's view, when the state is fresh
+    /// (on the timeline).
+    views: Vec<(u64, u64, Micros)>,
+}
+
+#[derive(Debug)]
+struct Shape {
+    limits: Vec<RedisLimit>,
+    rate: LocalRate,
+    last_seen: Micros,
+    asking: bool,
+    lease: Option<Held>,
+}
+
+#[derive(Debug)]
+struct Shapes {
+    timeline: Timeline,
+    by_keys: HashMap<Vec<Vec<u8>>, Shape>,
+    last_sweep: Option<Micros>,
+    /// When the ended leases were last handed out for return.
+    last_return: Option<Micros>,
+}
+
+/// What a call does with its shape's lease.
+pub(crate) enum Plan<'a> {
+    /// Granted from the lease: each limit's decision, and the time to report.
+    Granted(Vec<Decision>, Micros),
+    /// Ask Redis for a lease (and give back the last one's unused permits).
+    Ask(Asking<'a>),
+    /// The plain path.
+    Plain,
+}
+
+/// A lease call in flight: the shape's `asking` flag is cleared when it is learned or
+/// dropped (a call cancelled by its caller).
+pub(crate) struct Asking<'a> {
+    leasing: &'a Leasing,
+    keys: Vec<Vec<u8>>,
+    stamp: Stamp,
+    /// Permits to lease beyond the request.
+    pub(crate) want: u64,
+    /// The ended lease to give back first, and its unused permits.
+    pub(crate) give_back: Option<(LeaseTerms, u64)>,
+    learned: bool,
+}
+
+/// Redis's answer to a lease call.
+#[derive(Debug, Clone)]
+pub(crate) struct LeaseReply {
+    pub(crate) now: Micros,
+    pub(crate) leased: u64,
+    pub(crate) end: Micros,
+    pub(crate) given_back: u64,
+    pub(crate) decisions: Vec<Decision>,
+}
+
+/// An ended lease to give back, with the shape's limits and keys.
+#[derive(Debug, Clone)]
+pub(crate) struct Returning {
+    pub(crate) keys: Vec<Vec<u8>>,
+    pub(crate) limits: Vec<RedisLimit>,
+    pub(crate) terms: LeaseTerms,
+    pub(crate) unused: u64,
+}
+
+/// How often, at most, the shapes are scanned for idle ones at the cap.
+const SWEEP_EVERY: Micros = 1_000_000;
+
+/// A store's leases, shared by its clones.
+#[derive(Debug)]
+pub(crate) struct Leasing {
+    config: LeaseConfig,
+    stamper: Stamper,
+    held: AtomicU64,
+    leases_taken: AtomicU64,
+    permits_leased: AtomicU64,
+    local_grants: AtomicU64,
+    lease_calls: AtomicU64,
+    permits_returned: AtomicU64,
+    permits_expired: AtomicU64,
+    shapes: Mutex<Shapes>,
+}
+
+impl Leasing {
+    pub(crate) fn new(config: LeaseConfig) -> Leasing {
+        Leasing {
+            config,
+            stamper: Stamper::new(),
+            held: AtomicU64::new(0),
+            leases_taken: AtomicU64::new(0),
+            permits_leased: AtomicU64::new(0),
+            local_grants: AtomicU64::new(0),
+            lease_calls: AtomicU64::new(0),
+            permits_returned: AtomicU64::new(0),
+            permits_expired: AtomicU64::new(0),
+            shapes: Mutex::new(Shapes {
+                timeline: Timeline::Given,
+                by_keys: HashMap::new(),
+                last_sweep: None,
+                last_return: None,
+            }),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Shapes> {
+        // Each change to the shapes is whole: a panic elsewhere leaves them consistent.
+        self.shapes.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The lease's life.
+    pub(crate) fn life(&self) -> Micros {
+        self.config.sizing.life
+    }
+
+    pub(crate) fn stamp(&self, now: Now) -> Stamp {
+        self.stamper.stamp(now)
+    }
+
+    pub(crate) fn stats(&self) -> LeaseStats {
+        LeaseStats {
+            leases_taken: self.leases_taken.load(Ordering::Relaxed),
+            permits_leased: self.permits_leased.load(Ordering::Relaxed),
+            local_grants: self.local_grants.load(Ordering::Relaxed),
+            lease_calls: self.lease_calls.load(Ordering::Relaxed),
+            permits_returned: self.permits_returned.load(Ordering::Relaxed),
+            permits_expired_unused: self.permits_expired.load(Ordering::Relaxed),
+            permits_held: self.held.load(Ordering::Relaxed),
+            shapes: self.lock().by_keys.len(),
+        }
+    }
+
+    /// The permits every limit of the call asks, if the call can lease at all.
+    fn leasable(requests: &[LimitRequest<'_>]) -> Option<NonZeroU64> {
+        let first = requests.first()?;
+        requests
+            .iter()
+            .all(|r| r.permits == first.permits && lease_kind(r.limit.algorithm()).is_some())
+            .then_some(first.permits)
+    }
+
+    /// What a check of `requests` (`keys[i]` the Redis key of `requests[i]`) does at `stamp`.
+    pub(crate) fn plan<'a>(
+        &'a self,
+        requests: &[LimitRequest<'_>],
+        keys: &[Vec<u8>],
+        stamp: Stamp,
+    ) -> Plan<'a> {
+        let Some(permits) = Self::leasable(requests) else {
+            return Plan::Plain;
+        };
+        let n = permits.get();
+        let mut shapes = self.lock();
+        if shapes.timeline != stamp.timeline {
+            self.drop_all(&mut shapes);
+            shapes.timeline = stamp.timeline;
+        }
+        if !shapes.by_keys.contains_key(keys) {
+            if shapes.by_keys.len() >= self.config.max_shapes {
+                self.sweep(&mut shapes, stamp.at);
+                if shapes.by_keys.len() >= self.config.max_shapes {
+                    return Plan::Plain;
+                }
+            }
+            shapes.by_keys.insert(
+                keys.to_vec(),
+                Shape {
+                    limits: requests.iter().map(|r| r.limit.clone()).collect(),
+                    rate: LocalRate::default(),
+                    last_seen: stamp.at,
+                    asking: false,
+                    lease: None,
+                },
+            );
+        }
+        let Some(shape) = shapes.by_keys.get_mut(keys) else {
+            return Plan::Plain;
+        };
+        if !shape.limits.iter().eq(requests.iter().map(|r| r.limit)) {
+            // New parameters (a rule reload): the old lease is spent, the rate starts over.
+            if let Some(held) = shape.lease.take() {
+                self.expire(held.left);
+            }
+            shape.limits = requests.iter().map(|r| r.limit.clone()).collect();
+            shape.rate = LocalRate::default();
+        }
+        shape.rate.record(stamp.at, n);
+        shape.last_seen = stamp.at;
+        if let Some(held) = &mut shape.lease
+            && held.from <= stamp.at
+            && stamp.at < held.until
+            && held.left >= n
+        {
+            held.left -= n;
+            self.held.fetch_sub(n, Ordering::Relaxed);
+            self.local_grants.fetch_add(1, Ordering::Relaxed);
+            let decisions = held
+                .views
+                .iter_mut()
+                .map(|(limit, left, fresh_at)| {
+                    *left = left.saturating_sub(n);
+                    Decision::allow(*limit, *left, fresh_at.saturating_sub(stamp.at))
+                })
+                .collect();
+            return Plan::Granted(decisions, stamp.at.saturating_add(held.offset));
+        }
+        if shape.asking {
+            return Plan::Plain;
+        }
+        let give_back = shape.lease.take().and_then(|held| {
+            self.held.fetch_sub(held.left, Ordering::Relaxed);
+            (held.left > 0).then_some((held.terms, held.left))
+        });
+        let held_now = self.held.load(Ordering::Relaxed);
+        let free = self.config.sizing.max_per_process.saturating_sub(held_now);
+        let want = self
+            .config
+            .sizing
+            .extra(shape.rate.per_second(stamp.at), n, free);
+        // A hot shape asks through the lease script even for no permits (at a cap): its
+        // request is decided there exactly as on the plain path.
+        let want = match (want, &give_back) {
+            (Some(want), _) => want,
+            (None, Some(_)) => 0,
+            (None, None) => return Plan::Plain,
+        };
+        shape.asking = true;
+        Plan::Ask(Asking {
+            leasing: self,
+            keys: keys.to_vec(),
+            stamp,
+            want,
+            give_back,
+            learned: false,
+        })
+    }
+
+    /// Drops shapes with no lease, not asking, unseen for a second; at most once a second.
+    fn sweep(&self, shapes: &mut Shapes, now: Micros) {
+        if shapes
+            .last_sweep
+            .is_some_and(|last| now.abs_diff(last) < SWEEP_EVERY)
+        {
+            return;
+        }
+        shapes.last_sweep = Some(now);
+        shapes.by_keys.retain(|_, shape| {
+            shape.asking
+                || shape.lease.is_some()
+                || now.saturating_sub(shape.last_seen) < SWEEP_EVERY
+        });
+    }
+
+    fn drop_all(&self, shapes: &mut Shapes) {
+        for shape in shapes.by_keys.values_mut() {
+            if let Some(held) = shape.lease.take() {
+                self.held.fetch_sub(held.left, Ordering::Relaxed);
+                self.expire(held.left);
+            }
+        }
+        shapes.by_keys.clear();
+        shapes.last_sweep = None;
+        shapes.last_return = None;
+    }
+
+    /// Counts a call of the lease script.
+    pub(crate) fn count_call(&self) {
+        self.lease_calls.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn expire(&self, permits: u64) {
+        self.permits_expired.fetch_add(permits, Ordering::Relaxed);
+    }
+
+    /// Counts a give-back of `unused` permits of which Redis took back `returned`.
+    pub(crate) fn count_return(&self, unused: u64, returned: u64) {
+        let returned = returned.min(unused);
+        self.permits_returned.fetch_add(returned, Ordering::Relaxed);
+        self.expire(unused - returned);
+    }
+
+    /// Takes out the leases to give back: every one held (`all`), or those ended at `stamp`
+    /// whose limits are all windows (a bucket takes nothing back once a lease has ended), at
+    /// most once per lease life.
+    pub(crate) fn to_return(&self, stamp: Stamp, all: bool) -> Vec<Returning> {
+        if self.held.load(Ordering::Relaxed) == 0 {
+            return Vec::new();
+        }
+        let mut shapes = self.lock();
+        if shapes.timeline != stamp.timeline && !all {
+            return Vec::new();
+        }
+        if !all {
+            let life = self.config.sizing.life;
+            if shapes
+                .last_return
+                .is_some_and(|last| stamp.at.abs_diff(last) < life)
+            {
+                return Vec::new();
+            }
+            shapes.last_return = Some(stamp.at);
+        }
+        let mut out = Vec::new();
+        for (keys, shape) in &mut shapes.by_keys {
+            let returnable = shape.lease.as_ref().is_some_and(|held| {
+                all || (held.until <= stamp.at
+                    && shape.limits.iter().all(|limit| {
+                        matches!(
+                            lease_kind(limit.algorithm()),
+                            Some(LeaseKind::FixedWindow | LeaseKind::SlidingWindow)
+                        )
+                    }))
+            });
+            if !returnable || shape.asking {
+                continue;
+            }
+            let Some(held) = shape.lease.take() else {
+                continue;
+            };
+            self.held.fetch_sub(held.left, Ordering::Relaxed);
+            if held.left > 0 {
+                out.push(Returning {
+                    keys: keys.clone(),
+                    limits: shape.limits.clone(),
+                    terms: held.terms,
+                    unused: held.left,
+                });
+            }
+        }
+        out
+    }
+}
+
+impl Asking<'_> {
+    /// Redis's answer: the lease kept, if one was taken; the give-back counted.
+    pub(crate) fn learn(mut self, reply: &LeaseReply) {
+        self.learned = true;
+        let leasing = self.leasing;
+        if let Some((_, unused)) = self.give_back {
+            leasing.count_return(unused, reply.given_back);
+        }
+        let mut shapes = leasing.lock();
+        let timeline_kept = shapes.timeline == self.stamp.timeline;
+        let Some(shape) = shapes.by_keys.get_mut(&self.keys).filter(|_| timeline_kept) else {
+            // The shapes were dropped meanwhile: the lease is not kept, so it is spent.
+            leasing.expire(reply.leased);
+            return;
+        };
+        shape.asking = false;
+        if reply.leased == 0 {
+            return;
+        }
+        let sent = self.stamp.at;
+        let (offset, until) = match self.stamp.timeline {
+            Timeline::Given => (0, reply.end),
+            // Redis decided no sooner than the call was sent: on the local clock, the lease
+            // ends no later than Redis's end.
+            Timeline::Local => (
+                reply.now.saturating_sub(sent),
+                sent.saturating_add(reply.end.saturating_sub(reply.now)),
+            ),
+        };
+        let views = reply
+            .decisions
+            .iter()
+            .map(|d| {
+                (
+                    d.limit(),
+                    d.remaining(),
+                    sent.saturating_add(d.reset_after_micros()),
+                )
+            })
+            .collect();
+        if let Some(old) = shape.lease.replace(Held {
+            terms: LeaseTerms {
+                taken_at: reply.now,
+                permits: reply.leased,
+                end: reply.end,
+            },
+            left: reply.leased,
+            from: sent,
+            until,
+            offset,
+            views,
+        }) {
+            // Another lease came in meanwhile (cannot, while asking; kept for safety): spent.
+            leasing.held.fetch_sub(old.left, Ordering::Relaxed);
+            leasing.expire(old.left);
+        }
+        leasing.held.fetch_add(reply.leased, Ordering::Relaxed);
+        leasing.leases_taken.fetch_add(1, Ordering::Relaxed);
+        leasing
+            .permits_leased
+            .fetch_add(reply.leased, Ordering::Relaxed);
+    }
+}
+
+impl Drop for Asking<'_> {
+    fn drop(&mut self) {
+        if self.learned {
+            return;
+        }
+        // The call failed or was cancelled: whatever it gave back or leased is unknown, so
+        // counted as spent (Redis's side comes back by time).
+        if let Some((_, unused)) = self.give_back {
+            self.leasing.expire(unused);
+        }
+        let mut shapes = self.leasing.lock();
+        if let Some(shape) = shapes.by_keys.get_mut(&self.keys) {
+            shape.asking = false;
+        }
+    }
+}
