@@ -2,7 +2,8 @@
 //!
 //! - With a lease size of 1 (hot shapes decided through the lease script, nothing leased),
 //!   every decision equals the plain path's on the same trace (every rate algorithm, one and
-//!   two limits per call, a manual clock); the windows with real leases do too.
+//!   two limits per call, a manual clock); the windows with real leases do too, through
+//!   Redis Functions and through `EVALSHA` scripts.
 //! - Several OS processes (this test binary run again as children) hammer one key on Redis's
 //!   clock; the grants they log, replayed through the algorithm in time order, are every one
 //!   allowed: the limit held in every window, for every leasing algorithm.
@@ -22,7 +23,7 @@ use sluicegate::{Algorithm as _, AnyAlgorithm};
 use sluicegate_redis::testing::RedisServer;
 use sluicegate_redis::{
     LeaseConfig, LimitRequest, RedisLimit, RedisLimitError, RedisMultiDecision, RedisStore,
-    StoreConfig,
+    ScriptMode, StoreConfig,
 };
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -49,7 +50,12 @@ fn limit(spec: &str) -> Result<RedisLimit, BoxError> {
 }
 
 fn config(max_per_key: Option<u64>) -> StoreConfig {
+    configured(max_per_key, ScriptMode::Auto)
+}
+
+fn configured(max_per_key: Option<u64>, scripts: ScriptMode) -> StoreConfig {
     let config = StoreConfig {
+        scripts,
         // The trace's clock runs far ahead of the test's: keep keys past "fresh".
         expiry_grace: Duration::from_secs(3600),
         ..StoreConfig::default()
@@ -126,12 +132,15 @@ async fn same_answers(
     max_per_key: u64,
     seed: u64,
     mixed: bool,
+    scripts: ScriptMode,
 ) -> Result<sluicegate_redis::LeaseStats, BoxError> {
     let limits: Vec<RedisLimit> = specs.iter().map(|s| limit(s)).collect::<Result<_, _>>()?;
     let names: Vec<String> = (0..limits.len()).map(|i| format!("limit-{i}")).collect();
     let (plain_server, leasing_server) = (RedisServer::start()?, RedisServer::start()?);
     let plain = plain_server.store(config(None)).await?;
-    let leasing = leasing_server.store(config(Some(max_per_key))).await?;
+    let leasing = leasing_server
+        .store(configured(Some(max_per_key), scripts))
+        .await?;
     for (i, (at, op, shape)) in hot_trace(seed, limits.len(), 6_000, mixed)
         .into_iter()
         .enumerate()
@@ -165,7 +174,7 @@ async fn with_a_lease_size_of_one_decisions_equal_the_plain_path() -> Result<(),
         "sliding-log:limit=40,window=50ms",
         "leaky-queue:rate=500/s,burst=5",
     ]);
-    let stats = same_answers(&specs, 1, 7, true).await?;
+    let stats = same_answers(&specs, 1, 7, true, ScriptMode::Auto).await?;
     assert_eq!(stats.leases_taken, 0);
     assert!(stats.lease_calls > 100, "{stats:?}");
     Ok(())
@@ -179,9 +188,11 @@ async fn window_leases_answer_exactly_as_the_plain_path() -> Result<(), BoxError
         "fixed-window:limit=300,window=100ms",
         "sliding-window:limit=300,window=100ms,buckets=4",
     ];
-    let stats = same_answers(&specs, 16, 11, false).await?;
-    assert!(stats.local_grants > 1_000, "{stats:?}");
-    assert!(stats.permits_returned > 0, "{stats:?}");
+    for scripts in [ScriptMode::Auto, ScriptMode::Eval] {
+        let stats = same_answers(&specs, 16, 11, false, scripts).await?;
+        assert!(stats.local_grants > 1_000, "{stats:?}");
+        assert!(stats.permits_returned > 0, "{stats:?}");
+    }
     Ok(())
 }
 
