@@ -10,6 +10,7 @@ use sluicegate::store::{FailureKind, Held, Now, Request, Store, StoreDecision, S
 
 use crate::decide::NamedLimit;
 use crate::error::RedisLimitError;
+use crate::leasing::LeaseStats;
 use crate::over_limit::OverLimitStats;
 use crate::store::{RedisStore, StoreConfig};
 
@@ -112,6 +113,24 @@ impl LazyStore {
             .get()
             .map(RedisStore::over_limit_stats)
             .unwrap_or_default()
+    }
+
+    /// The connected store's leasing counts (all zero before a connection, or without
+    /// leasing).
+    pub fn lease_stats(&self) -> LeaseStats {
+        self.store
+            .get()
+            .map(RedisStore::lease_stats)
+            .unwrap_or_default()
+    }
+
+    /// Gives back the connected store's leased permits (see [`RedisStore::return_leases`]);
+    /// 0 before a connection.
+    pub async fn return_leases(&self) -> Result<u64, RedisLimitError> {
+        match self.store.get() {
+            Some(store) => store.return_leases().await,
+            None => Ok(0),
+        }
     }
 
     /// Drops every denial the connected store's over-limit cache holds (see

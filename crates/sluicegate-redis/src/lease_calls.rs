@@ -53,8 +53,9 @@ impl RedisStore {
         let Some(leasing) = &self.leasing else {
             return Ok(0);
         };
-        let returning = leasing.to_return(leasing.stamp(Now::Store), true);
-        self.give_back_all(leasing, returning, Now::Store).await
+        let now = leasing.now_for_return();
+        let returning = leasing.to_return(leasing.stamp(now), true);
+        self.give_back_all(leasing, returning, now).await
     }
 
     /// Gives back the ended leases worth giving back (windows' leases; at most once per

@@ -132,6 +132,8 @@ struct Shapes {
     last_sweep: Option<Micros>,
     /// When the ended leases were last handed out for return.
     last_return: Option<Micros>,
+    /// The latest time a call was stamped with.
+    latest: Micros,
 }
 
 /// What a call does with its shape's lease.
@@ -211,6 +213,7 @@ impl Leasing {
                 by_keys: HashMap::new(),
                 last_sweep: None,
                 last_return: None,
+                latest: 0,
             }),
         }
     }
@@ -267,6 +270,7 @@ impl Leasing {
             self.drop_all(&mut shapes);
             shapes.timeline = stamp.timeline;
         }
+        shapes.latest = shapes.latest.max(stamp.at);
         if !shapes.by_keys.contains_key(keys) {
             if shapes.by_keys.len() >= self.config.max_shapes {
                 self.sweep(&mut shapes, stamp.at);
@@ -373,6 +377,17 @@ impl Leasing {
         shapes.by_keys.clear();
         shapes.last_sweep = None;
         shapes.last_return = None;
+        shapes.latest = 0;
+    }
+
+    /// The time to give every lease back at: on given times, the latest given (a caller's
+    /// clock, which Redis's would not match); otherwise Redis's own.
+    pub(crate) fn now_for_return(&self) -> Now {
+        let shapes = self.lock();
+        match shapes.timeline {
+            Timeline::Given => Now::At(shapes.latest),
+            Timeline::Local => Now::Store,
+        }
     }
 
     /// Counts a call of the lease script.

@@ -4,7 +4,8 @@
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
-use sluicegate_redis::{FailurePolicy, RedisTarget};
+use sluicegate::lease::LeaseSizing;
+use sluicegate_redis::{FailurePolicy, LeaseConfig, RedisTarget};
 
 use crate::plumbing::RedisSettings;
 
@@ -45,6 +46,33 @@ pub struct RedisArgs {
         value_name = "ENTRIES"
     )]
     pub redis_over_limit_cache: usize,
+    /// Lease up to this many permits at a time per hot key (0: off): one Redis call takes a
+    /// batch of a key's permits, which this process grants itself until they run out or the
+    /// lease ends. Exact: the limit still holds across every replica (each permit is taken
+    /// from Redis before it is granted, and counted as used at the lease's end). For fixed
+    /// and sliding windows, GCRA, token and leaky buckets; a key sized by its recent rate (a
+    /// cold key asks Redis every time). The price: at most this many permits per replica and
+    /// key reserved but unused, for a lease's life. A granted call's `remaining` is this
+    /// replica's view.
+    #[arg(
+        long,
+        env = "SLUICEGATE_REDIS_LEASE",
+        default_value_t = 0,
+        value_name = "PERMITS"
+    )]
+    pub redis_lease: u64,
+    /// How long a lease lasts at most, in milliseconds (with --redis-lease).
+    #[arg(long, env = "SLUICEGATE_REDIS_LEASE_LIFE_MS", default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..=60_000))]
+    pub redis_lease_life_ms: u64,
+    /// The most leased permits this process holds at once, over every key (with
+    /// --redis-lease).
+    #[arg(
+        long,
+        env = "SLUICEGATE_REDIS_LEASE_MAX_HELD",
+        default_value_t = 4096,
+        value_name = "PERMITS"
+    )]
+    pub redis_lease_max_held: u64,
 }
 
 /// `--failure-policy`.
@@ -90,7 +118,26 @@ impl RedisArgs {
             .prefix(self.redis_prefix.clone())
             .timeout(self.timeout())
             .failure_policy(self.failure_policy.into())
-            .over_limit_cache(self.redis_over_limit_cache);
+            .over_limit_cache(self.redis_over_limit_cache)
+            .leasing(self.leasing());
         Some(settings)
+    }
+
+    /// Leasing as the flags ask (`None`: off): a lease holds half its life's worth of a
+    /// key's rate.
+    pub fn leasing(&self) -> Option<LeaseConfig> {
+        if self.redis_lease == 0 {
+            return None;
+        }
+        let life = self.redis_lease_life_ms.saturating_mul(1_000);
+        Some(LeaseConfig {
+            sizing: LeaseSizing {
+                life,
+                horizon: (life / 2).max(1),
+                max_per_key: self.redis_lease,
+                max_per_process: self.redis_lease_max_held,
+            },
+            ..LeaseConfig::default()
+        })
     }
 }

@@ -86,6 +86,11 @@ fn on_redis() -> Value {
         "errors": "number",
         "reloads": {"success": "number", "failure": "number"},
         "over_limit_cache": {"capacity": "number", "entries": "number", "hits": "number"},
+        "leasing": {
+            "on": "bool", "leases": "number", "local_grants": "number",
+            "permits_returned": "number", "permits_expired_unused": "number",
+            "permits_held": "number"
+        },
     })
 }
 

@@ -11,7 +11,9 @@ use sluicegate_server::serve::{BackendOptions, EngineOptions, RedisSettings, Red
 
 mod loopback;
 
-use loopback::{BoxError, OK, OVER_LIMIT, Service, TestResult, wait_for_rules, write_atomically};
+use loopback::{
+    BoxError, OK, OVER_LIMIT, Service, TestResult, metric_value, wait_for_rules, write_atomically,
+};
 
 fn rules(per_hour: u32) -> String {
     format!(
@@ -21,10 +23,7 @@ fn rules(per_hour: u32) -> String {
 
 /// A sample of `/metrics`, if present.
 async fn metric(service: &Service, series: &str) -> Result<Option<u64>, BoxError> {
-    let text = service.get("/metrics").await?;
-    Ok(text
-        .lines()
-        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' ')?.parse().ok()))
+    Ok(metric_value(&service.get("/metrics").await?, series))
 }
 
 async fn hits(service: &Service) -> Result<Option<u64>, BoxError> {

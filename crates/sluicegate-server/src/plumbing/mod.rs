@@ -5,6 +5,7 @@
 
 mod admin;
 mod admin_page;
+mod lease_metrics;
 mod live;
 mod modes;
 mod over_limit_metrics;
@@ -15,6 +16,7 @@ mod tls;
 
 pub use admin::admin_address_allowed;
 pub(crate) use admin::{AdminApp, OPENMETRICS_TEXT, admin_router, serve_admin};
+pub(crate) use lease_metrics::LeaseMetrics;
 pub(crate) use live::{HeavyHitters, LatencyWindow, RuleSeries, RuleStats};
 pub use modes::{EVERY_RULE, Mode, ModeError, ModeTable, Modes};
 pub(crate) use over_limit_metrics::OverLimitMetrics;

@@ -8,8 +8,8 @@ use std::time::Duration;
 use sluicegate::limiter::KeyBudget;
 use sluicegate::store::Store;
 use sluicegate_redis::{
-    FailSafe, FailurePolicy, LazyStore, OverLimitStats, RedisLimitError, RedisTarget, StoreConfig,
-    log_failures,
+    FailSafe, FailurePolicy, LazyStore, LeaseConfig, LeaseStats, OverLimitStats, RedisLimitError,
+    RedisTarget, StoreConfig, log_failures,
 };
 
 /// Where shared counters are kept, and what answers when they cannot be reached.
@@ -29,6 +29,8 @@ pub struct RedisSettings {
     pub over_limit_cache: usize,
     /// The cap on keys the cache's entries are also taken from (`serve`'s `--max-keys`).
     pub over_limit_budget: Option<Arc<KeyBudget>>,
+    /// Permit leasing, if on (see `sluicegate_redis::StoreConfig::leasing`).
+    pub leasing: Option<LeaseConfig>,
 }
 
 impl RedisSettings {
@@ -42,6 +44,7 @@ impl RedisSettings {
             failure_policy: FailurePolicy::Local,
             over_limit_cache: 0,
             over_limit_budget: None,
+            leasing: None,
         }
     }
 
@@ -75,12 +78,19 @@ impl RedisSettings {
         self
     }
 
+    /// With permit leasing (`None`: off).
+    pub fn leasing(mut self, leasing: Option<LeaseConfig>) -> RedisSettings {
+        self.leasing = leasing;
+        self
+    }
+
     fn store_config(&self) -> StoreConfig {
         StoreConfig {
             prefix: self.prefix.clone(),
             timeout: self.timeout,
             over_limit_cache: self.over_limit_cache,
             over_limit_budget: self.over_limit_budget.clone(),
+            leasing: self.leasing,
             ..StoreConfig::default()
         }
     }
@@ -199,6 +209,18 @@ where
     /// The over-limit cache's hits and entries (all zero without one).
     pub(crate) fn over_limit_stats(&self) -> OverLimitStats {
         self.connection.over_limit_stats()
+    }
+
+    /// Leasing's counts (all zero without it).
+    pub(crate) fn lease_stats(&self) -> LeaseStats {
+        self.connection.lease_stats()
+    }
+
+    /// Gives back the unused permits of every lease held (at shutdown); a failure is logged.
+    pub(crate) async fn return_leases(&self) {
+        if let Err(error) = self.connection.return_leases().await {
+            tracing::warn!(%error, "{}could not give leased permits back to redis", self.who);
+        }
     }
 
     /// Drops every denial the over-limit cache holds (the manual switch changed a mode).

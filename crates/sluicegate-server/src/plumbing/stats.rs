@@ -61,7 +61,20 @@ pub(crate) enum BackendStats {
         errors: u64,
         reloads: Reloads,
         over_limit_cache: OverLimitCacheStats,
+        leasing: LeasingStats,
     },
+}
+
+/// Redis permit leasing: whether it is on, and its counts (see
+/// `sluicegate_redis::LeaseStats`).
+#[derive(Debug, Serialize)]
+pub(crate) struct LeasingStats {
+    pub(crate) on: bool,
+    pub(crate) leases: u64,
+    pub(crate) local_grants: u64,
+    pub(crate) permits_returned: u64,
+    pub(crate) permits_expired_unused: u64,
+    pub(crate) permits_held: u64,
 }
 
 /// The Redis over-limit cache: its cap (0: off), the denials it holds, and the calls it
@@ -101,6 +114,17 @@ impl BackendStats {
                     capacity: redis.settings().over_limit_cache,
                     entries: stats.entries,
                     hits: stats.hits,
+                }
+            },
+            leasing: {
+                let stats = redis.lease_stats();
+                LeasingStats {
+                    on: redis.settings().leasing.is_some(),
+                    leases: stats.leases_taken,
+                    local_grants: stats.local_grants,
+                    permits_returned: stats.permits_returned,
+                    permits_expired_unused: stats.permits_expired_unused,
+                    permits_held: stats.permits_held,
                 }
             },
         }

@@ -35,6 +35,7 @@ impl AdminApp for ProxyAdmin {
         if let LimitCounters::Redis(redis) = &self.state.limit_counters {
             let stats = redis.redis().over_limit_stats();
             self.state.metrics.over_limit.update(stats);
+            self.state.metrics.lease.update(redis.redis().lease_stats());
         }
         self.state.metrics.render()
     }

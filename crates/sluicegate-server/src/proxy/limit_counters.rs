@@ -44,6 +44,13 @@ impl LimitCounters {
         }
     }
 
+    /// With Redis, gives back the permits leased and not used (at shutdown).
+    pub(crate) async fn return_leases(&self) {
+        if let LimitCounters::Redis(redis) = self {
+            redis.redis().return_leases().await;
+        }
+    }
+
     /// Makes the state of `def` where the counters are kept; `Err` says why Redis cannot
     /// hold it.
     pub(crate) fn limiter(&self, def: LimitDef) -> Result<Limiter, ConfigError> {

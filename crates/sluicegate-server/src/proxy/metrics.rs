@@ -14,7 +14,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
 use sluicegate_http::adaptive::AdaptiveLimitLayer;
 
-use crate::plumbing::OverLimitMetrics;
+use crate::plumbing::{LeaseMetrics, OverLimitMetrics};
 use crate::proxy::loads::Loads;
 use scraped::Scraped;
 pub(crate) use scraped::{Outcomes, RouteCounters};
@@ -53,6 +53,8 @@ pub(crate) struct Metrics {
     backend_errors: Vec<Counter>,
     /// The Redis over-limit cache's hits and entries (updated when `/metrics` is read).
     pub(crate) over_limit: OverLimitMetrics,
+    /// Redis permit leasing's counts (updated when `/metrics` is read).
+    pub(crate) lease: LeaseMetrics,
 }
 
 impl Default for Metrics {
@@ -91,6 +93,7 @@ impl Default for Metrics {
             backend_errors.clone(),
         );
         let over_limit = OverLimitMetrics::register(&mut registry);
+        let lease = LeaseMetrics::register(&mut registry);
         let websockets_open = Arc::new(AtomicU64::new(0));
         let scraped = Arc::new(Scraped::new(Arc::clone(&websockets_open)));
         registry.register_collector(Box::new(Arc::clone(&scraped)));
@@ -114,6 +117,7 @@ impl Default for Metrics {
                 .map(|label| kind(&backend_errors, label))
                 .collect(),
             over_limit,
+            lease,
         }
     }
 }

@@ -204,6 +204,8 @@ pub struct Proxy {
     watcher: JoinHandle<()>,
     /// Re-reads the listener's certificate files when they change.
     tls_reload: Option<JoinHandle<()>>,
+    /// Where the counters are: leased permits go back to Redis at shutdown.
+    limit_counters: LimitCounters,
 }
 
 /// Loads the rules, binds the listeners and starts serving (on the current tokio runtime).
@@ -277,7 +279,7 @@ pub async fn start(config: ProxyConfig) -> Result<Proxy, ProxyError> {
         table: ArcSwap::from_pointee(table),
         rules: Mutex::new(rules),
         modes,
-        limit_counters,
+        limit_counters: limit_counters.clone(),
         forwarder,
         metrics,
         client_header_timeout: config.client_header_timeout,
@@ -374,6 +376,7 @@ pub async fn start(config: ProxyConfig) -> Result<Proxy, ProxyError> {
         admin,
         watcher,
         tls_reload,
+        limit_counters,
     })
 }
 
@@ -401,6 +404,7 @@ impl Proxy {
         if let Some(reloading) = self.tls_reload {
             reloading.abort();
         }
+        self.limit_counters.return_leases().await;
     }
 }
 

@@ -248,4 +248,24 @@ mod tests {
         assert!(entries(&["--redis-over-limit-cache", "-1"]).is_err());
         Ok(())
     }
+
+    #[test]
+    fn leasing_is_off_unless_given_permits() -> Result<(), Box<dyn std::error::Error>> {
+        let leasing = |args: &[&str]| -> Result<_, Box<dyn std::error::Error>> {
+            match backend(&[&["--redis", "redis://r:6379"], args].concat())? {
+                BackendOptions::Redis(settings) => Ok(settings.leasing),
+                BackendOptions::Memory => Err("--redis is a Redis backend".into()),
+            }
+        };
+        assert_eq!(leasing(&[])?, None);
+        let on = leasing(&["--redis-lease", "32", "--redis-lease-life-ms", "10"])?
+            .ok_or("--redis-lease 32 leases")?;
+        assert_eq!(
+            (on.sizing.max_per_key, on.sizing.life, on.sizing.horizon),
+            (32, 10_000, 5_000)
+        );
+        assert_eq!(on.sizing.max_per_process, 4096);
+        assert!(leasing(&["--redis-lease", "8", "--redis-lease-life-ms", "0"]).is_err());
+        Ok(())
+    }
 }

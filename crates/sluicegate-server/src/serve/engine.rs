@@ -216,12 +216,20 @@ impl Engine {
         &self.metrics
     }
 
+    /// With Redis, gives back the permits leased and not used (at shutdown).
+    pub async fn return_leases(&self) {
+        if let Some(redis) = &self.redis {
+            redis.return_leases().await;
+        }
+    }
+
     /// The metrics in Prometheus' text format, gauges brought up to date.
     pub fn render_metrics(&self) -> String {
         let live = i64::try_from(self.keys.budget().live()).unwrap_or(i64::MAX);
         self.metrics.keys.set(live);
         if let Some(redis) = &self.redis {
             self.metrics.over_limit.update(redis.over_limit_stats());
+            self.metrics.lease.update(redis.lease_stats());
         }
         self.metrics.render()
     }

@@ -9,7 +9,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-use crate::plumbing::OverLimitMetrics;
+use crate::plumbing::{LeaseMetrics, OverLimitMetrics};
 use crate::serve::decision_metrics::DecisionMetrics;
 use crate::serve::decision_totals::DecisionTotalsByKey;
 
@@ -57,6 +57,8 @@ pub struct Metrics {
     pub oversized_calls: Counter,
     /// The Redis over-limit cache's hits and entries (updated when `/metrics` is read).
     pub(crate) over_limit: OverLimitMetrics,
+    /// Redis permit leasing's counts (updated when `/metrics` is read).
+    pub(crate) lease: LeaseMetrics,
 }
 
 impl Metrics {
@@ -106,9 +108,11 @@ impl Metrics {
             request_seconds.clone(),
         );
         let over_limit = OverLimitMetrics::register(&mut registry);
+        let lease = LeaseMetrics::register(&mut registry);
         Metrics {
             registry,
             over_limit,
+            lease,
             decision_totals,
             backend_errors,
             config_loads,

@@ -61,7 +61,9 @@ impl RunningServer {
     /// Stops accepting, lets calls in flight finish, and waits for both listeners to close.
     pub async fn shutdown(mut self) -> anyhow::Result<()> {
         let _ = self.stop.send(true);
-        self.join().await
+        let stopped = self.join().await;
+        self.engine.return_leases().await;
+        stopped
     }
 
     /// Waits until a listener fails (or both stop).

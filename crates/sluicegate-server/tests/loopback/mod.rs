@@ -211,6 +211,12 @@ pub async fn wait_for_metric(service: &Service, needle: &str) -> TestResult {
 }
 
 /// Replaces `file` with `text` in one rename, so the reload loop never reads half a file.
+/// The value of `series` (a name without labels) in `/metrics` text, if present.
+pub fn metric_value(text: &str, series: &str) -> Option<u64> {
+    text.lines()
+        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+}
+
 pub fn write_atomically(file: &std::path::Path, text: &str) -> std::io::Result<()> {
     let temp = file.with_extension("tmp");
     std::fs::write(&temp, text)?;

@@ -126,6 +126,10 @@ function draw(stats) {
     if (cache && cache.capacity > 0) {
       health.push(el("span", { "data-testid": "over-limit-cache" }, "over-limit cache: ", el("b", {}, `${cache.hits} hits`), `, ${cache.entries}/${cache.capacity} entries`));
     }
+    const lease = backend.leasing;
+    if (lease && lease.on) {
+      health.push(el("span", { "data-testid": "leasing" }, "leasing: ", el("b", {}, `${lease.local_grants} round trips saved`), `, ${lease.leases} leases, ${lease.permits_held} held, ${lease.permits_returned} returned, ${lease.permits_expired_unused} expired unused`));
+    }
   }
   health.push(el("span", {}, "backend errors: ", el("b", {}, backend.errors)));
   health.push(el("span", {}, `reloads: ${backend.reloads.success} ok, ${backend.reloads.failure} refused`));
