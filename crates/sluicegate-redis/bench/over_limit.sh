@@ -3,7 +3,10 @@
 # with 64 requests in flight on one key (100 per second allowed, so nearly every call is
 # denied), without the cache and with it (BENCH_OVER_LIMIT_CACHE=1000), for gcra and
 # fixed-window, ROUNDS times interleaved; prints min–max per case, the Redis script calls per
-# second Redis ran, and the calls the cache answered.
+# second Redis ran, and the calls the cache answered. Then permit leasing on a hot key under
+# its limit (1,000,000 per second allowed, so every call is granted): the plain path against
+# leases of up to 64 permits (BENCH_LEASE=64), for the same algorithms, the same way; prints
+# decisions per second, script calls per second, and the calls granted from leases.
 #
 #   crates/sluicegate-redis/bench/over_limit.sh [SECONDS=5] [ROUNDS=3]
 #
@@ -58,5 +61,35 @@ span = lambda values: f"{min(values):,.0f}–{max(values):,.0f}"
 for (algorithm, entries), rows in groups.items():
     share = sum(r["cache_hits"] for r in rows) / max(sum(r["decisions"] for r in rows), 1)
     print(f"| {algorithm} | {'on' if entries else 'off'} | {span([r['per_second'] for r in rows])} "
+          f"| {span([r['redis_calls_per_second'] for r in rows])} | {share:.1%} |")
+PY
+
+leases="$dir/leases"
+for round in $(seq "$rounds"); do
+  for algorithm in gcra fixed-window; do
+    for lease in 0 64; do
+      cli flushall >/dev/null
+      cli config resetstat >/dev/null
+      line=$(BENCH_RATE=1000000 BENCH_LEASE=$lease "$bin" "redis://127.0.0.1:$port" "$seconds" 64 1 "$algorithm")
+      echo "$line $(script_calls)" | tee -a "$leases" >&2
+    done
+  done
+done
+
+python3 - "$leases" <<'PY'
+import json, sys
+groups = {}
+for line in open(sys.argv[1]):
+    text, calls = line.rsplit(" ", 1)
+    row = json.loads(text)
+    row["redis_calls_per_second"] = int(calls) / row["seconds"]
+    groups.setdefault((row["algorithm"], row["lease"]), []).append(row)
+print()
+print("| algorithm (hot key under its limit) | leasing | decisions/s (min–max) | Redis script calls/s (min–max) | granted from leases |")
+print("|---|---|---:|---:|---:|")
+span = lambda values: f"{min(values):,.0f}–{max(values):,.0f}"
+for (algorithm, lease), rows in groups.items():
+    share = sum(r["local_grants"] for r in rows) / max(sum(r["decisions"] for r in rows), 1)
+    print(f"| {algorithm} | {f'up to {lease}' if lease else 'off'} | {span([r['per_second'] for r in rows])} "
           f"| {span([r['redis_calls_per_second'] for r in rows])} | {share:.1%} |")
 PY

@@ -1,7 +1,9 @@
 //! Decisions per second on one Redis: `redis_bench URL SECONDS TASKS KEYS [ALGORITHM]`.
 //! Prints one JSON line. Used by `bench/compare.sh`, next to rate-limiter-flexible and `limits`,
 //! and by `bench/over_limit.sh` (`BENCH_OVER_LIMIT_CACHE=ENTRIES` turns the over-limit cache
-//! on; the line then also counts the calls it answered without Redis).
+//! on; the line then also counts the calls it answered without Redis; `BENCH_LEASE=PERMITS`
+//! turns permit leasing on, at most PERMITS per lease, and counts the calls granted from
+//! leases; `BENCH_RATE=N` allows N per second per key instead of 100).
 
 use std::fmt::Write as _;
 use std::sync::Arc;
@@ -9,7 +11,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use sluicegate::Rate;
-use sluicegate_redis::{RedisLimit, RedisLimiter, RedisStore, StoreConfig};
+use sluicegate::lease::LeaseSizing;
+use sluicegate_redis::{LeaseConfig, RedisLimit, RedisLimiter, RedisStore, StoreConfig};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -48,12 +51,16 @@ async fn run() -> Result<(), BoxError> {
     let keys: u64 = arg(&args, 4, 1000);
     let algorithm = args.get(5).cloned().unwrap_or("gcra".into());
     // 100 per second per key, bursts of 100: the mix of grants and denials a busy API sees.
-    let rate = Rate::per_second(100)?;
+    let per_second: u64 = std::env::var("BENCH_RATE")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(100);
+    let rate = Rate::per_second(per_second)?;
     let limit = match algorithm.as_str() {
-        "token-bucket" => RedisLimit::token_bucket(rate, 100)?,
-        "fixed-window" => RedisLimit::fixed_window(100, Duration::from_secs(1))?,
-        "sliding-window" => RedisLimit::sliding_window(100, Duration::from_secs(1), None)?,
-        _ => RedisLimit::gcra(rate, 100)?,
+        "token-bucket" => RedisLimit::token_bucket(rate, per_second)?,
+        "fixed-window" => RedisLimit::fixed_window(per_second, Duration::from_secs(1))?,
+        "sliding-window" => RedisLimit::sliding_window(per_second, Duration::from_secs(1), None)?,
+        _ => RedisLimit::gcra(rate, per_second)?,
     };
     // BENCH_MAX_BATCH=1 sends every decision in a call of its own (no batching).
     let max_batch = std::env::var("BENCH_MAX_BATCH")
@@ -64,12 +71,26 @@ async fn run() -> Result<(), BoxError> {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(0);
-    let config = StoreConfig {
+    let lease: u64 = std::env::var("BENCH_LEASE")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    let mut config = StoreConfig {
         prefix: "bench:sluicegate:".into(),
         max_batch,
         ..StoreConfig::default()
     }
     .with_over_limit_cache(over_limit_cache);
+    if lease > 0 {
+        let sizing = LeaseSizing {
+            max_per_key: lease,
+            ..LeaseSizing::default()
+        };
+        config = config.with_leasing(LeaseConfig {
+            sizing,
+            ..LeaseConfig::default()
+        });
+    }
     let store = RedisStore::connect(&url, config).await?;
     let limiter = Arc::new(RedisLimiter::new(store, limit, "bench"));
     let (done, allowed, total) = (
@@ -97,7 +118,7 @@ async fn run() -> Result<(), BoxError> {
                     .wrapping_add(1442695040888963407)
                     >> 1;
                 let decision = limiter.check(key.as_bytes()).await?;
-                // An answer from the over-limit cache is ready at once: without this, tasks
+                // An answer from the over-limit cache or a lease is ready at once: without this, tasks
                 // looping on it would never give the runtime's timers and I/O a turn.
                 tokio::task::consume_budget().await;
                 total.fetch_add(1, Ordering::Relaxed);
@@ -116,8 +137,9 @@ async fn run() -> Result<(), BoxError> {
     let label = std::env::var("BENCH_LABEL").unwrap_or("sluicegate-redis".into());
     let total = total.load(Ordering::Relaxed);
     let hits = limiter.store().over_limit_stats().hits;
+    let local_grants = limiter.store().lease_stats().local_grants;
     println!(
-        "{{\"impl\":\"{label}\",\"algorithm\":\"{algorithm}\",\"tasks\":{tasks},\"decisions\":{total},\"allowed\":{},\"seconds\":{secs:.3},\"per_second\":{:.0},\"over_limit_cache\":{over_limit_cache},\"cache_hits\":{hits}}}",
+        "{{\"impl\":\"{label}\",\"algorithm\":\"{algorithm}\",\"tasks\":{tasks},\"decisions\":{total},\"allowed\":{},\"seconds\":{secs:.3},\"per_second\":{:.0},\"over_limit_cache\":{over_limit_cache},\"cache_hits\":{hits},\"lease\":{lease},\"local_grants\":{local_grants}}}",
         allowed.load(Ordering::Relaxed),
         total as f64 / secs
     );

@@ -3,14 +3,14 @@
 -- Concatenated after decide.lua (see src/scripts.rs).
 --
 -- ARGV: now ("" = TIME), op ("take" or "return"), want (permits to lease beyond the
--- request), life_us, then the lease to give back first: taken_at, end, unused (0: none), then
--- the limit count and each limit's arguments exactly as decide.lua takes them (kind,
+-- request), life_us, then the leases to give back first: their count, and per lease
+-- taken_at, end, unused; then the limit count and each limit's arguments exactly as decide.lua takes them (kind,
 -- permits, parameters). Only fixed-window, sliding-window, gcra, token-bucket and
 -- leaky-bucket lease. KEYS: one per limit.
 -- Reply of take: {"OK", now, leased, end, given_back, then each limit's decision of the
 -- request (6 numbers, as decide.lua)}; the request is decided as a plain check, and the lease
--- taken only if it is allowed. Reply of return: {"OK", now, given_back}. `given_back` is the
--- least any limit took back.
+-- taken only if it is allowed. Reply of return: {"OK", now, given_back}. `given_back` sums,
+-- over the leases given back, the least any limit took back.
 
 -- Rewrites a list of (slot, permits) pairs, keeping its time to live.
 local function rewrite_pairs(key, at, ps)
@@ -172,12 +172,12 @@ end
 local function run_lease(KEYS, ARGV)
   local now = decision_time(ARGV[1])
   local op, want, life = ARGV[2], to_number(ARGV[3]), to_number(ARGV[4])
-  local taken_at, lease_end, unused = to_number(ARGV[5]), to_number(ARGV[6]), to_number(ARGV[7])
-  local count = to_number(ARGV[8])
-  if want == nil or life == nil or unused == nil or count == nil then
-    fail("args", "lease arguments")
-  end
-  local i, k = 9, 1
+  local backs = to_number(ARGV[5])
+  if want == nil or life == nil or backs == nil then fail("args", "lease arguments") end
+  local i, k = 6 + 3 * backs, 1
+  local count = to_number(ARGV[i])
+  if count == nil then fail("args", "lease arguments") end
+  i = i + 1
   local deciders, leases = {}, {}
   for j = 1, count do
     local kind, at_i, at_k = ARGV[i], i + 2, k
@@ -185,10 +185,16 @@ local function run_lease(KEYS, ARGV)
     leases[j] = parse_lease(KEYS, ARGV, now, kind, at_i, at_k)
   end
   local given_back = 0
-  if unused > 0 then
-    given_back = unused
-    for j = 1, count do
-      given_back = math.min(given_back, leases[j].give_back(taken_at, lease_end, unused))
+  for b = 0, backs - 1 do
+    local taken_at, lease_end = to_number(ARGV[6 + 3 * b]), to_number(ARGV[7 + 3 * b])
+    local unused = to_number(ARGV[8 + 3 * b])
+    if unused == nil then fail("args", "lease arguments") end
+    if unused > 0 then
+      local back = unused
+      for j = 1, count do
+        back = math.min(back, leases[j].give_back(taken_at, lease_end, unused))
+      end
+      given_back = given_back + back
     end
   end
   if op == "return" then return { "OK", now, given_back } end

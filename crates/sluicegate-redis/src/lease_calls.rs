@@ -35,7 +35,7 @@ impl RedisStore {
             check_request(request, sluicegate::state_machine::Op::Check)?;
         }
         let life = leasing.map_or(0, Leasing::life);
-        let mut args = self.lease_args(now, "take", ask.want, life, ask.give_back, requests.len());
+        let mut args = self.lease_args(now, "take", ask.want, life, &ask.give_back, requests.len());
         for request in requests {
             self.push_limit(&mut args, request.limit, request.permits.get());
         }
@@ -83,8 +83,7 @@ impl RedisStore {
         let mut total = 0;
         let mut failure = None;
         for r in returning {
-            let give_back = Some((r.terms, r.unused));
-            let mut args = self.lease_args(now, "return", 0, 0, give_back, r.limits.len());
+            let mut args = self.lease_args(now, "return", 0, 0, &r.leases, r.limits.len());
             for limit in &r.limits {
                 self.push_limit(&mut args, limit, 1);
             }
@@ -93,13 +92,14 @@ impl RedisStore {
                 Ok(reply) => parse_return_reply(&reply),
                 Err(e) => Err(e),
             };
+            let unused = r.leases.iter().map(|&(_, unused)| unused).sum();
             match back {
                 Ok(back) => {
-                    leasing.count_return(r.unused, back);
-                    total += back.min(r.unused);
+                    leasing.count_return(unused, back);
+                    total += back.min(unused);
                 }
                 Err(e) => {
-                    leasing.count_return(r.unused, 0);
+                    leasing.count_return(unused, 0);
                     failure.get_or_insert(e);
                 }
             }
@@ -113,15 +113,17 @@ impl RedisStore {
         op: &str,
         want: u64,
         life: Micros,
-        give_back: Option<(LeaseTerms, u64)>,
+        give_back: &[(LeaseTerms, u64)],
         limits: usize,
     ) -> Vec<Vec<u8>> {
-        let (taken_at, end, unused) = give_back.map_or((0, 0, 0), |(terms, unused)| {
-            (terms.taken_at, terms.end, unused)
-        });
         let mut args = vec![now_arg(now), op.as_bytes().to_vec()];
-        for v in [want, life, taken_at, end, unused] {
+        for v in [want, life, give_back.len() as u64] {
             args.push(v.to_string().into_bytes());
+        }
+        for &(terms, unused) in give_back {
+            for v in [terms.taken_at, terms.end, unused] {
+                args.push(v.to_string().into_bytes());
+            }
         }
         args.push(limits.to_string().into_bytes());
         args

@@ -10,12 +10,18 @@
 //!   all lease, and that ask the same permits of each, are leased; everything else takes the
 //!   plain path.
 //! - Sized by the shape's local rate ([`LeaseSizing`]): a cold shape asks Redis every time.
-//!   While one task asks Redis for a shape's lease, the shape's other requests take the plain
-//!   path (no herd of leases).
+//!   Once a lease is below half its permits, the next request asks Redis for the next lease
+//!   (taken ahead: granted from once the one in hand is done), while the others keep being
+//!   granted from the one in hand. While one task asks Redis for a shape's lease, the shape's
+//!   requests the lease in hand cannot serve take the plain path (no herd of leases).
+//! - A request that asks ahead is decided by Redis, which counts the lease in hand as spent:
+//!   it is told this process's view (that lease's rest added to `remaining`), and if Redis
+//!   denies it while that lease still serves it, it is granted from that lease.
 //! - A lease ends at its end (Redis's time, on the caller's clock for given times, or on this
 //!   process's monotonic clock from when the call was sent for Redis's clock: it ends no later
 //!   than Redis's end), when its permits run out, or when the limits change (a rule reload).
-//!   Its unused permits are given back with the shape's next lease call, by
+//!   Its unused permits are given back with the shape's next lease call (one call gives back
+//!   any number of leases), by
 //!   [`RedisStore::return_leases`](crate::RedisStore::return_leases) (shutdown), or, for a
 //!   shape gone idle, by the next call of any shape that asks Redis (at most once per lease
 //!   life: that call first sends the ended leases of windows back, one script call each, so
@@ -109,11 +115,16 @@ struct Held {
     /// Granted from on `[from, until)` of the shapes' timeline.
     from: Micros,
     until: Micros,
-    /// Redis's time minus the timeline's, at the lease.
+    /// Redis's time minus the timeline's, at the lease: a grant's time reported is then
+    /// within the lease's, `[taken_at, end)`.
     offset: Micros,
-    /// Per limit: the limit, what is left from this process's view, when the state is fresh
-    /// (on the timeline).
-    views: Vec<(u64, u64, Micros)>,
+}
+
+impl Held {
+    /// Whether it can grant `n` permits at `at`.
+    fn serves(&self, at: Micros, n: u64) -> bool {
+        self.from <= at && at < self.until && self.left >= n
+    }
 }
 
 #[derive(Debug)]
@@ -122,7 +133,16 @@ struct Shape {
     rate: LocalRate,
     last_seen: Micros,
     asking: bool,
+    /// The lease granted from.
     lease: Option<Held>,
+    /// The lease taken ahead, while `lease` ran low: granted from when `lease` is done.
+    next: Option<Held>,
+    /// Leases done with unused permits, to give back with the shape's next lease call.
+    pending: Vec<(LeaseTerms, u64)>,
+    /// Per limit, as of Redis's last grant of a lease call, less the grants from leases since:
+    /// the limit, what is left from this process's view (its leased permits included), when
+    /// the state is fresh (on the timeline).
+    views: Vec<(u64, u64, Micros)>,
 }
 
 #[derive(Debug)]
@@ -154,8 +174,10 @@ pub(crate) struct Asking<'a> {
     stamp: Stamp,
     /// Permits to lease beyond the request.
     pub(crate) want: u64,
-    /// The ended lease to give back first, and its unused permits.
-    pub(crate) give_back: Option<(LeaseTerms, u64)>,
+    /// The request's permits (of each limit).
+    permits: u64,
+    /// The leases done to give back first, and their unused permits.
+    pub(crate) give_back: Vec<(LeaseTerms, u64)>,
     learned: bool,
 }
 
@@ -169,13 +191,13 @@ pub(crate) struct LeaseReply {
     pub(crate) decisions: Vec<Decision>,
 }
 
-/// An ended lease to give back, with the shape's limits and keys.
+/// A shape's leases to give back, with its limits and keys.
 #[derive(Debug, Clone)]
 pub(crate) struct Returning {
     pub(crate) keys: Vec<Vec<u8>>,
     pub(crate) limits: Vec<RedisLimit>,
-    pub(crate) terms: LeaseTerms,
-    pub(crate) unused: u64,
+    /// Each lease and its unused permits.
+    pub(crate) leases: Vec<(LeaseTerms, u64)>,
 }
 
 /// How often, at most, the shapes are scanned for idle ones at the cap.
@@ -286,6 +308,9 @@ impl Leasing {
                     last_seen: stamp.at,
                     asking: false,
                     lease: None,
+                    next: None,
+                    pending: Vec::new(),
+                    views: Vec::new(),
                 },
             );
         }
@@ -293,40 +318,37 @@ impl Leasing {
             return Plan::Plain;
         };
         if !shape.limits.iter().eq(requests.iter().map(|r| r.limit)) {
-            // New parameters (a rule reload): the old lease is spent, the rate starts over.
-            if let Some(held) = shape.lease.take() {
-                self.expire(held.left);
-            }
+            // New parameters (a rule reload): the old leases are spent, the rate starts over.
+            self.drop_leases(shape);
             shape.limits = requests.iter().map(|r| r.limit.clone()).collect();
             shape.rate = LocalRate::default();
         }
         shape.rate.record(stamp.at, n);
         shape.last_seen = stamp.at;
-        if let Some(held) = &mut shape.lease
-            && held.from <= stamp.at
-            && stamp.at < held.until
-            && held.left >= n
+        // A lease that cannot grant this request is done: the one taken ahead takes its
+        // place, and its unused permits wait to go back with the shape's next lease call.
+        while shape
+            .lease
+            .as_ref()
+            .is_some_and(|held| !held.serves(stamp.at, n))
         {
-            held.left -= n;
-            self.held.fetch_sub(n, Ordering::Relaxed);
-            self.local_grants.fetch_add(1, Ordering::Relaxed);
-            let decisions = held
-                .views
-                .iter_mut()
-                .map(|(limit, left, fresh_at)| {
-                    *left = left.saturating_sub(n);
-                    Decision::allow(*limit, *left, fresh_at.saturating_sub(stamp.at))
-                })
-                .collect();
-            return Plan::Granted(decisions, stamp.at.saturating_add(held.offset));
+            if let Some(done) = shape.lease.take() {
+                self.retire(shape, done);
+            }
+            shape.lease = shape.next.take();
+        }
+        // Below half its permits, the lease is taken over ahead by this request, unless one
+        // is on its way or taken already.
+        let running_low = shape
+            .lease
+            .as_ref()
+            .is_some_and(|held| (held.left - n).saturating_mul(2) < held.terms.permits);
+        if shape.lease.is_some() && (!running_low || shape.asking || shape.next.is_some()) {
+            return self.grant(shape, n, stamp);
         }
         if shape.asking {
             return Plan::Plain;
         }
-        let give_back = shape.lease.take().and_then(|held| {
-            self.held.fetch_sub(held.left, Ordering::Relaxed);
-            (held.left > 0).then_some((held.terms, held.left))
-        });
         let held_now = self.held.load(Ordering::Relaxed);
         let free = self.config.sizing.max_per_process.saturating_sub(held_now);
         let want = self
@@ -335,17 +357,21 @@ impl Leasing {
             .extra(shape.rate.per_second(stamp.at), n, free);
         // A hot shape asks through the lease script even for no permits (at a cap): its
         // request is decided there exactly as on the plain path.
-        let want = match (want, &give_back) {
-            (Some(want), _) => want,
-            (None, Some(_)) => 0,
-            (None, None) => return Plan::Plain,
+        let want = match (want, shape.lease.is_some(), !shape.pending.is_empty()) {
+            (Some(want), false, _) => want,
+            (Some(want), true, _) if want > 0 => want,
+            (_, true, _) => return self.grant(shape, n, stamp),
+            (None, false, true) => 0,
+            (None, false, false) => return Plan::Plain,
         };
+        let give_back = std::mem::take(&mut shape.pending);
         shape.asking = true;
         Plan::Ask(Asking {
             leasing: self,
             keys: keys.to_vec(),
             stamp,
             want,
+            permits: n,
             give_back,
             learned: false,
         })
@@ -363,16 +389,15 @@ impl Leasing {
         shapes.by_keys.retain(|_, shape| {
             shape.asking
                 || shape.lease.is_some()
+                || shape.next.is_some()
+                || !shape.pending.is_empty()
                 || now.saturating_sub(shape.last_seen) < SWEEP_EVERY
         });
     }
 
     fn drop_all(&self, shapes: &mut Shapes) {
         for shape in shapes.by_keys.values_mut() {
-            if let Some(held) = shape.lease.take() {
-                self.held.fetch_sub(held.left, Ordering::Relaxed);
-                self.expire(held.left);
-            }
+            self.drop_leases(shape);
         }
         shapes.by_keys.clear();
         shapes.last_sweep = None;
@@ -393,6 +418,62 @@ impl Leasing {
     /// Counts a call of the lease script.
     pub(crate) fn count_call(&self) {
         self.lease_calls.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Grants `n` permits of `shape`'s lease (which serves them) at `stamp`.
+    fn grant(&self, shape: &mut Shape, n: u64, stamp: Stamp) -> Plan<'_> {
+        match self.grant_now(shape, n, stamp) {
+            Some((decisions, at)) => Plan::Granted(decisions, at),
+            None => Plan::Plain,
+        }
+    }
+
+    /// Grants `n` permits of `shape`'s lease at `stamp`, if it serves them: each limit's
+    /// decision and the time to report.
+    fn grant_now(
+        &self,
+        shape: &mut Shape,
+        n: u64,
+        stamp: Stamp,
+    ) -> Option<(Vec<Decision>, Micros)> {
+        let held = shape
+            .lease
+            .as_mut()
+            .filter(|held| held.serves(stamp.at, n))?;
+        held.left -= n;
+        self.held.fetch_sub(n, Ordering::Relaxed);
+        self.local_grants.fetch_add(1, Ordering::Relaxed);
+        let decisions = shape
+            .views
+            .iter_mut()
+            .map(|(limit, left, fresh_at)| {
+                *left = left.saturating_sub(n);
+                Decision::allow(*limit, *left, fresh_at.saturating_sub(stamp.at))
+            })
+            .collect();
+        Some((decisions, stamp.at.saturating_add(held.offset)))
+    }
+
+    /// A lease done: no longer held; its unused permits wait to go back.
+    fn retire(&self, shape: &mut Shape, done: Held) {
+        self.held.fetch_sub(done.left, Ordering::Relaxed);
+        if done.left > 0 {
+            shape.pending.push((done.terms, done.left));
+        }
+    }
+
+    /// Every lease of `shape` spent, nothing given back.
+    fn drop_leases(&self, shape: &mut Shape) {
+        for held in [shape.lease.take(), shape.next.take()]
+            .into_iter()
+            .flatten()
+        {
+            self.held.fetch_sub(held.left, Ordering::Relaxed);
+            self.expire(held.left);
+        }
+        for (_, unused) in shape.pending.drain(..) {
+            self.expire(unused);
+        }
     }
 
     fn expire(&self, permits: u64) {
@@ -429,28 +510,34 @@ impl Leasing {
         }
         let mut out = Vec::new();
         for (keys, shape) in &mut shapes.by_keys {
-            let returnable = shape.lease.as_ref().is_some_and(|held| {
-                all || (held.until <= stamp.at
-                    && shape.limits.iter().all(|limit| {
-                        matches!(
-                            lease_kind(limit.algorithm()),
-                            Some(LeaseKind::FixedWindow | LeaseKind::SlidingWindow)
-                        )
-                    }))
+            // A bucket takes nothing back once a lease has ended.
+            let windows_only = shape.limits.iter().all(|limit| {
+                matches!(
+                    lease_kind(limit.algorithm()),
+                    Some(LeaseKind::FixedWindow | LeaseKind::SlidingWindow)
+                )
             });
-            if !returnable || shape.asking {
+            if !all && (shape.asking || !windows_only) {
                 continue;
             }
-            let Some(held) = shape.lease.take() else {
-                continue;
-            };
-            self.held.fetch_sub(held.left, Ordering::Relaxed);
-            if held.left > 0 {
+            let mut returning = Vec::new();
+            for slot in [&mut shape.lease, &mut shape.next] {
+                if slot
+                    .as_ref()
+                    .is_some_and(|held| all || held.until <= stamp.at)
+                    && let Some(held) = slot.take()
+                {
+                    self.held.fetch_sub(held.left, Ordering::Relaxed);
+                    returning.push((held.terms, held.left));
+                }
+            }
+            returning.append(&mut shape.pending);
+            returning.retain(|&(_, unused)| unused > 0);
+            if !returning.is_empty() {
                 out.push(Returning {
                     keys: keys.clone(),
                     limits: shape.limits.clone(),
-                    terms: held.terms,
-                    unused: held.left,
+                    leases: returning,
                 });
             }
         }
@@ -459,25 +546,52 @@ impl Leasing {
 }
 
 impl Asking<'_> {
-    /// Redis's answer: the lease kept, if one was taken; the give-back counted.
-    pub(crate) fn learn(mut self, reply: &LeaseReply) {
+    /// Redis's answer: the lease kept, if one was taken; the give-back counted. The answer
+    /// to report instead of Redis's, if any (its decisions and time): a request that asked
+    /// ahead while a lease was in hand, which Redis counts as spent, is told this process's
+    /// view (that lease's rest included), and if Redis denied it while that lease still
+    /// serves it, it is granted from that lease.
+    pub(crate) fn learn(mut self, reply: &LeaseReply) -> Option<(Vec<Decision>, Micros)> {
         self.learned = true;
         let leasing = self.leasing;
-        if let Some((_, unused)) = self.give_back {
-            leasing.count_return(unused, reply.given_back);
-        }
+        let unused = self.give_back.iter().map(|&(_, unused)| unused).sum();
+        leasing.count_return(unused, reply.given_back);
         let mut shapes = leasing.lock();
         let timeline_kept = shapes.timeline == self.stamp.timeline;
         let Some(shape) = shapes.by_keys.get_mut(&self.keys).filter(|_| timeline_kept) else {
             // The shapes were dropped meanwhile: the lease is not kept, so it is spent.
             leasing.expire(reply.leased);
-            return;
+            return None;
         };
         shape.asking = false;
-        if reply.leased == 0 {
-            return;
-        }
         let sent = self.stamp.at;
+        if !reply.decisions.iter().all(Decision::allowed) {
+            return leasing.grant_now(shape, self.permits, self.stamp);
+        }
+        // Redis counts the lease in hand as spent; this process still holds its rest.
+        let in_hand = shape.lease.as_ref().map_or(0, |held| held.left);
+        let answer = (in_hand > 0).then(|| {
+            let decisions = reply
+                .decisions
+                .iter()
+                .map(|d| {
+                    let remaining = d.remaining().saturating_add(in_hand);
+                    Decision::allow(d.limit(), remaining, d.reset_after_micros())
+                })
+                .collect();
+            (decisions, reply.now)
+        });
+        shape.views = reply
+            .decisions
+            .iter()
+            .map(|d| {
+                (
+                    d.limit(),
+                    d.remaining().saturating_add(in_hand),
+                    sent.saturating_add(d.reset_after_micros()),
+                )
+            })
+            .collect();
         let (offset, until) = match self.stamp.timeline {
             Timeline::Given => (0, reply.end),
             // Redis decided no sooner than the call was sent: on the local clock, the lease
@@ -487,18 +601,10 @@ impl Asking<'_> {
                 sent.saturating_add(reply.end.saturating_sub(reply.now)),
             ),
         };
-        let views = reply
-            .decisions
-            .iter()
-            .map(|d| {
-                (
-                    d.limit(),
-                    d.remaining(),
-                    sent.saturating_add(d.reset_after_micros()),
-                )
-            })
-            .collect();
-        if let Some(old) = shape.lease.replace(Held {
+        if reply.leased == 0 {
+            return answer;
+        }
+        let taken = Held {
             terms: LeaseTerms {
                 taken_at: reply.now,
                 permits: reply.leased,
@@ -508,17 +614,23 @@ impl Asking<'_> {
             from: sent,
             until,
             offset,
-            views,
-        }) {
-            // Another lease came in meanwhile (cannot, while asking; kept for safety): spent.
-            leasing.held.fetch_sub(old.left, Ordering::Relaxed);
-            leasing.expire(old.left);
-        }
+        };
         leasing.held.fetch_add(reply.leased, Ordering::Relaxed);
         leasing.leases_taken.fetch_add(1, Ordering::Relaxed);
         leasing
             .permits_leased
             .fetch_add(reply.leased, Ordering::Relaxed);
+        // Taken ahead if a lease is still in hand (none was on its way: this call asked).
+        let slot = if shape.lease.is_some() {
+            &mut shape.next
+        } else {
+            &mut shape.lease
+        };
+        if let Some(old) = slot.replace(taken) {
+            leasing.held.fetch_sub(old.left, Ordering::Relaxed);
+            leasing.expire(old.left);
+        }
+        answer
     }
 }
 
@@ -529,7 +641,7 @@ impl Drop for Asking<'_> {
         }
         // The call failed or was cancelled: whatever it gave back or leased is unknown, so
         // counted as spent (Redis's side comes back by time).
-        if let Some((_, unused)) = self.give_back {
+        for &(_, unused) in &self.give_back {
             self.leasing.expire(unused);
         }
         let mut shapes = self.leasing.lock();

@@ -341,12 +341,19 @@ impl RedisStore {
                 let reply = self
                     .lease_in_redis(requests, &keys, &ask, leasing, now)
                     .await?;
-                ask.learn(&reply);
-                RedisMultiDecision {
-                    allowed: reply.decisions.iter().all(Decision::allowed),
-                    decisions: reply.decisions,
-                    leases: Vec::new(),
-                    now: reply.now,
+                match ask.learn(&reply) {
+                    Some((decisions, at)) => RedisMultiDecision {
+                        allowed: true,
+                        decisions,
+                        leases: Vec::new(),
+                        now: at,
+                    },
+                    None => RedisMultiDecision {
+                        allowed: reply.decisions.iter().all(Decision::allowed),
+                        decisions: reply.decisions,
+                        leases: Vec::new(),
+                        now: reply.now,
+                    },
                 }
             }
             None => self.decide_in_redis(requests, op, now).await?,
