@@ -5,8 +5,9 @@
 # fixed-window, ROUNDS times interleaved; prints min–max per case, the Redis script calls per
 # second Redis ran, and the calls the cache answered. Then permit leasing on a hot key under
 # its limit (1,000,000 per second allowed, so every call is granted): the plain path against
-# leases of up to 64 permits (BENCH_LEASE=64), for the same algorithms, the same way; prints
-# decisions per second, script calls per second, and the calls granted from leases.
+# leases of up to 64 and up to 1024 permits (BENCH_LEASE), for the same algorithms, the same
+# way; prints decisions per second, script calls per second, and the calls granted from
+# leases.
 #
 #   crates/sluicegate-redis/bench/over_limit.sh [SECONDS=5] [ROUNDS=3]
 #
@@ -67,7 +68,7 @@ PY
 leases="$dir/leases"
 for round in $(seq "$rounds"); do
   for algorithm in gcra fixed-window; do
-    for lease in 0 64; do
+    for lease in 0 64 1024; do
       cli flushall >/dev/null
       cli config resetstat >/dev/null
       line=$(BENCH_RATE=1000000 BENCH_LEASE=$lease "$bin" "redis://127.0.0.1:$port" "$seconds" 64 1 "$algorithm")
