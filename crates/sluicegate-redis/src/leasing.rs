@@ -139,6 +139,9 @@ struct Shape {
     next: Option<Held>,
     /// Leases done with unused permits, to give back with the shape's next lease call.
     pending: Vec<(LeaseTerms, u64)>,
+    /// No lease is taken ahead before this (a lease call failed: while Redis is away, the
+    /// lease in hand serves every request it can).
+    ahead_from: Micros,
     /// Per limit, as of Redis's last grant of a lease call, less the grants from leases since:
     /// the limit, what is left from this process's view (its leased permits included), when
     /// the state is fresh (on the timeline).
@@ -310,6 +313,7 @@ impl Leasing {
                     lease: None,
                     next: None,
                     pending: Vec::new(),
+                    ahead_from: 0,
                     views: Vec::new(),
                 },
             );
@@ -339,10 +343,11 @@ impl Leasing {
         }
         // Below half its permits, the lease is taken over ahead by this request, unless one
         // is on its way or taken already.
-        let running_low = shape
-            .lease
-            .as_ref()
-            .is_some_and(|held| (held.left - n).saturating_mul(2) < held.terms.permits);
+        let running_low = stamp.at >= shape.ahead_from
+            && shape
+                .lease
+                .as_ref()
+                .is_some_and(|held| (held.left - n).saturating_mul(2) < held.terms.permits);
         if shape.lease.is_some() && (!running_low || shape.asking || shape.next.is_some()) {
             return self.grant(shape, n, stamp);
         }
@@ -645,8 +650,10 @@ impl Drop for Asking<'_> {
             self.leasing.expire(unused);
         }
         let mut shapes = self.leasing.lock();
+        let life = self.leasing.config.sizing.life;
         if let Some(shape) = shapes.by_keys.get_mut(&self.keys) {
             shape.asking = false;
+            shape.ahead_from = self.stamp.at.saturating_add(life);
         }
     }
 }

@@ -10,20 +10,24 @@
 //! - A child killed (SIGKILL) holding a lease: its permits are back within the lease's life
 //!   plus the algorithm's memory, on a manual clock.
 //! - A two-limit call leases both together.
+//! - Under the `local` failure policy, a lease in hand is spent while Redis is away, and Redis
+//!   has counted every permit granted through it once when it is back.
 
 use std::io::{BufRead, BufReader};
 use std::num::NonZeroU64;
 use std::process::{Command, Stdio};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use sluicegate::lease::LeaseSizing;
 use sluicegate::state_machine::Op;
 use sluicegate::store::Now;
-use sluicegate::{Algorithm as _, AnyAlgorithm};
+use sluicegate::store::{MemoryStore, Request, Store as _};
+use sluicegate::{Algorithm as _, AnyAlgorithm, KeyedLimiter, ManualClock};
 use sluicegate_redis::testing::RedisServer;
 use sluicegate_redis::{
-    LeaseConfig, LimitRequest, RedisLimit, RedisLimitError, RedisMultiDecision, RedisStore,
-    ScriptMode, StoreConfig,
+    FailSafe, FailSafeLimit, FailurePolicy, LeaseConfig, LimitRequest, NamedLimit, RedisLimit,
+    RedisLimitError, RedisMultiDecision, RedisStore, ScriptMode, StoreConfig,
 };
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -446,5 +450,94 @@ async fn a_killed_process_permits_come_back_within_the_lease_life() -> Result<()
             .await?;
         assert_eq!(after.decisions[0].remaining(), capacity, "{spec}");
     }
+    Ok(())
+}
+
+/// The failure policy over a leasing store, falling back to memory.
+type Safe = FailSafe<RedisStore, MemoryStore<AnyAlgorithm, ManualClock>, String>;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_in_hand_is_spent_while_redis_is_away_and_counted_once() -> Result<(), BoxError> {
+    let server = RedisServer::start()?;
+    let timeout = Duration::from_millis(300);
+    let store = server
+        .store(StoreConfig {
+            timeout,
+            ..config(Some(32))
+        })
+        .await?;
+    let safe: Safe = FailSafe::new(
+        Arc::new(store.clone()),
+        MemoryStore::new(),
+        FailurePolicy::Local,
+        timeout,
+    );
+    let spec = "fixed-window:limit=1000,window=1h";
+    let local: AnyAlgorithm = spec.parse()?;
+    let both = FailSafeLimit {
+        primary: Arc::new(NamedLimit {
+            limit: limit(spec)?,
+            name: "w".to_owned(),
+        }),
+        local: Arc::new(KeyedLimiter::with_clock(local, ManualClock::new(0))),
+    };
+    let key = "k".to_owned();
+    let request = [Request {
+        limit: &both,
+        key: &key,
+        permits: one(),
+    }];
+    // Granted through Redis or its leases (counted there), and by the policy (not counted).
+    let (mut counted, mut by_policy, mut at) = (0u64, 0u64, BASE);
+    let mut check = async |safe: &Safe| -> Result<(), BoxError> {
+        at += 1;
+        let failures = safe.failures();
+        let decided = safe.decide(&request, Op::Check, Now::At(at)).await?;
+        assert!(decided.decisions[0].allowed());
+        if safe.failures() > failures {
+            by_policy += 1;
+        } else {
+            counted += 1;
+        }
+        Ok(())
+    };
+    while store.lease_stats().permits_held == 0 {
+        check(&safe).await?;
+    }
+    let held = store.lease_stats().permits_held;
+    let local_before = store.lease_stats().local_grants;
+    server.pause()?;
+    // Redis away: the lease in hand is spent, one permit per request (a request that asks
+    // ahead fails, and the policy answers it); then the policy answers.
+    for _ in 0..held + 3 {
+        check(&safe).await?;
+    }
+    assert_eq!(store.lease_stats().local_grants - local_before, held);
+    assert!(by_policy >= 3, "{by_policy} answered by the policy");
+    server.resume()?;
+    // Back: Redis counted every permit granted through it or its leases, once, and more
+    // only by the call that timed out (Redis ran it when it woke: its request, which the
+    // policy answered, and the lease nobody received, spent until the window ends).
+    let peek = store
+        .decide_all(
+            &[LimitRequest {
+                limit: &both.primary.limit,
+                name: "w",
+                key: b"k",
+                permits: one(),
+            }],
+            Op::Peek,
+            Now::At(at + 1),
+        )
+        .await?;
+    let remaining = peek.decisions[0].remaining();
+    assert!(
+        remaining <= 1000 - counted,
+        "{remaining} left, {counted} counted"
+    );
+    assert!(
+        remaining + 33 >= 1000 - counted,
+        "{remaining} left, {counted} counted"
+    );
     Ok(())
 }
