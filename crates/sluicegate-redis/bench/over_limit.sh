@@ -36,61 +36,48 @@ script_calls() {
 
 echo "# $(date -u +%FT%TZ), $(nproc) cores, redis $(redis-server --version | sed 's/.*v=\([^ ]*\).*/\1/')," \
   "${seconds}s per run, 64 in flight, one key, $rounds rounds, load average $(cut -d' ' -f1-3 /proc/loadavg)" >&2
-results="$dir/results"
-for round in $(seq "$rounds"); do
-  for algorithm in gcra fixed-window; do
-    for entries in 0 1000; do
-      cli flushall >/dev/null
-      cli config resetstat >/dev/null
-      line=$(BENCH_OVER_LIMIT_CACHE=$entries "$bin" "redis://127.0.0.1:$port" "$seconds" 64 1 "$algorithm")
-      echo "$line $(script_calls)" | tee -a "$results" >&2
+# Runs the example ROUNDS times for each algorithm and each word of $1 (environment variables
+# for one case, `VAR=value` joined by commas), appending each JSON line and its script calls
+# to $2.
+runs() {
+  local values=$1 out=$2 round algorithm value
+  for round in $(seq "$rounds"); do
+    for algorithm in gcra fixed-window; do
+      for value in $values; do
+        cli flushall >/dev/null
+        cli config resetstat >/dev/null
+        line=$(env ${value//,/ } "$bin" "redis://127.0.0.1:$port" "$seconds" 64 1 "$algorithm")
+        echo "$line $(script_calls)" | tee -a "$out" >&2
+      done
     done
   done
-done
+}
 
-python3 - "$results" <<'PY'
+# A markdown table of the runs in $1, grouped by algorithm and the JSON field $2; $3 names that
+# column, $4 the share column, counted by the JSON field $5.
+table() {
+  python3 - "$@" <<'PY'
 import json, sys
+path, field, heading, share_heading, counted = sys.argv[1:]
 groups = {}
-for line in open(sys.argv[1]):
+for line in open(path):
     text, calls = line.rsplit(" ", 1)
     row = json.loads(text)
     row["redis_calls_per_second"] = int(calls) / row["seconds"]
-    groups.setdefault((row["algorithm"], row["over_limit_cache"]), []).append(row)
-print("| algorithm | over-limit cache | decisions/s (min–max) | Redis script calls/s (min–max) | answered by the cache |")
+    groups.setdefault((row["algorithm"], row[field]), []).append(row)
+print(f"| algorithm | {heading} | decisions/s (min–max) | Redis script calls/s (min–max) | {share_heading} |")
 print("|---|---|---:|---:|---:|")
 span = lambda values: f"{min(values):,.0f}–{max(values):,.0f}"
-for (algorithm, entries), rows in groups.items():
-    share = sum(r["cache_hits"] for r in rows) / max(sum(r["decisions"] for r in rows), 1)
-    print(f"| {algorithm} | {'on' if entries else 'off'} | {span([r['per_second'] for r in rows])} "
+for (algorithm, value), rows in groups.items():
+    share = sum(r[counted] for r in rows) / max(sum(r["decisions"] for r in rows), 1)
+    print(f"| {algorithm} | {value if value else 'off'} | {span([r['per_second'] for r in rows])} "
           f"| {span([r['redis_calls_per_second'] for r in rows])} | {share:.1%} |")
 PY
+}
 
-leases="$dir/leases"
-for round in $(seq "$rounds"); do
-  for algorithm in gcra fixed-window; do
-    for lease in 0 64 1024; do
-      cli flushall >/dev/null
-      cli config resetstat >/dev/null
-      line=$(BENCH_RATE=1000000 BENCH_LEASE=$lease "$bin" "redis://127.0.0.1:$port" "$seconds" 64 1 "$algorithm")
-      echo "$line $(script_calls)" | tee -a "$leases" >&2
-    done
-  done
-done
-
-python3 - "$leases" <<'PY'
-import json, sys
-groups = {}
-for line in open(sys.argv[1]):
-    text, calls = line.rsplit(" ", 1)
-    row = json.loads(text)
-    row["redis_calls_per_second"] = int(calls) / row["seconds"]
-    groups.setdefault((row["algorithm"], row["lease"]), []).append(row)
-print()
-print("| algorithm (hot key under its limit) | leasing | decisions/s (min–max) | Redis script calls/s (min–max) | granted from leases |")
-print("|---|---|---:|---:|---:|")
-span = lambda values: f"{min(values):,.0f}–{max(values):,.0f}"
-for (algorithm, lease), rows in groups.items():
-    share = sum(r["local_grants"] for r in rows) / max(sum(r["decisions"] for r in rows), 1)
-    print(f"| {algorithm} | {f'up to {lease}' if lease else 'off'} | {span([r['per_second'] for r in rows])} "
-          f"| {span([r['redis_calls_per_second'] for r in rows])} | {share:.1%} |")
-PY
+runs "BENCH_OVER_LIMIT_CACHE=0 BENCH_OVER_LIMIT_CACHE=1000" "$dir/results"
+table "$dir/results" over_limit_cache "over-limit cache (entries)" "answered by the cache" cache_hits
+echo
+# A hot key under its limit: every call granted.
+runs "BENCH_RATE=1000000,BENCH_LEASE=0 BENCH_RATE=1000000,BENCH_LEASE=64 BENCH_RATE=1000000,BENCH_LEASE=1024" "$dir/leases"
+table "$dir/leases" lease "leasing (most permits per lease; hot key under its limit)" "granted from leases" local_grants
