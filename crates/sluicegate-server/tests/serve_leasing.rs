@@ -15,27 +15,32 @@ use loopback::{BoxError, OK, OVER_LIMIT, Service, TestResult, metric_value};
 
 const RULES: &str = "domain: shop\ndescriptors:\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 50, algorithm: fixed-window}\n";
 
+/// The service on `redis` (a call waits up to 5 s, the closed policy), leasing as given.
+fn on_redis(redis: &RedisServer, leasing: Option<LeaseConfig>) -> EngineOptions {
+    let settings = RedisSettings::new(RedisTarget::Single(redis.url()))
+        .timeout(Duration::from_secs(5))
+        .failure_policy(FailurePolicy::Closed)
+        .leasing(leasing);
+    EngineOptions {
+        backend: BackendOptions::Redis(settings),
+        ..EngineOptions::default()
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hot_key_is_granted_from_leases_and_never_beyond_its_limit() -> TestResult {
     let redis = RedisServer::start()?;
-    let engine = EngineOptions {
-        backend: BackendOptions::Redis(
-            RedisSettings::new(RedisTarget::Single(redis.url()))
-                .timeout(Duration::from_secs(5))
-                .failure_policy(FailurePolicy::Closed)
-                .leasing(Some(LeaseConfig {
-                    sizing: LeaseSizing {
-                        // Long enough that a slow test machine's calls still find the lease.
-                        life: 2_000_000,
-                        horizon: 1_000_000,
-                        max_per_key: 8,
-                        max_per_process: 100,
-                    },
-                    ..LeaseConfig::default()
-                })),
-        ),
-        ..EngineOptions::default()
+    let leasing = LeaseConfig {
+        sizing: LeaseSizing {
+            // Long enough that a slow test machine's calls still find the lease.
+            life: 2_000_000,
+            horizon: 1_000_000,
+            max_per_key: 8,
+            max_per_process: 100,
+        },
+        ..LeaseConfig::default()
     };
+    let engine = on_redis(&redis, Some(leasing));
     let mut service = Service::start(RULES, engine).await?;
     let mut granted = 0;
     for _ in 0..80 {
@@ -85,12 +90,7 @@ async fn a_hot_key_is_granted_from_leases_and_never_beyond_its_limit() -> TestRe
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_the_flag_nothing_is_leased() -> Result<(), BoxError> {
     let redis = RedisServer::start()?;
-    let engine = EngineOptions {
-        backend: BackendOptions::Redis(
-            RedisSettings::new(RedisTarget::Single(redis.url())).timeout(Duration::from_secs(5)),
-        ),
-        ..EngineOptions::default()
-    };
+    let engine = on_redis(&redis, None);
     let mut service = Service::start(RULES, engine).await?;
     for _ in 0..20 {
         assert_eq!(service.code(&[&[("user", "ann")]]).await?, OK);
