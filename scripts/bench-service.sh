@@ -4,7 +4,9 @@
 # ShouldRateLimit server on the same stack: tonic, envoy-types, the same runtime settings).
 #
 # Cases: one hot key, and keys drawn uniformly from 100k values. Targets: the ceiling, `serve` in
-# memory, and `serve --redis` on a local redis-server (when the binary has the flag).
+# memory (`memory`: the default gRPC server, the lean one), `serve --grpc-server tonic` in memory
+# (`tonic`: the tonic path, when the binary has the flag), and `serve --redis` on a local
+# redis-server (when the binary has the flag).
 # Load: `rls_load` (a separate process, tonic client) for both cases, and h2load (nghttp2-client,
 # fully independent of the Rust stack) for the hot key. Every generator runs at the same number of
 # calls in flight. Each (generator, case, target) is run --repeats times, targets interleaved so
@@ -123,6 +125,10 @@ start_serve() {
 
 targets=(ceiling memory)
 start_serve memory
+if "$sluicegate" serve --help | grep -q -- '--grpc-server'; then
+  start_serve tonic --grpc-server tonic
+  targets+=(tonic)
+fi
 
 redis_note=""
 if [ "$use_redis" = 0 ]; then
@@ -238,15 +244,15 @@ for line in open(sys.argv[1]):
     rows.setdefault((generator, keys, target), []).append([float(n) for n in numbers])
 def med(values, i):
     return statistics.median(v[i] for v in values)
-print("| generator | keys | target | decisions/s | p50 µs | p99 µs | fraction of ceiling | p99 / ceiling p99 | server CPU µs/decision | CPU / ceiling CPU | decisions/s min–max |")
-print("|---|---|---|---|---|---|---|---|---|---|---|")
+print("| generator | keys | target | decisions/s | p50 µs | p99 µs | fraction of ceiling | p99 / ceiling p99 | server CPU µs/decision | CPU / ceiling CPU | decisions/s min–max | p99 µs min–max | CPU µs min–max |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 for (generator, keys, target), values in rows.items():
     ceiling = rows[(generator, keys, "ceiling")]
     dps, p50, p99, cpu = (med(values, i) for i in range(4))
-    lo, hi = min(v[0] for v in values), max(v[0] for v in values)
-    print("| %s | %s | %s | %.0f | %.0f | %.0f | %.2f | %.2f | %.1f | %.2f | %.0f–%.0f |" % (
+    span = lambda i: (min(v[i] for v in values), max(v[i] for v in values))
+    print("| %s | %s | %s | %.0f | %.0f | %.0f | %.2f | %.2f | %.1f | %.2f | %.0f–%.0f | %.0f–%.0f | %.1f–%.1f |" % (
         generator, keys, target, dps, p50, p99, dps / med(ceiling, 0), p99 / med(ceiling, 2),
-        cpu, cpu / med(ceiling, 3), lo, hi))
+        cpu, cpu / med(ceiling, 3), *span(0), *span(2), *span(3)))
 EOF
 [ -n "$redis_note" ] && echo "!! $redis_note"
 exit 0
