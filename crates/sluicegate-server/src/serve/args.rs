@@ -29,10 +29,10 @@ fn parse_keepalive(text: &str) -> Result<Duration, String> {
 use crate::serve::clock::ServiceClock;
 use crate::serve::counters::BackendOptions;
 use crate::serve::engine::EngineOptions;
+use crate::serve::grpc_lean::Keepalive;
 use crate::serve::headers::{HeaderOptions, LegacyHeaderNames};
 use crate::serve::key_cap::DEFAULT_MAX_KEYS;
 use crate::serve::protocol::CallLimits;
-use crate::serve::grpc_lean::Keepalive;
 use crate::serve::server::{GrpcOptions, GrpcServer, ServerConfig};
 
 /// Serve the rate limit service (Envoy gRPC and HTTP JSON).
@@ -229,7 +229,12 @@ mod tests {
                 timeout: Duration::from_secs(20),
             })
         );
-        let both = ["--grpc-keepalive-interval", "1s", "--grpc-keepalive-timeout", "500ms"];
+        let both = [
+            "--grpc-keepalive-interval",
+            "1s",
+            "--grpc-keepalive-timeout",
+            "500ms",
+        ];
         assert_eq!(
             parse(&both)?.keepalive.map(|k| k.timeout),
             Some(Duration::from_millis(500))

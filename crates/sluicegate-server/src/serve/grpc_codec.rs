@@ -96,10 +96,7 @@ impl Refusal {
             headers.insert("grpc-message", grpc_message(&self.message));
         }
         if self.accept_identity {
-            headers.insert(
-                "grpc-accept-encoding",
-                HeaderValue::from_static("identity"),
-            );
+            headers.insert("grpc-accept-encoding", HeaderValue::from_static("identity"));
         }
         response
     }
@@ -274,7 +271,8 @@ mod tests {
 
     #[test]
     fn grpc_content_types_are_application_grpc_with_a_format_or_parameters() {
-        let is_grpc = |text: &'static str| is_grpc_content_type(Some(&HeaderValue::from_static(text)));
+        let is_grpc =
+            |text: &'static str| is_grpc_content_type(Some(&HeaderValue::from_static(text)));
         for grpc in [
             "application/grpc",
             "application/grpc+proto",
@@ -295,13 +293,27 @@ mod tests {
 
     #[test]
     fn timeouts_have_up_to_eight_digits_and_a_unit() {
-        assert_eq!(parse_grpc_timeout(b"200m"), Some(Duration::from_millis(200)));
+        assert_eq!(
+            parse_grpc_timeout(b"200m"),
+            Some(Duration::from_millis(200))
+        );
         assert_eq!(parse_grpc_timeout(b"1H"), Some(Duration::from_secs(3600)));
         assert_eq!(parse_grpc_timeout(b"2M"), Some(Duration::from_secs(120)));
         assert_eq!(parse_grpc_timeout(b"3S"), Some(Duration::from_secs(3)));
-        assert_eq!(parse_grpc_timeout(b"99999999u"), Some(Duration::from_micros(99_999_999)));
+        assert_eq!(
+            parse_grpc_timeout(b"99999999u"),
+            Some(Duration::from_micros(99_999_999))
+        );
         assert_eq!(parse_grpc_timeout(b"5n"), Some(Duration::from_nanos(5)));
-        for bad in [&b""[..], b"m", b"123456789m", b"12x", b"-1S", b"1.5S", b"20"] {
+        for bad in [
+            &b""[..],
+            b"m",
+            b"123456789m",
+            b"12x",
+            b"-1S",
+            b"1.5S",
+            b"20",
+        ] {
             assert_eq!(parse_grpc_timeout(bad), None, "{bad:?}");
         }
     }
@@ -331,14 +343,22 @@ mod tests {
             &[whole.as_slice(), b"x"].concat()[..],
         ] {
             let refused = unary_message(broken).err();
-            assert_eq!(refused.map(|r| r.code), Some(GrpcCode::Internal), "{broken:?}");
+            assert_eq!(
+                refused.map(|r| r.code),
+                Some(GrpcCode::Internal),
+                "{broken:?}"
+            );
         }
     }
 
     #[test]
     fn a_prefix_over_the_limit_is_refused_before_the_message_arrives() {
         let mut prefix = vec![0];
-        prefix.extend_from_slice(&u32::try_from(MAX_MESSAGE_BYTES + 1).unwrap_or(0).to_be_bytes());
+        prefix.extend_from_slice(
+            &u32::try_from(MAX_MESSAGE_BYTES + 1)
+                .unwrap_or(0)
+                .to_be_bytes(),
+        );
         let refused = check_partial(&prefix).err();
         assert_eq!(refused.map(|r| r.code), Some(GrpcCode::ResourceExhausted));
         assert_eq!(check_partial(&prefix[..4]), Ok(()));
@@ -352,7 +372,10 @@ mod tests {
             nanos: 0,
         };
         let frame = encode_message(&message, &mut buffer);
-        assert_eq!(&frame[..], &framed(0, &prost::Message::encode_to_vec(&message))[..]);
+        assert_eq!(
+            &frame[..],
+            &framed(0, &prost::Message::encode_to_vec(&message))[..]
+        );
         assert!(buffer.is_empty());
     }
 

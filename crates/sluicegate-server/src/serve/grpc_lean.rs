@@ -139,9 +139,13 @@ async fn serve_connection(
             connection.abrupt_shutdown(h2::Reason::NO_ERROR);
             keepalive = None;
         }
-        drive(&mut connection, &mut calls, &mut buffer, cx, |respond, body, deadline| {
-            answer_call(&engine, respond, body, deadline)
-        })
+        drive(
+            &mut connection,
+            &mut calls,
+            &mut buffer,
+            cx,
+            |respond, body, deadline| answer_call(&engine, respond, body, deadline),
+        )
     })
     .await;
     if let Err(error) = ended {
@@ -263,7 +267,10 @@ async fn read_body(mut body: RecvStream) -> Result<Bytes, Refusal> {
     let mut joined: Option<BytesMut> = None;
     while let Some(chunk) = body.data().await {
         let chunk = chunk.map_err(|error| {
-            Refusal::new(GrpcCode::Internal, format!("cannot read the request: {error}"))
+            Refusal::new(
+                GrpcCode::Internal,
+                format!("cannot read the request: {error}"),
+            )
         })?;
         let _ = body.flow_control().release_capacity(chunk.len());
         let so_far: &[u8] = if first.is_empty() && joined.is_none() {

@@ -52,5 +52,6 @@ pub use protocol::{
     EnvoyUnit, LimitOverride, RateLimitCall, Statuses,
 };
 pub use server::{
-    GrpcOptions, GrpcServer, RunningServer, ServerConfig, grpc_incoming, grpc_server, runtime, start,
+    GrpcOptions, GrpcServer, RunningServer, ServerConfig, grpc_incoming, grpc_server, runtime,
+    start,
 };
