@@ -111,12 +111,17 @@ pids+=($!)
 server_pid[ceiling]=$!
 wait_for_port "${grpc_port[ceiling]}" "the ceiling server"
 
+# Several `serve`s run at once: none serves the admin page (its port would be the same).
+no_admin=()
+if "$sluicegate" serve --help | grep -q -- '--no-admin'; then no_admin=(--no-admin); fi
+
 start_serve() {
   local name="$1"
   shift
   grpc_port[$name]="$(free_port)"
   SLUICEGATE_LOG=warn "${server_cpu[@]}" "$sluicegate" serve --config "$work/rules.yaml" \
-    --grpc-addr "127.0.0.1:${grpc_port[$name]}" --http-addr "127.0.0.1:$(free_port)" "$@" \
+    --grpc-addr "127.0.0.1:${grpc_port[$name]}" --http-addr "127.0.0.1:$(free_port)" \
+    "${no_admin[@]}" "$@" \
     >"$work/$name.log" 2>&1 &
   pids+=($!)
   server_pid[$name]=$!
