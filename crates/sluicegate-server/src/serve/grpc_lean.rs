@@ -114,7 +114,12 @@ async fn serve_connection(
     keepalive: Option<Keepalive>,
     mut stopped: watch::Receiver<bool>,
 ) {
-    let mut connection = match http2_settings().handshake::<_, Bytes>(tcp).await {
+    // A client that never sends HTTP/2's preface must not hold the shutdown up.
+    let handshake = tokio::select! {
+        shaken = http2_settings().handshake::<_, Bytes>(tcp) => shaken,
+        () = stopped_signal(&mut stopped) => return,
+    };
+    let mut connection = match handshake {
         Ok(connection) => connection,
         Err(error) => {
             tracing::debug!(%error, "gRPC connection failed before HTTP/2 began");
