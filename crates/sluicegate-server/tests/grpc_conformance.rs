@@ -91,6 +91,9 @@ macro_rules! every_in_memory_check {
             h2_wrong_content_type => h2_checks::a_content_type_not_grpc_is_415,
             h2_oversized_message =>
                 h2_checks::an_oversized_message_is_resource_exhausted_on_a_live_connection,
+            h2_message_in_several_frames => h2_checks::a_message_in_several_frames_is_answered,
+            h2_timeouts_not_expiring_or_unparsed =>
+                h2_checks::timeouts_that_do_not_expire_or_parse_leave_the_call_answered,
         }
     };
 }

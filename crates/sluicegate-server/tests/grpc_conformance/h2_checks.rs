@@ -123,6 +123,42 @@ pub async fn broken_framing_is_internal(grpc: SocketAddr) -> TestResult {
     Ok(())
 }
 
+/// A message split over several DATA frames (the prefix cut in two, the message in pieces) is
+/// read whole and answered.
+pub async fn a_message_in_several_frames_is_answered(grpc: SocketAddr) -> TestResult {
+    let mut connection = connect(grpc).await?;
+    let message = frame(false, &request(&[("user", "ann")]).encode_to_vec());
+    let mut ready = connection.client.clone().ready().await?;
+    let head = headers(grpc, METHOD, "application/grpc", &[])?;
+    let (response, mut send) = ready.send_request(head, false)?;
+    let cuts = [0, 2, 7, message.len() - 1, message.len()];
+    for piece in cuts.windows(2) {
+        let last = piece[1] == message.len();
+        send.send_data(Bytes::copy_from_slice(&message[piece[0]..piece[1]]), last)?;
+    }
+    let answer = super::raw::read_answer(response).await?;
+    assert_eq!(answer.grpc_status(), Some("0"), "{answer:?}");
+    assert_eq!(answer.message()?.overall_code, OK);
+    still_serves(&mut connection.client, grpc).await?;
+    Ok(())
+}
+
+/// A `grpc-timeout` the decision beats is answered as usual, and one that does not parse is
+/// ignored (as tonic ignores it): the call is answered.
+pub async fn timeouts_that_do_not_expire_or_parse_leave_the_call_answered(
+    grpc: SocketAddr,
+) -> TestResult {
+    let mut connection = connect(grpc).await?;
+    let call = request(&[("user", "ann")]);
+    for timeout in ["10S", "99999999m", "bogus", "1x"] {
+        let extra = [("grpc-timeout", timeout)];
+        let answer = call_with(&mut connection.client, grpc, &extra, false, &call).await?;
+        assert_eq!(answer.grpc_status(), Some("0"), "{timeout}: {answer:?}");
+        assert_eq!(answer.message()?.overall_code, OK, "{timeout}");
+    }
+    Ok(())
+}
+
 /// A gzip-compressed call is refused as the gRPC compression spec says: UNIMPLEMENTED, and
 /// `grpc-accept-encoding` naming what the service takes (identity).
 pub async fn gzip_requests_are_refused_with_the_accepted_encodings(grpc: SocketAddr) -> TestResult {
