@@ -82,6 +82,8 @@ if [ "$pin" = 1 ]; then
   load_cpu=(taskset -c 1)
 fi
 
+source scripts/lib/grpc-body.sh
+
 free_port() {
   python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
@@ -96,13 +98,7 @@ wait_for_port() {
   exit 1
 }
 
-# Every key is allowed: the benchmark measures the cost of a decision, not of a denial.
-cat >"$work/rules.yaml" <<'EOF'
-domain: bench
-descriptors:
-  - key: key
-    rate_limit: {unit: second, requests_per_unit: 1000000000}
-EOF
+write_bench_rules "$work/rules.yaml"
 
 declare -A grpc_port server_pid
 grpc_port[ceiling]="$(free_port)"
@@ -184,7 +180,6 @@ run_rls_load() {
 }
 
 # h2load sends one fixed body: domain "bench", entry (key, k0).
-source scripts/lib/grpc-body.sh
 
 run_h2load() {
   local target="$1" out="$work/h2load.out" log="$work/h2load.log" cpu_before cpu_after

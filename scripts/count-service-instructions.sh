@@ -34,12 +34,7 @@ fi
 source scripts/lib/processes.sh
 source scripts/lib/grpc-body.sh
 
-cat >"$work/rules.yaml" <<'EOF'
-domain: bench
-descriptors:
-  - key: key
-    rate_limit: {unit: second, requests_per_unit: 1000000000}
-EOF
+write_bench_rules "$work/rules.yaml"
 write_grpc_body "$work/body.grpc" bench key k0
 
 # load PORT N: N calls over 4 connections of 16 streams; fails unless every one succeeded.
