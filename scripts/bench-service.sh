@@ -18,9 +18,14 @@
 #
 # Usage: scripts/bench-service.sh [--duration S] [--warmup S] [--concurrency N] [--connections N]
 #                                 [--repeats N] [--keys N] [--pin] [--no-h2load] [--no-redis]
-#                                 [--bin-dir DIR]
+#                                 [--bin-dir DIR] [--no-limitador]
 # --pin runs the servers on CPU 0 and the load generators on CPU 1 (taskset).
 # --bin-dir uses already built sluicegate, noop_rls and rls_load from DIR instead of building.
+# limitador (Kuadrant's Envoy rate limit service) runs beside them as a peer: in memory, and on
+# the same Redis with its `redis` and `redis_cached` storages. scripts/lib/limitador.sh builds it
+# once from its source into the bench cache (LIMITADOR_SRC names the source; the first build
+# is long, see that script); LIMITADOR_BIN=path uses a binary already built; --no-limitador
+# leaves it out.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -33,6 +38,7 @@ many_keys=100000
 pin=0
 use_h2load=1
 use_redis=1
+use_limitador=1
 bin_dir=""
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -46,6 +52,7 @@ while [ $# -gt 0 ]; do
     --no-h2load) use_h2load=0; shift ;;
     --no-redis) use_redis=0; shift ;;
     --bin-dir) bin_dir="$2"; shift 2 ;;
+    --no-limitador) use_limitador=0; shift ;;
     *) echo "unknown argument: $1" >&2; exit 2 ;;
   esac
 done
@@ -148,6 +155,53 @@ else
   targets+=(redis)
 fi
 [ -n "$redis_note" ] && echo "!! $redis_note"
+
+limitador_note=""
+if [ "$use_limitador" = 1 ]; then
+  limitador="${LIMITADOR_BIN:-}"
+  if [ -z "$limitador" ]; then
+    source scripts/lib/limitador.sh
+    limitador="$(limitador_build)" || limitador=""
+  fi
+  if [ -z "$limitador" ] || [ ! -x "$limitador" ]; then
+    limitador_note="limitador rows NOT measured: no limitador-server binary (see scripts/lib/limitador.sh)."
+  fi
+else
+  limitador_note="limitador rows NOT measured: --no-limitador was given."
+fi
+start_limitador() {
+  local name="$1"
+  shift
+  grpc_port[$name]="$(free_port)"
+  RUST_LOG=error "${server_cpu[@]}" "$limitador" -b 127.0.0.1 -p "${grpc_port[$name]}" \
+    -B 127.0.0.1 -P "$(free_port)" "$work/limitador/limits.yaml" "$@" \
+    >"$work/$name.log" 2>&1 &
+  pids+=($!)
+  server_pid[$name]=$!
+  wait_for_port "${grpc_port[$name]}" "limitador ($name)"
+}
+if [ -z "$limitador_note" ]; then
+  # The benchmark's rule as limitador writes it: per value of the descriptor's entry `key`,
+  # in a one-second fixed window, a limit no load reaches (docs/limitador-peer.md). Its own
+  # folder: limitador watches the file's directory.
+  mkdir -p "$work/limitador"
+  cat >"$work/limitador/limits.yaml" <<'YAML'
+- namespace: bench
+  max_value: 1000000000
+  seconds: 1
+  conditions: []
+  variables:
+    - "descriptors[0]['key']"
+YAML
+  start_limitador limitador memory
+  targets+=(limitador)
+  if [[ " ${targets[*]} " == *" redis "* ]]; then
+    start_limitador limitador-redis redis "redis://127.0.0.1:$redis_port"
+    start_limitador limitador-redis-cached redis_cached "redis://127.0.0.1:$redis_port"
+    targets+=(limitador-redis limitador-redis-cached)
+  fi
+fi
+[ -n "$limitador_note" ] && echo "!! $limitador_note"
 
 ticks_per_sec="$(getconf CLK_TCK)"
 # User plus system CPU time of a process, in clock ticks.
@@ -253,6 +307,25 @@ for (generator, keys, target), values in rows.items():
     print("| %s | %s | %s | %.0f | %.0f | %.0f | %.2f | %.2f | %.1f | %.2f | %.0f–%.0f | %.0f–%.0f | %.1f–%.1f |" % (
         generator, keys, target, dps, p50, p99, dps / med(ceiling, 0), p99 / med(ceiling, 2),
         cpu, cpu / med(ceiling, 3), *span(0), *span(2), *span(3)))
+# Ours against limitador, in the same run: serve in memory against limitador in memory, and
+# serve --redis against limitador's `redis` and `redis_cached` storages on the same Redis.
+pairs = [("memory", "limitador"), ("redis", "limitador-redis"), ("redis", "limitador-redis-cached")]
+lines = []
+for (generator, keys, target), values in rows.items():
+    for ours, peer in pairs:
+        theirs = rows.get((generator, keys, peer))
+        if target != ours or not theirs:
+            continue
+        ratios = [v[0] / t[0] for v, t in zip(values, theirs)]
+        lines.append("| %s | %s | %s / %s | %.2f | %.2f–%.2f | %.2f | %.2f |" % (
+            generator, keys, ours, peer, statistics.median(ratios), min(ratios), max(ratios),
+            med(values, 2) / med(theirs, 2), med(values, 3) / med(theirs, 3)))
+if lines:
+    print()
+    print("| generator | keys | ours / limitador | decisions/s ratio (median of repeats) | min–max | p99 ratio | CPU per decision ratio |")
+    print("|---|---|---|---|---|---|---|")
+    print("\n".join(lines))
 EOF
 [ -n "$redis_note" ] && echo "!! $redis_note"
+[ -n "$limitador_note" ] && echo "!! $limitador_note"
 exit 0
