@@ -4,7 +4,9 @@
 # ShouldRateLimit server on the same stack: tonic, envoy-types, the same runtime settings).
 #
 # Cases: one hot key, and keys drawn uniformly from 100k values. Targets: the ceiling, `serve` in
-# memory, and `serve --redis` on a local redis-server (when the binary has the flag).
+# memory (`memory`: the default gRPC server, the lean one), `serve --grpc-server tonic` in memory
+# (`tonic`: the tonic path, when the binary has the flag), and `serve --redis` on a local
+# redis-server (when the binary has the flag).
 # Load: `rls_load` (a separate process, tonic client) for both cases, and h2load (nghttp2-client,
 # fully independent of the Rust stack) for the hot key. Every generator runs at the same number of
 # calls in flight. Each (generator, case, target) is run --repeats times, targets interleaved so
@@ -16,9 +18,14 @@
 #
 # Usage: scripts/bench-service.sh [--duration S] [--warmup S] [--concurrency N] [--connections N]
 #                                 [--repeats N] [--keys N] [--pin] [--no-h2load] [--no-redis]
-#                                 [--bin-dir DIR]
+#                                 [--bin-dir DIR] [--no-limitador]
 # --pin runs the servers on CPU 0 and the load generators on CPU 1 (taskset).
 # --bin-dir uses already built sluicegate, noop_rls and rls_load from DIR instead of building.
+# limitador (Kuadrant's Envoy rate limit service) runs beside them as a peer: in memory, and on
+# the same Redis with its `redis` and `redis_cached` storages. scripts/lib/limitador.sh builds it
+# once from its source into the bench cache (LIMITADOR_SRC names the source; the first build
+# is long, see that script); LIMITADOR_BIN=path uses a binary already built; --no-limitador
+# leaves it out.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -31,6 +38,7 @@ many_keys=100000
 pin=0
 use_h2load=1
 use_redis=1
+use_limitador=1
 bin_dir=""
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -44,6 +52,7 @@ while [ $# -gt 0 ]; do
     --no-h2load) use_h2load=0; shift ;;
     --no-redis) use_redis=0; shift ;;
     --bin-dir) bin_dir="$2"; shift 2 ;;
+    --no-limitador) use_limitador=0; shift ;;
     *) echo "unknown argument: $1" >&2; exit 2 ;;
   esac
 done
@@ -80,6 +89,8 @@ if [ "$pin" = 1 ]; then
   load_cpu=(taskset -c 1)
 fi
 
+source scripts/lib/grpc-body.sh
+
 free_port() {
   python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
@@ -94,13 +105,7 @@ wait_for_port() {
   exit 1
 }
 
-# Every key is allowed: the benchmark measures the cost of a decision, not of a denial.
-cat >"$work/rules.yaml" <<'EOF'
-domain: bench
-descriptors:
-  - key: key
-    rate_limit: {unit: second, requests_per_unit: 1000000000}
-EOF
+write_bench_rules "$work/rules.yaml"
 
 declare -A grpc_port server_pid
 grpc_port[ceiling]="$(free_port)"
@@ -109,12 +114,17 @@ pids+=($!)
 server_pid[ceiling]=$!
 wait_for_port "${grpc_port[ceiling]}" "the ceiling server"
 
+# Several `serve`s run at once: none serves the admin page (its port would be the same).
+no_admin=()
+if "$sluicegate" serve --help | grep -q -- '--no-admin'; then no_admin=(--no-admin); fi
+
 start_serve() {
   local name="$1"
   shift
   grpc_port[$name]="$(free_port)"
   SLUICEGATE_LOG=warn "${server_cpu[@]}" "$sluicegate" serve --config "$work/rules.yaml" \
-    --grpc-addr "127.0.0.1:${grpc_port[$name]}" --http-addr "127.0.0.1:$(free_port)" "$@" \
+    --grpc-addr "127.0.0.1:${grpc_port[$name]}" --http-addr "127.0.0.1:$(free_port)" \
+    "${no_admin[@]}" "$@" \
     >"$work/$name.log" 2>&1 &
   pids+=($!)
   server_pid[$name]=$!
@@ -123,6 +133,10 @@ start_serve() {
 
 targets=(ceiling memory)
 start_serve memory
+if "$sluicegate" serve --help | grep -q -- '--grpc-server'; then
+  start_serve tonic --grpc-server tonic
+  targets+=(tonic)
+fi
 
 redis_note=""
 if [ "$use_redis" = 0 ]; then
@@ -141,6 +155,53 @@ else
   targets+=(redis)
 fi
 [ -n "$redis_note" ] && echo "!! $redis_note"
+
+limitador_note=""
+if [ "$use_limitador" = 1 ]; then
+  limitador="${LIMITADOR_BIN:-}"
+  if [ -z "$limitador" ]; then
+    source scripts/lib/limitador.sh
+    limitador="$(limitador_build)" || limitador=""
+  fi
+  if [ -z "$limitador" ] || [ ! -x "$limitador" ]; then
+    limitador_note="limitador rows NOT measured: no limitador-server binary (see scripts/lib/limitador.sh)."
+  fi
+else
+  limitador_note="limitador rows NOT measured: --no-limitador was given."
+fi
+start_limitador() {
+  local name="$1"
+  shift
+  grpc_port[$name]="$(free_port)"
+  RUST_LOG=error "${server_cpu[@]}" "$limitador" -b 127.0.0.1 -p "${grpc_port[$name]}" \
+    -B 127.0.0.1 -P "$(free_port)" "$work/limitador/limits.yaml" "$@" \
+    >"$work/$name.log" 2>&1 &
+  pids+=($!)
+  server_pid[$name]=$!
+  wait_for_port "${grpc_port[$name]}" "limitador ($name)"
+}
+if [ -z "$limitador_note" ]; then
+  # The benchmark's rule as limitador writes it: per value of the descriptor's entry `key`,
+  # in a one-second fixed window, a limit no load reaches (docs/limitador-peer.md). Its own
+  # folder: limitador watches the file's directory.
+  mkdir -p "$work/limitador"
+  cat >"$work/limitador/limits.yaml" <<'YAML'
+- namespace: bench
+  max_value: 1000000000
+  seconds: 1
+  conditions: []
+  variables:
+    - "descriptors[0]['key']"
+YAML
+  start_limitador limitador memory
+  targets+=(limitador)
+  if [[ " ${targets[*]} " == *" redis "* ]]; then
+    start_limitador limitador-redis redis "redis://127.0.0.1:$redis_port"
+    start_limitador limitador-redis-cached redis_cached "redis://127.0.0.1:$redis_port"
+    targets+=(limitador-redis limitador-redis-cached)
+  fi
+fi
+[ -n "$limitador_note" ] && echo "!! $limitador_note"
 
 ticks_per_sec="$(getconf CLK_TCK)"
 # User plus system CPU time of a process, in clock ticks.
@@ -173,7 +234,6 @@ run_rls_load() {
 }
 
 # h2load sends one fixed body: domain "bench", entry (key, k0).
-source scripts/lib/grpc-body.sh
 
 run_h2load() {
   local target="$1" out="$work/h2load.out" log="$work/h2load.log" cpu_before cpu_after
@@ -238,15 +298,34 @@ for line in open(sys.argv[1]):
     rows.setdefault((generator, keys, target), []).append([float(n) for n in numbers])
 def med(values, i):
     return statistics.median(v[i] for v in values)
-print("| generator | keys | target | decisions/s | p50 µs | p99 µs | fraction of ceiling | p99 / ceiling p99 | server CPU µs/decision | CPU / ceiling CPU | decisions/s min–max |")
-print("|---|---|---|---|---|---|---|---|---|---|---|")
+print("| generator | keys | target | decisions/s | p50 µs | p99 µs | fraction of ceiling | p99 / ceiling p99 | server CPU µs/decision | CPU / ceiling CPU | decisions/s min–max | p99 µs min–max | CPU µs min–max |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 for (generator, keys, target), values in rows.items():
     ceiling = rows[(generator, keys, "ceiling")]
     dps, p50, p99, cpu = (med(values, i) for i in range(4))
-    lo, hi = min(v[0] for v in values), max(v[0] for v in values)
-    print("| %s | %s | %s | %.0f | %.0f | %.0f | %.2f | %.2f | %.1f | %.2f | %.0f–%.0f |" % (
+    span = lambda i: (min(v[i] for v in values), max(v[i] for v in values))
+    print("| %s | %s | %s | %.0f | %.0f | %.0f | %.2f | %.2f | %.1f | %.2f | %.0f–%.0f | %.0f–%.0f | %.1f–%.1f |" % (
         generator, keys, target, dps, p50, p99, dps / med(ceiling, 0), p99 / med(ceiling, 2),
-        cpu, cpu / med(ceiling, 3), lo, hi))
+        cpu, cpu / med(ceiling, 3), *span(0), *span(2), *span(3)))
+# Ours against limitador, in the same run: serve in memory against limitador in memory, and
+# serve --redis against limitador's `redis` and `redis_cached` storages on the same Redis.
+pairs = [("memory", "limitador"), ("redis", "limitador-redis"), ("redis", "limitador-redis-cached")]
+lines = []
+for (generator, keys, target), values in rows.items():
+    for ours, peer in pairs:
+        theirs = rows.get((generator, keys, peer))
+        if target != ours or not theirs:
+            continue
+        ratios = [v[0] / t[0] for v, t in zip(values, theirs)]
+        lines.append("| %s | %s | %s / %s | %.2f | %.2f–%.2f | %.2f | %.2f |" % (
+            generator, keys, ours, peer, statistics.median(ratios), min(ratios), max(ratios),
+            med(values, 2) / med(theirs, 2), med(values, 3) / med(theirs, 3)))
+if lines:
+    print()
+    print("| generator | keys | ours / limitador | decisions/s ratio (median of repeats) | min–max | p99 ratio | CPU per decision ratio |")
+    print("|---|---|---|---|---|---|---|")
+    print("\n".join(lines))
 EOF
 [ -n "$redis_note" ] && echo "!! $redis_note"
+[ -n "$limitador_note" ] && echo "!! $limitador_note"
 exit 0

@@ -1,5 +1,16 @@
 # Sourced by scripts that load the service's gRPC API with h2load (scripts/bench-service.sh,
-# scripts/build-pgo.sh).
+# scripts/count-service-instructions.sh, scripts/build-pgo.sh).
+
+# write_bench_rules FILE: the benchmarks' rules, domain "bench" with the descriptor key `key`.
+# Every key is allowed: the benchmarks measure the cost of a decision, not of a denial.
+write_bench_rules() {
+  cat >"$1" <<'EOF'
+domain: bench
+descriptors:
+  - key: key
+    rate_limit: {unit: second, requests_per_unit: 1000000000}
+EOF
+}
 
 # write_grpc_body FILE DOMAIN KEY VALUE: writes the framed protobuf of a ShouldRateLimit
 # request with one descriptor of one entry, encoded here by hand so that the load shares no

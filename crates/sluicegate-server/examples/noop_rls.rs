@@ -1,5 +1,7 @@
-//! The benchmark's ceiling: a `ShouldRateLimit` server on the same stack as `sluicegate serve`
-//! (tonic, envoy-types, the same runtime and gRPC settings) that answers OK without deciding.
+//! The benchmark's ceiling: a `ShouldRateLimit` server on the same stack as
+//! `sluicegate serve --grpc-server tonic` (tonic, envoy-types, the same runtime and gRPC
+//! settings) that answers OK without deciding. `serve`'s default gRPC server, the lean one, is
+//! not on tonic and can pass it.
 //!
 //! `cargo run --release -p sluicegate-server --example noop_rls -- --grpc-addr 127.0.0.1:9081`
 //! serves until killed; it prints `listening on ADDR` once bound.

@@ -107,9 +107,10 @@ pub(crate) struct ProxyArgs {
     /// After how many requests a thread serving clients offers its CPU to the other threads
     /// waiting for one (`sched_yield`), so that on cores shared with the app or its clients a
     /// busy worker does not keep its CPU for a whole scheduler slice while they wait (the tail
-    /// of the latency then counts timer ticks); `0` (the default): never. It has been seen to
-    /// help only on a machine loaded beyond the proxy and its load (BENCHMARKS.md).
-    #[arg(long, default_value_t = 0)]
+    /// of the latency then counts timer ticks); `0`: never. At the default, 64, the p99 of
+    /// denied traffic on a 2-core machine shared by the proxy, its upstream and its clients was
+    /// about half of nginx's, and twice it with `0` (BENCHMARKS.md).
+    #[arg(long, default_value_t = 64)]
     yield_every: u32,
     /// Which forwarding fields the client's address is appended to: `both` (`X-Forwarded-For`
     /// and `Forwarded`), `x-forwarded-for` (nginx's `proxy_set_header X-Forwarded-For

@@ -19,6 +19,7 @@ async fn the_readme_example_rules_serve() -> TestResult {
         reload_interval: Duration::from_secs(60),
         admin_addr: Some("127.0.0.1:0".parse()?),
         admin_token: None,
+        grpc: Default::default(),
     })
     .await?;
     let http = reqwest::Client::new();

@@ -1,7 +1,8 @@
 //! The gRPC conformance suite: independent clients (tonic, a raw `h2` client, Python's
-//! grpcio) against a real `sluicegate serve` process over loopback. Every check in
-//! `grpc_conformance/` takes the service's gRPC address, so another serving path can be held
-//! to the same answers by starting it here. What each check pins is in docs/grpc-conformance.md.
+//! grpcio) against a real `sluicegate serve` process over loopback, once on each gRPC server
+//! (`--grpc-server lean`, the default, and `tonic`). Every check in `grpc_conformance/` takes
+//! the service's gRPC address, so both servers are held to the same answers. What each check
+//! pins is in docs/grpc-conformance.md.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -38,57 +39,86 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// A check's outcome.
 pub type TestResult = Result<(), BoxError>;
 
-/// Runs `check` against a `sluicegate serve` in memory, and checks it is still up after.
-async fn in_memory<F, Fut>(check: F) -> TestResult
+/// The lean gRPC server (the default).
+const LEAN: &str = "lean";
+/// tonic's server, behind `--grpc-server tonic`.
+const TONIC: &str = "tonic";
+
+/// Runs `check` against a `sluicegate serve` in memory on gRPC `server`, and checks it is
+/// still up after.
+async fn in_memory<F, Fut>(server: &str, check: F) -> TestResult
 where
     F: FnOnce(SocketAddr) -> Fut,
     Fut: Future<Output = TestResult>,
 {
-    let mut serve = ServeProcess::start(RULES, &[])?;
+    let mut serve = ServeProcess::start(RULES, &["--grpc-server", server])?;
     check(serve.grpc).await?;
     assert!(serve.is_running()?, "serve exited during the check");
     Ok(())
 }
 
-/// One test per check, each against a fresh `serve` in memory.
+/// One test per check, each against a fresh `serve` in memory on gRPC `$server`.
 macro_rules! in_memory_tests {
-    ($($name:ident => $check:path,)*) => {$(
+    ($server:expr; $($name:ident => $check:path,)*) => {$(
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn $name() -> TestResult {
-            in_memory($check).await
+            in_memory($server, $check).await
         }
     )*};
 }
 
-in_memory_tests! {
-    tonic_ok_and_over_limit => tonic_checks::answers_ok_and_over_limit,
-    tonic_invalid_argument => tonic_checks::bad_requests_are_invalid_argument,
-    tonic_oversized_request => tonic_checks::an_oversized_request_is_resource_exhausted,
-    tonic_concurrent_streams =>
-        tonic_checks::concurrent_calls_on_one_connection_get_their_own_answers,
-    tonic_unknown_method_and_service =>
-        tonic_checks::unknown_methods_and_services_are_unimplemented,
-    h2_errors_are_trailers_only => h2_checks::errors_are_trailers_only,
-    h2_stream_reset_mid_call => h2_checks::a_stream_reset_mid_call_leaves_the_connection_serving,
-    h2_burst_of_resets => h2_checks::a_burst_of_resets_leaves_the_service_serving,
-    h2_connection_dropped_mid_request =>
-        h2_checks::a_connection_dropped_mid_request_leaves_the_service_serving,
-    h2_broken_framing => h2_checks::broken_framing_is_internal,
-    h2_gzip_refused => h2_checks::gzip_requests_are_refused_with_the_accepted_encodings,
-    h2_unknown_method => h2_checks::an_unknown_method_is_unimplemented,
-    h2_ping => h2_checks::pings_are_answered,
-    h2_wrong_content_type => h2_checks::a_content_type_not_grpc_is_415,
-    h2_oversized_message =>
-        h2_checks::an_oversized_message_is_resource_exhausted_on_a_live_connection,
+/// Every in-memory check, on gRPC `$server`.
+macro_rules! every_in_memory_check {
+    ($server:expr) => {
+        in_memory_tests! { $server;
+            tonic_ok_and_over_limit => tonic_checks::answers_ok_and_over_limit,
+            tonic_invalid_argument => tonic_checks::bad_requests_are_invalid_argument,
+            tonic_oversized_request => tonic_checks::an_oversized_request_is_resource_exhausted,
+            tonic_concurrent_streams =>
+                tonic_checks::concurrent_calls_on_one_connection_get_their_own_answers,
+            tonic_unknown_method_and_service =>
+                tonic_checks::unknown_methods_and_services_are_unimplemented,
+            h2_errors_are_trailers_only => h2_checks::errors_are_trailers_only,
+            h2_stream_reset_mid_call =>
+                h2_checks::a_stream_reset_mid_call_leaves_the_connection_serving,
+            h2_burst_of_resets => h2_checks::a_burst_of_resets_leaves_the_service_serving,
+            h2_connection_dropped_mid_request =>
+                h2_checks::a_connection_dropped_mid_request_leaves_the_service_serving,
+            h2_broken_framing => h2_checks::broken_framing_is_internal,
+            h2_gzip_refused => h2_checks::gzip_requests_are_refused_with_the_accepted_encodings,
+            h2_unknown_method => h2_checks::an_unknown_method_is_unimplemented,
+            h2_ping => h2_checks::pings_are_answered,
+            h2_wrong_content_type => h2_checks::a_content_type_not_grpc_is_415,
+            h2_oversized_message =>
+                h2_checks::an_oversized_message_is_resource_exhausted_on_a_live_connection,
+            h2_message_in_several_frames => h2_checks::a_message_in_several_frames_is_answered,
+            h2_timeouts_not_expiring_or_unparsed =>
+                h2_checks::timeouts_that_do_not_expire_or_parse_leave_the_call_answered,
+        }
+    };
 }
 
-/// `serve` on `redis` under the `closed` policy, with a Redis timeout long enough that a
-/// frozen Redis holds a call past any deadline a check sets.
-fn serve_on_redis(redis: &RedisServer) -> Result<ServeProcess, BoxError> {
+/// The in-memory checks on the lean server.
+mod lean {
+    use super::*;
+    every_in_memory_check!(LEAN);
+}
+
+/// The in-memory checks on tonic's server.
+mod tonic_server {
+    use super::*;
+    every_in_memory_check!(TONIC);
+}
+
+/// `serve` on `redis` under the `closed` policy on gRPC `server`, with a Redis timeout long
+/// enough that a frozen Redis holds a call past any deadline a check sets.
+fn serve_on_redis(redis: &RedisServer, server: &str) -> Result<ServeProcess, BoxError> {
     let url = redis.url();
     ServeProcess::start(
         RULES,
         &[
+            "--grpc-server",
+            server,
             "--redis",
             &url,
             "--failure-policy",
@@ -103,8 +133,9 @@ fn serve_on_redis(redis: &RedisServer) -> Result<ServeProcess, BoxError> {
 /// service's Redis connection is up before a check freezes Redis); that connection.
 async fn serve_on_redis_warmed(
     redis: &RedisServer,
+    server: &str,
 ) -> Result<(ServeProcess, raw::Connection), BoxError> {
-    let serve = serve_on_redis(redis)?;
+    let serve = serve_on_redis(redis, server)?;
     let mut connection = raw::connect(serve.grpc).await?;
     let warm = raw::request(&[("counted", "warm")]);
     let answer = raw::unary(&mut connection.client, serve.grpc, &warm).await?;
@@ -112,10 +143,82 @@ async fn serve_on_redis_warmed(
     Ok((serve, connection))
 }
 
+/// Each Redis check, as a test on either gRPC server.
+macro_rules! on_both_servers {
+    ($($check:ident => $lean:ident, $tonic:ident;)*) => {$(
+        #[tokio::test]
+        async fn $lean() -> TestResult {
+            $check(LEAN).await
+        }
+
+        #[tokio::test]
+        async fn $tonic() -> TestResult {
+            $check(TONIC).await
+        }
+    )*};
+}
+
+on_both_servers! {
+    tonic_deadline_on_a_frozen_redis => lean_tonic_deadline_on_a_frozen_redis,
+        tonic_tonic_deadline_on_a_frozen_redis;
+    h2_deadline_on_a_frozen_redis => lean_h2_deadline_on_a_frozen_redis,
+        tonic_h2_deadline_on_a_frozen_redis;
+    redis_gone_under_the_closed_policy => lean_redis_gone_under_the_closed_policy,
+        tonic_redis_gone_under_the_closed_policy;
+    sigterm_sends_goaway_and_finishes_calls_in_flight => lean_sigterm_sends_goaway,
+        tonic_sigterm_sends_goaway;
+    grpcio_client => lean_grpcio_client, tonic_grpcio_client;
+    keepalive => lean_keepalive, tonic_keepalive;
+}
+
+/// On the lean server only: tonic's server does not exit on SIGTERM while such a connection
+/// is open (docs/grpc-conformance.md).
 #[tokio::test]
-async fn tonic_deadline_on_a_frozen_redis() -> TestResult {
+async fn lean_sigterm_with_a_silent_connection() -> TestResult {
+    sigterm_with_a_silent_connection(LEAN).await
+}
+
+/// SIGTERM while a client holds a connection open without ever starting HTTP/2 on it (a TCP
+/// health check, a stuck client): the service still exits, cleanly.
+async fn sigterm_with_a_silent_connection(server: &str) -> TestResult {
+    use tokio::io::AsyncReadExt as _;
+    let mut serve = ServeProcess::start(RULES, &["--grpc-server", server])?;
+    let mut silent = tokio::net::TcpStream::connect(serve.grpc).await?;
+    // The service's SETTINGS frame arrives: the connection was accepted, and HTTP/2 begun on
+    // the service's side (bounded against a service that never sends it).
+    let mut first = [0u8; 9];
+    let read = tokio::time::timeout(
+        std::time::Duration::from_secs(20),
+        silent.read_exact(&mut first),
+    );
+    read.await.map_err(|_| "no SETTINGS from the service")??;
+    serve.terminate()?;
+    assert!(serve.wait_for_exit()?.success());
+    Ok(())
+}
+
+/// `--grpc-keepalive-interval`: a client that leaves the service's PING unanswered is closed.
+async fn keepalive(server: &str) -> TestResult {
+    let keepalive = [
+        "--grpc-server",
+        server,
+        "--grpc-keepalive-interval",
+        "200ms",
+        "--grpc-keepalive-timeout",
+        "200ms",
+    ];
+    let mut serve = ServeProcess::start(RULES, &keepalive)?;
+    h2_checks::an_unanswered_keepalive_ping_closes_the_connection(serve.grpc).await?;
+    // A client that answers them is served.
+    let mut connection = raw::connect(serve.grpc).await?;
+    raw::still_serves(&mut connection.client, serve.grpc).await?;
+    assert!(serve.is_running()?);
+    Ok(())
+}
+
+async fn tonic_deadline_on_a_frozen_redis(server: &str) -> TestResult {
     let redis = RedisServer::start()?;
-    let (mut serve, _warm) = serve_on_redis_warmed(&redis).await?;
+    let (mut serve, _warm) = serve_on_redis_warmed(&redis, server).await?;
     redis.pause()?;
     let checked =
         tonic_checks::a_call_past_its_deadline_ends_and_the_service_answers_on(serve.grpc).await;
@@ -125,12 +228,15 @@ async fn tonic_deadline_on_a_frozen_redis() -> TestResult {
     Ok(())
 }
 
-#[tokio::test]
-async fn h2_deadline_on_a_frozen_redis() -> TestResult {
+/// The service ends a call past its deadline: DEADLINE_EXCEEDED on the lean server; tonic's
+/// ends it CANCELLED ("Timeout expired"), or DEADLINE_EXCEEDED.
+async fn h2_deadline_on_a_frozen_redis(server: &str) -> TestResult {
     let redis = RedisServer::start()?;
-    let (mut serve, _warm) = serve_on_redis_warmed(&redis).await?;
+    let (mut serve, _warm) = serve_on_redis_warmed(&redis, server).await?;
     redis.pause()?;
-    let checked = h2_checks::a_call_past_its_deadline_is_ended_by_the_service(serve.grpc).await;
+    let statuses: &[&str] = if server == LEAN { &["4"] } else { &["1", "4"] };
+    let checked =
+        h2_checks::a_call_past_its_deadline_is_ended_by_the_service(serve.grpc, statuses).await;
     redis.resume()?;
     checked?;
     assert!(serve.is_running()?);
@@ -139,10 +245,9 @@ async fn h2_deadline_on_a_frozen_redis() -> TestResult {
 
 /// With Redis gone, the `closed` policy answers OVER_LIMIT: a gRPC OK, not UNAVAILABLE (the
 /// service has no error status for a store that is down; the policy is the answer).
-#[tokio::test]
-async fn tonic_redis_gone_under_the_closed_policy() -> TestResult {
+async fn redis_gone_under_the_closed_policy(server: &str) -> TestResult {
     let mut redis = RedisServer::start()?;
-    let serve = serve_on_redis(&redis)?;
+    let serve = serve_on_redis(&redis, server)?;
     redis.stop();
     let mut client = tonic_checks::client(serve.grpc).await?;
     let call = tonic_checks::request("conformance", &[("counted", "gone")]);
@@ -154,10 +259,9 @@ async fn tonic_redis_gone_under_the_closed_policy() -> TestResult {
 /// SIGTERM: the service sends GOAWAY (a new call on an open connection is refused), finishes
 /// the call in flight, and exits cleanly. The call in flight waits on a frozen Redis, so it is
 /// certainly still running when the signal arrives.
-#[tokio::test]
-async fn sigterm_sends_goaway_and_finishes_calls_in_flight() -> TestResult {
+async fn sigterm_sends_goaway_and_finishes_calls_in_flight(server: &str) -> TestResult {
     let redis = RedisServer::start()?;
-    let (mut serve, mut connection) = serve_on_redis_warmed(&redis).await?;
+    let (mut serve, mut connection) = serve_on_redis_warmed(&redis, server).await?;
     let grpc = serve.grpc;
 
     redis.pause()?;
@@ -208,9 +312,9 @@ async fn sigterm_sends_goaway_and_finishes_calls_in_flight() -> TestResult {
 
 /// Python's grpcio (gRPC's C core) as the client: `grpc_conformance/grpcio_client.py`, run
 /// against a service in memory and one on a frozen Redis (for its deadline check).
-/// scripts/test.sh installs grpcio when it is missing.
-#[tokio::test]
-async fn grpcio_client() -> TestResult {
+/// scripts/test.sh installs grpcio when it is missing. On the lean server the service's own end
+/// of a late call must be DEADLINE_EXCEEDED (`strict`).
+async fn grpcio_client(server: &str) -> TestResult {
     let script = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/tests/grpc_conformance/grpcio_client.py"
@@ -224,13 +328,14 @@ async fn grpcio_client() -> TestResult {
         );
     }
     let redis = RedisServer::start()?;
-    let mut memory = ServeProcess::start(RULES, &[])?;
-    let (mut frozen, _warm) = serve_on_redis_warmed(&redis).await?;
+    let mut memory = ServeProcess::start(RULES, &["--grpc-server", server])?;
+    let (mut frozen, _warm) = serve_on_redis_warmed(&redis, server).await?;
     redis.pause()?;
     let (address, frozen_address) = (memory.grpc.to_string(), frozen.grpc.to_string());
+    let deadline = if server == LEAN { "strict" } else { "lenient" };
     let run = tokio::task::spawn_blocking(move || {
         std::process::Command::new("python3")
-            .args([script, &address, &frozen_address])
+            .args([script, &address, &frozen_address, deadline])
             .output()
     })
     .await;

@@ -65,6 +65,7 @@ async fn garbage_protobuf_is_a_grpc_error_not_a_crash() -> TestResult {
         reload_interval: Duration::from_secs(60),
         admin_addr: Some("127.0.0.1:0".parse()?),
         admin_token: None,
+        grpc: Default::default(),
     })
     .await?;
     let client = reqwest::Client::builder().http2_prior_knowledge().build()?;

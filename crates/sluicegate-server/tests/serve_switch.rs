@@ -162,6 +162,7 @@ async fn off_loopback_the_admin_api_needs_the_token() -> TestResult {
             reload_interval: Duration::from_secs(60),
             admin_addr: Some("0.0.0.0:0".parse()?),
             admin_token: token.map(str::to_owned),
+            grpc: Default::default(),
         })
     };
     // Without a token, an admin address off loopback does not start.

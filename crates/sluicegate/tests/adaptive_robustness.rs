@@ -93,7 +93,6 @@ fn build(p: &Params) -> Result<Box<dyn Controller>, sluicegate::ConfigError> {
                 .rtt_tolerance(1.0 + f2 * 3.0)
                 .long_window((seed % 700) as u32 + 1)
                 .short_window((seed % 30) as u32 + 1)
-                .long_rise(1.0 + f2 * 20.0)
                 .backoff_ratio(0.5 + f2 * 0.49)
                 .queue_headroom(if seed % 2 == 0 {
                     QueueHeadroom::Fixed((seed % 10) as u32)

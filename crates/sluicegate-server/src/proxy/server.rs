@@ -130,7 +130,8 @@ pub struct ProxyConfig {
     /// After how many requests a thread serving clients offers its CPU to the other threads
     /// waiting for one (`sched_yield`), so that on cores shared with the app or the clients a
     /// busy worker does not keep its CPU for a whole scheduler slice while those that would
-    /// read its answers wait (the tail of the latency then counts timer ticks). None (the default): never.
+    /// read its answers wait (the tail of the latency then counts timer ticks). None: never;
+    /// by default every 64 requests, as the command line's `--yield-every`.
     pub yield_every: Option<NonZeroU32>,
     /// Which forwarding fields the client's address is appended to (nginx's
     /// `proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for`); those it is not are
@@ -183,7 +184,7 @@ impl ProxyConfig {
             reload_interval: Duration::from_secs(1),
             shutdown_grace: Duration::from_secs(30),
             redis: None,
-            yield_every: None,
+            yield_every: NonZeroU32::new(64),
             forwarding_fields: ForwardingFields::Both,
             upstream_ca: None,
             upstream_protocol: UpstreamProtocol::Auto,

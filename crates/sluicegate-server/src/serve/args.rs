@@ -18,13 +18,22 @@ fn parse_reload_interval(text: &str) -> Result<Duration, String> {
     }
     Ok(interval)
 }
+/// A keepalive duration: more than zero.
+fn parse_keepalive(text: &str) -> Result<Duration, String> {
+    let duration = sluicegate::rate::parse_duration(text).map_err(|error| error.to_string())?;
+    if duration.is_zero() {
+        return Err(format!("`{text}` is not longer than zero"));
+    }
+    Ok(duration)
+}
 use crate::serve::clock::ServiceClock;
 use crate::serve::counters::BackendOptions;
 use crate::serve::engine::EngineOptions;
+use crate::serve::grpc_lean::Keepalive;
 use crate::serve::headers::{HeaderOptions, LegacyHeaderNames};
 use crate::serve::key_cap::DEFAULT_MAX_KEYS;
 use crate::serve::protocol::CallLimits;
-use crate::serve::server::ServerConfig;
+use crate::serve::server::{GrpcOptions, GrpcServer, ServerConfig};
 
 /// Serve the rate limit service (Envoy gRPC and HTTP JSON).
 #[derive(Debug, Clone, Args)]
@@ -35,6 +44,18 @@ pub struct ServeArgs {
     /// Where to listen for gRPC (`envoy.service.ratelimit.v3.RateLimitService`).
     #[arg(long, env = "SLUICEGATE_GRPC_ADDR", default_value = "127.0.0.1:8081")]
     pub grpc_addr: SocketAddr,
+    /// Which server answers gRPC: `lean` (h2 with a hand-written unary layer) or `tonic` (the
+    /// earlier path, kept to compare against). Both give the same answers.
+    #[arg(long, env = "SLUICEGATE_GRPC_SERVER", value_enum, default_value_t = GrpcServer::Lean)]
+    pub grpc_server: GrpcServer,
+    /// Send an HTTP/2 PING on every gRPC connection this often (`30s`), and close a connection
+    /// that leaves one unanswered for --grpc-keepalive-timeout. Off by default: the client's
+    /// PINGs are always answered.
+    #[arg(long, env = "SLUICEGATE_GRPC_KEEPALIVE_INTERVAL", value_parser = parse_keepalive)]
+    pub grpc_keepalive_interval: Option<Duration>,
+    /// How long a keepalive PING may go unanswered.
+    #[arg(long, env = "SLUICEGATE_GRPC_KEEPALIVE_TIMEOUT", default_value = "20s", value_parser = parse_keepalive)]
+    pub grpc_keepalive_timeout: Duration,
     /// Where to listen for HTTP (`/json`, `/healthcheck`, `/rlconfig`, `/metrics`).
     #[arg(long, env = "SLUICEGATE_HTTP_ADDR", default_value = "127.0.0.1:8080")]
     pub http_addr: SocketAddr,
@@ -131,6 +152,13 @@ impl ServeArgs {
                 .map_or(self.reload_interval, Duration::from_millis),
             admin_addr: (!self.no_admin).then_some(self.admin_addr),
             admin_token: self.admin_token.clone(),
+            grpc: GrpcOptions {
+                server: self.grpc_server,
+                keepalive: self.grpc_keepalive_interval.map(|interval| Keepalive {
+                    interval,
+                    timeout: self.grpc_keepalive_timeout,
+                }),
+            },
         }
     }
 
@@ -179,6 +207,40 @@ mod tests {
         );
         assert!(parse(&["--reload-interval", "5ms"]).is_err());
         assert!(parse(&["--reload-interval", "1s", "--reload-interval-ms", "300"]).is_err());
+        Ok(())
+    }
+
+    #[test]
+    fn grpc_is_served_lean_without_keepalive_unless_asked() -> Result<(), clap::Error> {
+        let parse = |args: &[&str]| {
+            Cli::try_parse_from(["sluicegate", "--config", "rules"].iter().chain(args))
+                .map(|cli| cli.serve.to_config().grpc)
+        };
+        assert_eq!(parse(&[])?, GrpcOptions::default());
+        assert_eq!(parse(&[])?.server, GrpcServer::Lean);
+        assert_eq!(
+            parse(&["--grpc-server", "tonic"])?.server,
+            GrpcServer::Tonic
+        );
+        assert_eq!(
+            parse(&["--grpc-keepalive-interval", "30s"])?.keepalive,
+            Some(Keepalive {
+                interval: Duration::from_secs(30),
+                timeout: Duration::from_secs(20),
+            })
+        );
+        let both = [
+            "--grpc-keepalive-interval",
+            "1s",
+            "--grpc-keepalive-timeout",
+            "500ms",
+        ];
+        assert_eq!(
+            parse(&both)?.keepalive.map(|k| k.timeout),
+            Some(Duration::from_millis(500))
+        );
+        assert!(parse(&["--grpc-server", "grpcio"]).is_err());
+        assert!(parse(&["--grpc-keepalive-interval", "0s"]).is_err());
         Ok(())
     }
 

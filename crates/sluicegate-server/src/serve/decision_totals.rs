@@ -60,7 +60,8 @@ impl DecisionTotals {
 #[derive(Debug, Default)]
 pub(crate) struct DecisionTotalsByKey {
     by_domain: RwLock<FastMap<FastMap<Arc<DecisionTotals>>>>,
-    /// Entries made by [`DecisionTotalsByKey::get_if_room`], from request values.
+    /// Entries made by [`DecisionTotalsByKey::get_if_room`], from request values (written
+    /// under `by_domain`'s write lock).
     from_requests: AtomicUsize,
 }
 
@@ -76,12 +77,19 @@ impl DecisionTotalsByKey {
         if let Some(found) = self.find(domain, rule) {
             return Some(found);
         }
-        let taken = self
-            .from_requests
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-                (n < MAX_STATS_KEYS_FROM_REQUESTS).then_some(n + 1)
-            });
-        taken.ok().map(|_| self.get(domain, rule))
+        // Counted under the write lock, where the entry is made: two calls for the same new
+        // key take one place, not two.
+        let mut by_domain = self.by_domain.write();
+        let rules = by_domain.entry(domain.to_owned()).or_default();
+        if let Some(found) = rules.get(rule) {
+            return Some(Arc::clone(found));
+        }
+        let taken = self.from_requests.load(Ordering::Relaxed);
+        if taken >= MAX_STATS_KEYS_FROM_REQUESTS {
+            return None;
+        }
+        self.from_requests.store(taken + 1, Ordering::Relaxed);
+        Some(Arc::clone(rules.entry(rule.to_owned()).or_default()))
     }
 
     fn find(&self, domain: &str, rule: &str) -> Option<Arc<DecisionTotals>> {
@@ -144,6 +152,21 @@ mod tests {
             totals.get_if_room("d", "d.k_0").is_some(),
             "one held is still found"
         );
+    }
+
+    #[test]
+    fn a_key_asked_for_from_many_threads_at_once_takes_one_place() {
+        let totals = DecisionTotalsByKey::default();
+        std::thread::scope(|scope| {
+            for _ in 0..8 {
+                scope.spawn(|| {
+                    for n in 0..200 {
+                        totals.get_if_room("d", &format!("d.k_{n}"));
+                    }
+                });
+            }
+        });
+        assert_eq!(totals.from_requests.load(Ordering::Relaxed), 200);
     }
 
     #[test]

@@ -1,4 +1,6 @@
-//! Envoy's `envoy.service.ratelimit.v3.RateLimitService` over gRPC.
+//! Envoy's `envoy.service.ratelimit.v3.RateLimitService` over gRPC: the protobuf conversions
+//! and the one answer both gRPC servers give ([`answer_request`]), and tonic's service (the
+//! `--grpc-server tonic` path; the lean server is `grpc_lean.rs`).
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -18,6 +20,7 @@ use tonic::server::NamedService;
 use tonic::{Request, Response, Status};
 
 use crate::serve::engine::Engine;
+use crate::serve::grpc_codec::{Refusal, is_grpc_content_type};
 use crate::serve::protocol::{
     CallError, CallVerdict, DescriptorCall, EnvoyUnit, LimitOverride, RateLimitCall,
 };
@@ -49,16 +52,28 @@ impl RateLimitService for GrpcService {
         &self,
         request: Request<RateLimitRequest>,
     ) -> Result<Response<RateLimitResponse>, Status> {
-        let recorder = self.engine.recorder();
-        let started = recorder.start_request();
-        let call = call_from_proto(request.into_inner())
-            .and_then(|call| self.engine.check_call_size(&call).map(|()| call))
-            .map_err(|e| Status::invalid_argument(e.to_string()))?;
-        let verdict = self.engine.should_rate_limit(&call).await;
-        let response = verdict_to_proto(verdict);
-        recorder.finish_request(Transport::Grpc, started);
-        Ok(Response::new(response))
+        answer_request(&self.engine, request.into_inner())
+            .await
+            .map(Response::new)
+            .map_err(|e| Status::invalid_argument(e.to_string()))
     }
+}
+
+/// Answers one decoded `ShouldRateLimit` request from `engine`: the one seam both gRPC servers
+/// (tonic's and the lean one) answer through. A request the service cannot decide is the
+/// error (INVALID_ARGUMENT on the wire).
+pub(crate) async fn answer_request(
+    engine: &Engine,
+    request: RateLimitRequest,
+) -> Result<RateLimitResponse, CallError> {
+    let recorder = engine.recorder();
+    let started = recorder.start_request();
+    let call = call_from_proto(request)?;
+    engine.check_call_size(&call)?;
+    let verdict = engine.should_rate_limit(&call).await;
+    let response = verdict_to_proto(verdict);
+    recorder.finish_request(Transport::Grpc, started);
+    Ok(response)
 }
 
 /// A gRPC service as tonic generates it, with two answers put right that the gRPC spec gives
@@ -106,36 +121,12 @@ where
     }
 }
 
-/// Whether a request's content type is gRPC's: `application/grpc`, alone or with a `+format`
-/// or parameters.
-fn is_grpc_content_type(value: Option<&http::HeaderValue>) -> bool {
-    let Some(value) = value.map(http::HeaderValue::as_bytes) else {
-        return false;
-    };
-    match value.strip_prefix(b"application/grpc") {
-        Some(rest) => rest.is_empty() || rest.starts_with(b"+") || rest.starts_with(b";"),
-        None => false,
-    }
-}
-
-/// HTTP 415, trailers-only, with the gRPC status a gRPC client would also understand.
+/// HTTP 415, trailers-only, with the gRPC status a gRPC client would also understand (the
+/// lean server's answer, as `grpc_codec` writes it).
 fn unsupported_media_type() -> HttpResponse {
-    let mut response = http::Response::new(tonic::body::Body::empty());
-    *response.status_mut() = http::StatusCode::UNSUPPORTED_MEDIA_TYPE;
-    let headers = response.headers_mut();
-    headers.insert(
-        http::header::CONTENT_TYPE,
-        http::HeaderValue::from_static("application/grpc"),
-    );
-    headers.insert(
-        "grpc-status",
-        http::HeaderValue::from(tonic::Code::InvalidArgument as i32),
-    );
-    headers.insert(
-        "grpc-message",
-        http::HeaderValue::from_static("content-type must be application/grpc"),
-    );
-    response
+    Refusal::not_grpc()
+        .response()
+        .map(|()| tonic::body::Body::empty())
 }
 
 /// Tonic's answer to a message over the size limit, `OUT_OF_RANGE` (trailers-only, in the
@@ -223,28 +214,6 @@ pub fn verdict_to_proto(verdict: CallVerdict) -> RateLimitResponse {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn grpc_content_types_are_application_grpc_with_a_format_or_parameters() {
-        let is_grpc =
-            |text: &'static str| is_grpc_content_type(Some(&http::HeaderValue::from_static(text)));
-        for grpc in [
-            "application/grpc",
-            "application/grpc+proto",
-            "application/grpc;charset=utf-8",
-        ] {
-            assert!(is_grpc(grpc), "{grpc}");
-        }
-        for other in [
-            "application/json",
-            "application/grpcx",
-            "application/grpc-web",
-            "",
-        ] {
-            assert!(!is_grpc(other), "{other}");
-        }
-        assert!(!is_grpc_content_type(None));
-    }
 
     #[test]
     fn only_the_size_limit_status_is_rewritten() {

@@ -11,6 +11,8 @@ mod decision_totals;
 mod engine;
 mod engine_error;
 mod grpc;
+mod grpc_codec;
+mod grpc_lean;
 mod headers;
 mod http;
 mod json;
@@ -39,6 +41,7 @@ pub use counters::{BackendOptions, RedisTarget};
 pub use engine::{Engine, EngineOptions, LoadedRules};
 pub use engine_error::EngineError;
 pub use grpc::{GrpcService, call_from_proto, verdict_to_proto};
+pub use grpc_lean::Keepalive;
 pub use headers::{HeaderOptions, LegacyHeaderNames, headers_for};
 pub use http::{MAX_BODY_BYTES, router};
 pub use json::{call_from_json, proto_json_duration, verdict_to_json};
@@ -48,4 +51,7 @@ pub use protocol::{
     CallError, CallLimits, CallVerdict, Code, CurrentLimit, DescriptorCall, DescriptorVerdict,
     EnvoyUnit, LimitOverride, RateLimitCall, Statuses,
 };
-pub use server::{RunningServer, ServerConfig, grpc_incoming, grpc_server, runtime, start};
+pub use server::{
+    GrpcOptions, GrpcServer, RunningServer, ServerConfig, grpc_incoming, grpc_server, runtime,
+    start,
+};

@@ -1,5 +1,5 @@
-//! Runs the service: gRPC and HTTP listeners over one engine, the reload loop, and a graceful
-//! shutdown.
+//! Runs the service: gRPC (the lean server, or tonic's) and HTTP listeners over one engine,
+//! the reload loop, and a graceful shutdown.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -17,6 +17,7 @@ use crate::plumbing::{admin_address_allowed, serve_admin};
 use crate::serve::admin::admin_router;
 use crate::serve::engine::{Engine, EngineOptions};
 use crate::serve::grpc::GrpcService;
+use crate::serve::grpc_lean::{self, Keepalive};
 use crate::serve::http::router;
 use crate::serve::metrics::Metrics;
 use crate::serve::reload::{load_rules, rules_in_force, watch as watch_rules};
@@ -40,6 +41,28 @@ pub struct ServerConfig {
     pub admin_addr: Option<SocketAddr>,
     /// The token every admin API call must carry; required off loopback.
     pub admin_token: Option<String>,
+    /// How gRPC is served.
+    pub grpc: GrpcOptions,
+}
+
+/// Which server answers gRPC. Both answer through the same seam (`grpc::answer_request`) and
+/// are held to the same conformance suite.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum GrpcServer {
+    /// h2 driven directly with a small hand-written unary gRPC layer, no task per call.
+    #[default]
+    Lean,
+    /// tonic's server, the path before the lean one: kept to compare against.
+    Tonic,
+}
+
+/// How gRPC is served.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct GrpcOptions {
+    /// Which server.
+    pub server: GrpcServer,
+    /// HTTP/2 keepalive PINGs sent by the service (none: it only answers the client's).
+    pub keepalive: Option<Keepalive>,
 }
 
 /// A service that is up: its bound addresses, and the handle to stop it.
@@ -86,7 +109,8 @@ pub fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
         .build()
 }
 
-/// The gRPC server settings `serve` uses (shared with the benchmark's ceiling server).
+/// The tonic server settings `serve --grpc-server tonic` uses (shared with the benchmark's
+/// ceiling server).
 pub fn grpc_server() -> tonic::transport::Server {
     tonic::transport::Server::builder()
 }
@@ -147,15 +171,24 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
 
     let grpc_engine = Arc::clone(&engine);
     let mut grpc_stopped = stopped.clone();
-    tasks.spawn(async move {
-        grpc_server()
-            .add_service(GrpcService::server(grpc_engine))
-            .serve_with_incoming_shutdown(grpc_incoming(grpc_listener), async move {
-                let _ = grpc_stopped.wait_for(|s| *s).await;
-            })
-            .await
-            .context("gRPC server failed")
-    });
+    let keepalive = config.grpc.keepalive;
+    match config.grpc.server {
+        GrpcServer::Lean => tasks.spawn(async move {
+            grpc_lean::serve(grpc_listener, grpc_engine, keepalive, grpc_stopped).await;
+            Ok(())
+        }),
+        GrpcServer::Tonic => tasks.spawn(async move {
+            grpc_server()
+                .http2_keepalive_interval(keepalive.map(|k| k.interval))
+                .http2_keepalive_timeout(keepalive.map(|k| k.timeout))
+                .add_service(GrpcService::server(grpc_engine))
+                .serve_with_incoming_shutdown(grpc_incoming(grpc_listener), async move {
+                    let _ = grpc_stopped.wait_for(|s| *s).await;
+                })
+                .await
+                .context("gRPC server failed")
+        }),
+    };
 
     let http_engine = Arc::clone(&engine);
     let mut http_stopped = stopped.clone();

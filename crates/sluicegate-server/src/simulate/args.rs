@@ -196,7 +196,7 @@ or {\"t\":...,\"error\":\"...\"} for an event the limiter cannot take; the run g
                  interval=DUR,update=DUR]
   percentile[:target=DUR|multiple=F,p=F,window=DUR,min_samples=N,min=N,max=N,initial=N]
   (aimd, gradient2, envoy-gradient and percentile also take backoff=F, gradient2
-   short_window=N and long_rise=F; percentile without a target holds twice the lowest
+   short_window=N; percentile without a target holds twice the lowest
    window latency it has seen)
   fixed:limit=N
   none

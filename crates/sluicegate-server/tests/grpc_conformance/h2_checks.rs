@@ -123,6 +123,42 @@ pub async fn broken_framing_is_internal(grpc: SocketAddr) -> TestResult {
     Ok(())
 }
 
+/// A message split over several DATA frames (the prefix cut in two, the message in pieces) is
+/// read whole and answered.
+pub async fn a_message_in_several_frames_is_answered(grpc: SocketAddr) -> TestResult {
+    let mut connection = connect(grpc).await?;
+    let message = frame(false, &request(&[("user", "ann")]).encode_to_vec());
+    let mut ready = connection.client.clone().ready().await?;
+    let head = headers(grpc, METHOD, "application/grpc", &[])?;
+    let (response, mut send) = ready.send_request(head, false)?;
+    let cuts = [0, 2, 7, message.len() - 1, message.len()];
+    for piece in cuts.windows(2) {
+        let last = piece[1] == message.len();
+        send.send_data(Bytes::copy_from_slice(&message[piece[0]..piece[1]]), last)?;
+    }
+    let answer = super::raw::read_answer(response).await?;
+    assert_eq!(answer.grpc_status(), Some("0"), "{answer:?}");
+    assert_eq!(answer.message()?.overall_code, OK);
+    still_serves(&mut connection.client, grpc).await?;
+    Ok(())
+}
+
+/// A `grpc-timeout` the decision beats is answered as usual, and one that does not parse is
+/// ignored (as tonic ignores it): the call is answered.
+pub async fn timeouts_that_do_not_expire_or_parse_leave_the_call_answered(
+    grpc: SocketAddr,
+) -> TestResult {
+    let mut connection = connect(grpc).await?;
+    let call = request(&[("user", "ann")]);
+    for timeout in ["10S", "99999999m", "bogus", "1x"] {
+        let extra = [("grpc-timeout", timeout)];
+        let answer = call_with(&mut connection.client, grpc, &extra, false, &call).await?;
+        assert_eq!(answer.grpc_status(), Some("0"), "{timeout}: {answer:?}");
+        assert_eq!(answer.message()?.overall_code, OK, "{timeout}");
+    }
+    Ok(())
+}
+
 /// A gzip-compressed call is refused as the gRPC compression spec says: UNIMPLEMENTED, and
 /// `grpc-accept-encoding` naming what the service takes (identity).
 pub async fn gzip_requests_are_refused_with_the_accepted_encodings(grpc: SocketAddr) -> TestResult {
@@ -204,19 +240,57 @@ pub async fn an_oversized_message_is_resource_exhausted_on_a_live_connection(
 }
 
 /// A call with `grpc-timeout` whose decision is held up past the deadline (`grpc` must be a
-/// service whose decisions hang, on a frozen Redis) is ended by the service, not left to hang.
-/// Today's path (tonic) ends it CANCELLED ("Timeout expired"); the gRPC spec's answer is
-/// DEADLINE_EXCEEDED, which a new path should give (then narrow this to "4").
-pub async fn a_call_past_its_deadline_is_ended_by_the_service(grpc: SocketAddr) -> TestResult {
+/// service whose decisions hang, on a frozen Redis) is ended by the service, not left to hang,
+/// with one of `statuses`. The gRPC spec's answer is DEADLINE_EXCEEDED (4), the lean server's;
+/// tonic's server ends it CANCELLED (1, "Timeout expired").
+pub async fn a_call_past_its_deadline_is_ended_by_the_service(
+    grpc: SocketAddr,
+    statuses: &[&str],
+) -> TestResult {
     let mut connection = connect(grpc).await?;
     let deadline = [("grpc-timeout", "200m")];
     let late = request(&[("counted", "late")]);
     let answer = call_with(&mut connection.client, grpc, &deadline, false, &late).await?;
     let status = answer.grpc_status().ok_or("no grpc-status")?;
-    assert!(["1", "4"].contains(&status), "{answer:?}");
+    assert!(statuses.contains(&status), "{answer:?}");
     // A domain without rules needs no counter: answered at once on the same connection.
     let elsewhere = super::tonic_checks::request("elsewhere", &[("user", "ann")]);
     let answer = unary(&mut connection.client, grpc, &elsewhere).await?;
     assert_eq!(answer.message()?.overall_code, OK);
+    Ok(())
+}
+
+/// With keepalive on (`grpc` must be a service started with `--grpc-keepalive-interval`), a
+/// client that never answers the service's PINGs is sent one and then has its connection
+/// closed. The client here is bytes on a socket: HTTP/2's preface and an empty SETTINGS frame,
+/// then silence (every HTTP/2 library answers PINGs by itself).
+pub async fn an_unanswered_keepalive_ping_closes_the_connection(grpc: SocketAddr) -> TestResult {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    const PING: u8 = 0x6;
+    let mut tcp = tokio::net::TcpStream::connect(grpc).await?;
+    tcp.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\x04\0\0\0\0\0")
+        .await?;
+    let mut received = Vec::new();
+    // Bounded against a service that never closes it (the check then fails, below).
+    let read = tokio::time::timeout(std::time::Duration::from_secs(20), async {
+        let mut chunk = [0u8; 4096];
+        loop {
+            match tcp.read(&mut chunk).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => received.extend_from_slice(&chunk[..n]),
+            }
+        }
+    })
+    .await;
+    assert!(read.is_ok(), "the connection was never closed");
+    // The frames the service sent, by type: 9-byte headers (a 24-bit length, then the type).
+    let mut types = Vec::new();
+    let mut rest = received.as_slice();
+    while let [a, b, c, kind, _, _, _, _, _, tail @ ..] = rest {
+        let length = usize::from(*a) << 16 | usize::from(*b) << 8 | usize::from(*c);
+        types.push(*kind);
+        rest = tail.get(length..).unwrap_or_default();
+    }
+    assert!(types.contains(&PING), "no PING before the close: {types:?}");
     Ok(())
 }

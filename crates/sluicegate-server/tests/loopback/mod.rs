@@ -72,6 +72,7 @@ impl Service {
             reload_interval: Duration::from_millis(20),
             admin_addr: Some("127.0.0.1:0".parse()?),
             admin_token: None,
+            grpc: Default::default(),
         })
         .await?;
         let grpc = RateLimitServiceClient::connect(format!("http://{}", server.grpc_addr)).await?;

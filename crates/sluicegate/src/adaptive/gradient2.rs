@@ -1,5 +1,5 @@
-//! Gradient2: compare the latency now with its long-term average, and shrink the limit by
-//! their ratio when the short term runs slower.
+//! Gradient2: compare the latency now with a no-load estimate, and shrink the limit by their
+//! ratio when the short term runs slower.
 
 use crate::adaptive::sample::{
     Controller, DEFAULT_BACKOFF, LimitBounds, LossGate, Outcome, Sample, check_backoff,
@@ -35,9 +35,9 @@ impl QueueHeadroom {
 /// Delay-based Gradient2, after Netflix concurrency-limits' `Gradient2Limit`, made to hold
 /// up on noisy latencies and against a service that rejects quickly.
 ///
-/// It keeps three averages of the latencies answered (or timed out): `short`, an
-/// exponential average over the last `short_window` of them; `long`, over `long_window`; and
-/// `no_load`, the no-load estimate, also over `long_window` but of the answers no limit of
+/// It keeps two averages of the latencies answered (or timed out): `short`, an exponential
+/// average over the last `short_window` of them, and `no_load`, the no-load estimate, over
+/// `long_window`, of the answers no limit of
 /// ours can have queued: those admitted with fewer than half the limit in flight (the
 /// application did not use the limit), or at `min_limit` with no more than that in flight
 /// (the service itself is that slow). It starts as the plain mean of the first `long_window`
@@ -46,16 +46,14 @@ impl QueueHeadroom {
 /// the whole service for a queue. A controller started on a service already overloaded
 /// therefore counts the queue of its first `long_window` answers as no-load latency, as
 /// Netflix's average does; it does not learn more of it after.
-/// (`short` and `long` are the plain mean of their first samples, up to 10, then exponential;
-/// `no_load`, which learns from quiet moments only, the plain mean of its first
-/// `long_window`.) Netflix compares a single
-/// answer with `long`: on a service with noisy latency every slow answer then shrinks the
+/// (`short` is the plain mean of its first samples, up to 10, then exponential.) Netflix
+/// compares a single answer with a long-term average of every answer, `long`: on a service
+/// with noisy latency every slow answer then shrinks the
 /// limit, and it settles at a low number whatever the demand. And `long` learns the latency
 /// at the operating point, so a standing queue becomes its normal: after a service falls from
 /// 10 workers to one the limit comes down at once, then creeps back up as `long` learns the
-/// queue, to the callers' timeout. A queue of our own never reaches `no_load`. Once `short`
-/// has been over `rtt_tolerance` times `no_load` for more than `short_window` answers in a
-/// row, `long` learns `long_rise` times more slowly. On every such sample:
+/// queue, to the callers' timeout. A queue of our own never reaches `no_load`, so there is no
+/// `long` here. On every sample:
 /// 1. if fewer than half the limit were in flight (`in_flight < limit / 2`) the limit stays:
 ///    the application does not use it, so its latency says nothing about it;
 /// 2. `gradient = clamp(rtt_tolerance * no_load / short, 0.5, 1)`: 1 while the service is no
@@ -82,7 +80,7 @@ impl QueueHeadroom {
 ///
 /// Netflix also cuts `long` by 5% whenever it is over twice `short`; on a long-tailed
 /// service that holds for most answers (the median is far below the mean), and the cuts
-/// ratchet `long` down until the limit collapses, so there is no such cut here.
+/// ratchet `long` down until the limit collapses; the no-load estimate has no such cut.
 ///
 /// A dropped request is overload whatever its latency (a rejection that comes back in a
 /// millisecond looks fast): it multiplies the limit by `backoff_ratio`, whatever the
@@ -100,7 +98,7 @@ impl QueueHeadroom {
 /// limit that a service of fewer than 20 workers cannot drain, and a ceiling on one of
 /// more); `smoothing` 0.2, `rtt_tolerance` 1.5 and `long_window` 600 (Netflix's);
 /// `short_window` 10 (averages out a single slow answer, yet follows a queue within a few
-/// round trips); `long_rise` 10; `backoff_ratio` 0.9 (AIMD's). The headroom defaults to
+/// round trips); `backoff_ratio` 0.9 (AIMD's). The headroom defaults to
 /// [`QueueHeadroom::SquareRoot`] at least 1 (Gradient2's documentation says at least 4; in
 /// front of one worker, at a limit of 1 or 2, a headroom of 4 aims at several times what
 /// the worker takes, and 1 keeps the growth there to a step at a time).
@@ -111,16 +109,11 @@ pub struct Gradient2 {
     tolerance: f64,
     headroom: QueueHeadroom,
     backoff: f64,
-    long_rise: f64,
-    short_window: u32,
     /// When the latest answer came.
     last_answer: Option<Micros>,
     /// The share of recent answers that timed out (an exponential average).
     timeouts: f64,
-    /// Answers in a row with `short` over tolerance.
-    queued_for: u32,
     short_rtt: ExpAverage,
-    long_rtt: ExpAverage,
     /// The no-load estimate (see [`Gradient2::no_load_rtt`]).
     base_rtt: ExpAverage,
     estimate: f64,
@@ -138,15 +131,10 @@ pub struct Gradient2Builder {
     headroom: QueueHeadroom,
     long_window: u32,
     short_window: u32,
-    long_rise: f64,
     backoff: f64,
 }
 
 const DEFAULT_BOUNDS: LimitBounds = LimitBounds::known(1, 20, 1000);
-
-/// The answers the no-load estimate needs before it is used (fewer, or the window if shorter):
-/// as many as every average here takes as its plain mean before it turns exponential.
-const TRUSTED: u32 = 10;
 
 /// The answers over which the share of timeouts is averaged.
 const TIMEOUT_WINDOW: f64 = 100.0;
@@ -163,8 +151,8 @@ impl Gradient2Builder {
         self
     }
 
-    /// How much slower than the long-term average a sample may be before the limit shrinks
-    /// (at least 1: 2.0 lets latency double).
+    /// How much slower than the no-load estimate the short-term average may be before the
+    /// limit shrinks (at least 1: 2.0 lets latency double).
     pub fn rtt_tolerance(mut self, tolerance: f64) -> Self {
         self.tolerance = tolerance;
         self
@@ -176,7 +164,8 @@ impl Gradient2Builder {
         self
     }
 
-    /// The samples the long-term average spans (at least 1).
+    /// The samples the no-load estimate spans (at least 1): the plain mean of the first this
+    /// many, then an exponential average over this many.
     pub fn long_window(mut self, samples: u32) -> Self {
         self.long_window = samples;
         self
@@ -186,13 +175,6 @@ impl Gradient2Builder {
     /// latest answer alone).
     pub fn short_window(mut self, samples: u32) -> Self {
         self.short_window = samples;
-        self
-    }
-
-    /// How many times more slowly the long-term average learns during a standing queue
-    /// (at least 1; 1 is Netflix's plain average).
-    pub fn long_rise(mut self, factor: f64) -> Self {
-        self.long_rise = factor;
         self
     }
 
@@ -223,13 +205,6 @@ impl Gradient2Builder {
                 "must be at least 1",
             ));
         }
-        if !(self.long_rise.is_finite() && self.long_rise >= 1.0) {
-            return Err(ConfigError::invalid(
-                "long_rise",
-                self.long_rise,
-                "must be at least 1",
-            ));
-        }
         check_backoff(self.backoff)?;
         Ok(self.assemble(bounds))
     }
@@ -241,13 +216,9 @@ impl Gradient2Builder {
             tolerance: self.tolerance,
             headroom: self.headroom,
             backoff: self.backoff,
-            long_rise: self.long_rise,
-            short_window: self.short_window,
             last_answer: None,
             timeouts: 0.0,
-            queued_for: 0,
             short_rtt: ExpAverage::new(self.short_window),
-            long_rtt: ExpAverage::new(self.long_window),
             base_rtt: ExpAverage::cumulative(self.long_window),
             estimate: f64::from(bounds.initial()),
             losses: LossGate::default(),
@@ -267,7 +238,6 @@ impl Gradient2 {
             headroom: QueueHeadroom::SquareRoot { at_least: 1 },
             long_window: 600,
             short_window: 10,
-            long_rise: 10.0,
             backoff: DEFAULT_BACKOFF,
         }
     }
@@ -277,25 +247,11 @@ impl Gradient2 {
         self.short_rtt.value
     }
 
-    /// The long-term latency average, in microseconds.
-    pub fn long_rtt(&self) -> f64 {
-        self.long_rtt.value
-    }
-
     /// The no-load latency estimate the short-term average is compared with, in
     /// microseconds: the plain mean of the first `long_window` latencies, then an average of
-    /// those answered with fewer than half the limit in flight (or at the minimum); until
-    /// there are 10, the long-term average.
+    /// those answered with fewer than half the limit in flight (or at the minimum).
     pub fn no_load_rtt(&self) -> f64 {
-        self.no_load()
-    }
-
-    fn no_load(&self) -> f64 {
-        if self.base_rtt.warm(TRUSTED) {
-            self.base_rtt.value
-        } else {
-            self.long_rtt.value
-        }
+        self.base_rtt.value
     }
 
     /// The bounds the limit stays within.
@@ -328,29 +284,21 @@ impl Controller for Gradient2 {
         }
         let rtt = sample.rtt_f64();
         let last_answer = self.last_answer.replace(now);
-        let short = self.short_rtt.add(rtt, 1.0);
+        let short = self.short_rtt.add(rtt);
         let used = sample.used(estimate);
         // Admitted at the minimum with no more in flight: no limit of ours could have queued it.
         let at_min = whole(estimate) <= self.bounds.min() && sample.in_flight <= self.bounds.min();
-        // A standing queue is learnt `long_rise` times more slowly, so that it does not
-        // become the new normal; a single slow stretch (noise) is learnt as usual, and so is
-        // anything at the minimum (no queue of ours is to blame there).
-        let queued = short > self.tolerance * self.no_load();
-        self.queued_for = if queued { self.queued_for + 1 } else { 0 };
-        let sustained = self.queued_for > self.short_window && !at_min;
-        let slow = if sustained { self.long_rise } else { 1.0 };
-        self.long_rtt.add(rtt, slow);
         // The no-load estimate learns only latencies no limit of ours can have queued: with
         // fewer than half the limit in flight, or at the minimum; and, to start, the first
         // `long_window` answers whatever they found, or a controller started on a busy service
         // would never have one.
         if !used || at_min || self.base_rtt.warming() {
-            self.base_rtt.add(rtt, 1.0);
+            self.base_rtt.add(rtt);
         }
         if !used {
             return whole(estimate);
         }
-        let gradient = (self.tolerance * self.no_load() / short).clamp(0.5, 1.0);
+        let gradient = (self.tolerance * self.base_rtt.value / short).clamp(0.5, 1.0);
         // Headroom only while no queue shows: added whatever the gradient, it puts a floor of
         // `h / (1 - g)` under the limit that a service of fewer workers never drains (a limit
         // of 4 at a gradient of 0.5), and a limit held there would never reach `min_limit`,
@@ -420,20 +368,14 @@ impl ExpAverage {
         self.count < self.warmup
     }
 
-    /// Whether it holds at least `samples` (or its whole warm-up, if shorter).
-    fn warm(&self, samples: u32) -> bool {
-        self.count >= samples.min(self.warmup).max(1)
-    }
-
-    /// Adds a sample, weighed `slow` times less than usual after the warm-up.
-    fn add(&mut self, sample: f64, slow: f64) -> f64 {
+    /// Adds a sample.
+    fn add(&mut self, sample: f64) -> f64 {
         if self.count < self.warmup {
             self.count += 1;
             self.sum += sample;
             self.value = self.sum / f64::from(self.count);
         } else {
-            let factor = self.factor / slow;
-            self.value = self.value * (1.0 - factor) + sample * factor;
+            self.value = self.value * (1.0 - self.factor) + sample * self.factor;
         }
         self.value
     }
@@ -449,86 +391,48 @@ mod tests {
 
     #[test]
     fn follows_the_rule_step_by_step() -> Result<(), ConfigError> {
-        // Netflix's averages (the latest answer against a plain long-term average, which
-        // stands in for the no-load estimate until that holds 10 answers) to show the rule
-        // itself.
-        let mut g = Gradient2::builder()
-            .short_window(1)
-            .long_rise(1.0)
-            .build()?;
-        // (rtt, in flight, estimate after, long-term average after)
+        // Netflix's short average (the latest answer alone) to show the rule itself; the
+        // no-load estimate is still the plain mean of every answer (its first 600).
+        let mut g = Gradient2::builder().short_window(1).build()?;
+        // (rtt, in flight, estimate after, no-load estimate after)
         // Each answer moves the limit by smoothing / limit = 0.2 / 20 of the way to the new
         // estimate: a round trip of 20 answers moves it by about 0.2 of the way.
         let steps: [(Micros, u32, f64, f64); 6] = [
-            // long = 100, gradient = min(1.5 * 100/100, 1) = 1, headroom sqrt 20 = 4:
+            // no_load = 100, gradient = min(1.5 * 100/100, 1) = 1, headroom sqrt 20 = 4:
             // new = 20 + 4 = 24, 20 + 0.2 / 20 * 4 = 20.04.
             (100, 20, 20.04, 100.0),
             // 20.04 + 0.2 / 20.04 * 4 = 20.0799...
             (100, 20, 20.07992015968064, 100.0),
-            // long = 600 / 3 = 200, gradient = 1.5 * 200/400 = 0.75, and with a queue showing
+            // no_load = 600 / 3 = 200, gradient = 1.5 * 200/400 = 0.75, and with a queue showing
             // no headroom: new = 20.0799 * 0.75 = 15.06, a step of 0.2 / 20.0799 of -5.02.
             (400, 20, 20.02992015968064, 200.0),
-            // long = 1600 / 4 = 400, gradient = 1.5 * 0.4 = 0.6: new = 12.02.
+            // no_load = 1600 / 4 = 400, gradient = 1.5 * 0.4 = 0.6: new = 12.02.
             (1000, 20, 19.94992015968064, 400.0),
-            // long = 5600 / 5 = 1120, gradient 1.5 * 1120/4000 = 0.42, clamped to 0.5.
+            // no_load = 5600 / 5 = 1120, gradient 1.5 * 1120/4000 = 0.42, clamped to 0.5.
             (4000, 20, 19.849920159680643, 1120.0),
-            // 2 * 9 < 19.85: app-limited, unchanged; long = 5700 / 6 = 950 (Netflix's rule
-            // would cut it by 5% here, as 950 / 100 > 2: on a noisy service that cut
+            // 2 * 9 < 19.85: app-limited, unchanged; no_load = 5700 / 6 = 950 (Netflix's rule
+            // would cut its long-term average by 5% here, as 950 / 100 > 2: on a noisy service that cut
             // ratchets the average down until the limit collapses).
             (100, 9, 19.849920159680643, 950.0),
         ];
-        for (i, (rtt, in_flight, estimate, long)) in steps.into_iter().enumerate() {
+        for (i, (rtt, in_flight, estimate, no_load)) in steps.into_iter().enumerate() {
             let limit = g.on_sample(0, Sample::ok(0, rtt, in_flight));
             assert!(close(g.estimate, estimate), "step {i}: {}", g.estimate);
             assert_eq!(limit, estimate as u32, "step {i}");
-            assert!(close(g.long_rtt(), long), "step {i}: {}", g.long_rtt());
+            assert!(
+                close(g.no_load_rtt(), no_load),
+                "step {i}: {}",
+                g.no_load_rtt()
+            );
         }
-        // Still warming up: the mean of the sum, 6700 / 7. The no-load estimate holds the
-        // same seven answers (its first 10 are whatever comes), too few to be used: the
-        // long-term average stands in.
+        // Still warming up: the mean of the sum, 6700 / 7.
         g.on_sample(0, Sample::ok(0, 1000, 0));
-        assert!(close(g.long_rtt(), 6700.0 / 7.0));
-        assert!(close(g.no_load_rtt(), g.long_rtt()));
+        assert!(close(g.no_load_rtt(), 6700.0 / 7.0));
         // Eight more app-limited answers of 100: the plain mean of its 15, 7500 / 15.
         for _ in 0..8 {
             g.on_sample(0, Sample::ok(0, 100, 0));
         }
         assert!(close(g.no_load_rtt(), 500.0), "{}", g.no_load_rtt());
-        Ok(())
-    }
-
-    #[test]
-    fn the_long_average_learns_a_standing_queue_slowly() -> Result<(), ConfigError> {
-        // A long window of 3 weighs each new sample 2 / 4 = 0.5 once its 3 samples of
-        // warm-up are in; the short-term "average" is the latest answer. Once the short one
-        // has been over 1.5 times the no-load estimate (the first 3 answers: the rest find
-        // the limit in use) for more answers in a row than the short window (here 1), the
-        // long one learns 10 times more slowly.
-        let mut g = Gradient2::builder()
-            .long_window(3)
-            .short_window(1)
-            .build()?;
-        let mut longs = Vec::new();
-        for rtt in [100, 100, 100, 400, 400, 400, 60] {
-            g.on_sample(0, Sample::ok(0, rtt, 20));
-            longs.push(g.long_rtt());
-        }
-        assert!(close(g.no_load_rtt(), 100.0));
-        // 400 > 150 once: learnt (250); twice in a row: 0.05 of the gap (257.5, 264.625);
-        // 60 is no queue: learnt at the full weight.
-        let expected = [100.0, 100.0, 100.0, 250.0, 257.5, 264.625, 162.3125];
-        for (long, expected) in longs.iter().zip(expected) {
-            assert!(close(*long, expected), "{longs:?}");
-        }
-        let mut netflix = Gradient2::builder()
-            .long_window(3)
-            .short_window(1)
-            .long_rise(1.0)
-            .build()?;
-        for rtt in [100, 100, 100, 400, 400, 400, 60] {
-            netflix.on_sample(0, Sample::ok(0, rtt, 0));
-        }
-        assert!(close(netflix.long_rtt(), 211.25));
         Ok(())
     }
 
@@ -551,7 +455,7 @@ mod tests {
         // Then the limit in use on 4 workers: past 4 in flight a queue of our own, 20 ms
         // more per 4. For 20 000 answers (over a thousand seconds) the limit holds the queue
         // near the tolerance (1.5 times the 20 ms: 6 in flight) and does not creep: the
-        // long-term average learns some of the queue (slowly), the no-load estimate none.
+        // no-load estimate learns none of the queue.
         for _ in 0..20_000 {
             let limit = g.limit();
             let rtt = 20_000 * Micros::from(limit.max(4)) / 4;
@@ -562,7 +466,6 @@ mod tests {
             }
         }
         assert!(close(g.no_load_rtt(), 20_000.0), "{}", g.no_load_rtt());
-        assert!(g.long_rtt() > 20_000.0, "{}", g.long_rtt());
         Ok(())
     }
 
@@ -614,9 +517,9 @@ mod tests {
         assert_eq!(g.on_sample(30, Sample::dropped(10, 1, 0)), 16);
         assert_eq!(g.on_sample(40, Sample::dropped(30, 10, 20)), 14);
         // No drop's latency is read; a timeout's is, as a latency (here app-limited).
-        assert_eq!((g.long_rtt(), g.short_rtt()), (0.0, 0.0));
+        assert_eq!((g.no_load_rtt(), g.short_rtt()), (0.0, 0.0));
         assert_eq!(g.on_sample(50, Sample::timeout(40, 10, 0)), 14);
-        assert_eq!((g.long_rtt(), g.short_rtt()), (10.0, 10.0));
+        assert_eq!((g.no_load_rtt(), g.short_rtt()), (10.0, 10.0));
         Ok(())
     }
 
@@ -658,7 +561,6 @@ mod tests {
             Gradient2::builder().rtt_tolerance(f64::INFINITY).build(),
             Gradient2::builder().long_window(0).build(),
             Gradient2::builder().short_window(0).build(),
-            Gradient2::builder().long_rise(0.5).build(),
             Gradient2::builder().backoff_ratio(1.0).build(),
             Gradient2::builder().min_limit(30).build(),
         ];

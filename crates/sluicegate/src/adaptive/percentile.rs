@@ -135,6 +135,8 @@ const RECENT: usize = 9;
 
 /// How many times the lowest window latency a relative target allows.
 const DEFAULT_MULTIPLE: f64 = 2.0;
+const DEFAULT_BOUNDS: LimitBounds = LimitBounds::known(1, 10, 1000);
+const DEFAULT_WINDOW_MICROS: Micros = 1_000_000;
 
 impl PercentileBuilder {
     limit_setters!();
@@ -215,6 +217,11 @@ impl PercentileBuilder {
         if self.reservoir == 0 {
             return Err(ConfigError::invalid("reservoir", 0, "must be at least 1"));
         }
+        Ok(self.assemble(bounds, target, window))
+    }
+
+    /// The controller of parameters already checked.
+    fn assemble(self, bounds: LimitBounds, target: Target, window: Micros) -> Percentile {
         let mut built = Percentile {
             bounds,
             percentile: self.percentile,
@@ -236,7 +243,7 @@ impl PercentileBuilder {
             slow_start_until: bounds.max(),
         };
         built.in_force = built.target();
-        Ok(built)
+        built
     }
 }
 
@@ -251,13 +258,13 @@ impl Percentile {
     /// at its default.
     pub fn relative_builder() -> PercentileBuilder {
         PercentileBuilder {
-            min: 1,
-            initial: 10,
-            max: 1000,
+            min: DEFAULT_BOUNDS.min(),
+            initial: DEFAULT_BOUNDS.initial(),
+            max: DEFAULT_BOUNDS.max(),
             target: TargetSpec::Relative(DEFAULT_MULTIPLE),
             backoff: DEFAULT_BACKOFF,
             percentile: 0.99,
-            window: Duration::from_secs(1),
+            window: Duration::from_micros(DEFAULT_WINDOW_MICROS),
             min_samples: 10,
             reservoir: 1000,
             seed: 0,
@@ -379,8 +386,11 @@ impl Percentile {
             // window's percentile wander, and the lowest of such wanderings runs low.
             let median = self.recent_median();
             if rebase {
+                // Short windows kept from before the service slowed would bring its old
+                // latency back into the baseline.
                 self.lowest = Some(latency);
                 self.recent = [None; RECENT];
+                self.short_windows.clear();
             } else if let Some(median) = median.filter(|m| self.lowest.is_none_or(|l| *m < l)) {
                 self.lowest = Some(median);
             }
@@ -411,27 +421,11 @@ impl Percentile {
 impl Default for Percentile {
     /// A relative target, every parameter at its default.
     fn default() -> Self {
-        let bounds = LimitBounds::known(1, 10, 1000);
-        Percentile {
-            bounds,
-            percentile: 0.99,
-            target: Target::Relative(DEFAULT_MULTIPLE),
-            lowest: None,
-            recent: [None; RECENT],
-            short_windows: Reservoir::new(MAX_ENOUGH_SAMPLES, 0),
-            backoff: DEFAULT_BACKOFF,
-            losses: LossGate::default(),
-            window: 1_000_000,
-            min_samples: 10,
-            limit: bounds.initial(),
-            open: None,
-            max_in_flight: 0,
-            samples: Reservoir::new(1000, 0),
-            over: 0,
-            in_force: Micros::MAX,
-            last_good: None,
-            slow_start_until: bounds.max(),
-        }
+        Percentile::relative_builder().assemble(
+            DEFAULT_BOUNDS,
+            Target::Relative(DEFAULT_MULTIPLE),
+            DEFAULT_WINDOW_MICROS,
+        )
     }
 }
 

@@ -71,7 +71,6 @@ pub(super) fn gradient2(values: &Values<'_>, _: u64) -> Result<AnyController, Co
     set!(b, values, number, "tolerance", rtt_tolerance);
     set!(b, values, count, "long_window", long_window);
     set!(b, values, count, "short_window", short_window);
-    set!(b, values, number, "long_rise", long_rise);
     set!(b, values, number, "backoff", backoff_ratio);
     if let Some(n) = values.count("headroom")? {
         b = b.queue_headroom(QueueHeadroom::Fixed(n));

@@ -83,14 +83,13 @@ pub(super) const KINDS: &[Kind] = &[
             param("tolerance", Number, &["rtt_tolerance"]),
             param("long_window", Count, &["long_window"]),
             param("short_window", Count, &["short_window"]),
-            param("long_rise", Number, &["long_rise"]),
             param("headroom", Count, &["queue_headroom"]),
             param("backoff", Number, &["backoff_ratio"]),
             WINDOW,
         ],
         bounded: true,
-        expected: "smoothing, tolerance, long_window, short_window, long_rise, headroom, \
-                   backoff, window, min, max, initial",
+        expected: "smoothing, tolerance, long_window, short_window, headroom, backoff, \
+                   window, min, max, initial",
         build: build::gradient2,
     },
     Kind {
@@ -159,7 +158,6 @@ pub const PARAMETERS: &[&str] = &[
     "tolerance",
     "long_window",
     "short_window",
-    "long_rise",
     "headroom",
     "pinned",
     "percentile",

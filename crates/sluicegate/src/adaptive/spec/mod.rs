@@ -6,7 +6,7 @@
 //! |---|---|
 //! | `aimd` | `backoff` (F), `timeout` (DUR): a slower answer is a loss, `window` (DUR) |
 //! | `vegas` | `smoothing` (F), `alpha` (N), `beta` (N), `probe` (N): the probe multiplier, `window` (DUR) |
-//! | `gradient2` | `smoothing` (F), `tolerance` (F): the RTT tolerance, `long_window` (N), `short_window` (N), `long_rise` (F), `headroom` (N): a fixed queue headroom, `backoff` (F), `window` (DUR) |
+//! | `gradient2` | `smoothing` (F), `tolerance` (F): the RTT tolerance, `long_window` (N), `short_window` (N), `headroom` (N): a fixed queue headroom, `backoff` (F), `window` (DUR) |
 //! | `envoy-gradient` | `pinned` (N): the pinned concurrency, `percentile` (F), `buffer` (F): the minRTT buffer, `requests` (N): minRTT requests, `jitter` (F), `interval` (DUR): the minRTT interval, `update` (DUR): the update interval, `backoff` (F) |
 //! | `percentile` | `target` (DUR) or `multiple` (F, of the lowest window latency; the default), `p` (F): the percentile held, `window` (DUR): its own window, `min_samples` (N), `backoff` (F) |
 //! | `fixed` | `limit` (N), required: a limit that never moves |
