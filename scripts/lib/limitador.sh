@@ -8,8 +8,8 @@
 #
 # Inputs (environment):
 #   LIMITADOR_SRC           a git directory (bare or not) or checkout of limitador that holds
-#                           LIMITADOR_COMMIT; default: a local mirror at
-#                           /work/.mirror/Kuadrant+limitador/repo if it exists
+#                           LIMITADOR_COMMIT (a clone of github.com/Kuadrant/limitador);
+#                           needed only while the cache holds no binary for the commit
 #   LIMITADOR_COMMIT        the commit to build (default: the pinned one below)
 #   SLUICEGATE_BENCH_CACHE  the cache (default ~/.cache/sluicegate-bench); this script writes
 #                           only under its limitador/ folder:
@@ -64,9 +64,6 @@ limitador_build() {
   fi
 
   local src="${LIMITADOR_SRC:-}"
-  if [ -z "$src" ] && [ -d /work/.mirror/Kuadrant+limitador/repo ]; then
-    src=/work/.mirror/Kuadrant+limitador/repo
-  fi
   [ -n "$src" ] || limitador_fail "no limitador source: set LIMITADOR_SRC to a git directory or checkout of limitador holding commit $commit" || return 1
   git -C "$src" rev-parse --git-dir >/dev/null 2>&1 \
     || limitador_fail "LIMITADOR_SRC=$src is not a git directory or checkout" || return 1
