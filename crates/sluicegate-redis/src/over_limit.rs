@@ -14,6 +14,8 @@
 //!   charge the same keys: an entry may then be older than Redis's state. It still denies
 //!   rightly, since for these algorithms only time frees budget, and time is what it counts;
 //!   only its `remaining` may be more, and its `retry_after` less, than Redis would say.
+//!   A clear (a manual switch, counters rewritten behind the store's back) is different: a
+//!   call on its way to Redis then keeps none of its answer's denials.
 //! - A call is answered in the process only if every one of its limits is (each then reports
 //!   its own denial, exactly as Redis would for the call); otherwise Redis decides all of it.
 //! - Times: a call given its `now` ([`Now::At`]) is answered on that clock. A call on Redis's
@@ -80,6 +82,18 @@ struct Entries {
     /// Redis's time minus the local clock's, as of the last call on Redis's clock (the `now`
     /// a local answer reports).
     server_offset: Micros,
+    /// How many times the cache was cleared: a call sent before a clear keeps no denial.
+    clears: u64,
+}
+
+/// A call on its way to Redis, as the cache saw it go ([`OverLimitCache::forget`]), for
+/// [`OverLimitCache::learn`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Asked {
+    /// The call's time.
+    stamp: Stamp,
+    /// The cache's clears when it went.
+    clears: u64,
 }
 
 #[derive(Debug)]
@@ -102,6 +116,7 @@ impl OverLimitCache {
                 next_expiry: Micros::MAX,
                 last_sweep: None,
                 server_offset: 0,
+                clears: 0,
             }),
         }
     }
@@ -157,18 +172,21 @@ impl OverLimitCache {
         Some((decisions, at))
     }
 
-    /// Redis's answer to a call made at `stamp`: each request's entry replaced by its
-    /// decision's, or dropped. `server_now` is the time Redis decided at.
+    /// Redis's answer to a call `asked` as [`OverLimitCache::forget`] said: each request's entry replaced by its decision's, or dropped. `server_now` is the
+    /// time Redis decided at. A call asked before the cache was last cleared keeps no denial:
+    /// the clear may have been for a change of the counters behind the store's back (a
+    /// manual switch, a `FLUSHALL`) that its answer predates.
     pub(crate) fn learn(
         &self,
         requests: &[LimitRequest<'_>],
         keys: &[Vec<u8>],
         op: Op,
-        stamp: Stamp,
+        asked: Asked,
         decisions: &[Decision],
         server_now: Micros,
     ) {
         let mut entries = self.lock();
+        let (stamp, stale) = (asked.stamp, entries.clears != asked.clears);
         if entries.timeline != stamp.timeline {
             self.drop_all(&mut entries);
             entries.timeline = stamp.timeline;
@@ -183,24 +201,30 @@ impl OverLimitCache {
             let algorithm = request.limit.algorithm();
             let permits = request.permits.get();
             match OverLimit::from_denial(algorithm, op, permits, decision, stamp.at) {
-                Some(over) => self.keep(&mut entries, key, request.limit, over),
-                None => self.remove(&mut entries, key),
+                Some(over) if !stale => self.keep(&mut entries, key, request.limit, over),
+                _ => self.remove(&mut entries, key),
             }
         }
     }
 
-    /// Drops the entries of a call about to be asked of Redis.
-    pub(crate) fn forget(&self, keys: &[Vec<u8>]) {
+    /// Drops the entries of a call made at `stamp` about to be asked of Redis, and says how
+    /// it found the cache (for [`OverLimitCache::learn`]).
+    pub(crate) fn forget(&self, keys: &[Vec<u8>], stamp: Stamp) -> Asked {
         let mut entries = self.lock();
         for key in keys {
             self.remove(&mut entries, key);
         }
+        Asked {
+            stamp,
+            clears: entries.clears,
+        }
     }
 
-    /// Drops every entry.
+    /// Drops every entry; calls already on their way to Redis keep none of their denials.
     pub(crate) fn clear(&self) {
         let mut entries = self.lock();
         self.drop_all(&mut entries);
+        entries.clears += 1;
     }
 
     pub(crate) fn stats(&self) -> OverLimitStats {
@@ -289,5 +313,44 @@ impl Drop for OverLimitCache {
             .unwrap_or_else(PoisonError::into_inner);
         let held = entries.by_key.len();
         self.give_back(held);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::num::NonZeroU64;
+    use std::time::Duration;
+
+    use super::*;
+
+    type TestResult<T = ()> = Result<T, Box<dyn std::error::Error>>;
+
+    /// The entries a cache holds after a call that went to Redis at 4 s on a manual clock
+    /// learns a fixed window's denial, the cache cleared or not while the call was out.
+    fn entries_after_a_denial(cleared_meanwhile: bool) -> TestResult<usize> {
+        let cache = OverLimitCache::new(16, None);
+        let limit = RedisLimit::fixed_window(10, Duration::from_secs(10))?;
+        let requests = [LimitRequest {
+            limit: &limit,
+            name: "per-10s",
+            key: b"user",
+            permits: NonZeroU64::MIN,
+        }];
+        let keys = [b"per-10s:user".to_vec()];
+        let asked = cache.forget(&keys, cache.stamp(Now::At(4_000_000)));
+        if cleared_meanwhile {
+            cache.clear();
+        }
+        // 10 counted: denied until the window ends at 10 s.
+        let denial = Decision::deny(10, 0, 6_000_000, Some(6_000_000));
+        cache.learn(&requests, &keys, Op::Check, asked, &[denial], 4_000_000);
+        Ok(cache.stats().entries)
+    }
+
+    #[test]
+    fn a_call_out_while_the_cache_is_cleared_keeps_no_denial() -> TestResult {
+        assert_eq!(entries_after_a_denial(false)?, 1);
+        assert_eq!(entries_after_a_denial(true)?, 0);
+        Ok(())
     }
 }

@@ -333,9 +333,9 @@ impl RedisStore {
         }
         // Dropped before asking: a call that fails or is cancelled (a caller's timeout) may
         // have changed their state, and leaves no entry behind.
-        if let Some(cache) = cache {
-            cache.forget(&keys);
-        }
+        let asked = cache
+            .zip(cache_stamp)
+            .map(|(cache, stamp)| cache.forget(&keys, stamp));
         let decided = match asking {
             Some(ask) => {
                 let reply = self
@@ -358,8 +358,8 @@ impl RedisStore {
             }
             None => self.decide_in_redis(requests, op, now).await?,
         };
-        if let (Some(cache), Some(stamp)) = (cache, cache_stamp) {
-            cache.learn(requests, &keys, op, stamp, &decided.decisions, decided.now);
+        if let (Some(cache), Some(asked)) = (cache, asked) {
+            cache.learn(requests, &keys, op, asked, &decided.decisions, decided.now);
         }
         Ok(decided)
     }
