@@ -25,7 +25,8 @@
 # the same Redis with its `redis` and `redis_cached` storages. scripts/lib/limitador.sh builds it
 # once from its source into the bench cache (LIMITADOR_SRC names the source; the first build
 # is long, see that script); LIMITADOR_BIN=path uses a binary already built; --no-limitador
-# leaves it out.
+# leaves it out. BENCH_REDIS_LEASE=N adds `serve --redis --redis-lease N` (permit leasing) as
+# the target `redis-lease`, on the same Redis.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -153,6 +154,11 @@ else
   wait_for_port "$redis_port" "redis-server"
   start_serve redis --redis "redis://127.0.0.1:$redis_port"
   targets+=(redis)
+  if [ -n "${BENCH_REDIS_LEASE:-}" ]; then
+    start_serve redis-lease --redis "redis://127.0.0.1:$redis_port" \
+      --redis-lease "$BENCH_REDIS_LEASE"
+    targets+=(redis-lease)
+  fi
 fi
 [ -n "$redis_note" ] && echo "!! $redis_note"
 
@@ -308,8 +314,11 @@ for (generator, keys, target), values in rows.items():
         generator, keys, target, dps, p50, p99, dps / med(ceiling, 0), p99 / med(ceiling, 2),
         cpu, cpu / med(ceiling, 3), *span(0), *span(2), *span(3)))
 # Ours against limitador, in the same run: serve in memory against limitador in memory, and
-# serve --redis against limitador's `redis` and `redis_cached` storages on the same Redis.
-pairs = [("memory", "limitador"), ("redis", "limitador-redis"), ("redis", "limitador-redis-cached")]
+# serve --redis (with leasing too, if asked) against limitador's `redis` and `redis_cached`
+# storages on the same Redis; and leasing against the plain path.
+pairs = [("memory", "limitador"), ("redis", "limitador-redis"), ("redis", "limitador-redis-cached"),
+         ("redis-lease", "limitador-redis"), ("redis-lease", "limitador-redis-cached"),
+         ("redis-lease", "redis")]
 lines = []
 for (generator, keys, target), values in rows.items():
     for ours, peer in pairs:
@@ -322,7 +331,7 @@ for (generator, keys, target), values in rows.items():
             med(values, 2) / med(theirs, 2), med(values, 3) / med(theirs, 3)))
 if lines:
     print()
-    print("| generator | keys | ours / limitador | decisions/s ratio (median of repeats) | min–max | p99 ratio | CPU per decision ratio |")
+    print("| generator | keys | ours / peer | decisions/s ratio (median of repeats) | min–max | p99 ratio | CPU per decision ratio |")
     print("|---|---|---|---|---|---|---|")
     print("\n".join(lines))
 EOF
