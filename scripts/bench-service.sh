@@ -1,16 +1,21 @@
 #!/usr/bin/env bash
 # Service load benchmark (BENCHMARKS.md, "Service"): decisions per second and p50/p99 latency of
-# `sluicegate serve` over gRPC on loopback, against the ceiling measured in the same run (a no-op
-# ShouldRateLimit server on the same stack: tonic, envoy-types, the same runtime settings).
+# `sluicegate serve` over gRPC on loopback, against the ceilings measured in the same run: a no-op
+# ShouldRateLimit server on the same stack (`ceiling`: tonic, envoy-types, the same runtime
+# settings), and nghttpd (`nghttpd`: nghttp2's C HTTP/2 server, package nghttp2-server) answering
+# a POST to the gRPC method's path with a small static file, on as many threads as the servers
+# have cores: what HTTP/2 alone costs, with no gRPC at all.
 #
-# Cases: one hot key, and keys drawn uniformly from 100k values. Targets: the ceiling, `serve` in
+# Cases: one hot key, and keys drawn uniformly from 100k values. Targets: the ceilings, `serve` in
 # memory (`memory`: the default gRPC server, the lean one), `serve --grpc-server tonic` in memory
 # (`tonic`: the tonic path, when the binary has the flag), and `serve --redis` on a local
 # redis-server (when the binary has the flag).
-# Load: `rls_load` (a separate process, tonic client) for both cases, and h2load (nghttp2-client,
-# fully independent of the Rust stack) for the hot key. Every generator runs at the same number of
-# calls in flight. Each (generator, case, target) is run --repeats times, targets interleaved so
-# they share the machine's noise, and the table shows medians.
+# Load: `rls_load` (a separate process: a light gRPC client driving HTTP/2 with the h2 crate, every
+# request body encoded once at start-up) for both cases, and h2load (nghttp2-client, fully
+# independent of the Rust stack; one fixed body, so the hot key only) for the hot key. nghttpd is
+# not a gRPC server, so only h2load measures it. Every generator runs at the same number of calls
+# in flight. Each (generator, case, target) is run --repeats times, targets interleaved so they
+# share the machine's noise, and the table shows medians.
 #
 # Besides throughput and latency it reports the server process's CPU time per decision (from
 # /proc, over the measured run and its warm-up): on a machine shared with other work that figure
@@ -18,9 +23,11 @@
 #
 # Usage: scripts/bench-service.sh [--duration S] [--warmup S] [--concurrency N] [--connections N]
 #                                 [--repeats N] [--keys N] [--pin] [--no-h2load] [--no-redis]
-#                                 [--bin-dir DIR] [--no-limitador]
+#                                 [--bin-dir DIR] [--no-limitador] [--no-nghttpd]
 # --pin runs the servers on CPU 0 and the load generators on CPU 1 (taskset).
 # --bin-dir uses already built sluicegate, noop_rls and rls_load from DIR instead of building.
+# h2load and nghttpd are installed with apt-get when missing and the script runs as root (or
+# with password-less sudo); otherwise their rows are left out with a note naming the package.
 # limitador (Kuadrant's Envoy rate limit service) runs beside them as a peer: in memory, and on
 # the same Redis with its `redis` and `redis_cached` storages. scripts/lib/limitador.sh builds it
 # once from its source into the bench cache (LIMITADOR_SRC names the source; the first build
@@ -40,6 +47,7 @@ pin=0
 use_h2load=1
 use_redis=1
 use_limitador=1
+use_nghttpd=1
 bin_dir=""
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -54,6 +62,7 @@ while [ $# -gt 0 ]; do
     --no-redis) use_redis=0; shift ;;
     --bin-dir) bin_dir="$2"; shift 2 ;;
     --no-limitador) use_limitador=0; shift ;;
+    --no-nghttpd) use_nghttpd=0; shift ;;
     *) echo "unknown argument: $1" >&2; exit 2 ;;
   esac
 done
@@ -108,6 +117,38 @@ wait_for_port() {
 
 write_bench_rules "$work/rules.yaml"
 
+# nghttpd installs into /usr/sbin, which a user's PATH may lack.
+PATH="$PATH:/usr/sbin"
+# have_tool COMMAND PACKAGE: whether COMMAND can run, after installing the Debian PACKAGE that
+# holds it if it is missing and this user may (root, or password-less sudo).
+have_tool() {
+  command -v "$1" >/dev/null 2>&1 && return 0
+  command -v apt-get >/dev/null 2>&1 || return 1
+  local sudo=()
+  if [ "$(id -u)" -ne 0 ]; then
+    sudo -n true 2>/dev/null || return 1
+    sudo=(sudo)
+  fi
+  echo "== installing $2 (for $1)"
+  "${sudo[@]}" apt-get update -qq >/dev/null || return 1
+  DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq "$2" >/dev/null || return 1
+  command -v "$1" >/dev/null 2>&1
+}
+
+if [ "$use_h2load" = 1 ] && ! have_tool h2load nghttp2-client; then
+  echo "!! h2load rows NOT measured: h2load is not installed (apt-get install nghttp2-client)."
+  use_h2load=0
+fi
+[ "$use_h2load" = 1 ] && write_grpc_body "$work/body.grpc" bench key k0
+nghttpd_note=""
+if [ "$use_nghttpd" = 0 ]; then
+  nghttpd_note="nghttpd rows NOT measured: --no-nghttpd was given."
+elif [ "$use_h2load" = 0 ]; then
+  nghttpd_note="nghttpd rows NOT measured: only h2load measures it, and h2load is not run."
+elif ! have_tool nghttpd nghttp2-server; then
+  nghttpd_note="nghttpd rows NOT measured: nghttpd is not installed (apt-get install nghttp2-server)."
+fi
+
 declare -A grpc_port server_pid
 grpc_port[ceiling]="$(free_port)"
 "${server_cpu[@]}" "$noop" --grpc-addr "127.0.0.1:${grpc_port[ceiling]}" >"$work/ceiling.log" 2>&1 &
@@ -132,7 +173,34 @@ start_serve() {
   wait_for_port "${grpc_port[$name]}" "sluicegate serve ($name)"
 }
 
-targets=(ceiling memory)
+targets=(ceiling)
+# nghttpd answers the method's path with a static file: the 7 bytes of a framed
+# RateLimitResponse{overall_code: OK} and a grpc-status trailer, the frames of a gRPC answer
+# (HEADERS, DATA, trailing HEADERS) with none of gRPC's work, on one thread per core the servers
+# may use.
+if [ -z "$nghttpd_note" ]; then
+  method_path=envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit
+  mkdir -p "$work/nghttpd/${method_path%/*}"
+  printf '\0\0\0\0\2\10\1' >"$work/nghttpd/$method_path"
+  grpc_port[nghttpd]="$(free_port)"
+  "${server_cpu[@]}" nghttpd --no-tls --address=127.0.0.1 --workers="$("${server_cpu[@]}" nproc)" \
+    --trailer='grpc-status: 0' --htdocs="$work/nghttpd" "${grpc_port[nghttpd]}" \
+    >"$work/nghttpd.log" 2>&1 &
+  pids+=($!)
+  server_pid[nghttpd]=$!
+  wait_for_port "${grpc_port[nghttpd]}" "nghttpd"
+  # It serves files to GET; measuring it means it answers h2load's POST too.
+  if h2load -n 4 -c 1 -d "$work/body.grpc" -H 'content-type: application/grpc' \
+    -H 'te: trailers' "http://127.0.0.1:${grpc_port[nghttpd]}/$method_path" 2>&1 |
+    grep -q 'status codes: 4 2xx'; then
+    targets+=(nghttpd)
+  else
+    nghttpd_note="nghttpd rows NOT measured: it did not answer h2load's POST with 200."
+  fi
+fi
+[ -n "$nghttpd_note" ] && echo "!! $nghttpd_note"
+
+targets+=(memory)
 start_serve memory
 if "$sluicegate" serve --help | grep -q -- '--grpc-server'; then
   start_serve tonic --grpc-server tonic
@@ -272,16 +340,12 @@ EOF
   echo "   $(tail -n 1 "$results" | cut -f3-)"
 }
 
-if [ "$use_h2load" = 1 ] && ! command -v h2load >/dev/null 2>&1; then
-  echo "!! h2load rows NOT measured: h2load is not installed (apt-get install nghttp2-client)."
-  use_h2load=0
-fi
-[ "$use_h2load" = 1 ] && write_grpc_body "$work/body.grpc" bench key k0
-
 echo "== load: $concurrency calls in flight over $connections connections, ${warmup}s warm-up, ${duration}s measured, $repeats repeats"
 for repeat in $(seq 1 "$repeats"); do
   for keys in 1 "$many_keys"; do
     for target in "${targets[@]}"; do
+      # Not a gRPC server: h2load measures it, and only that.
+      [ "$target" = nghttpd ] && continue
       echo "-- repeat $repeat, rls_load, $keys key(s), $target"
       run_rls_load "$target" "$keys"
     done
@@ -315,10 +379,11 @@ for (generator, keys, target), values in rows.items():
         cpu, cpu / med(ceiling, 3), *span(0), *span(2), *span(3)))
 # Ours against limitador, in the same run: serve in memory against limitador in memory, and
 # serve --redis (with leasing too, if asked) against limitador's `redis` and `redis_cached`
-# storages on the same Redis; and leasing against the plain path.
+# storages on the same Redis; leasing against the plain path; and both in memory against
+# nghttpd's trivial answer, HTTP/2's ceiling (h2load only).
 pairs = [("memory", "limitador"), ("redis", "limitador-redis"), ("redis", "limitador-redis-cached"),
          ("redis-lease", "limitador-redis"), ("redis-lease", "limitador-redis-cached"),
-         ("redis-lease", "redis")]
+         ("redis-lease", "redis"), ("memory", "nghttpd"), ("limitador", "nghttpd")]
 lines = []
 for (generator, keys, target), values in rows.items():
     for ours, peer in pairs:
@@ -337,4 +402,5 @@ if lines:
 EOF
 [ -n "$redis_note" ] && echo "!! $redis_note"
 [ -n "$limitador_note" ] && echo "!! $limitador_note"
+[ -n "$nghttpd_note" ] && echo "!! $nghttpd_note"
 exit 0
