@@ -232,6 +232,11 @@ for name in "${names[@]}"; do
   echo "-- $name"
   start_fleet "$name"
   load_fleet warm 1 || { echo "!! warm-up failed:"; cat "$work"/load.*; exit 1; }
+  # The service's counters also count the warm-up's calls: only what the load added is kept.
+  if [ "${kind[$name]}" = serve ]; then
+    policy_before="$(metric_sum sluicegate_backend_errors_total)"
+    grants_before="$(metric_sum sluicegate_redis_lease_local_grants_total)"
+  fi
   started="$(date +%s.%N)"
   cpu_before="$(cpu_ticks "$redis_pid")"
   load_ok=1
@@ -241,8 +246,8 @@ for name in "${names[@]}"; do
   policy_answers="-"
   lease_grants="-"
   if [ "${kind[$name]}" = serve ]; then
-    policy_answers="$(metric_sum sluicegate_backend_errors_total)"
-    lease_grants="$(metric_sum sluicegate_redis_lease_local_grants_total)"
+    policy_answers=$(($(metric_sum sluicegate_backend_errors_total) - policy_before))
+    lease_grants=$(($(metric_sum sluicegate_redis_lease_local_grants_total) - grants_before))
   elif [[ "$name" == *--flush-period* ]]; then
     sleep "$(awk -v ms="${name##* }" 'BEGIN { print ms / 1000 + 0.3 }')"
   fi
