@@ -21,6 +21,9 @@
 # BENCH_PIN=1 runs redis-server on CPU 0 and every client (and redis-benchmark) on CPU 1, so
 # that on a small machine the server and the client under test do not take turns on one core.
 #
+# Leasing: sluicegate-redis again with permit leasing on (up to 1024 permits a lease), as
+# "sluicegate-redis (leasing 1024)".
+#
 # BENCH_BASELINE=path/to/redis_bench (an examples/redis_bench binary built from another
 # commit) adds that build's gcra and fixed-window runs, labelled "sluicegate-redis (baseline)".
 #
@@ -112,6 +115,12 @@ for round in $(seq "$rounds"); do
     run "$keys" "$bin" "$url" "$seconds" "$inflight" "$keys" fixed-window
     for algorithm in gcra fixed-window; do
       BENCH_THREADS=1 BENCH_LABEL="sluicegate-redis (1 thread)" \
+        run "$keys" "$bin" "$url" "$seconds" "$inflight" "$keys" "$algorithm"
+    done
+    # Permit leasing (up to 1024 permits a lease): a hot key over its limit mostly leases
+    # nothing (over_limit.sh measures one under it), and a cold key never does.
+    for algorithm in gcra fixed-window; do
+      BENCH_LEASE=1024 BENCH_LABEL="sluicegate-redis (leasing 1024)" \
         run "$keys" "$bin" "$url" "$seconds" "$inflight" "$keys" "$algorithm"
     done
     if [ -n "${BENCH_BASELINE:-}" ]; then

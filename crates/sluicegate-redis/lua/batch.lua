@@ -12,10 +12,22 @@
 -- its entry point's reply after the time (allowed, remaining, reset_us, retry_us, wait_us), or
 -- {"ERR", kind, detail, 0, 0}. Flat, because Redis probes every table of a reply for seven
 -- special fields: a table per decision cost more than deciding.
+-- `check` decides a check without the general path's tables, or answers nothing for the
+-- cases it leaves to `decide`.
 local batch_entries = {
-  g = { decide = one_gcra_with, parse = one_bucket_params },
-  f = { decide = one_fixed_window_with, parse = window_params },
+  g = { decide = one_gcra_with, check = gcra_check_whole_us, parse = one_bucket_params },
+  f = { decide = one_fixed_window_with, check = fixed_window_check, parse = window_params },
 }
+
+-- One decision by its entry point (`ok`: its parameters `p` parsed, else `p` is the error):
+-- the entry point's reply after its time, or "ERR", kind, detail, 0, 0.
+local function decide_by_entry(entry, ok, p, key, now, op, n)
+  local decided, reply = ok, p
+  if ok then decided, reply = pcall(entry.decide, key, now, op, n, p) end
+  if not decided then reply = finish(false, reply) end
+  if reply[1] == "ERR" then return "ERR", reply[2], reply[3], 0, 0 end
+  return reply[2], reply[3], reply[4], reply[5], reply[6]
+end
 
 -- The reply, kept from call to call: growing a fresh one to a few hundred values cost more
 -- than clearing its end. Redis reads a reply up to its first nil, and has read it before the
@@ -46,18 +58,18 @@ local function run_batch(KEYS, ARGV)
     end
     m = m + 1
     replies[m] = now
+    local check = ok and op == "check" and entry.check
     for _ = 1, count do
-      local decided, reply = ok, p
-      if ok then decided, reply = pcall(entry.decide, KEYS[k], now, op, n, p) end
-      if not decided then reply = finish(false, reply) end
-      if reply[1] == "ERR" then
-        replies[m + 1], replies[m + 2], replies[m + 3], replies[m + 4], replies[m + 5] =
-          "ERR", reply[2], reply[3], 0, 0
-      else
-        -- The entry point's reply after its time, which the run's replaces.
-        replies[m + 1], replies[m + 2], replies[m + 3], replies[m + 4], replies[m + 5] =
-          reply[2], reply[3], reply[4], reply[5], reply[6]
+      local checked, allowed, remaining, reset, retry, wait = false, nil, nil, nil, nil, nil
+      if check then
+        -- A failed check wrote nothing (its write is its last step): decided again in full.
+        checked, allowed, remaining, reset, retry, wait = pcall(check, KEYS[k], now, n, p)
       end
+      if not checked or allowed == nil then
+        allowed, remaining, reset, retry, wait = decide_by_entry(entry, ok, p, KEYS[k], now, op, n)
+      end
+      replies[m + 1], replies[m + 2], replies[m + 3], replies[m + 4], replies[m + 5] =
+        allowed, remaining, reset, retry, wait
       m = m + 5
       k = k + 1
     end

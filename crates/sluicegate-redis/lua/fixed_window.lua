@@ -15,10 +15,10 @@ local function fixed_window_decision(key, now, n, op, limit, window)
   local start, count = now - into, 0
   if raw ~= false then
     -- A plain find and two subs cost less than a pattern with captures.
-    local colon = string.find(raw, ":", 1, true)
+    local colon = string_find(raw, ":", 1, true)
     if colon == nil then bad_state(key, raw) end
-    local s = int_field(key, "s", string.sub(raw, 1, colon - 1), 0, 2 ^ 53)
-    local c = int_field(key, "c", string.sub(raw, colon + 1), 0, EXACT)
+    local s = int_field(key, "s", string_sub(raw, 1, colon - 1), 0, 2 ^ 53)
+    local c = int_field(key, "c", string_sub(raw, colon + 1), 0, EXACT)
     if c > 0 and s >= start then start, count = s, c end
   end
   local until_end = start + window - now
@@ -38,6 +38,36 @@ local function fixed_window_decision(key, now, n, op, limit, window)
   -- the same.
   if after >= EXACT then fail("overflow", key .. ": count too large") end
   return { 0, limit, 0, until_end, until_end, 0 }, start, after, until_end
+end
+
+-- fixed_window_decision and its write for a check alone, with the same answer (see
+-- gcra_check_whole_us), the parameters as one_fixed_window.lua takes them ({limit,
+-- window_us, grace_ms}): allowed, remaining, reset_us, retry_us, wait_us; nothing for a
+-- corrupt key (the general path names what is wrong).
+local function fixed_window_check(key, now, n, p)
+  local limit, window = p[1], p[2]
+  local raw = redis_pcall("GET", key)
+  local _, into = idiv(now, window)
+  local start, count = now - into, 0
+  if raw ~= false then
+    if type_of(raw) ~= "string" then return nil end
+    local colon = string_find(raw, ":", 1, true)
+    if colon == nil then return nil end
+    local s, c = to_number(string_sub(raw, 1, colon - 1)), to_number(string_sub(raw, colon + 1))
+    if s == nil or s ~= floor(s) or s < 0 or s > 2 ^ 53 then return nil end
+    if c == nil or c ~= floor(c) or c < 0 or c > EXACT then return nil end
+    if c > 0 and s >= start then start, count = s, c end
+  end
+  local until_end = start + window - now
+  if until_end < 0 then until_end = 0 end
+  local after = count + n
+  if after > limit then
+    local left = limit - count
+    if left < 0 then left = 0 end
+    return 0, left, until_end, until_end, 0
+  end
+  redis_call("SET", key, format("%d:%d", start, after), "PX", expiry_ms(until_end, 1, p[3]))
+  return 1, limit - after, until_end, -1, 0
 end
 
 -- The fixed window as decide.lua takes every algorithm: the decision and its commit.

@@ -33,6 +33,36 @@ local function gcra_decision(key, now, n, op, p)
   return bucket_deny(p, debt, retry), nil
 end
 
+-- gcra_decision and its write for the common case alone: a check in whole microseconds
+-- (d = 1) of a key missing or holding one integer, with the same answer. The general path's
+-- calls and tables were a third of a decision's cost in Redis. The reply as batch.lua copies
+-- it: allowed, remaining, reset_us, retry_us, wait_us; nothing for any other case (the
+-- general path decides it, and names what is wrong with a corrupt key).
+local function gcra_check_whole_us(key, now, n, p)
+  if p.d ~= 1 then return nil end
+  local raw = redis_pcall("GET", key)
+  local tat = p.init_a
+  if raw ~= false then
+    tat = to_number(raw)
+    if tat == nil or tat ~= floor(tat) or tat < 0 or tat > 2 ^ 53 then return nil end
+  end
+  local debt = 0
+  if tat > now then
+    debt = tat - now
+    if debt >= EXACT then return nil end
+  end
+  local debt_after = debt + n * p.interval
+  local tolerance = p.tolerance
+  if debt_after <= tolerance then
+    redis_call("SET", key, format("%d", now + debt_after), "PX", expiry_ms(debt_after, 1, p.grace_ms))
+    return 1, (idiv(tolerance - debt_after, p.interval)), debt_after, -1, 0
+  end
+  -- A charge may have left a debt past the tolerance.
+  local left = tolerance - debt
+  if left < 0 then left = 0 end
+  return 0, (idiv(left, p.interval)), debt, debt_after - tolerance, 0
+end
+
 -- GCRA as decide.lua takes every algorithm: the decision and its commit (nil if none).
 local function decide_gcra(key, now, n, op, p)
   local decision, debt_after = gcra_decision(key, now, n, op, p)

@@ -9,6 +9,10 @@ end
 -- One fixed-window decision at `now` with parsed parameters (batch.lua decides a run of
 -- decisions that share them through this).
 local function one_fixed_window_with(key, now, op, n, p)
+  if op == "check" then
+    local allowed, remaining, reset, retry, wait = fixed_window_check(key, now, n, p)
+    if allowed ~= nil then return { now, allowed, remaining, reset, retry, wait } end
+  end
   local decision, start, after, until_end = fixed_window_decision(key, now, n, op, p[1], p[2])
   if start == nil then return one_reply(now, op, decision) end
   return one_reply(now, op, decision, write_window, key, start, after, until_end, p[3])

@@ -9,6 +9,7 @@ use std::net::SocketAddr;
 
 use sluicegate_redis::testing::RedisServer;
 
+mod grpc_wire;
 #[path = "grpc_conformance/h2_checks.rs"]
 mod h2_checks;
 #[path = "grpc_conformance/raw.rs"]

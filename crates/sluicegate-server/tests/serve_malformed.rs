@@ -7,19 +7,8 @@ use sluicegate_server::serve::{EngineOptions, ServerConfig, start};
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 
-const METHOD: &str = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
-
-/// A gRPC frame: no compression, a big-endian length, then the message bytes.
-fn frame(message: &[u8]) -> Vec<u8> {
-    let mut framed = vec![0u8];
-    framed.extend_from_slice(
-        &u32::try_from(message.len())
-            .unwrap_or(u32::MAX)
-            .to_be_bytes(),
-    );
-    framed.extend_from_slice(message);
-    framed
-}
+mod grpc_wire;
+use grpc_wire::{METHOD, frame};
 
 /// The gRPC status of a raw call: from the trailers-only headers, or the trailers.
 async fn grpc_status(
@@ -72,16 +61,16 @@ async fn garbage_protobuf_is_a_grpc_error_not_a_crash() -> TestResult {
     let url = format!("http://{}{METHOD}", server.grpc_addr);
 
     // Field 1 (domain) declared as a 100-byte string, but the message ends after 3 bytes.
-    let (status, message) = grpc_status(&client, &url, frame(&[0x0a, 0x64, b'x'])).await?;
+    let (status, message) = grpc_status(&client, &url, frame(false, &[0x0a, 0x64, b'x'])).await?;
     assert_ne!(status, "0", "a truncated message must not succeed");
     assert!(!message.is_empty(), "the error says what is wrong");
     // A frame whose declared length runs past the body.
-    let mut short = frame(b"\x0a\x01d");
+    let mut short = frame(false, b"\x0a\x01d");
     short[4] = 200;
     let (status, _) = grpc_status(&client, &url, short).await?;
     assert_ne!(status, "0");
     // A well-formed but empty request: no domain.
-    let (status, message) = grpc_status(&client, &url, frame(&[])).await?;
+    let (status, message) = grpc_status(&client, &url, frame(false, &[])).await?;
     assert_eq!(status, "3", "INVALID_ARGUMENT: {message}");
     assert!(message.contains("domain"), "{message}");
 

@@ -14,8 +14,7 @@ use prost::Message as _;
 
 use super::BoxError;
 
-/// The one method of Envoy's rate limit service.
-pub const METHOD: &str = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
+pub use crate::grpc_wire::{METHOD, frame};
 
 /// An HTTP/2 connection to the service: the handle that opens streams, and the task that
 /// drives the connection (its result: how the connection ended).
@@ -53,18 +52,6 @@ pub fn headers(
         request = request.header(*name, *value);
     }
     Ok(request.body(())?)
-}
-
-/// A length-prefixed gRPC message: the compressed flag, a big-endian length, the bytes.
-pub fn frame(compressed: bool, message: &[u8]) -> Vec<u8> {
-    let mut framed = vec![u8::from(compressed)];
-    framed.extend_from_slice(
-        &u32::try_from(message.len())
-            .unwrap_or(u32::MAX)
-            .to_be_bytes(),
-    );
-    framed.extend_from_slice(message);
-    framed
 }
 
 /// A request for `descriptors`, each of one `(key, value)` entry, in the suite's domain.
