@@ -1,14 +1,17 @@
-# Sourced by scripts that load the service's gRPC API with h2load (scripts/bench-service.sh,
-# scripts/count-service-instructions.sh, scripts/build-pgo.sh).
+# Sourced by scripts that load the service's gRPC API with h2load or rls_load
+# (scripts/bench-service.sh, scripts/bench-fleet.sh, scripts/count-service-instructions.sh,
+# scripts/build-pgo.sh).
 
-# write_bench_rules FILE: the benchmarks' rules, domain "bench" with the descriptor key `key`.
-# Every key is allowed: the benchmarks measure the cost of a decision, not of a denial.
+# write_bench_rules FILE [REQUESTS_PER_UNIT [UNIT [DOMAIN]]]: the benchmarks' rules, domain
+# DOMAIN ("bench") with the descriptor key `key`, a fixed window of one UNIT (second) per value.
+# By default every key is allowed: the benchmarks measure the cost of a decision, not of a
+# denial; scripts/bench-fleet.sh gives a limit its load passes.
 write_bench_rules() {
-  cat >"$1" <<'EOF'
-domain: bench
+  cat >"$1" <<EOF
+domain: ${4:-bench}
 descriptors:
   - key: key
-    rate_limit: {unit: second, requests_per_unit: 1000000000}
+    rate_limit: {unit: ${3:-second}, requests_per_unit: ${2:-1000000000}}
 EOF
 }
 

@@ -4,7 +4,8 @@
 # Nothing of limitador is kept in this repository: only this script.
 #
 #   scripts/lib/limitador.sh              builds if needed, prints the binary's path
-#   source scripts/lib/limitador.sh       defines limitador_build (same, as a function)
+#   source scripts/lib/limitador.sh       defines limitador_build (same, as a function) and
+#                                         limitador_limit (a limits file's entry)
 #
 # Inputs (environment):
 #   LIMITADOR_SRC           a git directory (bare or not) or checkout of limitador that holds
@@ -110,6 +111,22 @@ limitador_build() {
   exec {lock}>&-
   echo "limitador.sh: built $bin in $(( (SECONDS - started) / 60 )) min $(( (SECONDS - started) % 60 )) s" >&2
   echo "$bin"
+}
+
+# limitador_limit NAMESPACE MAX_VALUE SECONDS: prints one entry of a limitador limits file,
+# the benchmarks' rule as limitador writes it (docs/limitador-peer.md): in the namespace the
+# request's domain names, per value of the first descriptor's entry `key`, at most MAX_VALUE
+# in a fixed window of SECONDS. On Redis the window starts at the counter's first hit (its key
+# is given that TTL when created), not at a multiple of SECONDS.
+limitador_limit() {
+  cat <<EOF
+- namespace: $1
+  max_value: $2
+  seconds: $3
+  conditions: []
+  variables:
+    - "descriptors[0]['key']"
+EOF
 }
 
 if [ "${BASH_SOURCE[0]}" = "$0" ]; then
