@@ -54,7 +54,8 @@ local function gcra_check_whole_us(key, now, n, p)
   local debt_after = debt + n * p.interval
   local tolerance = p.tolerance
   if debt_after <= tolerance then
-    redis_call("SET", key, format("%d", now + debt_after), "PX", expiry_ms(debt_after, 1, p.grace_ms))
+    local ttl = expiry_ms(debt_after, 1, p.grace_ms)
+    redis_call("SET", key, format("%d", now + debt_after), "PX", ttl)
     return 1, (idiv(tolerance - debt_after, p.interval)), debt_after, -1, 0
   end
   -- A charge may have left a debt past the tolerance.
