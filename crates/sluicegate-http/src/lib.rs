@@ -57,6 +57,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod adaptive;
+pub mod grpc_status;
 pub mod pace;
 pub mod permit_body;
 pub mod rate_limit;

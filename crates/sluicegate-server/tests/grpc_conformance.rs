@@ -12,6 +12,8 @@ use sluicegate_redis::testing::RedisServer;
 mod grpc_wire;
 #[path = "grpc_conformance/h2_checks.rs"]
 mod h2_checks;
+#[path = "grpc_conformance/lean_bounds.rs"]
+mod lean_bounds;
 #[path = "grpc_conformance/raw.rs"]
 mod raw;
 mod serve_process;
@@ -170,6 +172,27 @@ on_both_servers! {
         tonic_sigterm_sends_goaway;
     grpcio_client => lean_grpcio_client, tonic_grpcio_client;
     keepalive => lean_keepalive, tonic_keepalive;
+}
+
+/// On the lean server only (tonic's server releases a message's bytes as they are read, and
+/// sets no time for a message to arrive in): one budget for a connection's unfinished messages.
+#[tokio::test]
+async fn lean_unfinished_messages_share_a_connection_budget() -> TestResult {
+    in_memory(
+        LEAN,
+        lean_bounds::a_connections_unfinished_messages_share_one_budget,
+    )
+    .await
+}
+
+/// On the lean server only: a message that never ends is ended at `--grpc-message-timeout`.
+#[tokio::test]
+async fn lean_message_timeout() -> TestResult {
+    let flags = ["--grpc-message-timeout", "200ms"];
+    let mut serve = ServeProcess::start(RULES, &flags)?;
+    lean_bounds::a_message_never_finished_is_ended_by_the_service(serve.grpc).await?;
+    assert!(serve.is_running()?);
+    Ok(())
 }
 
 /// On the lean server only: tonic's server does not exit on SIGTERM while such a connection

@@ -9,10 +9,8 @@ use http::header::{CONTENT_TYPE, RETRY_AFTER};
 use http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode};
 use sluicegate::adaptive::{AcquireError, AdaptiveMetrics};
 
+use crate::grpc_status::{GrpcCode, grpc_message};
 use crate::ratelimit_fields::retry_after_seconds;
-
-/// gRPC's `UNAVAILABLE`: the service cannot take the call now, and a retry may succeed.
-const GRPC_UNAVAILABLE: u16 = 14;
 
 /// Why a request got no permit.
 #[derive(Debug, Clone, Copy)]
@@ -72,17 +70,17 @@ pub(crate) fn refused(
         headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
         headers.insert(
             HeaderName::from_static("grpc-status"),
-            HeaderValue::from(GRPC_UNAVAILABLE),
+            GrpcCode::Unavailable.header_value(),
         );
         let pushback = u64::try_from(retry_after.as_millis()).unwrap_or(u64::MAX);
         headers.insert(
             HeaderName::from_static("grpc-retry-pushback-ms"),
             HeaderValue::from(pushback),
         );
-        // The message is ASCII but for nothing: no percent-encoding needed beyond `%`.
-        if let Ok(value) = HeaderValue::try_from(message.replace('%', "%25")) {
-            headers.insert(HeaderName::from_static("grpc-message"), value);
-        }
+        headers.insert(
+            HeaderName::from_static("grpc-message"),
+            grpc_message(&message),
+        );
     } else {
         headers.insert(
             CONTENT_TYPE,

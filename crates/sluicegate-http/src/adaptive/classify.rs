@@ -7,15 +7,12 @@ use std::sync::Arc;
 use http::{HeaderMap, StatusCode};
 use sluicegate::adaptive::Outcome;
 
+use crate::grpc_status::GrpcCode;
+
 /// Decides what a response says about the service from its status and headers: an
 /// [`Outcome`] to feed the controller, or `None` to give the permit back without a sample (a
 /// response that did not test the service, such as a request refused by validation).
 pub type Classifier = Arc<dyn Fn(StatusCode, &HeaderMap) -> Option<Outcome> + Send + Sync>;
-
-/// gRPC codes that say the service is overloaded or slow, however the call ended.
-const GRPC_RESOURCE_EXHAUSTED: &[u8] = b"8";
-const GRPC_UNAVAILABLE: &[u8] = b"14";
-const GRPC_DEADLINE_EXCEEDED: &[u8] = b"4";
 
 /// The default rule: every 5xx (a 503 from upstream included) is `dropped`; a gRPC status of
 /// `RESOURCE_EXHAUSTED` or `UNAVAILABLE` is `dropped`, and `DEADLINE_EXCEEDED` a `timeout`
@@ -30,13 +27,10 @@ pub fn default_classifier(status: StatusCode, headers: &HeaderMap) -> Option<Out
 
 /// What a `grpc-status` field says, if it says anything about load.
 pub(crate) fn grpc_outcome(fields: &HeaderMap) -> Option<Outcome> {
-    let code = fields.get("grpc-status")?.as_bytes();
-    if code == GRPC_RESOURCE_EXHAUSTED || code == GRPC_UNAVAILABLE {
-        Some(Outcome::Dropped)
-    } else if code == GRPC_DEADLINE_EXCEEDED {
-        Some(Outcome::Timeout)
-    } else {
-        None
+    match GrpcCode::from_header(fields.get("grpc-status")?)? {
+        GrpcCode::ResourceExhausted | GrpcCode::Unavailable => Some(Outcome::Dropped),
+        GrpcCode::DeadlineExceeded => Some(Outcome::Timeout),
+        _ => None,
     }
 }
 

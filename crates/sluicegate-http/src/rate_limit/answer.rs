@@ -6,14 +6,12 @@ use bytes::Bytes;
 use http::header::CONTENT_TYPE;
 use http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode};
 
+use crate::grpc_status::{GrpcCode, grpc_message};
 use crate::rate_limit::backend::Verdict;
 use crate::rate_limit::error::{BackendError, KeyError};
 use crate::rate_limit::headers;
 use crate::rate_limit::held::RateLimitBody;
 use crate::rate_limit::policy::{MissingKey, Options, Rejection};
-
-/// gRPC's `RESOURCE_EXHAUSTED`.
-const GRPC_RESOURCE_EXHAUSTED: u16 = 8;
 
 /// A rejection as the layer's response.
 pub(crate) fn into_response<B>(response: Response<Bytes>) -> Response<RateLimitBody<B>> {
@@ -42,7 +40,7 @@ pub(crate) fn limited(options: &Options, verdict: Verdict, grpc: bool) -> Respon
         let retry = headers::retry_after(&verdict);
         format!("too many requests: rate limit \"{name}\" exceeded, retry in {retry} s")
     };
-    let code = grpc.then_some(GRPC_RESOURCE_EXHAUSTED);
+    let code = grpc.then_some(GrpcCode::ResourceExhausted);
     let mut response = build(options.status, code, message);
     headers::extend(response.headers_mut(), fields);
     finish(options, &Rejection::Limited(verdict), response)
@@ -54,35 +52,37 @@ pub(crate) fn missing_key(options: &Options, error: KeyError, grpc: bool) -> Res
         MissingKey::RejectWith(status) => status,
         _ => error.status(),
     };
-    let response = build(status, grpc.then(|| grpc_code(status)), error.to_string());
+    let response = build(
+        status,
+        grpc.then(|| GrpcCode::from_http(status)),
+        error.to_string(),
+    );
     finish(options, &Rejection::MissingKey(error), response)
 }
 
 /// The answer to a request the backend could not decide.
 pub(crate) fn backend_error(options: &Options, error: BackendError, grpc: bool) -> Response<Bytes> {
     let (status, code) = match &error {
-        BackendError::KeyCapacity { .. } => (options.status, GRPC_RESOURCE_EXHAUSTED),
-        BackendError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, 14),
-        _ => (StatusCode::INTERNAL_SERVER_ERROR, 13),
+        BackendError::KeyCapacity { .. } => (options.status, GrpcCode::ResourceExhausted),
+        BackendError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, GrpcCode::Unavailable),
+        _ => (StatusCode::INTERNAL_SERVER_ERROR, GrpcCode::Internal),
     };
     let response = build(status, grpc.then_some(code), error.to_string());
     finish(options, &Rejection::Backend(error), response)
 }
 
 /// A text answer, or a trailers-only gRPC one when `grpc_code` is given.
-fn build(status: StatusCode, grpc_code: Option<u16>, message: String) -> Response<Bytes> {
+fn build(status: StatusCode, grpc_code: Option<GrpcCode>, message: String) -> Response<Bytes> {
     let mut response = Response::new(Bytes::new());
     let headers = response.headers_mut();
     match grpc_code {
         Some(code) => {
             headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
+            headers.insert(HeaderName::from_static("grpc-status"), code.header_value());
             headers.insert(
-                HeaderName::from_static("grpc-status"),
-                HeaderValue::from(code),
+                HeaderName::from_static("grpc-message"),
+                grpc_message(&message),
             );
-            if let Ok(message) = HeaderValue::try_from(percent_encode(&message)) {
-                headers.insert(HeaderName::from_static("grpc-message"), message);
-            }
         }
         None => {
             *response.status_mut() = status;
@@ -106,44 +106,9 @@ fn finish(options: &Options, rejection: &Rejection, response: Response<Bytes>) -
     }
 }
 
-/// The gRPC code gRPC's own HTTP mapping gives a status.
-fn grpc_code(status: StatusCode) -> u16 {
-    match status.as_u16() {
-        400 => 3,        // INVALID_ARGUMENT
-        401 => 16,       // UNAUTHENTICATED
-        403 => 7,        // PERMISSION_DENIED
-        404 => 12,       // UNIMPLEMENTED
-        429 => 8,        // RESOURCE_EXHAUSTED
-        502..=504 => 14, // UNAVAILABLE
-        500..=599 => 13, // INTERNAL
-        _ => 2,          // UNKNOWN
-    }
-}
-
-/// `grpc-message` encoding: printable ASCII but `%` as is, every other byte as `%XX`.
-fn percent_encode(message: &str) -> String {
-    let mut out = String::with_capacity(message.len());
-    for &byte in message.as_bytes() {
-        if (b' '..=b'~').contains(&byte) && byte != b'%' {
-            out.push(char::from(byte));
-        } else {
-            out.push_str(&format!("%{byte:02X}"));
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn grpc_messages_are_percent_encoded() {
-        assert_eq!(
-            percent_encode("a 100% \"x\"\n\u{e9}"),
-            "a 100%25 \"x\"%0A%C3%A9"
-        );
-    }
 
     #[test]
     fn grpc_is_told_by_its_content_type() {

@@ -18,8 +18,8 @@ fn parse_reload_interval(text: &str) -> Result<Duration, String> {
     }
     Ok(interval)
 }
-/// A keepalive duration: more than zero.
-fn parse_keepalive(text: &str) -> Result<Duration, String> {
+/// A keepalive or timeout duration: more than zero.
+fn parse_positive_duration(text: &str) -> Result<Duration, String> {
     let duration = sluicegate::rate::parse_duration(text).map_err(|error| error.to_string())?;
     if duration.is_zero() {
         return Err(format!("`{text}` is not longer than zero"));
@@ -51,11 +51,15 @@ pub struct ServeArgs {
     /// Send an HTTP/2 PING on every gRPC connection this often (`30s`), and close a connection
     /// that leaves one unanswered for --grpc-keepalive-timeout. Off by default: the client's
     /// PINGs are always answered.
-    #[arg(long, env = "SLUICEGATE_GRPC_KEEPALIVE_INTERVAL", value_parser = parse_keepalive)]
+    #[arg(long, env = "SLUICEGATE_GRPC_KEEPALIVE_INTERVAL", value_parser = parse_positive_duration)]
     pub grpc_keepalive_interval: Option<Duration>,
     /// How long a keepalive PING may go unanswered.
-    #[arg(long, env = "SLUICEGATE_GRPC_KEEPALIVE_TIMEOUT", default_value = "20s", value_parser = parse_keepalive)]
+    #[arg(long, env = "SLUICEGATE_GRPC_KEEPALIVE_TIMEOUT", default_value = "20s", value_parser = parse_positive_duration)]
     pub grpc_keepalive_timeout: Duration,
+    /// How long a call's request message may take to arrive whole on the lean gRPC server,
+    /// whatever deadline the call sets; a call past it is answered DEADLINE_EXCEEDED.
+    #[arg(long, env = "SLUICEGATE_GRPC_MESSAGE_TIMEOUT", default_value = "10s", value_parser = parse_positive_duration)]
+    pub grpc_message_timeout: Duration,
     /// Where to listen for HTTP (`/json`, `/healthcheck`, `/rlconfig`, `/metrics`).
     #[arg(long, env = "SLUICEGATE_HTTP_ADDR", default_value = "127.0.0.1:8080")]
     pub http_addr: SocketAddr,
@@ -158,6 +162,7 @@ impl ServeArgs {
                     interval,
                     timeout: self.grpc_keepalive_timeout,
                 }),
+                message_timeout: self.grpc_message_timeout,
             },
         }
     }
@@ -241,6 +246,11 @@ mod tests {
         );
         assert!(parse(&["--grpc-server", "grpcio"]).is_err());
         assert!(parse(&["--grpc-keepalive-interval", "0s"]).is_err());
+        assert_eq!(
+            parse(&["--grpc-message-timeout", "2s"])?.message_timeout,
+            Duration::from_secs(2)
+        );
+        assert!(parse(&["--grpc-message-timeout", "0s"]).is_err());
         Ok(())
     }
 

@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use bytes::{BufMut as _, Bytes, BytesMut};
 use http::{HeaderMap, HeaderValue, StatusCode};
-use percent_encoding::{AsciiSet, CONTROLS, utf8_percent_encode};
+use sluicegate_http::grpc_status::grpc_message;
+
+pub(crate) use sluicegate_http::grpc_status::GrpcCode;
 
 /// The one method served: Envoy's `ShouldRateLimit`.
 pub(crate) const SHOULD_RATE_LIMIT: &str =
@@ -18,31 +20,7 @@ pub(crate) const SHOULD_RATE_LIMIT: &str =
 pub(crate) const MAX_MESSAGE_BYTES: usize = 4 << 20;
 
 /// The length of a gRPC message prefix: the compressed flag and a big-endian `u32` length.
-const PREFIX_BYTES: usize = 5;
-
-/// The gRPC status codes this service answers with.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum GrpcCode {
-    /// The call was answered (OK and OVER_LIMIT alike).
-    Ok = 0,
-    /// The request is not one the service can decide.
-    InvalidArgument = 3,
-    /// The call's `grpc-timeout` passed before its answer was ready.
-    DeadlineExceeded = 4,
-    /// The request message is over [`MAX_MESSAGE_BYTES`].
-    ResourceExhausted = 8,
-    /// An unknown method or service, or a compression the service does not take.
-    Unimplemented = 12,
-    /// The request's framing or bytes are broken.
-    Internal = 13,
-}
-
-impl GrpcCode {
-    /// The code as the `grpc-status` header carries it.
-    fn header_value(self) -> HeaderValue {
-        HeaderValue::from(self as u16)
-    }
-}
+pub(crate) const PREFIX_BYTES: usize = 5;
 
 /// An answer that is a gRPC status other than OK, sent trailers-only.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -217,7 +195,7 @@ pub(crate) fn unary_message(body: &[u8]) -> Result<&[u8], Refusal> {
 }
 
 /// The length a body's message prefix declares, once the prefix is in.
-fn declared_length(body: &[u8]) -> Option<usize> {
+pub(crate) fn declared_length(body: &[u8]) -> Option<usize> {
     let prefix: [u8; 4] = body.get(1..PREFIX_BYTES)?.try_into().ok()?;
     usize::try_from(u32::from_be_bytes(prefix)).ok()
 }
@@ -252,17 +230,6 @@ pub(crate) fn ok_trailers() -> HeaderMap {
 
 fn grpc_content_type() -> HeaderValue {
     HeaderValue::from_static("application/grpc")
-}
-
-/// What the gRPC spec percent-encodes in `grpc-message`: everything outside printable ASCII,
-/// and `%` itself.
-const GRPC_MESSAGE: &AsciiSet = &CONTROLS.add(b'%');
-
-/// `text` as a `grpc-message` value.
-fn grpc_message(text: &str) -> HeaderValue {
-    let encoded = utf8_percent_encode(text, GRPC_MESSAGE).to_string();
-    // Every byte is printable ASCII after encoding.
-    HeaderValue::try_from(encoded).unwrap_or_else(|_| HeaderValue::from_static("error"))
 }
 
 #[cfg(test)]
@@ -377,12 +344,6 @@ mod tests {
             &framed(0, &prost::Message::encode_to_vec(&message))[..]
         );
         assert!(buffer.is_empty());
-    }
-
-    #[test]
-    fn grpc_messages_are_percent_encoded() {
-        assert_eq!(grpc_message("a b"), "a b");
-        assert_eq!(grpc_message("100%\né"), "100%25%0A%C3%A9");
     }
 
     #[test]

@@ -28,9 +28,10 @@ use tokio_util::task::TaskTracker;
 use crate::serve::engine::Engine;
 use crate::serve::grpc::answer_request;
 use crate::serve::grpc_codec::{
-    GrpcCode, Refusal, check_head, check_partial, encode_message, ok_response, ok_trailers,
-    unary_message,
+    GrpcCode, Refusal, check_head, encode_message, ok_response, ok_trailers, unary_message,
 };
+use crate::serve::grpc_message::{ConnectionBudget, read_message};
+use crate::serve::server::GrpcOptions;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse;
 
 /// HTTP/2 keepalive: a PING sent every `interval`; a peer that does not answer one within
@@ -69,7 +70,7 @@ fn http2_settings() -> h2::server::Builder {
 pub(crate) async fn serve(
     listener: TcpListener,
     engine: Arc<Engine>,
-    keepalive: Option<Keepalive>,
+    options: GrpcOptions,
     mut stopped: watch::Receiver<bool>,
 ) {
     let connections = TaskTracker::new();
@@ -85,7 +86,7 @@ pub(crate) async fn serve(
                     connections.spawn(serve_connection(
                         tcp,
                         Arc::clone(&engine),
-                        keepalive,
+                        options,
                         for_connections.clone(),
                     ));
                 }
@@ -112,7 +113,7 @@ async fn stopped_signal(stopped: &mut watch::Receiver<bool>) {
 async fn serve_connection(
     tcp: TcpStream,
     engine: Arc<Engine>,
-    keepalive: Option<Keepalive>,
+    options: GrpcOptions,
     mut stopped: watch::Receiver<bool>,
 ) {
     // A client that never sends HTTP/2's preface must not hold the shutdown up.
@@ -127,7 +128,14 @@ async fn serve_connection(
             return;
         }
     };
-    let mut keepalive = keepalive.and_then(|k| KeepaliveTimer::new(&mut connection, k));
+    let mut keepalive = options
+        .keepalive
+        .and_then(|k| KeepaliveTimer::new(&mut connection, k));
+    let budget = ConnectionBudget::default();
+    let reading = MessageReading {
+        budget: &budget,
+        timeout: options.message_timeout,
+    };
     let mut calls = FuturesUnordered::new();
     let mut buffer = BytesMut::new();
     let mut stop = pin!(stopped_signal(&mut stopped));
@@ -150,7 +158,7 @@ async fn serve_connection(
             &mut calls,
             &mut buffer,
             cx,
-            |respond, body, deadline| answer_call(&engine, respond, body, deadline),
+            |respond, body, deadline| answer_call(&engine, reading, respond, body, deadline),
         )
     })
     .await;
@@ -213,16 +221,27 @@ enum Answer {
     Refused(Refusal),
 }
 
+/// How a connection's calls read their messages: against its budget, within the timeout.
+#[derive(Clone, Copy)]
+struct MessageReading<'a> {
+    budget: &'a ConnectionBudget,
+    timeout: Duration,
+}
+
 /// One call, from its message to its answer (`None`: the client reset the stream, and nothing
 /// is sent). Past `deadline`, DEADLINE_EXCEEDED; a call the client resets is dropped
 /// unfinished, so that streams opened and reset at once leave no decisions running.
+///
+/// The deadline covers the decision too, as gRPC's deadlines do: a call answered
+/// DEADLINE_EXCEEDED while Redis was deciding it may have been counted there.
 async fn answer_call(
     engine: &Engine,
+    reading: MessageReading<'_>,
     mut respond: SendResponse<Bytes>,
     body: RecvStream,
     deadline: Option<Instant>,
 ) -> Option<(SendResponse<Bytes>, Answer)> {
-    let decided = decide(engine, body);
+    let decided = decide(engine, reading, body);
     let mut work = pin!(async move {
         match deadline {
             None => decided.await,
@@ -245,8 +264,9 @@ async fn answer_call(
 }
 
 /// Reads a call's message and decides it through the seam the tonic path shares.
-async fn decide(engine: &Engine, body: RecvStream) -> Answer {
-    let request = match read_body(body).await.and_then(|body| decode(&body)) {
+async fn decide(engine: &Engine, reading: MessageReading<'_>, body: RecvStream) -> Answer {
+    let message = read_message(body, reading.budget, reading.timeout).await;
+    let request = match message.and_then(|body| decode(&body)) {
         Ok(request) => request,
         Err(refusal) => return Answer::Refused(refusal),
     };
@@ -264,32 +284,6 @@ fn decode(body: &[u8]) -> Result<RateLimitRequest, Refusal> {
             format!("cannot decode the request message: {error}"),
         )
     })
-}
-
-/// Every byte of a request body: the one DATA frame as it came (the usual call), or the frames
-/// joined. Refused as soon as its prefix declares a message over the limit.
-async fn read_body(mut body: RecvStream) -> Result<Bytes, Refusal> {
-    let mut first = Bytes::new();
-    let mut joined: Option<BytesMut> = None;
-    while let Some(chunk) = body.data().await {
-        let chunk = chunk.map_err(|error| {
-            Refusal::new(
-                GrpcCode::Internal,
-                format!("cannot read the request: {error}"),
-            )
-        })?;
-        let _ = body.flow_control().release_capacity(chunk.len());
-        let so_far: &[u8] = if first.is_empty() && joined.is_none() {
-            first = chunk;
-            &first
-        } else {
-            let joined = joined.get_or_insert_with(|| BytesMut::from(&first[..]));
-            joined.extend_from_slice(&chunk);
-            joined
-        };
-        check_partial(so_far)?;
-    }
-    Ok(joined.map_or(first, BytesMut::freeze))
 }
 
 /// Sends an answer: the message framed and the OK trailers, or a refusal trailers-only. A

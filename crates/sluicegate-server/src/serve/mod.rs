@@ -13,6 +13,7 @@ mod engine_error;
 mod grpc;
 mod grpc_codec;
 mod grpc_lean;
+mod grpc_message;
 mod headers;
 mod http;
 mod json;

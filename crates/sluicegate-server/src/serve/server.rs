@@ -57,12 +57,30 @@ pub enum GrpcServer {
 }
 
 /// How gRPC is served.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GrpcOptions {
     /// Which server.
     pub server: GrpcServer,
     /// HTTP/2 keepalive PINGs sent by the service (none: it only answers the client's).
     pub keepalive: Option<Keepalive>,
+    /// How long a call's request message may take to arrive whole, on the lean server (a call
+    /// past it is DEADLINE_EXCEEDED): bounds a call the client leaves without a deadline.
+    pub message_timeout: Duration,
+}
+
+impl GrpcOptions {
+    /// The default message timeout: a rate limit request is a few hundred bytes.
+    pub const DEFAULT_MESSAGE_TIMEOUT: Duration = Duration::from_secs(10);
+}
+
+impl Default for GrpcOptions {
+    fn default() -> Self {
+        GrpcOptions {
+            server: GrpcServer::default(),
+            keepalive: None,
+            message_timeout: Self::DEFAULT_MESSAGE_TIMEOUT,
+        }
+    }
 }
 
 /// A service that is up: its bound addresses, and the handle to stop it.
@@ -173,10 +191,11 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
 
     let grpc_engine = Arc::clone(&engine);
     let mut grpc_stopped = stopped.clone();
-    let keepalive = config.grpc.keepalive;
-    match config.grpc.server {
+    let grpc = config.grpc;
+    let keepalive = grpc.keepalive;
+    match grpc.server {
         GrpcServer::Lean => tasks.spawn(async move {
-            grpc_lean::serve(grpc_listener, grpc_engine, keepalive, grpc_stopped).await;
+            grpc_lean::serve(grpc_listener, grpc_engine, grpc, grpc_stopped).await;
             Ok(())
         }),
         GrpcServer::Tonic => tasks.spawn(async move {
