@@ -13,10 +13,10 @@
 -- {"ERR", kind, detail, 0, 0}. Flat, because Redis probes every table of a reply for seven
 -- special fields: a table per decision cost more than deciding.
 -- `check` decides a check without the general path's tables, or answers nothing for the
--- cases it leaves to `decide`.
+-- cases it leaves to `decide` (the general path, which never tries the check again).
 local batch_entries = {
-  g = { decide = one_gcra_with, check = gcra_check_whole_us, parse = one_bucket_params },
-  f = { decide = one_fixed_window_with, check = fixed_window_check, parse = window_params },
+  g = { decide = one_gcra_general, check = gcra_check_whole_us, parse = one_bucket_params },
+  f = { decide = one_fixed_window_general, check = fixed_window_check, parse = window_params },
 }
 
 -- One decision by its entry point (`ok`: its parameters `p` parsed, else `p` is the error):

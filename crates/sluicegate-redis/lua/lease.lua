@@ -169,14 +169,27 @@ local function parse_lease(KEYS, ARGV, now, kind, i, k)
   fail("args", tostring(kind) .. " does not lease")
 end
 
+-- ARGV[i] as a whole number of at least `least`, or an "args" fault naming `what`.
+local function whole_arg(ARGV, i, least, what)
+  local v = to_number(ARGV[i])
+  if v == nil or v < least or v ~= math.floor(v) then
+    fail("args", "lease argument " .. what .. ": " .. tostring(ARGV[i]))
+  end
+  return v
+end
+
 local function run_lease(KEYS, ARGV)
   local now = decision_time(ARGV[1])
-  local op, want, life = ARGV[2], to_number(ARGV[3]), to_number(ARGV[4])
-  local backs = to_number(ARGV[5])
-  if want == nil or life == nil or backs == nil then fail("args", "lease arguments") end
+  local op = ARGV[2]
+  local want, life = whole_arg(ARGV, 3, 0, "want"), whole_arg(ARGV, 4, 0, "life")
+  local backs = whole_arg(ARGV, 5, 0, "lease count")
+  for b = 0, backs - 1 do
+    whole_arg(ARGV, 6 + 3 * b, 0, "taken_at")
+    whole_arg(ARGV, 7 + 3 * b, 0, "end")
+    whole_arg(ARGV, 8 + 3 * b, 0, "unused")
+  end
   local i, k = 6 + 3 * backs, 1
-  local count = to_number(ARGV[i])
-  if count == nil then fail("args", "lease arguments") end
+  local count = whole_arg(ARGV, i, 1, "limit count")
   i = i + 1
   local deciders, leases = {}, {}
   for j = 1, count do
@@ -188,7 +201,6 @@ local function run_lease(KEYS, ARGV)
   for b = 0, backs - 1 do
     local taken_at, lease_end = to_number(ARGV[6 + 3 * b]), to_number(ARGV[7 + 3 * b])
     local unused = to_number(ARGV[8 + 3 * b])
-    if unused == nil then fail("args", "lease arguments") end
     if unused > 0 then
       local back = unused
       for j = 1, count do

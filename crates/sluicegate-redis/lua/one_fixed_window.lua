@@ -6,16 +6,20 @@ local function window_params(list)
   return list
 end
 
--- One fixed-window decision at `now` with parsed parameters (batch.lua decides a run of
--- decisions that share them through this).
+-- One fixed-window decision at `now` with parsed parameters by the general path (batch.lua
+-- decides through this what its check leaves).
+local function one_fixed_window_general(key, now, op, n, p)
+  local decision, start, after, until_end = fixed_window_decision(key, now, n, op, p[1], p[2])
+  if start == nil then return one_reply(now, op, decision) end
+  return one_reply(now, op, decision, write_window, key, start, after, until_end, p[3])
+end
+
 local function one_fixed_window_with(key, now, op, n, p)
   if op == "check" then
     local allowed, remaining, reset, retry, wait = fixed_window_check(key, now, n, p)
     if allowed ~= nil then return { now, allowed, remaining, reset, retry, wait } end
   end
-  local decision, start, after, until_end = fixed_window_decision(key, now, n, op, p[1], p[2])
-  if start == nil then return one_reply(now, op, decision) end
-  return one_reply(now, op, decision, write_window, key, start, after, until_end, p[3])
+  return one_fixed_window_general(key, now, op, n, p)
 end
 
 local function run_one_fixed_window(KEYS, ARGV)

@@ -5,16 +5,20 @@
 -- without the other algorithms, since every call of a script builds the closures of
 -- everything it defines.
 
--- One GCRA decision at `now` with parsed parameters (batch.lua decides a run of decisions that
--- share them through this).
+-- One GCRA decision at `now` with parsed parameters by the general path (batch.lua decides
+-- through this what its check leaves).
+local function one_gcra_general(key, now, op, n, p)
+  local decision, debt_after = gcra_decision(key, now, n, op, p)
+  if debt_after == nil then return one_reply(now, op, decision) end
+  return one_reply(now, op, decision, write_tat, key, now, debt_after, p)
+end
+
 local function one_gcra_with(key, now, op, n, p)
   if op == "check" then
     local allowed, remaining, reset, retry, wait = gcra_check_whole_us(key, now, n, p)
     if allowed ~= nil then return { now, allowed, remaining, reset, retry, wait } end
   end
-  local decision, debt_after = gcra_decision(key, now, n, op, p)
-  if debt_after == nil then return one_reply(now, op, decision) end
-  return one_reply(now, op, decision, write_tat, key, now, debt_after, p)
+  return one_gcra_general(key, now, op, n, p)
 end
 
 local function run_one_gcra(KEYS, ARGV)

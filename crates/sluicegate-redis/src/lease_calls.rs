@@ -53,15 +53,14 @@ impl RedisStore {
         let Some(leasing) = &self.leasing else {
             return Ok(0);
         };
-        let now = leasing.now_for_return();
-        let returning = leasing.to_return(leasing.stamp(now), true);
+        let (now, returning) = leasing.take_all();
         self.give_back_all(leasing, returning, now).await
     }
 
     /// Gives back the ended leases worth giving back (windows' leases; at most once per
     /// lease life), before a call that asks Redis anyway: a failure leaves them spent.
     pub(crate) async fn return_ended_leases(&self, leasing: &Leasing, stamp: Stamp) {
-        let returning = leasing.to_return(stamp, false);
+        let returning = leasing.to_return(stamp);
         if returning.is_empty() {
             return;
         }

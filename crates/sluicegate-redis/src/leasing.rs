@@ -31,9 +31,10 @@
 //!   (what Redis reported left when the lease was taken, less what the process granted from it
 //!   since: an estimate, which other processes' grants make optimistic), and `reset_after`
 //!   counting down from Redis's answer at the lease.
-//! - Bounded: at most `max_shapes` shapes are followed; at the cap, shapes with no lease and
-//!   no recent request are dropped (a scan at most once a second), and new shapes take the
-//!   plain path until there is room.
+//! - Bounded: at most `max_shapes` shapes are followed; at the cap, shapes unseen for a
+//!   second whose leases have all ended are dropped (a scan at most once a second; what they
+//!   held unused is spent), and new shapes take the plain path until there is room. Leases
+//!   done but not yet given back count against `max_per_process` like those in hand.
 
 use std::collections::HashMap;
 use std::num::NonZeroU64;
@@ -100,7 +101,8 @@ pub struct LeaseStats {
     pub permits_returned: u64,
     /// Unused permits not taken back (spent: they come back by time alone).
     pub permits_expired_unused: u64,
-    /// Leased permits held unused now.
+    /// Leased permits held unused now: in the leases in hand and in those done, waiting to
+    /// go back.
     pub permits_held: u64,
     /// Call shapes followed now.
     pub shapes: usize,
@@ -124,6 +126,11 @@ impl Held {
     /// Whether it can grant `n` permits at `at`.
     fn serves(&self, at: Micros, n: u64) -> bool {
         self.from <= at && at < self.until && self.left >= n
+    }
+
+    /// Whether it can grant nothing more from `at` on: ended, or empty.
+    fn is_done(&self, at: Micros) -> bool {
+        at >= self.until || self.left == 0
     }
 }
 
@@ -201,6 +208,11 @@ pub(crate) struct Returning {
     pub(crate) limits: Vec<RedisLimit>,
     /// Each lease and its unused permits.
     pub(crate) leases: Vec<(LeaseTerms, u64)>,
+}
+
+/// The unused permits of leases to give back.
+fn unused_of(leases: &[(LeaseTerms, u64)]) -> u64 {
+    leases.iter().map(|&(_, unused)| unused).sum()
 }
 
 /// How often, at most, the shapes are scanned for idle ones at the cap.
@@ -329,13 +341,18 @@ impl Leasing {
         }
         shape.rate.record(stamp.at, n);
         shape.last_seen = stamp.at;
-        // A lease that cannot grant this request is done: the one taken ahead takes its
-        // place, and its unused permits wait to go back with the shape's next lease call.
-        while shape
-            .lease
-            .as_ref()
-            .is_some_and(|held| !held.serves(stamp.at, n))
-        {
+        // A lease that is done, or that cannot grant this request when the one taken ahead
+        // can, gives its place to that one; its unused permits wait to go back with the
+        // shape's next lease call. One that is only short for this request (or stamped
+        // before it began) stays for the requests it can serve.
+        while shape.lease.as_ref().is_some_and(|held| {
+            held.is_done(stamp.at)
+                || (!held.serves(stamp.at, n)
+                    && shape
+                        .next
+                        .as_ref()
+                        .is_some_and(|next| next.serves(stamp.at, n)))
+        }) {
             if let Some(done) = shape.lease.take() {
                 self.retire(shape, done);
             }
@@ -344,10 +361,9 @@ impl Leasing {
         // Below half its permits, the lease is taken over ahead by this request, unless one
         // is on its way or taken already.
         let running_low = stamp.at >= shape.ahead_from
-            && shape
-                .lease
-                .as_ref()
-                .is_some_and(|held| (held.left - n).saturating_mul(2) < held.terms.permits);
+            && shape.lease.as_ref().is_some_and(|held| {
+                held.left.saturating_sub(n).saturating_mul(2) < held.terms.permits
+            });
         if shape.lease.is_some() && (!running_low || shape.asking || shape.next.is_some()) {
             return self.grant(shape, n, stamp);
         }
@@ -370,6 +386,8 @@ impl Leasing {
             (None, false, false) => return Plan::Plain,
         };
         let give_back = std::mem::take(&mut shape.pending);
+        self.held
+            .fetch_sub(unused_of(&give_back), Ordering::Relaxed);
         shape.asking = true;
         Plan::Ask(Asking {
             leasing: self,
@@ -382,7 +400,9 @@ impl Leasing {
         })
     }
 
-    /// Drops shapes with no lease, not asking, unseen for a second; at most once a second.
+    /// Drops the shapes unseen for a second, not asking, whose leases have all ended; at most
+    /// once a second. What they held unused is spent: a window's permits come back when it
+    /// passes, a bucket's by time.
     fn sweep(&self, shapes: &mut Shapes, now: Micros) {
         if shapes
             .last_sweep
@@ -392,11 +412,16 @@ impl Leasing {
         }
         shapes.last_sweep = Some(now);
         shapes.by_keys.retain(|_, shape| {
-            shape.asking
-                || shape.lease.is_some()
-                || shape.next.is_some()
-                || !shape.pending.is_empty()
-                || now.saturating_sub(shape.last_seen) < SWEEP_EVERY
+            let idle = !shape.asking
+                && now.saturating_sub(shape.last_seen) >= SWEEP_EVERY
+                && [&shape.lease, &shape.next]
+                    .into_iter()
+                    .flatten()
+                    .all(|held| held.until <= now);
+            if idle {
+                self.drop_leases(shape);
+            }
+            !idle
         });
     }
 
@@ -410,14 +435,17 @@ impl Leasing {
         shapes.latest = 0;
     }
 
-    /// The time to give every lease back at: on given times, the latest given (a caller's
-    /// clock, which Redis's would not match); otherwise Redis's own.
-    pub(crate) fn now_for_return(&self) -> Now {
-        let shapes = self.lock();
-        match shapes.timeline {
+    /// Takes out every lease held, to give back, and the time to give them back at: on given
+    /// times, the latest given (a caller's clock, which Redis's would not match); otherwise
+    /// Redis's own.
+    pub(crate) fn take_all(&self) -> (Now, Vec<Returning>) {
+        let mut shapes = self.lock();
+        let now = match shapes.timeline {
             Timeline::Given => Now::At(shapes.latest),
             Timeline::Local => Now::Store,
-        }
+        };
+        let at = self.stamper.stamp(now).at;
+        (now, self.take_out(&mut shapes, at, true))
     }
 
     /// Counts a call of the lease script.
@@ -459,9 +487,8 @@ impl Leasing {
         Some((decisions, stamp.at.saturating_add(held.offset)))
     }
 
-    /// A lease done: no longer held; its unused permits wait to go back.
+    /// A lease done: its unused permits (still held) wait to go back.
     fn retire(&self, shape: &mut Shape, done: Held) {
-        self.held.fetch_sub(done.left, Ordering::Relaxed);
         if done.left > 0 {
             shape.pending.push((done.terms, done.left));
         }
@@ -477,6 +504,7 @@ impl Leasing {
             self.expire(held.left);
         }
         for (_, unused) in shape.pending.drain(..) {
+            self.held.fetch_sub(unused, Ordering::Relaxed);
             self.expire(unused);
         }
     }
@@ -492,27 +520,30 @@ impl Leasing {
         self.expire(unused - returned);
     }
 
-    /// Takes out the leases to give back: every one held (`all`), or those ended at `stamp`
-    /// whose limits are all windows (a bucket takes nothing back once a lease has ended), at
-    /// most once per lease life.
-    pub(crate) fn to_return(&self, stamp: Stamp, all: bool) -> Vec<Returning> {
+    /// Takes out the leases ended at `stamp` whose limits are all windows (a bucket takes
+    /// nothing back once a lease has ended), to give back; at most once per lease life.
+    pub(crate) fn to_return(&self, stamp: Stamp) -> Vec<Returning> {
         if self.held.load(Ordering::Relaxed) == 0 {
             return Vec::new();
         }
         let mut shapes = self.lock();
-        if shapes.timeline != stamp.timeline && !all {
+        if shapes.timeline != stamp.timeline {
             return Vec::new();
         }
-        if !all {
-            let life = self.config.sizing.life;
-            if shapes
-                .last_return
-                .is_some_and(|last| stamp.at.abs_diff(last) < life)
-            {
-                return Vec::new();
-            }
-            shapes.last_return = Some(stamp.at);
+        let life = self.config.sizing.life;
+        if shapes
+            .last_return
+            .is_some_and(|last| stamp.at.abs_diff(last) < life)
+        {
+            return Vec::new();
         }
+        shapes.last_return = Some(stamp.at);
+        self.take_out(&mut shapes, stamp.at, false)
+    }
+
+    /// Takes out the leases to give back: every one held (`all`), or those ended at `at` of
+    /// the shapes whose limits are all windows.
+    fn take_out(&self, shapes: &mut Shapes, at: Micros, all: bool) -> Vec<Returning> {
         let mut out = Vec::new();
         for (keys, shape) in &mut shapes.by_keys {
             // A bucket takes nothing back once a lease has ended.
@@ -527,16 +558,15 @@ impl Leasing {
             }
             let mut returning = Vec::new();
             for slot in [&mut shape.lease, &mut shape.next] {
-                if slot
-                    .as_ref()
-                    .is_some_and(|held| all || held.until <= stamp.at)
+                if slot.as_ref().is_some_and(|held| all || held.until <= at)
                     && let Some(held) = slot.take()
                 {
-                    self.held.fetch_sub(held.left, Ordering::Relaxed);
                     returning.push((held.terms, held.left));
                 }
             }
             returning.append(&mut shape.pending);
+            self.held
+                .fetch_sub(unused_of(&returning), Ordering::Relaxed);
             returning.retain(|&(_, unused)| unused > 0);
             if !returning.is_empty() {
                 out.push(Returning {
@@ -559,8 +589,7 @@ impl Asking<'_> {
     pub(crate) fn learn(mut self, reply: &LeaseReply) -> Option<(Vec<Decision>, Micros)> {
         self.learned = true;
         let leasing = self.leasing;
-        let unused = self.give_back.iter().map(|&(_, unused)| unused).sum();
-        leasing.count_return(unused, reply.given_back);
+        leasing.count_return(unused_of(&self.give_back), reply.given_back);
         let mut shapes = leasing.lock();
         let timeline_kept = shapes.timeline == self.stamp.timeline;
         let Some(shape) = shapes.by_keys.get_mut(&self.keys).filter(|_| timeline_kept) else {
@@ -657,3 +686,7 @@ impl Drop for Asking<'_> {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "leasing_tests.rs"]
+mod tests;

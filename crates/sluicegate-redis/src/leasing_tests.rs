@@ -1,0 +1,147 @@
+//! The lease table on its own, on given times: which lease a request is granted from, what is
+//! held, and which shapes a sweep drops. Redis's answers are written out.
+
+use std::num::NonZeroU64;
+
+use sluicegate::lease::LeaseSizing;
+use sluicegate::store::Now;
+use sluicegate::{Decision, Micros, Rate};
+
+use super::{LeaseConfig, LeaseReply, Leasing, Plan};
+use crate::limit::RedisLimit;
+use crate::reply::LimitRequest;
+
+type TestResult = Result<(), Box<dyn std::error::Error>>;
+
+const LIFE: Micros = 20_000;
+
+fn leasing(max_shapes: usize) -> Leasing {
+    Leasing::new(LeaseConfig {
+        sizing: LeaseSizing {
+            max_per_key: 1_000,
+            ..LeaseSizing::default()
+        },
+        max_shapes,
+    })
+}
+
+fn gcra() -> Result<RedisLimit, Box<dyn std::error::Error>> {
+    Ok(RedisLimit::gcra(Rate::per_second(1_000_000)?, 1_000)?)
+}
+
+fn request(limit: &RedisLimit, permits: u64) -> LimitRequest<'_> {
+    LimitRequest {
+        limit,
+        name: "n",
+        key: b"k",
+        permits: NonZeroU64::new(permits).unwrap_or(NonZeroU64::MIN),
+    }
+}
+
+/// Asks at `at` until the shape is hot enough to lease, and takes a lease of `leased` permits
+/// ending a lease life later.
+fn take_lease(leasing: &Leasing, limit: &RedisLimit, key: &[u8], at: Micros, leased: u64) {
+    let keys = [key.to_vec()];
+    for _ in 0..10_000 {
+        let stamp = leasing.stamp(Now::At(at));
+        if let Plan::Ask(asking) = leasing.plan(&[request(limit, 1)], &keys, stamp) {
+            let want = asking.want;
+            let reply = LeaseReply {
+                now: at,
+                leased: if want > 0 { leased } else { 0 },
+                end: at + LIFE,
+                given_back: 0,
+                decisions: vec![Decision::allow(1_000, 500, 0)],
+            };
+            let _ = asking.learn(&reply);
+            if want > 0 {
+                return;
+            }
+        }
+    }
+    panic!("the shape never asked for a lease");
+}
+
+fn plan_at<'a>(
+    leasing: &'a Leasing,
+    limit: &RedisLimit,
+    key: &[u8],
+    at: Micros,
+    permits: u64,
+) -> Plan<'a> {
+    let stamp = leasing.stamp(Now::At(at));
+    leasing.plan(&[request(limit, permits)], &[key.to_vec()], stamp)
+}
+
+#[test]
+fn a_lease_short_for_a_large_request_stays_for_the_small_ones() -> TestResult {
+    let leasing = leasing(10);
+    let limit = gcra()?;
+    take_lease(&leasing, &limit, b"k", 1_000, 10);
+    assert_eq!(leasing.stats().permits_held, 10);
+    // 20 permits: more than the lease holds; not granted from it, and it is not retired.
+    let large = plan_at(&leasing, &limit, b"k", 1_001, 20);
+    assert!(!matches!(large, Plan::Granted(..)));
+    drop(large);
+    assert!(matches!(
+        plan_at(&leasing, &limit, b"k", 1_002, 1),
+        Plan::Granted(..)
+    ));
+    assert_eq!(leasing.stats().permits_held, 9);
+    Ok(())
+}
+
+#[test]
+fn an_ended_lease_goes_back_with_the_next_lease_call() -> TestResult {
+    let leasing = leasing(10);
+    let limit = gcra()?;
+    take_lease(&leasing, &limit, b"k", 1_000, 10);
+    // Past its end the lease is done: its 10 permits wait to go back, still held.
+    let after = 1_000 + LIFE;
+    let plan = plan_at(&leasing, &limit, b"k", after, 1);
+    let Plan::Ask(asking) = plan else {
+        return Err("a hot shape past its lease asks for the next".into());
+    };
+    assert_eq!(asking.give_back.iter().map(|l| l.1).sum::<u64>(), 10);
+    assert_eq!(leasing.stats().permits_held, 0);
+    let reply = LeaseReply {
+        now: after,
+        leased: 0,
+        end: after + LIFE,
+        given_back: 10,
+        decisions: vec![Decision::allow(1_000, 500, 0)],
+    };
+    let _ = asking.learn(&reply);
+    assert_eq!(leasing.stats().permits_returned, 10);
+    Ok(())
+}
+
+#[test]
+fn idle_shapes_whose_leases_ended_are_swept_at_the_cap() -> TestResult {
+    let leasing = leasing(1);
+    let limit = gcra()?;
+    take_lease(&leasing, &limit, b"a", 1_000, 10);
+    // A second and more later, a new shape at the cap: the idle one is dropped to make room,
+    // its unused permits spent.
+    let later = 1_000 + LIFE + 1_000_000;
+    drop(plan_at(&leasing, &limit, b"b", later, 1));
+    let stats = leasing.stats();
+    assert_eq!(stats.shapes, 1);
+    assert_eq!(stats.permits_held, 0);
+    assert_eq!(stats.permits_expired_unused, 10);
+    Ok(())
+}
+
+#[test]
+fn a_shape_whose_lease_still_runs_is_not_swept() -> TestResult {
+    let leasing = leasing(1);
+    let limit = gcra()?;
+    take_lease(&leasing, &limit, b"a", 1_000, 10);
+    let during = 1_000 + LIFE - 1;
+    assert!(matches!(
+        plan_at(&leasing, &limit, b"b", during, 1),
+        Plan::Plain
+    ));
+    assert_eq!(leasing.stats().permits_held, 10);
+    Ok(())
+}
