@@ -106,18 +106,8 @@ local function gcra_lease(key, now, p)
       if debt_after == nil then return false end
       return function() write_tat(key, now, debt_after, p, at) end
     end,
-    give_back = function(_, e, u)
-      local charged = e - 1
-      if now >= charged then return 0 end
-      local tat_us, tat_r = read_tat(key, p)
-      local above = ticks_after(key, tat_us, tat_r, charged, 0, p.d)
-      local back = math.min(u, (idiv(above, p.interval)))
-      if back > 0 then
-        local debt = ticks_after(key, tat_us, tat_r, now, 0, p.d)
-        write_tat(key, now, debt - back * p.interval, p)
-      end
-      return back
-    end,
+    -- A bucket takes nothing back (the core's lease::give_back says why).
+    give_back = function() return 0 end,
   }
 end
 
@@ -138,17 +128,7 @@ local function leaky_lease(key, now, p)
         write_level(key, after, now_us, now_r, p, after + (now_us - now) * p.d + now_r)
       end
     end,
-    give_back = function(_, e, u)
-      local level, now_us, now_r = leaky_level(key, now, p)
-      local floor_ticks = until_t(now_us, now_r, e - 1)
-      if floor_ticks == 0 then return 0 end
-      local back = math.min(u, (idiv(math.max(0, level - floor_ticks), p.interval)))
-      if back > 0 then
-        local after = level - back * p.interval
-        write_level(key, after, now_us, now_r, p, after + (now_us - now) * p.d + now_r)
-      end
-      return back
-    end,
+    give_back = function() return 0 end,
   }
 end
 

@@ -20,13 +20,13 @@
 //! - A lease ends at its end (Redis's time, on the caller's clock for given times, or on this
 //!   process's monotonic clock from when the call was sent for Redis's clock: it ends no later
 //!   than Redis's end), when its permits run out, or when the limits change (a rule reload).
-//!   Its unused permits are given back with the shape's next lease call (one call gives back
-//!   any number of leases), by
+//!   A window's unused permits are given back with the shape's next lease call (one call
+//!   gives back any number of leases), by
 //!   [`RedisStore::return_leases`](crate::RedisStore::return_leases) (shutdown), or, for a
 //!   shape gone idle, by the next call of any shape that asks Redis (at most once per lease
 //!   life: that call first sends the ended leases of windows back, one script call each, so
 //!   it pays their round trips); Redis takes back what is exact to take back (see the core's
-//!   docs), the rest is spent.
+//!   docs), the rest is spent. A bucket's are spent at once: a bucket takes nothing back.
 //! - What a local grant reports: `allowed`, the limit, `remaining` from this process's view
 //!   (what Redis reported left when the lease was taken, less what the process granted from it
 //!   since: an estimate, which other processes' grants make optimistic), and `reset_after`
@@ -137,6 +137,8 @@ impl Held {
 #[derive(Debug)]
 struct Shape {
     limits: Vec<RedisLimit>,
+    /// Counts the changes of `limits`: a lease asked for under other limits is not kept.
+    generation: u64,
     rate: LocalRate,
     last_seen: Micros,
     asking: bool,
@@ -181,6 +183,8 @@ pub(crate) enum Plan<'a> {
 pub(crate) struct Asking<'a> {
     leasing: &'a Leasing,
     keys: Vec<Vec<u8>>,
+    /// The shape's generation when asked.
+    generation: u64,
     stamp: Stamp,
     /// Permits to lease beyond the request.
     pub(crate) want: u64,
@@ -208,6 +212,17 @@ pub(crate) struct Returning {
     pub(crate) limits: Vec<RedisLimit>,
     /// Each lease and its unused permits.
     pub(crate) leases: Vec<(LeaseTerms, u64)>,
+}
+
+/// Whether Redis can take back a lease of `limits`: only if they are all windows (a bucket
+/// takes nothing back, see the core's `lease::give_back`).
+fn gives_back(limits: &[RedisLimit]) -> bool {
+    limits.iter().all(|limit| {
+        matches!(
+            lease_kind(limit.algorithm()),
+            Some(LeaseKind::FixedWindow | LeaseKind::SlidingWindow)
+        )
+    })
 }
 
 /// The unused permits of leases to give back.
@@ -269,6 +284,14 @@ impl Leasing {
         self.stamper.stamp(now)
     }
 
+    /// `stamp` on the local clock read again now; a given time as it was given.
+    fn restamp(&self, stamp: Stamp) -> Stamp {
+        match stamp.timeline {
+            Timeline::Given => stamp,
+            Timeline::Local => self.stamper.stamp(Now::Store),
+        }
+    }
+
     pub(crate) fn stats(&self) -> LeaseStats {
         LeaseStats {
             leases_taken: self.leases_taken.load(Ordering::Relaxed),
@@ -303,6 +326,8 @@ impl Leasing {
         };
         let n = permits.get();
         let mut shapes = self.lock();
+        // Read again under the lock: a grant is judged at the time it is made.
+        let stamp = self.restamp(stamp);
         if shapes.timeline != stamp.timeline {
             self.drop_all(&mut shapes);
             shapes.timeline = stamp.timeline;
@@ -319,6 +344,7 @@ impl Leasing {
                 keys.to_vec(),
                 Shape {
                     limits: requests.iter().map(|r| r.limit.clone()).collect(),
+                    generation: 0,
                     rate: LocalRate::default(),
                     last_seen: stamp.at,
                     asking: false,
@@ -337,6 +363,7 @@ impl Leasing {
             // New parameters (a rule reload): the old leases are spent, the rate starts over.
             self.drop_leases(shape);
             shape.limits = requests.iter().map(|r| r.limit.clone()).collect();
+            shape.generation += 1;
             shape.rate = LocalRate::default();
         }
         shape.rate.record(stamp.at, n);
@@ -392,6 +419,7 @@ impl Leasing {
         Plan::Ask(Asking {
             leasing: self,
             keys: keys.to_vec(),
+            generation: shape.generation,
             stamp,
             want,
             permits: n,
@@ -489,8 +517,14 @@ impl Leasing {
 
     /// A lease done: its unused permits (still held) wait to go back.
     fn retire(&self, shape: &mut Shape, done: Held) {
-        if done.left > 0 {
+        if done.left == 0 {
+            return;
+        }
+        if gives_back(&shape.limits) {
             shape.pending.push((done.terms, done.left));
+        } else {
+            self.held.fetch_sub(done.left, Ordering::Relaxed);
+            self.expire(done.left);
         }
     }
 
@@ -520,8 +554,8 @@ impl Leasing {
         self.expire(unused - returned);
     }
 
-    /// Takes out the leases ended at `stamp` whose limits are all windows (a bucket takes
-    /// nothing back once a lease has ended), to give back; at most once per lease life.
+    /// Takes out the leases ended at `stamp` whose limits are all windows (the only ones Redis
+    /// takes back), to give back; at most once per lease life.
     pub(crate) fn to_return(&self, stamp: Stamp) -> Vec<Returning> {
         if self.held.load(Ordering::Relaxed) == 0 {
             return Vec::new();
@@ -541,19 +575,18 @@ impl Leasing {
         self.take_out(&mut shapes, stamp.at, false)
     }
 
-    /// Takes out the leases to give back: every one held (`all`), or those ended at `at` of
-    /// the shapes whose limits are all windows.
+    /// Takes out the leases to give back, of the shapes whose limits are all windows: every
+    /// one held (`all`: the others' are dropped as spent), or those ended at `at`.
     fn take_out(&self, shapes: &mut Shapes, at: Micros, all: bool) -> Vec<Returning> {
         let mut out = Vec::new();
         for (keys, shape) in &mut shapes.by_keys {
-            // A bucket takes nothing back once a lease has ended.
-            let windows_only = shape.limits.iter().all(|limit| {
-                matches!(
-                    lease_kind(limit.algorithm()),
-                    Some(LeaseKind::FixedWindow | LeaseKind::SlidingWindow)
-                )
-            });
-            if !all && (shape.asking || !windows_only) {
+            if !gives_back(&shape.limits) {
+                if all {
+                    self.drop_leases(shape);
+                }
+                continue;
+            }
+            if !all && shape.asking {
                 continue;
             }
             let mut returning = Vec::new();
@@ -598,9 +631,16 @@ impl Asking<'_> {
             return None;
         };
         shape.asking = false;
+        if shape.generation != self.generation {
+            // The limits changed meanwhile (a rule reload): a lease of the old ones is spent.
+            leasing.expire(reply.leased);
+            return None;
+        }
         let sent = self.stamp.at;
         if !reply.decisions.iter().all(Decision::allowed) {
-            return leasing.grant_now(shape, self.permits, self.stamp);
+            // Granted at the time it is granted, which may be past the lease's end by now.
+            let now = leasing.restamp(self.stamp);
+            return leasing.grant_now(shape, self.permits, now);
         }
         // Redis counts the lease in hand as spent; this process still holds its rest.
         let in_hand = shape.lease.as_ref().map_or(0, |held| held.left);

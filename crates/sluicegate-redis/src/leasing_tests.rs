@@ -29,6 +29,13 @@ fn gcra() -> Result<RedisLimit, Box<dyn std::error::Error>> {
     Ok(RedisLimit::gcra(Rate::per_second(1_000_000)?, 1_000)?)
 }
 
+fn window() -> Result<RedisLimit, Box<dyn std::error::Error>> {
+    Ok(RedisLimit::fixed_window(
+        1_000_000,
+        std::time::Duration::from_secs(3600),
+    )?)
+}
+
 fn request(limit: &RedisLimit, permits: u64) -> LimitRequest<'_> {
     LimitRequest {
         limit,
@@ -92,9 +99,9 @@ fn a_lease_short_for_a_large_request_stays_for_the_small_ones() -> TestResult {
 }
 
 #[test]
-fn an_ended_lease_goes_back_with_the_next_lease_call() -> TestResult {
+fn an_ended_window_lease_goes_back_with_the_next_lease_call() -> TestResult {
     let leasing = leasing(10);
-    let limit = gcra()?;
+    let limit = window()?;
     take_lease(&leasing, &limit, b"k", 1_000, 10);
     // Past its end the lease is done: its 10 permits wait to go back, still held.
     let after = 1_000 + LIFE;
@@ -143,5 +150,59 @@ fn a_shape_whose_lease_still_runs_is_not_swept() -> TestResult {
         Plan::Plain
     ));
     assert_eq!(leasing.stats().permits_held, 10);
+    Ok(())
+}
+
+#[test]
+fn an_ended_bucket_lease_is_spent_not_given_back() -> TestResult {
+    let leasing = leasing(10);
+    let limit = gcra()?;
+    take_lease(&leasing, &limit, b"k", 1_000, 10);
+    let after = 1_000 + LIFE;
+    let plan = plan_at(&leasing, &limit, b"k", after, 1);
+    if let Plan::Ask(asking) = &plan {
+        assert!(asking.give_back.is_empty());
+    }
+    drop(plan);
+    let stats = leasing.stats();
+    assert_eq!((stats.permits_held, stats.permits_expired_unused), (0, 10));
+    Ok(())
+}
+
+#[test]
+fn a_lease_asked_for_before_a_reload_is_not_kept() -> TestResult {
+    let leasing = leasing(10);
+    let (old, new) = (gcra()?, RedisLimit::gcra(Rate::per_second(10)?, 1)?);
+    let keys = [b"k".to_vec()];
+    let at = 1_000;
+    let asking = loop {
+        let stamp = leasing.stamp(Now::At(at));
+        match leasing.plan(&[request(&old, 1)], &keys, stamp) {
+            Plan::Ask(asking) if asking.want > 0 => break asking,
+            Plan::Ask(asking) => drop(asking.learn(&LeaseReply {
+                now: at,
+                leased: 0,
+                end: at + LIFE,
+                given_back: 0,
+                decisions: vec![Decision::allow(1_000, 500, 0)],
+            })),
+            _ => {}
+        }
+    };
+    // The rules change while the lease call is out.
+    drop(plan_at(&leasing, &new, b"k", at, 1));
+    let reply = LeaseReply {
+        now: at,
+        leased: 10,
+        end: at + LIFE,
+        given_back: 0,
+        decisions: vec![Decision::allow(1_000, 500, 0)],
+    };
+    assert!(asking.learn(&reply).is_none());
+    assert_eq!(leasing.stats().permits_held, 0);
+    assert!(!matches!(
+        plan_at(&leasing, &new, b"k", at + 1, 1),
+        Plan::Granted(..)
+    ));
     Ok(())
 }

@@ -79,28 +79,6 @@ impl Gcra {
 
     /// [`Algorithm::decide`] and [`Algorithm::admit`], written once.
     #[inline(always)]
-    /// Takes back up to `permits` of a lease charged as granted at `charged_at`, if `now` is
-    /// still before then: the TAT then holds the lease's whole charge on top of
-    /// `charged_at`, so lowering it by the unused permits is as if the lease had been
-    /// smaller. Later, the charge may have been absorbed by an idle bucket: nothing is given
-    /// back (the bucket refills them by time). The permits given back.
-    pub(crate) fn give_back(
-        &self,
-        tat: &mut Tat,
-        now: Micros,
-        charged_at: Micros,
-        permits: u64,
-    ) -> u64 {
-        let s = &self.shape;
-        let charged_t = s.ticks(charged_at);
-        if s.ticks(now) >= charged_t {
-            return 0;
-        }
-        let back = (tat.saturating_sub(charged_t) / s.pace.interval).min(permits);
-        *tat -= back * s.pace.interval;
-        back
-    }
-
     fn answer<R: BucketAnswer>(
         &self,
         tat: &mut Tat,

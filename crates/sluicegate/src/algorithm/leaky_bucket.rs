@@ -112,31 +112,6 @@ impl LeakyBucket {
         true
     }
 
-    /// Takes back up to `permits` of a lease poured as at `charged_at`, if `now` is still
-    /// before then (as [`Gcra`](crate::Gcra) does: later, they may have drained into an idle
-    /// bucket); the permits given back.
-    pub(crate) fn give_back(
-        &self,
-        state: &mut LeakyBucketState,
-        now: Micros,
-        charged_at: Micros,
-        permits: u64,
-    ) -> u64 {
-        let s = &self.shape;
-        let now_t = s.ticks(now).max(state.leaked_at);
-        let charged_t = s.ticks(charged_at);
-        if now_t >= charged_t {
-            return 0;
-        }
-        let level = self.level_at(state, now_t);
-        let back = (level.saturating_sub(charged_t - now_t) / s.pace.interval).min(permits);
-        *state = LeakyBucketState {
-            level: level - back * s.pace.interval,
-            leaked_at: now_t,
-        };
-        back
-    }
-
     fn level_at(&self, state: &LeakyBucketState, now_t: u64) -> u64 {
         state
             .level

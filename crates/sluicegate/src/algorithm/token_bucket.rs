@@ -47,17 +47,6 @@ pub struct TokenBucket {
 pub type TokenBucketState = Tat;
 
 impl TokenBucket {
-    /// [`Gcra`]'s `give_back`: a token bucket is GCRA on the same state.
-    pub(crate) fn give_back(
-        &self,
-        tat: &mut TokenBucketState,
-        now: Micros,
-        charged_at: Micros,
-        permits: u64,
-    ) -> u64 {
-        self.gcra.give_back(tat, now, charged_at, permits)
-    }
-
     /// A full bucket of `burst` tokens refilled at `rate`.
     pub fn new(rate: Rate, burst: u64) -> Result<TokenBucket, ConfigError> {
         Ok(TokenBucket {

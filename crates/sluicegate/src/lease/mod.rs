@@ -15,8 +15,10 @@
 //!   `now`, no later than it is used either; so the grants as used, replayed through the
 //!   algorithm in time order, are each allowed (the property the tests check).
 //! - **Giving back**: unused permits are uncounted where that is exact: a window still in
-//!   force, a slot still kept, a bucket whose charge time has not come yet. Otherwise they
-//!   are spent, and come back by time alone, as a dead process's do.
+//!   force, a slot still kept. Otherwise they are spent, and come back by time alone, as a
+//!   dead process's do. A bucket takes nothing back: a later lease with a later end lifts the
+//!   TAT to its own charge time and absorbs an earlier lease's charge, so the debt above a
+//!   lease's charge time may be another lease's, and uncounting it would over-admit.
 //! - **Which algorithms** ([`lease_kind`]): fixed window, sliding window (both modes), GCRA,
 //!   token bucket, leaky bucket (meter). Not the sliding log: it dates a grant at its newest
 //!   entry when that is later than now, and counts back from there, so a lease's entry dated

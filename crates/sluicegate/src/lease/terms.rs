@@ -170,8 +170,13 @@ pub fn take_lease(
     })
 }
 
-/// Gives back up to `unused` permits of the lease `terms` at `now`, where that is exact (see
-/// the [module](super) docs); the permits given back (0: they stay spent).
+/// Gives back up to `unused` permits of the lease `terms` at `now`, where that is exact: a
+/// window's lease while its window or slot is kept (see the [module](super) docs). The
+/// permits given back (0: they stay spent).
+///
+/// A bucket takes nothing back: a later lease charged at a later end lifts the TAT to its own
+/// charge time, absorbing this one's charge, and the state cannot tell which lease the debt
+/// above a charge time belongs to; lowering it could uncount another lease's permits.
 pub fn give_back(
     algorithm: &AnyAlgorithm,
     state: &mut AnyState,
@@ -186,15 +191,6 @@ pub fn give_back(
         }
         (AnyAlgorithm::SlidingWindow(a), AnyState::SlidingWindow(s)) => {
             a.give_back(s, terms.taken_at, unused)
-        }
-        (AnyAlgorithm::Gcra(a), AnyState::Gcra(s)) => {
-            a.give_back(s, now, terms.charged_at(), unused)
-        }
-        (AnyAlgorithm::TokenBucket(a), AnyState::TokenBucket(s)) => {
-            a.give_back(s, now, terms.charged_at(), unused)
-        }
-        (AnyAlgorithm::LeakyBucket(a), AnyState::LeakyBucket(s)) => {
-            a.give_back(s, now, terms.charged_at(), unused)
         }
         _ => 0,
     }

@@ -172,7 +172,7 @@ fn a_window_lease_ends_with_its_window_and_comes_back_whole() -> Result<(), Chec
 }
 
 #[test]
-fn a_bucket_lease_is_charged_at_its_end_and_given_back_before_it() -> Result<(), CheckError> {
+fn a_bucket_lease_is_charged_at_its_end_and_never_given_back() -> Result<(), CheckError> {
     // One permit per ms, a burst of 5: empty debt at 0.
     let gcra = algorithm("gcra:rate=1/ms,burst=5");
     let mut state = gcra.initial_state(0);
@@ -181,10 +181,35 @@ fn a_bucket_lease_is_charged_at_its_end_and_given_back_before_it() -> Result<(),
     // One for the request, four more fit now; charged as at 2 999: TAT 2 999 + 4 000.
     assert_eq!((terms.permits, terms.end), (4, 3_000));
     assert_eq!(state, AnyState::Gcra(6_999));
-    assert_eq!(give_back(&gcra, &mut state, 1_000, &terms, 3), 3);
-    assert_eq!(state, AnyState::Gcra(3_999));
-    // After the charge time, nothing comes back.
-    assert_eq!(give_back(&gcra, &mut state, 3_000, &terms, 1), 0);
+    assert_eq!(give_back(&gcra, &mut state, 1_000, &terms, 3), 0);
+    assert_eq!(state, AnyState::Gcra(6_999));
+    Ok(())
+}
+
+/// A later lease with a later end absorbs an earlier one's charge: giving the earlier one back
+/// would uncount the later one's permits, and the key would pass more than its burst at once.
+#[test]
+fn a_bucket_lease_given_back_after_a_later_one_uncounts_nothing() -> Result<(), CheckError> {
+    let gcra = algorithm("gcra:rate=1/ms,burst=100");
+    let mut state = gcra.initial_state(0);
+    let first = take_lease(&gcra, &mut state, 0, one(), 5, 20_000)?;
+    let second = take_lease(&gcra, &mut state, 10_000, one(), 5, 20_000)?;
+    let (first, second) = (
+        first.terms.expect("a lease"),
+        second.terms.expect("a lease"),
+    );
+    give_back(&gcra, &mut state, 11_000, &first, first.permits);
+    // At the second lease's last microsecond: its permits used, and every other caller's.
+    let at = second.end - 1;
+    let mut others = 0;
+    while gcra.decide(&mut state, at, one(), Op::Check)?.allowed() {
+        others += 1;
+    }
+    assert!(
+        others + second.permits <= 100,
+        "{others} + {}",
+        second.permits
+    );
     Ok(())
 }
 
