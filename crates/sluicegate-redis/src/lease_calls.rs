@@ -80,8 +80,18 @@ impl RedisStore {
         now: Now,
     ) -> Result<u64, RedisLimitError> {
         let mut total = 0;
-        let mut failure = None;
+        let mut failure: Option<RedisLimitError> = None;
         for r in returning {
+            let unused = r.leases.iter().map(|&(_, unused)| unused).sum();
+            // Redis away: the other returns would each wait out the timeout for nothing (a
+            // shutdown would hang on them); their permits come back by time.
+            if failure
+                .as_ref()
+                .is_some_and(RedisLimitError::is_backend_failure)
+            {
+                leasing.count_return(unused, 0);
+                continue;
+            }
             let mut args = self.lease_args(now, "return", 0, 0, &r.leases, r.limits.len());
             for limit in &r.limits {
                 self.push_limit(&mut args, limit, 1);
@@ -91,7 +101,6 @@ impl RedisStore {
                 Ok(reply) => parse_return_reply(&reply),
                 Err(e) => Err(e),
             };
-            let unused = r.leases.iter().map(|&(_, unused)| unused).sum();
             match back {
                 Ok(back) => {
                     leasing.count_return(unused, back);

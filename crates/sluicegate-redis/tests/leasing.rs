@@ -200,6 +200,34 @@ async fn window_leases_answer_exactly_as_the_plain_path() -> Result<(), BoxError
     Ok(())
 }
 
+/// With Redis gone, a shutdown's return makes one call, not one per shape (each would wait
+/// out the timeout); every lease's permits are counted spent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn returning_leases_to_a_redis_gone_stops_at_the_first_failure() -> Result<(), BoxError> {
+    let mut server = RedisServer::start()?;
+    let store = server.store(config(Some(32))).await?;
+    let window = limit("fixed-window:limit=1000000,window=1h")?;
+    for key in [&b"a"[..], b"b", b"c"] {
+        let request = [LimitRequest {
+            limit: &window,
+            name: "w",
+            key,
+            permits: one(),
+        }];
+        for _ in 0..100 {
+            store.decide_all(&request, Op::Check, Now::At(BASE)).await?;
+        }
+    }
+    let held = store.lease_stats();
+    assert!(held.permits_held > 0 && held.leases_taken >= 3, "{held:?}");
+    server.stop();
+    assert!(store.return_leases().await.is_err());
+    let after = store.lease_stats();
+    assert_eq!(after.lease_calls - held.lease_calls, 1, "{after:?}");
+    assert_eq!(after.permits_held, 0, "{after:?}");
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_of_two_limits_leases_both_or_neither() -> Result<(), BoxError> {
     let server = RedisServer::start()?;
