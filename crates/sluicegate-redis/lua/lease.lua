@@ -26,7 +26,8 @@ local function rewrite_pairs(key, at, ps)
   redis_call("PEXPIRE", key, ttl)
 end
 
--- One limit's lease operations: end(life) -> the lease's end bound or nil; charge(k, e) ->
+-- One limit's lease operations: most(life) -> the most permits a lease may hold; end(k) ->
+-- the end bound of a lease of k, or nil; charge(k, e) ->
 -- false, or a commit charging k permits used before e; give_back(taken_at, e, u) -> permits
 -- uncounted.
 local function fixed_window_lease(key, now, limit, window, grace_ms)
@@ -40,6 +41,7 @@ local function fixed_window_lease(key, now, limit, window, grace_ms)
       int_field(key, "c", string.sub(raw, colon + 1), 0, EXACT)
   end
   return {
+    most = function() return math.huge end,
     ["end"] = function()
       local s, c = stored()
       local start = start_of(now)
@@ -64,6 +66,7 @@ end
 local function sliding_window_lease(key, now, limit, window, k, grace_ms)
   local per = window_slots(k)
   return {
+    most = function() return math.huge end,
     ["end"] = function()
       local current = window_slot_of(now, window, per)
       local ss = read_pairs(key, EXACT)
@@ -95,9 +98,23 @@ local function sliding_window_lease(key, now, limit, window, k, grace_ms)
   }
 end
 
+-- A bucket lease's bounds (the core's lease_permits and lease_end): charged as at its end,
+-- it must keep the debt from now within the tolerance, so a lease of k ends within
+-- tolerance - k intervals; it holds at most what leaves it usable for min(life, half the
+-- tolerance).
+local function bucket_most(p, life)
+  local usable = math.min(life - 1, (idiv((idiv(p.tolerance, p.d)), 2)))
+  return (idiv(p.tolerance - usable * p.d, p.interval))
+end
+
+local function bucket_end(p, now, k)
+  return now + (idiv(p.tolerance - k * p.interval, p.d)) + 1
+end
+
 local function gcra_lease(key, now, p)
   return {
-    ["end"] = function() return math.huge end,
+    most = function(life) return bucket_most(p, life) end,
+    ["end"] = function(k) return bucket_end(p, now, k) end,
     charge = function(k, e)
       -- Fits now, so at any later time: charged as granted at e - 1.
       if gcra_decision(key, now, k, "check", p)[1] ~= 1 then return false end
@@ -118,7 +135,8 @@ local function leaky_lease(key, now, p)
     return (t - us) * p.d - r
   end
   return {
-    ["end"] = function() return math.huge end,
+    most = function(life) return bucket_most(p, life) end,
+    ["end"] = function(k) return bucket_end(p, now, k) end,
     charge = function(k, e)
       local level, now_us, now_r = leaky_level(key, now, p)
       local added = k * p.interval
@@ -202,8 +220,10 @@ local function run_lease(KEYS, ARGV)
     for j = 1, count do commits[j]() end
     leased = want
     for j = 1, count do
-      leased = math.min(leased, decisions[j][3])
-      local bound = leases[j]["end"]()
+      leased = math.min(leased, decisions[j][3], leases[j].most(life))
+    end
+    for j = 1, count do
+      local bound = leases[j]["end"](leased)
       if bound == nil then leased = 0 else e = math.min(e, bound) end
     end
     if e <= now then leased = 0 end

@@ -47,6 +47,11 @@ impl AlgorithmState for Tat {
 }
 
 impl Gcra {
+    /// The bucket's rate, size and ticks (leases size and end themselves by it).
+    pub(crate) fn shape(&self) -> &BucketShape {
+        &self.shape
+    }
+
     /// A full bucket of `burst` permits refilled at `rate`.
     pub fn new(rate: Rate, burst: u64) -> Result<Gcra, ConfigError> {
         Ok(Gcra {

@@ -57,6 +57,11 @@ impl AlgorithmState for LeakyBucketState {
 }
 
 impl LeakyBucket {
+    /// The bucket's rate, size and ticks (leases size and end themselves by it).
+    pub(crate) fn shape(&self) -> &BucketShape {
+        &self.shape
+    }
+
     /// An empty bucket of `capacity` (at least 1) draining at `rate`.
     pub fn new(rate: Rate, capacity: u64) -> Result<LeakyBucket, ConfigError> {
         let shape = BucketShape::new(rate, capacity, None).map_err(|err| match err {

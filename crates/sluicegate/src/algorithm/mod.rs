@@ -1,6 +1,6 @@
 //! Every algorithm of the design, each a pure state machine behind [`Algorithm`](crate::Algorithm).
 
-mod bucket;
+pub(crate) mod bucket;
 mod concurrency;
 mod fixed_window;
 mod gcra;

@@ -2,6 +2,7 @@
 
 use std::num::NonZeroU64;
 
+use crate::algorithm::bucket::BucketShape;
 use crate::algorithm::gcra::{Gcra, Tat};
 use crate::clock::Micros;
 use crate::decision::{Admission, Decision};
@@ -47,6 +48,11 @@ pub struct TokenBucket {
 pub type TokenBucketState = Tat;
 
 impl TokenBucket {
+    /// The bucket's rate, size and ticks (leases size and end themselves by it).
+    pub(crate) fn shape(&self) -> &BucketShape {
+        self.gcra.shape()
+    }
+
     /// A full bucket of `burst` tokens refilled at `rate`.
     pub fn new(rate: Rate, burst: u64) -> Result<TokenBucket, ConfigError> {
         Ok(TokenBucket {

@@ -10,7 +10,10 @@
 //!   forgotten. The windows (fixed, sliding) have no such time: a lease ends with the window
 //!   or slot that counts it (`end` at most its end), and is counted there at once. The buckets
 //!   (GCRA, token bucket, leaky meter) are charged as granted at `end - 1`: the TAT becomes
-//!   `max(TAT, end - 1) + k` intervals.
+//!   `max(TAT, end - 1) + k` intervals. So that this never puts the debt seen from `now` past
+//!   the tolerance (every other caller would be denied until the lease's end), a bucket's
+//!   lease of `k` ends within `tolerance - k` intervals, and holds at most what leaves it
+//!   usable for `min(life, tolerance / 2)` ([`lease_permits`], [`lease_end`]).
 //! - **Why the limit holds**: every permit is charged no later than it is used, and fitted at
 //!   `now`, no later than it is used either; so the grants as used, replayed through the
 //!   algorithm in time order, are each allowed (the property the tests check).
@@ -34,5 +37,6 @@ mod tests;
 
 pub use size::{LeaseSizing, LocalRate};
 pub use terms::{
-    LeaseKind, LeaseTerms, Leased, charge_lease, give_back, lease_end, lease_kind, take_lease,
+    LeaseKind, LeaseTerms, Leased, charge_lease, give_back, lease_end, lease_kind, lease_permits,
+    take_lease,
 };

@@ -2,6 +2,7 @@
 
 use std::num::NonZeroU64;
 
+use crate::algorithm::bucket::BucketShape;
 use crate::clock::Micros;
 use crate::decision::Decision;
 use crate::error::CheckError;
@@ -67,14 +68,42 @@ pub struct Leased {
     pub terms: Option<LeaseTerms>,
 }
 
-/// When a lease of `algorithm` taken at `now` for `life` ends: `now + life`, but no later than
-/// the window or slot that counts it. `None` if nothing can be leased now (an algorithm that
-/// does not lease, a clock gone back behind the state, a life of zero).
+/// The bucket of a bucket algorithm (GCRA, token bucket, leaky meter).
+fn bucket_of(algorithm: &AnyAlgorithm) -> Option<&BucketShape> {
+    match algorithm {
+        AnyAlgorithm::Gcra(a) => Some(a.shape()),
+        AnyAlgorithm::TokenBucket(a) => Some(a.shape()),
+        AnyAlgorithm::LeakyBucket(a) => Some(a.shape()),
+        _ => None,
+    }
+}
+
+/// The most permits a lease of `algorithm` with `life` may hold (beyond the request). A
+/// window's lease may hold what its window has left. A bucket's lease is charged as at its
+/// end, which the bucket counts as debt from now: so that the debt never passes the bucket's
+/// tolerance (which would deny every other caller until the lease's end), a lease of `k`
+/// ends within `tolerance - k` intervals' time. A lease holds at most what leaves it usable
+/// for `min(life, half the tolerance)`.
+pub fn lease_permits(algorithm: &AnyAlgorithm, life: Micros) -> u64 {
+    let Some(shape) = bucket_of(algorithm) else {
+        return u64::MAX;
+    };
+    let per_micro = shape.pace.ticks_per_micro;
+    let usable = life.saturating_sub(1).min(shape.tolerance / per_micro / 2);
+    // `usable × per_micro` is at most half the tolerance: no underflow.
+    (shape.tolerance - usable * per_micro) / shape.pace.interval
+}
+
+/// When a lease of `permits` of `algorithm` taken at `now` for `life` ends: `now + life`, but
+/// no later than the window or slot that counts it, nor (a bucket) than keeps its charge within
+/// the bucket's tolerance (see [`lease_permits`]). `None` if nothing can be leased now (an
+/// algorithm that does not lease, a clock gone back behind the state, a life of zero).
 pub fn lease_end(
     algorithm: &AnyAlgorithm,
     state: &AnyState,
     now: Micros,
     life: Micros,
+    permits: u64,
 ) -> Option<Micros> {
     let end = now.checked_add(life).filter(|_| life > 0)?;
     let bound = match (algorithm, state) {
@@ -82,7 +111,12 @@ pub fn lease_end(
         (AnyAlgorithm::SlidingWindow(a), AnyState::SlidingWindow(s)) => a.lease_end(s, now)?,
         (AnyAlgorithm::Gcra(_), AnyState::Gcra(_))
         | (AnyAlgorithm::TokenBucket(_), AnyState::TokenBucket(_))
-        | (AnyAlgorithm::LeakyBucket(_), AnyState::LeakyBucket(_)) => end,
+        | (AnyAlgorithm::LeakyBucket(_), AnyState::LeakyBucket(_)) => {
+            let shape = bucket_of(algorithm)?;
+            let charge = permits.checked_mul(shape.pace.interval)?;
+            let ahead = shape.tolerance.checked_sub(charge)? / shape.pace.ticks_per_micro;
+            now.saturating_add(ahead).saturating_add(1)
+        }
         _ => return None,
     };
     Some(end.min(bound)).filter(|&end| end > now)
@@ -151,10 +185,13 @@ pub fn take_lease(
     if !decision.allowed() {
         return Ok(leased);
     }
-    let Some(k) = NonZeroU64::new(want.min(decision.remaining())) else {
+    let k = want
+        .min(decision.remaining())
+        .min(lease_permits(algorithm, life));
+    let Some(k) = NonZeroU64::new(k) else {
         return Ok(leased);
     };
-    let Some(end) = lease_end(algorithm, state, now, life) else {
+    let Some(end) = lease_end(algorithm, state, now, life, k.get()) else {
         return Ok(leased);
     };
     Ok(match charge_lease(algorithm, state, now, k, end) {

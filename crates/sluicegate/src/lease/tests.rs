@@ -178,11 +178,27 @@ fn a_bucket_lease_is_charged_at_its_end_and_never_given_back() -> Result<(), Che
     let mut state = gcra.initial_state(0);
     let leased = take_lease(&gcra, &mut state, 0, one(), 10, 3_000)?;
     let terms = leased.terms.expect("a lease");
-    // One for the request, four more fit now; charged as at 2 999: TAT 2 999 + 4 000.
-    assert_eq!((terms.permits, terms.end), (4, 3_000));
-    assert_eq!(state, AnyState::Gcra(6_999));
-    assert_eq!(give_back(&gcra, &mut state, 1_000, &terms, 3), 0);
-    assert_eq!(state, AnyState::Gcra(6_999));
+    // One for the request; four more fit now, but a lease usable for 2.5 ms (half the
+    // tolerance) holds two. Charged as at 2 999: TAT 2 999 + 2 000, within the tolerance.
+    assert_eq!((terms.permits, terms.end), (2, 3_000));
+    assert_eq!(state, AnyState::Gcra(4_999));
+    assert_eq!(give_back(&gcra, &mut state, 1_000, &terms, 1), 0);
+    assert_eq!(state, AnyState::Gcra(4_999));
+    Ok(())
+}
+
+/// A lease of a small bucket ends soon enough that its charge stays within the tolerance:
+/// the others are not shut out for the lease's whole life.
+#[test]
+fn a_bucket_lease_ends_within_the_tolerance() -> Result<(), CheckError> {
+    // 10 000/s with a burst of 20: a tolerance of 2 ms, far below a 20 ms life.
+    let gcra = algorithm("gcra:rate=10000/s,burst=20");
+    let mut state = gcra.initial_state(0);
+    let leased = take_lease(&gcra, &mut state, 0, one(), 63, 20_000)?;
+    let terms = leased.terms.expect("a lease");
+    assert_eq!((terms.permits, terms.end), (10, 1_001));
+    // Just after the lease's end, another caller passes.
+    assert!(gcra.decide(&mut state, 1_001, one(), Op::Check)?.allowed());
     Ok(())
 }
 
