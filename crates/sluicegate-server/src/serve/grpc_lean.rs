@@ -31,8 +31,16 @@ use crate::serve::grpc_codec::{
     GrpcCode, Refusal, check_head, encode_message, ok_response, ok_trailers, unary_message,
 };
 use crate::serve::grpc_message::{ConnectionBudget, read_message};
-use crate::serve::server::GrpcOptions;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse;
+
+/// What every connection of the lean server keeps to.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ConnectionSettings {
+    /// HTTP/2 keepalive PINGs sent by the service, if any.
+    pub(crate) keepalive: Option<Keepalive>,
+    /// How long a call's request message may take to arrive whole.
+    pub(crate) message_timeout: Duration,
+}
 
 /// HTTP/2 keepalive: a PING sent every `interval`; a peer that does not answer one within
 /// `timeout` has its connection closed.
@@ -70,7 +78,7 @@ fn http2_settings() -> h2::server::Builder {
 pub(crate) async fn serve(
     listener: TcpListener,
     engine: Arc<Engine>,
-    options: GrpcOptions,
+    options: ConnectionSettings,
     mut stopped: watch::Receiver<bool>,
 ) {
     let connections = TaskTracker::new();
@@ -113,7 +121,7 @@ async fn stopped_signal(stopped: &mut watch::Receiver<bool>) {
 async fn serve_connection(
     tcp: TcpStream,
     engine: Arc<Engine>,
-    options: GrpcOptions,
+    options: ConnectionSettings,
     mut stopped: watch::Receiver<bool>,
 ) {
     // A client that never sends HTTP/2's preface must not hold the shutdown up.

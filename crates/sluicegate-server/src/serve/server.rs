@@ -17,7 +17,7 @@ use crate::plumbing::{admin_address_allowed, serve_admin};
 use crate::serve::admin::admin_router;
 use crate::serve::engine::{Engine, EngineOptions};
 use crate::serve::grpc::GrpcService;
-use crate::serve::grpc_lean::{self, Keepalive};
+use crate::serve::grpc_lean::{self, ConnectionSettings, Keepalive};
 use crate::serve::http::router;
 use crate::serve::metrics::Metrics;
 use crate::serve::reload::{load_rules, rules_in_force, watch as watch_rules};
@@ -195,7 +195,11 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
     let keepalive = grpc.keepalive;
     match grpc.server {
         GrpcServer::Lean => tasks.spawn(async move {
-            grpc_lean::serve(grpc_listener, grpc_engine, grpc, grpc_stopped).await;
+            let settings = ConnectionSettings {
+                keepalive: grpc.keepalive,
+                message_timeout: grpc.message_timeout,
+            };
+            grpc_lean::serve(grpc_listener, grpc_engine, settings, grpc_stopped).await;
             Ok(())
         }),
         GrpcServer::Tonic => tasks.spawn(async move {
