@@ -31,12 +31,16 @@
 //!   (what Redis reported left when the lease was taken, less what the process granted from it
 //!   since: an estimate, which other processes' grants make optimistic), and `reset_after`
 //!   counting down from Redis's answer at the lease.
+//! - A shape is followed from its second request within a lease life (a sighting table of
+//!   64k slots by hash): the keys of a wide key space, each seen once in a while, take the
+//!   plain path without churning the shapes.
 //! - Bounded: at most `max_shapes` shapes are followed; at the cap, shapes unseen for a
 //!   second whose leases have all ended are dropped (a scan at most once a second; what they
 //!   held unused is spent), and new shapes take the plain path until there is room. Leases
 //!   done but not yet given back count against `max_per_process` like those in hand.
 
 use std::collections::HashMap;
+use std::hash::BuildHasher as _;
 use std::num::NonZeroU64;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
@@ -160,7 +164,9 @@ struct Shape {
 #[derive(Debug)]
 struct Shapes {
     timeline: Timeline,
-    by_keys: HashMap<Vec<Vec<u8>>, Shape>,
+    by_keys: HashMap<Vec<Vec<u8>>, Shape, foldhash::fast::RandomState>,
+    /// When shapes not followed were last seen, by their hash (see [`Leasing::seen_again`]).
+    sightings: Box<[u32]>,
     last_sweep: Option<Micros>,
     /// When the ended leases were last handed out for return.
     last_return: Option<Micros>,
@@ -230,6 +236,9 @@ fn unused_of(leases: &[(LeaseTerms, u64)]) -> u64 {
     leases.iter().map(|&(_, unused)| unused).sum()
 }
 
+/// Slots of the sightings of shapes not followed (a power of two: 256 KiB).
+const SIGHTINGS: usize = 1 << 16;
+
 /// How often, at most, the shapes are scanned for idle ones at the cap.
 const SWEEP_EVERY: Micros = 1_000_000;
 
@@ -262,7 +271,8 @@ impl Leasing {
             permits_expired: AtomicU64::new(0),
             shapes: Mutex::new(Shapes {
                 timeline: Timeline::Given,
-                by_keys: HashMap::new(),
+                by_keys: HashMap::default(),
+                sightings: vec![0; SIGHTINGS].into_boxed_slice(),
                 last_sweep: None,
                 last_return: None,
                 latest: 0,
@@ -334,6 +344,11 @@ impl Leasing {
         }
         shapes.latest = shapes.latest.max(stamp.at);
         if !shapes.by_keys.contains_key(keys) {
+            // A shape is followed from its second request within a lease life: most keys of a
+            // wide key space are seen once in a while, and would only churn the table.
+            if !self.seen_again(&mut shapes, keys, stamp.at) {
+                return Plan::Plain;
+            }
             if shapes.by_keys.len() >= self.config.max_shapes {
                 self.sweep(&mut shapes, stamp.at);
                 if shapes.by_keys.len() >= self.config.max_shapes {
@@ -428,6 +443,19 @@ impl Leasing {
         })
     }
 
+    /// Records a sighting of the shape `keys` (not followed) at `at`; whether it was seen
+    /// within a lease life before. Sightings share slots by hash: a collision only lets a cold
+    /// shape in early, where it takes the plain path as any cold shape does.
+    fn seen_again(&self, shapes: &mut Shapes, keys: &[Vec<u8>], at: Micros) -> bool {
+        let hash = shapes.by_keys.hasher().hash_one(keys);
+        // Truncated on purpose: the slot index and a time in 1 024 µs ticks that may wrap.
+        let slot = &mut shapes.sightings[(hash as usize) & (SIGHTINGS - 1)];
+        let tick = ((at >> 10) as u32) | 1;
+        let last = std::mem::replace(slot, tick);
+        let within = u32::try_from(self.config.sizing.life >> 10).unwrap_or(u32::MAX);
+        last != 0 && tick.wrapping_sub(last) <= within.saturating_add(1)
+    }
+
     /// Drops the shapes unseen for a second, not asking, whose leases have all ended; at most
     /// once a second. What they held unused is spent: a window's permits come back when it
     /// passes, a bucket's by time.
@@ -458,6 +486,7 @@ impl Leasing {
             self.drop_leases(shape);
         }
         shapes.by_keys.clear();
+        shapes.sightings.fill(0);
         shapes.last_sweep = None;
         shapes.last_return = None;
         shapes.latest = 0;

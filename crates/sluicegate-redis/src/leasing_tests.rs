@@ -131,6 +131,10 @@ fn idle_shapes_whose_leases_ended_are_swept_at_the_cap() -> TestResult {
     // A second and more later, a new shape at the cap: the idle one is dropped to make room,
     // its unused permits spent.
     let later = 1_000 + LIFE + 1_000_000;
+    // Its first request only records it; the second would follow it.
+    drop(plan_at(&leasing, &limit, b"b", later, 1));
+    assert_eq!(leasing.stats().shapes, 1);
+    assert_eq!(leasing.stats().permits_held, 10);
     drop(plan_at(&leasing, &limit, b"b", later, 1));
     let stats = leasing.stats();
     assert_eq!(stats.shapes, 1);
@@ -204,5 +208,24 @@ fn a_lease_asked_for_before_a_reload_is_not_kept() -> TestResult {
         plan_at(&leasing, &new, b"k", at + 1, 1),
         Plan::Granted(..)
     ));
+    Ok(())
+}
+
+#[test]
+fn a_shape_seen_once_is_not_followed() -> TestResult {
+    let leasing = leasing(10);
+    let limit = gcra()?;
+    assert!(matches!(
+        plan_at(&leasing, &limit, b"a", 1_000, 1),
+        Plan::Plain
+    ));
+    assert_eq!(leasing.stats().shapes, 0);
+    // Seen again within a lease life: followed from then on.
+    drop(plan_at(&leasing, &limit, b"a", 1_000 + LIFE, 1));
+    assert_eq!(leasing.stats().shapes, 1);
+    // Seen again only after a lease life: a sighting, not followed.
+    drop(plan_at(&leasing, &limit, b"b", 1_000, 1));
+    drop(plan_at(&leasing, &limit, b"b", 1_000 + 4 * LIFE, 1));
+    assert_eq!(leasing.stats().shapes, 1);
     Ok(())
 }
