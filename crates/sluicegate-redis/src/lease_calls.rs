@@ -7,7 +7,7 @@ use sluicegate::lease::LeaseTerms;
 use sluicegate::store::Now;
 
 use crate::error::RedisLimitError;
-use crate::leasing::{Asking, LeaseReply, Leasing, Returning};
+use crate::leasing::{Asking, LeaseReply, Leasing, Returning, unused_of};
 use crate::limit::RedisLimit;
 use crate::reply::{LimitRequest, check_request, now_arg, parse_reply, text};
 use crate::scripts::Entry;
@@ -82,7 +82,7 @@ impl RedisStore {
         let mut total = 0;
         let mut failure: Option<RedisLimitError> = None;
         for r in returning {
-            let unused = r.leases.iter().map(|&(_, unused)| unused).sum();
+            let unused = unused_of(&r.leases);
             // Redis away: the other returns would each wait out the timeout for nothing (a
             // shutdown would hang on them); their permits come back by time.
             if failure

@@ -232,7 +232,7 @@ fn gives_back(limits: &[RedisLimit]) -> bool {
 }
 
 /// The unused permits of leases to give back.
-fn unused_of(leases: &[(LeaseTerms, u64)]) -> u64 {
+pub(crate) fn unused_of(leases: &[(LeaseTerms, u64)]) -> u64 {
     leases.iter().map(|&(_, unused)| unused).sum()
 }
 

@@ -45,6 +45,18 @@ fn request(limit: &RedisLimit, permits: u64) -> LimitRequest<'_> {
     }
 }
 
+/// Redis's answer to a lease call at `at`: `leased` permits for a lease life, `given_back`
+/// taken back, the request allowed.
+fn reply(at: Micros, leased: u64, given_back: u64) -> LeaseReply {
+    LeaseReply {
+        now: at,
+        leased,
+        end: at + LIFE,
+        given_back,
+        decisions: vec![Decision::allow(1_000, 500, 0)],
+    }
+}
+
 /// Asks at `at` until the shape is hot enough to lease, and takes a lease of `leased` permits
 /// ending a lease life later.
 fn take_lease(leasing: &Leasing, limit: &RedisLimit, key: &[u8], at: Micros, leased: u64) {
@@ -53,13 +65,7 @@ fn take_lease(leasing: &Leasing, limit: &RedisLimit, key: &[u8], at: Micros, lea
         let stamp = leasing.stamp(Now::At(at));
         if let Plan::Ask(asking) = leasing.plan(&[request(limit, 1)], &keys, stamp) {
             let want = asking.want;
-            let reply = LeaseReply {
-                now: at,
-                leased: if want > 0 { leased } else { 0 },
-                end: at + LIFE,
-                given_back: 0,
-                decisions: vec![Decision::allow(1_000, 500, 0)],
-            };
+            let reply = reply(at, if want > 0 { leased } else { 0 }, 0);
             let _ = asking.learn(&reply);
             if want > 0 {
                 return;
@@ -111,13 +117,7 @@ fn an_ended_window_lease_goes_back_with_the_next_lease_call() -> TestResult {
     };
     assert_eq!(asking.give_back.iter().map(|l| l.1).sum::<u64>(), 10);
     assert_eq!(leasing.stats().permits_held, 0);
-    let reply = LeaseReply {
-        now: after,
-        leased: 0,
-        end: after + LIFE,
-        given_back: 10,
-        decisions: vec![Decision::allow(1_000, 500, 0)],
-    };
+    let reply = reply(after, 0, 10);
     let _ = asking.learn(&reply);
     assert_eq!(leasing.stats().permits_returned, 10);
     Ok(())
@@ -183,25 +183,13 @@ fn a_lease_asked_for_before_a_reload_is_not_kept() -> TestResult {
         let stamp = leasing.stamp(Now::At(at));
         match leasing.plan(&[request(&old, 1)], &keys, stamp) {
             Plan::Ask(asking) if asking.want > 0 => break asking,
-            Plan::Ask(asking) => drop(asking.learn(&LeaseReply {
-                now: at,
-                leased: 0,
-                end: at + LIFE,
-                given_back: 0,
-                decisions: vec![Decision::allow(1_000, 500, 0)],
-            })),
+            Plan::Ask(asking) => drop(asking.learn(&reply(at, 0, 0))),
             _ => {}
         }
     };
     // The rules change while the lease call is out.
     drop(plan_at(&leasing, &new, b"k", at, 1));
-    let reply = LeaseReply {
-        now: at,
-        leased: 10,
-        end: at + LIFE,
-        given_back: 0,
-        decisions: vec![Decision::allow(1_000, 500, 0)],
-    };
+    let reply = reply(at, 10, 0);
     assert!(asking.learn(&reply).is_none());
     assert_eq!(leasing.stats().permits_held, 0);
     assert!(!matches!(
