@@ -32,8 +32,9 @@
 //!   since: an estimate, which other processes' grants make optimistic), and `reset_after`
 //!   counting down from Redis's answer at the lease.
 //! - A shape is followed from its second request within a lease life (a sighting table of
-//!   64k slots by hash): the keys of a wide key space, each seen once in a while, take the
-//!   plain path without churning the shapes.
+//!   64k slots by hash, read before the shapes' lock): the keys of a wide key space, each
+//!   seen once in a while, take the plain path without churning the shapes, and without the
+//!   lock while the process holds no leased permits.
 //! - Bounded: at most `max_shapes` shapes are followed; at the cap, shapes unseen for a
 //!   second whose leases have all ended are dropped (a scan at most once a second; what they
 //!   held unused is spent), and new shapes take the plain path until there is room. Leases
@@ -42,7 +43,7 @@
 use std::collections::HashMap;
 use std::hash::BuildHasher as _;
 use std::num::NonZeroU64;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use sluicegate::lease::{LeaseKind, LeaseSizing, LeaseTerms, LocalRate, lease_kind};
@@ -140,6 +141,8 @@ impl Held {
 
 #[derive(Debug)]
 struct Shape {
+    /// The Redis keys of the call's limits (the shapes are found by their hash).
+    keys: Vec<Vec<u8>>,
     limits: Vec<RedisLimit>,
     /// Counts the changes of `limits`: a lease asked for under other limits is not kept.
     generation: u64,
@@ -164,9 +167,9 @@ struct Shape {
 #[derive(Debug)]
 struct Shapes {
     timeline: Timeline,
-    by_keys: HashMap<Vec<Vec<u8>>, Shape, foldhash::fast::RandomState>,
-    /// When shapes not followed were last seen, by their hash (see [`Leasing::seen_again`]).
-    sightings: Box<[u32]>,
+    /// By the hash of their keys ([`Leasing::hash_of`]); two shapes of one hash are rare
+    /// enough that the second one takes the plain path.
+    by_hash: HashMap<u64, Shape, foldhash::fast::RandomState>,
     last_sweep: Option<Micros>,
     /// When the ended leases were last handed out for return.
     last_return: Option<Micros>,
@@ -188,6 +191,7 @@ pub(crate) enum Plan<'a> {
 /// dropped (a call cancelled by its caller).
 pub(crate) struct Asking<'a> {
     leasing: &'a Leasing,
+    hash: u64,
     keys: Vec<Vec<u8>>,
     /// The shape's generation when asked.
     generation: u64,
@@ -236,7 +240,7 @@ pub(crate) fn unused_of(leases: &[(LeaseTerms, u64)]) -> u64 {
     leases.iter().map(|&(_, unused)| unused).sum()
 }
 
-/// Slots of the sightings of shapes not followed (a power of two: 256 KiB).
+/// Slots of the sightings of shapes (a power of two: 256 KiB).
 const SIGHTINGS: usize = 1 << 16;
 
 /// How often, at most, the shapes are scanned for idle ones at the cap.
@@ -254,6 +258,11 @@ pub(crate) struct Leasing {
     lease_calls: AtomicU64,
     permits_returned: AtomicU64,
     permits_expired: AtomicU64,
+    /// Hashes the keys of a call's shape.
+    hasher: foldhash::fast::RandomState,
+    /// When shapes were last seen, in 1 024 µs ticks, by their hash (see
+    /// [`Leasing::seen_again`]).
+    sightings: Box<[AtomicU32]>,
     shapes: Mutex<Shapes>,
 }
 
@@ -269,10 +278,11 @@ impl Leasing {
             lease_calls: AtomicU64::new(0),
             permits_returned: AtomicU64::new(0),
             permits_expired: AtomicU64::new(0),
+            hasher: foldhash::fast::RandomState::default(),
+            sightings: (0..SIGHTINGS).map(|_| AtomicU32::new(0)).collect(),
             shapes: Mutex::new(Shapes {
                 timeline: Timeline::Given,
-                by_keys: HashMap::default(),
-                sightings: vec![0; SIGHTINGS].into_boxed_slice(),
+                by_hash: HashMap::default(),
                 last_sweep: None,
                 last_return: None,
                 latest: 0,
@@ -311,7 +321,7 @@ impl Leasing {
             permits_returned: self.permits_returned.load(Ordering::Relaxed),
             permits_expired_unused: self.permits_expired.load(Ordering::Relaxed),
             permits_held: self.held.load(Ordering::Relaxed),
-            shapes: self.lock().by_keys.len(),
+            shapes: self.lock().by_hash.len(),
         }
     }
 
@@ -335,6 +345,15 @@ impl Leasing {
             return Plan::Plain;
         };
         let n = permits.get();
+        let hash = self.hash_of(keys);
+        // A shape is followed from its second request within a lease life: most keys of a
+        // wide key space are seen once in a while, and would only churn the table. While the
+        // process holds no leased permits, such a shape takes the plain path without the lock
+        // (a followed shape idle for a lease life holds none either).
+        let seen_again = self.seen_again(hash, stamp.at);
+        if !seen_again && self.held.load(Ordering::Relaxed) == 0 {
+            return Plan::Plain;
+        }
         let mut shapes = self.lock();
         // Read again under the lock: a grant is judged at the time it is made.
         let stamp = self.restamp(stamp);
@@ -343,21 +362,20 @@ impl Leasing {
             shapes.timeline = stamp.timeline;
         }
         shapes.latest = shapes.latest.max(stamp.at);
-        if !shapes.by_keys.contains_key(keys) {
-            // A shape is followed from its second request within a lease life: most keys of a
-            // wide key space are seen once in a while, and would only churn the table.
-            if !self.seen_again(&mut shapes, keys, stamp.at) {
+        if !shapes.by_hash.contains_key(&hash) {
+            if !seen_again {
                 return Plan::Plain;
             }
-            if shapes.by_keys.len() >= self.config.max_shapes {
+            if shapes.by_hash.len() >= self.config.max_shapes {
                 self.sweep(&mut shapes, stamp.at);
-                if shapes.by_keys.len() >= self.config.max_shapes {
+                if shapes.by_hash.len() >= self.config.max_shapes {
                     return Plan::Plain;
                 }
             }
-            shapes.by_keys.insert(
-                keys.to_vec(),
+            shapes.by_hash.insert(
+                hash,
                 Shape {
+                    keys: keys.to_vec(),
                     limits: requests.iter().map(|r| r.limit.clone()).collect(),
                     generation: 0,
                     rate: LocalRate::default(),
@@ -371,7 +389,11 @@ impl Leasing {
                 },
             );
         }
-        let Some(shape) = shapes.by_keys.get_mut(keys) else {
+        let Some(shape) = shapes
+            .by_hash
+            .get_mut(&hash)
+            .filter(|shape| shape.keys == keys)
+        else {
             return Plan::Plain;
         };
         if !shape.limits.iter().eq(requests.iter().map(|r| r.limit)) {
@@ -433,6 +455,7 @@ impl Leasing {
         shape.asking = true;
         Plan::Ask(Asking {
             leasing: self,
+            hash,
             keys: keys.to_vec(),
             generation: shape.generation,
             stamp,
@@ -443,15 +466,23 @@ impl Leasing {
         })
     }
 
-    /// Records a sighting of the shape `keys` (not followed) at `at`; whether it was seen
-    /// within a lease life before. Sightings share slots by hash: a collision only lets a cold
-    /// shape in early, where it takes the plain path as any cold shape does.
-    fn seen_again(&self, shapes: &mut Shapes, keys: &[Vec<u8>], at: Micros) -> bool {
-        let hash = shapes.by_keys.hasher().hash_one(keys);
+    /// The hash a shape of `keys` is found by.
+    fn hash_of(&self, keys: &[Vec<u8>]) -> u64 {
+        self.hasher.hash_one(keys)
+    }
+
+    /// Records a sighting of the shape of `hash` at `at`; whether it was seen within a lease
+    /// life before. Sightings share slots by hash: a collision only lets a cold shape in
+    /// early, where it takes the plain path as any cold shape does.
+    fn seen_again(&self, hash: u64, at: Micros) -> bool {
         // Truncated on purpose: the slot index and a time in 1 024 µs ticks that may wrap.
-        let slot = &mut shapes.sightings[(hash as usize) & (SIGHTINGS - 1)];
+        let slot = &self.sightings[(hash as usize) & (SIGHTINGS - 1)];
         let tick = ((at >> 10) as u32) | 1;
-        let last = std::mem::replace(slot, tick);
+        // Written only when the tick moves: a hot shape's slot stays shared between cores.
+        let last = slot.load(Ordering::Relaxed);
+        if last != tick {
+            slot.store(tick, Ordering::Relaxed);
+        }
         let within = u32::try_from(self.config.sizing.life >> 10).unwrap_or(u32::MAX);
         last != 0 && tick.wrapping_sub(last) <= within.saturating_add(1)
     }
@@ -467,7 +498,7 @@ impl Leasing {
             return;
         }
         shapes.last_sweep = Some(now);
-        shapes.by_keys.retain(|_, shape| {
+        shapes.by_hash.retain(|_, shape| {
             let idle = !shape.asking
                 && now.saturating_sub(shape.last_seen) >= SWEEP_EVERY
                 && [&shape.lease, &shape.next]
@@ -482,11 +513,13 @@ impl Leasing {
     }
 
     fn drop_all(&self, shapes: &mut Shapes) {
-        for shape in shapes.by_keys.values_mut() {
+        for shape in shapes.by_hash.values_mut() {
             self.drop_leases(shape);
         }
-        shapes.by_keys.clear();
-        shapes.sightings.fill(0);
+        shapes.by_hash.clear();
+        for slot in &self.sightings {
+            slot.store(0, Ordering::Relaxed);
+        }
         shapes.last_sweep = None;
         shapes.last_return = None;
         shapes.latest = 0;
@@ -608,7 +641,7 @@ impl Leasing {
     /// one held (`all`: the others' are dropped as spent), or those ended at `at`.
     fn take_out(&self, shapes: &mut Shapes, at: Micros, all: bool) -> Vec<Returning> {
         let mut out = Vec::new();
-        for (keys, shape) in &mut shapes.by_keys {
+        for shape in shapes.by_hash.values_mut() {
             if !gives_back(&shape.limits) {
                 if all {
                     self.drop_leases(shape);
@@ -632,7 +665,7 @@ impl Leasing {
             returning.retain(|&(_, unused)| unused > 0);
             if !returning.is_empty() {
                 out.push(Returning {
-                    keys: keys.clone(),
+                    keys: shape.keys.clone(),
                     limits: shape.limits.clone(),
                     leases: returning,
                 });
@@ -654,7 +687,11 @@ impl Asking<'_> {
         leasing.count_return(unused_of(&self.give_back), reply.given_back);
         let mut shapes = leasing.lock();
         let timeline_kept = shapes.timeline == self.stamp.timeline;
-        let Some(shape) = shapes.by_keys.get_mut(&self.keys).filter(|_| timeline_kept) else {
+        let Some(shape) = shapes
+            .by_hash
+            .get_mut(&self.hash)
+            .filter(|shape| timeline_kept && shape.keys == self.keys)
+        else {
             // The shapes were dropped meanwhile: the lease is not kept, so it is spent.
             leasing.expire(reply.leased);
             return None;
@@ -749,7 +786,11 @@ impl Drop for Asking<'_> {
         }
         let mut shapes = self.leasing.lock();
         let life = self.leasing.config.sizing.life;
-        if let Some(shape) = shapes.by_keys.get_mut(&self.keys) {
+        if let Some(shape) = shapes
+            .by_hash
+            .get_mut(&self.hash)
+            .filter(|shape| shape.keys == self.keys)
+        {
             shape.asking = false;
             shape.ahead_from = self.stamp.at.saturating_add(life);
         }

@@ -292,9 +292,9 @@ impl RedisStore {
     ) -> Result<RedisMultiDecision, RedisLimitError> {
         let leasing = self.leasing.as_deref().filter(|_| op == Op::Check);
         if self.over_limit.is_none() && leasing.is_none() {
-            return self.decide_in_redis(requests, op, now).await;
+            return self.decide_in_redis(requests, None, op, now).await;
         }
-        let keys: Vec<Vec<u8>> = requests
+        let mut keys: Vec<Vec<u8>> = requests
             .iter()
             .map(|r| self.keys.key(r.key, r.name.as_bytes(), ""))
             .collect();
@@ -356,7 +356,15 @@ impl RedisStore {
                     },
                 }
             }
-            None => self.decide_in_redis(requests, op, now).await?,
+            None => {
+                // The keys go with the call unless the cache needs them after it.
+                let call_keys = match asked {
+                    Some(_) => keys.clone(),
+                    None => std::mem::take(&mut keys),
+                };
+                self.decide_in_redis(requests, Some(call_keys), op, now)
+                    .await?
+            }
         };
         if let (Some(cache), Some(asked)) = (cache, asked) {
             cache.learn(requests, &keys, op, asked, &decided.decisions, decided.now);
@@ -364,10 +372,12 @@ impl RedisStore {
         Ok(decided)
     }
 
-    /// [`RedisStore::decide_all`] in Redis.
+    /// [`RedisStore::decide_all`] in Redis; `keys`, if given, the key of each request (built
+    /// by the caller already).
     async fn decide_in_redis(
         &self,
         requests: &[LimitRequest<'_>],
+        keys: Option<Vec<Vec<u8>>>,
         op: Op,
         now: Now,
     ) -> Result<RedisMultiDecision, RedisLimitError> {
@@ -385,8 +395,13 @@ impl RedisStore {
         if let [only] = requests
             && let Some(entry) = only.limit.one_entry()
         {
+            check_request(only, op)?;
+            let key = match keys.and_then(|mut keys| keys.pop()) {
+                Some(key) => key,
+                None => self.keys.key(only.key, only.name.as_bytes(), ""),
+            };
             return self
-                .decide_one(entry, only, op, op_name, max_wait, now)
+                .decide_one(entry, only, key, op_name, max_wait, now)
                 .await;
         }
         let mut keys = Vec::new();
@@ -448,18 +463,16 @@ impl RedisStore {
     }
 
     /// One limit with an entry point of its own: fewer arguments (its parameters in one),
-    /// fewer reply values.
+    /// fewer reply values. `key` is the request's Redis key; the request is checked already.
     async fn decide_one(
         &self,
         entry: OneEntry,
         request: &LimitRequest<'_>,
-        op: Op,
+        key: Vec<u8>,
         op_name: &'static str,
         max_wait: Option<Micros>,
         now: Now,
     ) -> Result<RedisMultiDecision, RedisLimitError> {
-        check_request(request, op)?;
-        let key = self.keys.key(request.key, request.name.as_bytes(), "");
         let mut params = Joined::default();
         request
             .limit
