@@ -13,7 +13,8 @@
 //!   Once a lease is below half its permits, the next request asks Redis for the next lease
 //!   (taken ahead: granted from once the one in hand is done), while the others keep being
 //!   granted from the one in hand. While one task asks Redis for a shape's lease, the shape's
-//!   requests the lease in hand cannot serve take the plain path (no herd of leases).
+//!   requests the lease in hand cannot serve take the plain path (no herd of leases). A shape
+//!   whose request Redis denied takes the plain path until that request could pass again.
 //! - A request that asks ahead is decided by Redis, which counts the lease in hand as spent:
 //!   it is told this process's view (that lease's rest added to `remaining`), and if Redis
 //!   denies it while that lease still serves it, it is granted from that lease.
@@ -155,8 +156,10 @@ struct Shape {
     next: Option<Held>,
     /// Leases done with unused permits, to give back with the shape's next lease call.
     pending: Vec<(LeaseTerms, u64)>,
-    /// No lease is taken ahead before this (a lease call failed: while Redis is away, the
-    /// lease in hand serves every request it can).
+    /// No lease is asked for before this: a lease call failed (while Redis is away, the lease
+    /// in hand serves every request it can), or Redis denied the shape's request (until it
+    /// could pass again, the shape's requests take the plain path, whose calls are batched:
+    /// a lease call per request would only cost Redis more).
     ahead_from: Micros,
     /// Per limit, as of Redis's last grant of a lease call, less the grants from leases since:
     /// the limit, what is left from this process's view (its leased permits included), when
@@ -402,6 +405,7 @@ impl Leasing {
             shape.limits = requests.iter().map(|r| r.limit.clone()).collect();
             shape.generation += 1;
             shape.rate = LocalRate::default();
+            shape.ahead_from = 0;
         }
         shape.rate.record(stamp.at, n);
         shape.last_seen = stamp.at;
@@ -431,7 +435,7 @@ impl Leasing {
         if shape.lease.is_some() && (!running_low || shape.asking || shape.next.is_some()) {
             return self.grant(shape, n, stamp);
         }
-        if shape.asking {
+        if shape.asking || (shape.lease.is_none() && stamp.at < shape.ahead_from) {
             return Plan::Plain;
         }
         let held_now = self.held.load(Ordering::Relaxed);
@@ -704,6 +708,15 @@ impl Asking<'_> {
         }
         let sent = self.stamp.at;
         if !reply.decisions.iter().all(Decision::allowed) {
+            // Until the request could pass (a lease life if that cannot be told), no lease.
+            let retry = reply
+                .decisions
+                .iter()
+                .filter(|d| !d.allowed())
+                .map(|d| d.retry_after_micros().unwrap_or(leasing.config.sizing.life))
+                .max()
+                .unwrap_or(0);
+            shape.ahead_from = shape.ahead_from.max(sent.saturating_add(retry));
             // Granted at the time it is granted, which may be past the lease's end by now.
             let now = leasing.restamp(self.stamp);
             return leasing.grant_now(shape, self.permits, now);

@@ -217,3 +217,34 @@ fn a_shape_seen_once_is_not_followed() -> TestResult {
     assert_eq!(leasing.stats().shapes, 1);
     Ok(())
 }
+
+#[test]
+fn a_denied_shape_takes_the_plain_path_until_it_could_pass() -> TestResult {
+    let leasing = leasing(10);
+    let limit = gcra()?;
+    let keys = [b"k".to_vec()];
+    let mut asked_at = None;
+    for at in (1_000..).step_by(10).take(10_000) {
+        if let Plan::Ask(asking) = plan_at(&leasing, &limit, b"k", at, 1) {
+            let mut denied = reply(at, 0, 0);
+            denied.decisions = vec![Decision::deny(1_000, 0, 5_000, Some(3_000))];
+            assert!(asking.learn(&denied).is_none());
+            asked_at = Some(at);
+            break;
+        }
+    }
+    let asked_at = asked_at.ok_or("the shape never asked Redis")?;
+    // Until the request could pass (3 ms on), no lease call: the plain path.
+    for at in (asked_at + 1..asked_at + 3_000).step_by(100) {
+        let stamp = leasing.stamp(Now::At(at));
+        assert!(matches!(
+            leasing.plan(&[request(&limit, 1)], &keys, stamp),
+            Plan::Plain
+        ));
+    }
+    assert!(matches!(
+        plan_at(&leasing, &limit, b"k", asked_at + 3_000, 1),
+        Plan::Ask(_)
+    ));
+    Ok(())
+}
