@@ -3,10 +3,11 @@
 # 100k keys: sluicegate-redis (gcra, fixed-window) against rate-limiter-flexible (Node,
 # RateLimiterRedis over ioredis) and Python `limits` (fixed window, moving window), plus the
 # ceiling `redis-benchmark` reaches for EVALSHA of a trivial script at the same concurrency.
-# Every contender runs against the same Redis in the same run, ROUNDS times interleaved; the
-# table shows medians.
+# Every contender runs against the same Redis in the same run, ROUNDS times interleaved (odd
+# rounds in one order, even rounds in the reverse order: use an even ROUNDS); the table shows
+# medians.
 #
-#   crates/sluicegate-redis/bench/compare.sh [SECONDS=10] [ROUNDS=3] [INFLIGHT=64]
+#   crates/sluicegate-redis/bench/compare.sh [SECONDS=10] [ROUNDS=2] [INFLIGHT=64]
 #
 # Needs redis-server, redis-benchmark, node/npm, python3 and cargo. Installs
 # rate-limiter-flexible and ioredis (npm), limits and redis (pip, in a venv) into BENCH_CACHE
@@ -35,7 +36,7 @@ set -euo pipefail
 cd "$(dirname "$0")"
 here=$(pwd)
 seconds=${1:-10}
-rounds=${2:-3}
+rounds=${2:-2}
 inflight=${3:-64}
 many_keys=100000
 cache=${BENCH_CACHE:-$HOME/.cache/sluicegate-bench}
@@ -107,31 +108,46 @@ echo "# $(date -u +%FT%TZ), $(nproc) cores ($(grep -m1 'model name' /proc/cpuinf
   "pinned: ${BENCH_PIN:-0}, load average $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 export NODE_PATH="$cache/node/node_modules"
 url="redis://127.0.0.1:$port"
+# contender NAME KEYS: one contender's run on KEYS keys.
+contender() {
+  local keys=$2
+  case $1 in
+    gcra | fixed-window) run "$keys" "$bin" "$url" "$seconds" "$inflight" "$keys" "$1" ;;
+    one-thread-*)
+      BENCH_THREADS=1 BENCH_LABEL="sluicegate-redis (1 thread)" \
+        run "$keys" "$bin" "$url" "$seconds" "$inflight" "$keys" "${1#one-thread-}" ;;
+    # Permit leasing (up to 1024 permits a lease): a hot key over its limit mostly leases
+    # nothing (over_limit.sh measures one under it), and a cold key never does.
+    leasing-*)
+      BENCH_LEASE=1024 BENCH_LABEL="sluicegate-redis (leasing 1024)" \
+        run "$keys" "$bin" "$url" "$seconds" "$inflight" "$keys" "${1#leasing-}" ;;
+    baseline-*)
+      BENCH_LABEL="sluicegate-redis (baseline)" \
+        run "$keys" "$BENCH_BASELINE" "$url" "$seconds" "$inflight" "$keys" "${1#baseline-}" ;;
+    rlflex) run "$keys" node "$here/rlflex.js" "$port" "$seconds" "$inflight" "$keys" ;;
+    limits-*)
+      run "$keys" "$cache/venv/bin/python" "$here/limits_bench.py" "$port" "$seconds" "$inflight" \
+        "$keys" "${1#limits-}" ;;
+  esac
+}
+contenders=(gcra leasing-gcra fixed-window leasing-fixed-window one-thread-gcra
+  one-thread-fixed-window rlflex limits-fixed-window limits-moving-window)
+if [ -n "${BENCH_BASELINE:-}" ]; then
+  contenders+=(baseline-gcra baseline-fixed-window)
+fi
 for round in $(seq "$rounds"); do
   ceiling -c "$inflight" -P 1
   ceiling -c 1 -P "$inflight"
   for keys in 1 "$many_keys"; do
-    run "$keys" "$bin" "$url" "$seconds" "$inflight" "$keys" gcra
-    run "$keys" "$bin" "$url" "$seconds" "$inflight" "$keys" fixed-window
-    for algorithm in gcra fixed-window; do
-      BENCH_THREADS=1 BENCH_LABEL="sluicegate-redis (1 thread)" \
-        run "$keys" "$bin" "$url" "$seconds" "$inflight" "$keys" "$algorithm"
-    done
-    # Permit leasing (up to 1024 permits a lease): a hot key over its limit mostly leases
-    # nothing (over_limit.sh measures one under it), and a cold key never does.
-    for algorithm in gcra fixed-window; do
-      BENCH_LEASE=1024 BENCH_LABEL="sluicegate-redis (leasing 1024)" \
-        run "$keys" "$bin" "$url" "$seconds" "$inflight" "$keys" "$algorithm"
-    done
-    if [ -n "${BENCH_BASELINE:-}" ]; then
-      for algorithm in gcra fixed-window; do
-        BENCH_LABEL="sluicegate-redis (baseline)" \
-          run "$keys" "$BENCH_BASELINE" "$url" "$seconds" "$inflight" "$keys" "$algorithm"
-      done
+    # Even rounds run the contenders in the reverse order: on a shared machine whose share of
+    # CPU drifts during a run (the host's steal grows under sustained load), a fixed order
+    # would favour whoever runs first; over a pair of rounds a steady drift cancels out.
+    order=("${contenders[@]}")
+    if ((round % 2 == 0)); then
+      order=()
+      for ((i = ${#contenders[@]} - 1; i >= 0; i--)); do order+=("${contenders[i]}"); done
     fi
-    run "$keys" node "$here/rlflex.js" "$port" "$seconds" "$inflight" "$keys"
-    run "$keys" "$cache/venv/bin/python" "$here/limits_bench.py" "$port" "$seconds" "$inflight" "$keys" fixed-window
-    run "$keys" "$cache/venv/bin/python" "$here/limits_bench.py" "$port" "$seconds" "$inflight" "$keys" moving-window
+    for name in "${order[@]}"; do contender "$name" "$keys"; done
   done
 done
 

@@ -92,6 +92,8 @@ impl LeaseConfig {
 }
 
 /// What a store's leasing has done since the store was made (all zero without leasing).
+/// Reading them walks the shapes followed (at most `max_shapes`) under the leases' lock: for
+/// metrics and pages, not for every request.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct LeaseStats {
     /// Leases taken.
@@ -165,6 +167,22 @@ struct Shape {
     /// the limit, what is left from this process's view (its leased permits included), when
     /// the state is fresh (on the timeline).
     views: Vec<(u64, u64, Micros)>,
+    /// Requests granted from the shape's leases (counted here, under the lock, rather than in
+    /// a counter every core writes).
+    local_grants: u64,
+}
+
+impl Shape {
+    /// Leased permits the shape holds unused: in its leases in hand and in those done, to
+    /// give back.
+    fn unused(&self) -> u64 {
+        let in_hand: u64 = [&self.lease, &self.next]
+            .into_iter()
+            .flatten()
+            .map(|held| held.left)
+            .sum();
+        in_hand + unused_of(&self.pending)
+    }
 }
 
 #[derive(Debug)]
@@ -178,6 +196,8 @@ struct Shapes {
     last_return: Option<Micros>,
     /// The latest time a call was stamped with.
     latest: Micros,
+    /// Local grants of the shapes no longer followed.
+    dropped_local_grants: u64,
 }
 
 /// What a call does with its shape's lease.
@@ -254,10 +274,12 @@ const SWEEP_EVERY: Micros = 1_000_000;
 pub(crate) struct Leasing {
     config: LeaseConfig,
     stamper: Stamper,
+    /// Leased permits reserved: the whole of each lease in hand (what was granted from it is
+    /// released when it is done, so that a local grant writes no counter every core shares),
+    /// and the unused permits of those done, until they go back or are spent.
     held: AtomicU64,
     leases_taken: AtomicU64,
     permits_leased: AtomicU64,
-    local_grants: AtomicU64,
     lease_calls: AtomicU64,
     permits_returned: AtomicU64,
     permits_expired: AtomicU64,
@@ -277,7 +299,6 @@ impl Leasing {
             held: AtomicU64::new(0),
             leases_taken: AtomicU64::new(0),
             permits_leased: AtomicU64::new(0),
-            local_grants: AtomicU64::new(0),
             lease_calls: AtomicU64::new(0),
             permits_returned: AtomicU64::new(0),
             permits_expired: AtomicU64::new(0),
@@ -289,6 +310,7 @@ impl Leasing {
                 last_sweep: None,
                 last_return: None,
                 latest: 0,
+                dropped_local_grants: 0,
             }),
         }
     }
@@ -316,15 +338,21 @@ impl Leasing {
     }
 
     pub(crate) fn stats(&self) -> LeaseStats {
+        let shapes = self.lock();
+        let followed = shapes.by_hash.values();
         LeaseStats {
             leases_taken: self.leases_taken.load(Ordering::Relaxed),
             permits_leased: self.permits_leased.load(Ordering::Relaxed),
-            local_grants: self.local_grants.load(Ordering::Relaxed),
+            local_grants: shapes.dropped_local_grants
+                + followed
+                    .clone()
+                    .map(|shape| shape.local_grants)
+                    .sum::<u64>(),
             lease_calls: self.lease_calls.load(Ordering::Relaxed),
             permits_returned: self.permits_returned.load(Ordering::Relaxed),
             permits_expired_unused: self.permits_expired.load(Ordering::Relaxed),
-            permits_held: self.held.load(Ordering::Relaxed),
-            shapes: self.lock().by_hash.len(),
+            permits_held: followed.map(Shape::unused).sum(),
+            shapes: shapes.by_hash.len(),
         }
     }
 
@@ -389,6 +417,7 @@ impl Leasing {
                     pending: Vec::new(),
                     ahead_from: 0,
                     views: Vec::new(),
+                    local_grants: 0,
                 },
             );
         }
@@ -511,6 +540,7 @@ impl Leasing {
                     .all(|held| held.until <= now);
             if idle {
                 self.drop_leases(shape);
+                shapes.dropped_local_grants += shape.local_grants;
             }
             !idle
         });
@@ -519,6 +549,7 @@ impl Leasing {
     fn drop_all(&self, shapes: &mut Shapes) {
         for shape in shapes.by_hash.values_mut() {
             self.drop_leases(shape);
+            shapes.dropped_local_grants += shape.local_grants;
         }
         shapes.by_hash.clear();
         for slot in &self.sightings {
@@ -568,8 +599,7 @@ impl Leasing {
             .as_mut()
             .filter(|held| held.serves(stamp.at, n))?;
         held.left -= n;
-        self.held.fetch_sub(n, Ordering::Relaxed);
-        self.local_grants.fetch_add(1, Ordering::Relaxed);
+        shape.local_grants += 1;
         let decisions = shape
             .views
             .iter_mut()
@@ -581,15 +611,15 @@ impl Leasing {
         Some((decisions, stamp.at.saturating_add(held.offset)))
     }
 
-    /// A lease done: its unused permits (still held) wait to go back.
+    /// A lease done: what was granted from it is released; its unused permits (still held)
+    /// wait to go back.
     fn retire(&self, shape: &mut Shape, done: Held) {
-        if done.left == 0 {
-            return;
-        }
-        if gives_back(&shape.limits) {
+        let granted = done.terms.permits.saturating_sub(done.left);
+        if done.left > 0 && gives_back(&shape.limits) {
+            self.held.fetch_sub(granted, Ordering::Relaxed);
             shape.pending.push((done.terms, done.left));
         } else {
-            self.held.fetch_sub(done.left, Ordering::Relaxed);
+            self.held.fetch_sub(done.terms.permits, Ordering::Relaxed);
             self.expire(done.left);
         }
     }
@@ -600,7 +630,7 @@ impl Leasing {
             .into_iter()
             .flatten()
         {
-            self.held.fetch_sub(held.left, Ordering::Relaxed);
+            self.held.fetch_sub(held.terms.permits, Ordering::Relaxed);
             self.expire(held.left);
         }
         for (_, unused) in shape.pending.drain(..) {
@@ -656,16 +686,18 @@ impl Leasing {
                 continue;
             }
             let mut returning = Vec::new();
+            let mut released = 0;
             for slot in [&mut shape.lease, &mut shape.next] {
                 if slot.as_ref().is_some_and(|held| all || held.until <= at)
                     && let Some(held) = slot.take()
                 {
+                    released += held.terms.permits;
                     returning.push((held.terms, held.left));
                 }
             }
+            released += unused_of(&shape.pending);
             returning.append(&mut shape.pending);
-            self.held
-                .fetch_sub(unused_of(&returning), Ordering::Relaxed);
+            self.held.fetch_sub(released, Ordering::Relaxed);
             returning.retain(|&(_, unused)| unused > 0);
             if !returning.is_empty() {
                 out.push(Returning {
@@ -780,7 +812,7 @@ impl Asking<'_> {
             &mut shape.lease
         };
         if let Some(old) = slot.replace(taken) {
-            leasing.held.fetch_sub(old.left, Ordering::Relaxed);
+            leasing.held.fetch_sub(old.terms.permits, Ordering::Relaxed);
             leasing.expire(old.left);
         }
         answer
