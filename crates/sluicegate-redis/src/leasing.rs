@@ -42,7 +42,7 @@
 //!   done but not yet given back count against `max_per_process` like those in hand.
 
 use std::collections::HashMap;
-use std::hash::BuildHasher as _;
+use std::hash::{BuildHasher as _, Hash as _, Hasher as _};
 use std::num::NonZeroU64;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
@@ -144,7 +144,9 @@ impl Held {
 
 #[derive(Debug)]
 struct Shape {
-    /// The Redis keys of the call's limits (the shapes are found by their hash).
+    /// Each limit's name and key, as the calls give them (the shapes are found by their hash).
+    ids: Vec<(Box<str>, Box<[u8]>)>,
+    /// The Redis keys of the call's limits, for lease calls.
     keys: Vec<Vec<u8>>,
     limits: Vec<RedisLimit>,
     /// Counts the changes of `limits`: a lease asked for under other limits is not kept.
@@ -173,6 +175,16 @@ struct Shape {
 }
 
 impl Shape {
+    /// Whether `requests` name this shape's limits and keys.
+    fn is_of(&self, requests: &[LimitRequest<'_>]) -> bool {
+        self.ids.len() == requests.len()
+            && self
+                .ids
+                .iter()
+                .zip(requests)
+                .all(|((name, key), r)| **name == *r.name && **key == *r.key)
+    }
+
     /// Leased permits the shape holds unused: in its leases in hand and in those done, to
     /// give back.
     fn unused(&self) -> u64 {
@@ -215,7 +227,8 @@ pub(crate) enum Plan<'a> {
 pub(crate) struct Asking<'a> {
     leasing: &'a Leasing,
     hash: u64,
-    keys: Vec<Vec<u8>>,
+    /// The Redis key of each limit of the call.
+    pub(crate) keys: Vec<Vec<u8>>,
     /// The shape's generation when asked.
     generation: u64,
     stamp: Stamp,
@@ -365,18 +378,19 @@ impl Leasing {
             .then_some(first.permits)
     }
 
-    /// What a check of `requests` (`keys[i]` the Redis key of `requests[i]`) does at `stamp`.
+    /// What a check of `requests` does at `stamp`; `keys_of` builds their Redis keys (only for
+    /// a shape followed from now on: a cold call builds none here).
     pub(crate) fn plan<'a>(
         &'a self,
         requests: &[LimitRequest<'_>],
-        keys: &[Vec<u8>],
         stamp: Stamp,
+        keys_of: impl FnOnce() -> Vec<Vec<u8>>,
     ) -> Plan<'a> {
         let Some(permits) = Self::leasable(requests) else {
             return Plan::Plain;
         };
         let n = permits.get();
-        let hash = self.hash_of(keys);
+        let hash = self.hash_of(requests);
         // A shape is followed from its second request within a lease life: most keys of a
         // wide key space are seen once in a while, and would only churn the table. While the
         // process holds no leased permits, such a shape takes the plain path without the lock
@@ -406,7 +420,11 @@ impl Leasing {
             shapes.by_hash.insert(
                 hash,
                 Shape {
-                    keys: keys.to_vec(),
+                    ids: requests
+                        .iter()
+                        .map(|r| (r.name.into(), r.key.into()))
+                        .collect(),
+                    keys: keys_of(),
                     limits: requests.iter().map(|r| r.limit.clone()).collect(),
                     generation: 0,
                     rate: LocalRate::default(),
@@ -424,7 +442,7 @@ impl Leasing {
         let Some(shape) = shapes
             .by_hash
             .get_mut(&hash)
-            .filter(|shape| shape.keys == keys)
+            .filter(|shape| shape.is_of(requests))
         else {
             return Plan::Plain;
         };
@@ -489,7 +507,7 @@ impl Leasing {
         Plan::Ask(Asking {
             leasing: self,
             hash,
-            keys: keys.to_vec(),
+            keys: shape.keys.clone(),
             generation: shape.generation,
             stamp,
             want,
@@ -499,9 +517,14 @@ impl Leasing {
         })
     }
 
-    /// The hash a shape of `keys` is found by.
-    fn hash_of(&self, keys: &[Vec<u8>]) -> u64 {
-        self.hasher.hash_one(keys)
+    /// The hash the shape of `requests` is found by: of each limit's name and key.
+    fn hash_of(&self, requests: &[LimitRequest<'_>]) -> u64 {
+        let mut hasher = self.hasher.build_hasher();
+        for request in requests {
+            request.name.hash(&mut hasher);
+            request.key.hash(&mut hasher);
+        }
+        hasher.finish()
     }
 
     /// Records a sighting of the shape of `hash` at `at`; whether it was seen within a lease

@@ -36,11 +36,11 @@ fn window() -> Result<RedisLimit, Box<dyn std::error::Error>> {
     )?)
 }
 
-fn request(limit: &RedisLimit, permits: u64) -> LimitRequest<'_> {
+fn request<'a>(limit: &'a RedisLimit, key: &'a [u8], permits: u64) -> LimitRequest<'a> {
     LimitRequest {
         limit,
         name: "n",
-        key: b"k",
+        key,
         permits: NonZeroU64::new(permits).unwrap_or(NonZeroU64::MIN),
     }
 }
@@ -60,10 +60,9 @@ fn reply(at: Micros, leased: u64, given_back: u64) -> LeaseReply {
 /// Asks at `at` until the shape is hot enough to lease, and takes a lease of `leased` permits
 /// ending a lease life later.
 fn take_lease(leasing: &Leasing, limit: &RedisLimit, key: &[u8], at: Micros, leased: u64) {
-    let keys = [key.to_vec()];
     for _ in 0..10_000 {
         let stamp = leasing.stamp(Now::At(at));
-        if let Plan::Ask(asking) = leasing.plan(&[request(limit, 1)], &keys, stamp) {
+        if let Plan::Ask(asking) = leasing.plan(&[request(limit, key, 1)], stamp, || keys_of(key)) {
             let want = asking.want;
             let reply = reply(at, if want > 0 { leased } else { 0 }, 0);
             let _ = asking.learn(&reply);
@@ -75,6 +74,11 @@ fn take_lease(leasing: &Leasing, limit: &RedisLimit, key: &[u8], at: Micros, lea
     panic!("the shape never asked for a lease");
 }
 
+/// The Redis keys of a call of `key` (written out: the table only keeps them).
+fn keys_of(key: &[u8]) -> Vec<Vec<u8>> {
+    vec![key.to_vec()]
+}
+
 fn plan_at<'a>(
     leasing: &'a Leasing,
     limit: &RedisLimit,
@@ -83,7 +87,7 @@ fn plan_at<'a>(
     permits: u64,
 ) -> Plan<'a> {
     let stamp = leasing.stamp(Now::At(at));
-    leasing.plan(&[request(limit, permits)], &[key.to_vec()], stamp)
+    leasing.plan(&[request(limit, key, permits)], stamp, || keys_of(key))
 }
 
 #[test]
@@ -181,7 +185,7 @@ fn a_lease_asked_for_before_a_reload_is_not_kept() -> TestResult {
     let at = 1_000;
     let asking = loop {
         let stamp = leasing.stamp(Now::At(at));
-        match leasing.plan(&[request(&old, 1)], &keys, stamp) {
+        match leasing.plan(&[request(&old, b"k", 1)], stamp, || keys.to_vec()) {
             Plan::Ask(asking) if asking.want > 0 => break asking,
             Plan::Ask(asking) => drop(asking.learn(&reply(at, 0, 0))),
             _ => {}
@@ -238,7 +242,7 @@ fn a_denied_shape_takes_the_plain_path_until_it_could_pass() -> TestResult {
     for at in (asked_at + 1..asked_at + 3_000).step_by(100) {
         let stamp = leasing.stamp(Now::At(at));
         assert!(matches!(
-            leasing.plan(&[request(&limit, 1)], &keys, stamp),
+            leasing.plan(&[request(&limit, b"k", 1)], stamp, || keys.to_vec()),
             Plan::Plain
         ));
     }

@@ -294,14 +294,12 @@ impl RedisStore {
         if self.over_limit.is_none() && leasing.is_none() {
             return self.decide_in_redis(requests, None, op, now).await;
         }
-        let mut keys: Vec<Vec<u8>> = requests
-            .iter()
-            .map(|r| self.keys.key(r.key, r.name.as_bytes(), ""))
-            .collect();
         let cache = self.over_limit.as_deref();
+        // Built here only for the cache; a leasing call builds them when its shape needs them.
+        let mut keys = cache.map(|_| self.request_keys(requests));
         let cache_stamp = cache.map(|cache| cache.stamp(now));
-        if let (Some(cache), Some(stamp)) = (cache, cache_stamp)
-            && let Some((decisions, at)) = cache.answer(requests, &keys, op, stamp)
+        if let (Some(cache), Some(stamp), Some(keys)) = (cache, cache_stamp, &keys)
+            && let Some((decisions, at)) = cache.answer(requests, keys, op, stamp)
         {
             return Ok(RedisMultiDecision {
                 allowed: false,
@@ -315,7 +313,11 @@ impl RedisStore {
         if let Some(leasing) = leasing {
             let stamp = leasing.stamp(now);
             lease_stamp = Some(stamp);
-            match leasing.plan(requests, &keys, stamp) {
+            let keys_of = || match &keys {
+                Some(keys) => keys.clone(),
+                None => self.request_keys(requests),
+            };
+            match leasing.plan(requests, stamp, keys_of) {
                 Plan::Granted(decisions, at) => {
                     return Ok(RedisMultiDecision {
                         allowed: true,
@@ -335,11 +337,12 @@ impl RedisStore {
         // have changed their state, and leaves no entry behind.
         let asked = cache
             .zip(cache_stamp)
-            .map(|(cache, stamp)| cache.forget(&keys, stamp));
+            .zip(keys.as_deref())
+            .map(|((cache, stamp), keys)| cache.forget(keys, stamp));
         let decided = match asking {
             Some(ask) => {
                 let reply = self
-                    .lease_in_redis(requests, &keys, &ask, leasing, now)
+                    .lease_in_redis(requests, &ask.keys, &ask, leasing, now)
                     .await?;
                 match ask.learn(&reply) {
                     Some((decisions, at)) => RedisMultiDecision {
@@ -356,20 +359,25 @@ impl RedisStore {
                     },
                 }
             }
-            None => {
-                // The keys go with the call unless the cache needs them after it.
-                let call_keys = match asked {
-                    Some(_) => keys.clone(),
-                    None => std::mem::take(&mut keys),
-                };
-                self.decide_in_redis(requests, Some(call_keys), op, now)
+            // The keys go with the call unless the cache needs them after it.
+            None if asked.is_some() => {
+                self.decide_in_redis(requests, keys.clone(), op, now)
                     .await?
             }
+            None => self.decide_in_redis(requests, keys.take(), op, now).await?,
         };
-        if let (Some(cache), Some(asked)) = (cache, asked) {
-            cache.learn(requests, &keys, op, asked, &decided.decisions, decided.now);
+        if let (Some(cache), Some(asked), Some(keys)) = (cache, asked, &keys) {
+            cache.learn(requests, keys, op, asked, &decided.decisions, decided.now);
         }
         Ok(decided)
+    }
+
+    /// The Redis key of each request's limit.
+    fn request_keys(&self, requests: &[LimitRequest<'_>]) -> Vec<Vec<u8>> {
+        requests
+            .iter()
+            .map(|r| self.keys.key(r.key, r.name.as_bytes(), ""))
+            .collect()
     }
 
     /// [`RedisStore::decide_all`] in Redis; `keys`, if given, the key of each request (built
