@@ -47,14 +47,20 @@ const LEAN: &str = "lean";
 /// tonic's server, behind `--grpc-server tonic`.
 const TONIC: &str = "tonic";
 
-/// Runs `check` against a `sluicegate serve` in memory on gRPC `server`, and checks it is
+/// The lean server on its worker threads (the default), on the service's own runtime, and
+/// tonic's server.
+const LEAN_FLAGS: &[&str] = &["--grpc-server", LEAN];
+const LEAN_WITHOUT_WORKERS: &[&str] = &["--grpc-server", LEAN, "--grpc-workers", "0"];
+const TONIC_FLAGS: &[&str] = &["--grpc-server", TONIC];
+
+/// Runs `check` against a `sluicegate serve` in memory started with `flags`, and checks it is
 /// still up after.
-async fn in_memory<F, Fut>(server: &str, check: F) -> TestResult
+async fn in_memory<F, Fut>(flags: &[&str], check: F) -> TestResult
 where
     F: FnOnce(SocketAddr) -> Fut,
     Fut: Future<Output = TestResult>,
 {
-    let mut serve = ServeProcess::start(RULES, &["--grpc-server", server])?;
+    let mut serve = ServeProcess::start(RULES, flags)?;
     check(serve.grpc).await?;
     assert!(serve.is_running()?, "serve exited during the check");
     Ok(())
@@ -104,13 +110,18 @@ macro_rules! every_in_memory_check {
 /// The in-memory checks on the lean server.
 mod lean {
     use super::*;
-    every_in_memory_check!(LEAN);
+    every_in_memory_check!(LEAN_FLAGS);
+}
+
+mod lean_without_workers {
+    use super::*;
+    every_in_memory_check!(LEAN_WITHOUT_WORKERS);
 }
 
 /// The in-memory checks on tonic's server.
 mod tonic_server {
     use super::*;
-    every_in_memory_check!(TONIC);
+    every_in_memory_check!(TONIC_FLAGS);
 }
 
 /// `serve` on `redis` under the `closed` policy on gRPC `server`, with a Redis timeout long
@@ -179,7 +190,7 @@ on_both_servers! {
 #[tokio::test]
 async fn lean_unfinished_messages_share_a_connection_budget() -> TestResult {
     in_memory(
-        LEAN,
+        LEAN_FLAGS,
         lean_bounds::a_connections_unfinished_messages_share_one_budget,
     )
     .await

@@ -1,23 +1,27 @@
 //! What `serve` and the proxy both need around their engines, written once: how Redis is
 //! reached behind the failure policy, the admin listener (`/metrics`, the live page, the
 //! manual switch) and the modes the switch sets, the live page's statistics and the typed
-//! `/admin/stats` answer both fill, the rule-file watcher, and TLS at a listener.
+//! `/admin/stats` answer both fill, the rule-file watcher, TLS at a listener, and the worker
+//! threads that serve connections each on a runtime of its own.
 
 mod admin;
 mod admin_page;
 mod lease_metrics;
 mod live;
+mod loads;
 mod modes;
 mod over_limit_metrics;
 mod redis;
 mod rule_watcher;
 mod stats;
 mod tls;
+mod workers;
 
 pub use admin::admin_address_allowed;
 pub(crate) use admin::{AdminApp, OPENMETRICS_TEXT, admin_router, serve_admin};
 pub(crate) use lease_metrics::LeaseMetrics;
 pub(crate) use live::{HeavyHitters, LatencyWindow, RuleSeries, RuleStats};
+pub(crate) use loads::{Counted, Loads};
 pub use modes::{EVERY_RULE, Mode, ModeError, ModeTable, Modes};
 pub(crate) use over_limit_metrics::OverLimitMetrics;
 pub use redis::RedisSettings;
@@ -29,3 +33,4 @@ pub(crate) use stats::{
 };
 pub(crate) use tls::tls_acceptor;
 pub use tls::{TlsError, TlsFiles};
+pub(crate) use workers::{WorkerServer, Workers, start_workers, start_workers_on};

@@ -23,6 +23,7 @@ use tokio::time::Instant;
 use tokio_rustls::TlsAcceptor;
 
 use crate::plumbing::Modes;
+use crate::plumbing::{Counted, WorkerServer};
 use crate::proxy::branch_wakers::BranchWakers;
 use crate::proxy::client_body::ClientBody;
 use crate::proxy::client_idle::{OpenBody, Requests};
@@ -32,7 +33,6 @@ use crate::proxy::guards;
 use crate::proxy::h2_stall::Stalls;
 use crate::proxy::limit_counters::LimitCounters;
 use crate::proxy::lingering::{HandedBack, Lingering};
-use crate::proxy::loads::Counted;
 use crate::proxy::metrics::Metrics;
 use crate::proxy::rewrite::ForwardedClient;
 use crate::proxy::rules::Rules;
@@ -139,10 +139,12 @@ impl ConnectionServer {
             stopping: watch::Sender::new(()),
         }
     }
+}
 
+impl WorkerServer for ConnectionServer {
     /// Serves `stream` from `peer` until it closes; `counted` is dropped with it, or when it
     /// starts lingering.
-    pub(crate) fn serve(&self, stream: TcpStream, peer: SocketAddr, counted: Counted) {
+    fn serve(&self, stream: TcpStream, peer: SocketAddr, counted: Counted) {
         let state = Arc::clone(&self.state);
         let tls = state.tls.clone();
         let one = OneConnection {
@@ -164,7 +166,7 @@ impl ConnectionServer {
 
     /// Waits for the connections being served, and the WebSocket tunnels open, to finish,
     /// up to `grace`; closes the tunnels left.
-    pub(crate) async fn finish(self, grace: Duration) {
+    async fn finish(self, grace: Duration) {
         tracing::info!("proxy: stopped accepting; finishing requests in flight");
         let began = tokio::time::Instant::now();
         self.stopping.send_replace(());

@@ -14,8 +14,8 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
 use sluicegate_http::adaptive::AdaptiveLimitLayer;
 
+use crate::plumbing::Loads;
 use crate::plumbing::{LeaseMetrics, OverLimitMetrics};
-use crate::proxy::loads::Loads;
 use scraped::Scraped;
 pub(crate) use scraped::{Outcomes, RouteCounters};
 

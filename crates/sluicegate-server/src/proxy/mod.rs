@@ -37,7 +37,6 @@ mod limit_counters;
 mod limiter;
 mod lingering;
 mod live;
-mod loads;
 mod metrics;
 mod redis_counters;
 mod redis_route;
@@ -50,7 +49,6 @@ mod server;
 mod switch;
 mod table;
 mod upstream;
-mod workers;
 
 pub use crate::plumbing::{RedisSettings, TlsError, TlsFiles};
 pub use error::{ProxyError, RuleFileError, RuleProblem};

@@ -16,8 +16,8 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use crate::plumbing::{Loads, TlsFiles, WorkerServer as _, Workers, start_workers, tls_acceptor};
 use crate::plumbing::{Modes, RuleWatcher, admin_address_allowed, admin_router, serve_admin};
-use crate::plumbing::{TlsFiles, tls_acceptor};
 use crate::proxy::admin::ProxyAdmin;
 use crate::proxy::connection::{ConnectionServer, State};
 use crate::proxy::error::ProxyError;
@@ -25,14 +25,12 @@ use crate::proxy::forward::{Forwarder, Target};
 use crate::proxy::limit_counters::LimitCounters;
 use crate::proxy::lingering::Lingering;
 use crate::proxy::live::{RouteSeries, sample_every_second};
-use crate::proxy::loads::Loads;
 use crate::proxy::metrics::Metrics;
 use crate::proxy::request_body::BodyBounds;
 use crate::proxy::rewrite::ForwardingFields;
 use crate::proxy::rules::Rules;
 use crate::proxy::table::Table;
 use crate::proxy::upstream::{Reach, Tls, UpstreamClient, UpstreamProtocol};
-use crate::proxy::workers::start_workers;
 
 /// How to run the proxy.
 #[derive(Debug, Clone)]
@@ -323,14 +321,23 @@ pub async fn start(config: ProxyConfig) -> Result<Proxy, ProxyError> {
         ));
         (main, local_addr)
     } else {
-        start_workers(
-            config.listen,
-            config.workers,
-            config.shutdown_grace,
-            &state,
-            &loads,
-            &stopped,
-        )?
+        let workers = Workers {
+            count: config.workers,
+            thread_name: "sluicegate-proxy",
+            grace: config.shutdown_grace,
+        };
+        let worker_state = Arc::clone(&state);
+        let server = move |worker| {
+            UpstreamClient::enter_worker(worker);
+            ConnectionServer::new(Arc::clone(&worker_state))
+        };
+        start_workers(config.listen, &workers, server, &loads, &stopped).map_err(|source| {
+            ProxyError::Bind {
+                address: config.listen,
+                flag: "--listen",
+                source,
+            }
+        })?
     };
     let (admin, admin_addr) = match config.admin {
         Some(address) => {

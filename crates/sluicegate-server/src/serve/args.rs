@@ -60,6 +60,11 @@ pub struct ServeArgs {
     /// whatever deadline the call sets; a call past it is answered DEADLINE_EXCEEDED.
     #[arg(long, env = "SLUICEGATE_GRPC_MESSAGE_TIMEOUT", default_value = "10s", value_parser = parse_positive_duration)]
     pub grpc_message_timeout: Duration,
+    /// How many threads serve gRPC connections on the lean server, each with its own runtime,
+    /// new connections spread evenly over them; 0 serves them on the service's runtime.
+    /// Default: the number of CPUs.
+    #[arg(long, env = "SLUICEGATE_GRPC_WORKERS")]
+    pub grpc_workers: Option<usize>,
     /// Where to listen for HTTP (`/json`, `/healthcheck`, `/rlconfig`, `/metrics`).
     #[arg(long, env = "SLUICEGATE_HTTP_ADDR", default_value = "127.0.0.1:8080")]
     pub http_addr: SocketAddr,
@@ -163,6 +168,9 @@ impl ServeArgs {
                     timeout: self.grpc_keepalive_timeout,
                 }),
                 message_timeout: self.grpc_message_timeout,
+                workers: self
+                    .grpc_workers
+                    .unwrap_or_else(GrpcOptions::default_workers),
             },
         }
     }

@@ -2,12 +2,14 @@
 //! unary layer of `grpc_codec.rs` in place of tonic's generic stack.
 //!
 //! One task per connection, none per call: the connection's task drives HTTP/2 and every call
-//! on it. A call is a future polled in that task; an in-memory decision is ready at its first
+//! on it. The connections are served by worker threads, each on a runtime of its own
+//! (`--grpc-workers`, see `plumbing::start_workers`), or on the service's runtime. A call is a future polled in that task; an in-memory decision is ready at its first
 //! poll, so the call is answered in the same pass that read it, and only a call waiting on
 //! Redis (or on the rest of its message) stays pending until woken. The answer's message is
 //! written into the connection's one buffer, reused call after call.
 
 use std::future::{Future, poll_fn};
+use std::net::SocketAddr;
 use std::pin::{Pin, pin};
 use std::sync::Arc;
 use std::task::{Context, Poll, ready};
@@ -25,6 +27,7 @@ use tokio::sync::watch;
 use tokio::time::{Instant, Sleep};
 use tokio_util::task::TaskTracker;
 
+use crate::plumbing::{Counted, Loads, WorkerServer};
 use crate::serve::engine::Engine;
 use crate::serve::grpc::answer_request;
 use crate::serve::grpc_codec::{
@@ -81,22 +84,17 @@ pub(crate) async fn serve(
     options: ConnectionSettings,
     mut stopped: watch::Receiver<bool>,
 ) {
-    let connections = TaskTracker::new();
-    let for_connections = stopped.clone();
+    let connections = LeanConnections::new(engine, options, stopped.clone());
+    let loads = Loads::new(0);
     let mut stop = pin!(stopped_signal(&mut stopped));
     loop {
         tokio::select! {
             _ = &mut stop => break,
             accepted = listener.accept() => match accepted {
-                Ok((tcp, _)) => {
+                Ok((tcp, peer)) => {
                     // Answers are small: sent at once, not held back for more.
                     let _ = tcp.set_nodelay(true);
-                    connections.spawn(serve_connection(
-                        tcp,
-                        Arc::clone(&engine),
-                        options,
-                        for_connections.clone(),
-                    ));
+                    connections.serve(tcp, peer, loads.count(0));
                 }
                 Err(error) => {
                     // Out of file descriptors, most likely: connections that close make room.
@@ -107,8 +105,53 @@ pub(crate) async fn serve(
         }
     }
     drop(listener);
-    connections.close();
-    connections.wait().await;
+    connections.finish(Duration::MAX).await;
+}
+
+/// The lean server's connections on one runtime (a worker's, or the service's).
+pub(crate) struct LeanConnections {
+    engine: Arc<Engine>,
+    options: ConnectionSettings,
+    stopped: watch::Receiver<bool>,
+    tasks: TaskTracker,
+}
+
+impl LeanConnections {
+    /// Connections answered from `engine`, told to stop (GOAWAY) when `stopped` turns true.
+    pub(crate) fn new(
+        engine: Arc<Engine>,
+        options: ConnectionSettings,
+        stopped: watch::Receiver<bool>,
+    ) -> LeanConnections {
+        LeanConnections {
+            engine,
+            options,
+            stopped,
+            tasks: TaskTracker::new(),
+        }
+    }
+}
+
+impl WorkerServer for LeanConnections {
+    fn serve(&self, stream: TcpStream, _peer: SocketAddr, counted: Counted) {
+        let call = serve_connection(
+            stream,
+            Arc::clone(&self.engine),
+            self.options,
+            self.stopped.clone(),
+        );
+        self.tasks.spawn(async move {
+            call.await;
+            drop(counted);
+        });
+    }
+
+    /// Every connection has been told to stop already (GOAWAY): the calls in flight finish,
+    /// as long as they take (each is bounded by its deadline and the message timeout).
+    async fn finish(self, _grace: Duration) {
+        self.tasks.close();
+        self.tasks.wait().await;
+    }
 }
 
 /// Completes when `stopped` turns true (or its sender is gone).

@@ -13,11 +13,11 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tonic::transport::server::TcpIncoming;
 
-use crate::plumbing::{admin_address_allowed, serve_admin};
+use crate::plumbing::{Loads, Workers, admin_address_allowed, serve_admin, start_workers_on};
 use crate::serve::admin::admin_router;
 use crate::serve::engine::{Engine, EngineOptions};
 use crate::serve::grpc::GrpcService;
-use crate::serve::grpc_lean::{self, ConnectionSettings, Keepalive};
+use crate::serve::grpc_lean::{self, ConnectionSettings, Keepalive, LeanConnections};
 use crate::serve::http::router;
 use crate::serve::metrics::Metrics;
 use crate::serve::reload::{load_rules, rules_in_force, watch as watch_rules};
@@ -66,11 +66,19 @@ pub struct GrpcOptions {
     /// How long a call's request message may take to arrive whole, on the lean server (a call
     /// past it is DEADLINE_EXCEEDED): bounds a call the client leaves without a deadline.
     pub message_timeout: Duration,
+    /// Worker threads serving the lean server's connections, each on a runtime of its own
+    /// (new connections spread evenly over them); 0 serves them on the service's runtime.
+    pub workers: usize,
 }
 
 impl GrpcOptions {
     /// The default message timeout: a rate limit request is a few hundred bytes.
     pub const DEFAULT_MESSAGE_TIMEOUT: Duration = Duration::from_secs(10);
+
+    /// The default number of workers: one per CPU.
+    pub fn default_workers() -> usize {
+        std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
+    }
 }
 
 impl Default for GrpcOptions {
@@ -79,6 +87,7 @@ impl Default for GrpcOptions {
             server: GrpcServer::default(),
             keepalive: None,
             message_timeout: Self::DEFAULT_MESSAGE_TIMEOUT,
+            workers: Self::default_workers(),
         }
     }
 }
@@ -194,14 +203,36 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
     let grpc = config.grpc;
     let keepalive = grpc.keepalive;
     match grpc.server {
-        GrpcServer::Lean => tasks.spawn(async move {
+        GrpcServer::Lean => {
             let settings = ConnectionSettings {
                 keepalive: grpc.keepalive,
                 message_timeout: grpc.message_timeout,
             };
-            grpc_lean::serve(grpc_listener, grpc_engine, settings, grpc_stopped).await;
-            Ok(())
-        }),
+            if grpc.workers == 0 {
+                tasks.spawn(async move {
+                    grpc_lean::serve(grpc_listener, grpc_engine, settings, grpc_stopped).await;
+                    Ok(())
+                })
+            } else {
+                let listener = grpc_listener.into_std()?;
+                let workers = Workers {
+                    count: grpc.workers,
+                    thread_name: "sluicegate-grpc",
+                    grace: Duration::MAX,
+                };
+                let stopped = grpc_stopped.clone();
+                let server = move |_| {
+                    LeanConnections::new(Arc::clone(&grpc_engine), settings, stopped.clone())
+                };
+                let loads = Loads::new(grpc.workers);
+                let main = start_workers_on(&listener, &workers, server, &loads, &grpc_stopped)
+                    .context("cannot start the gRPC workers")?;
+                tasks.spawn(async move {
+                    main.await.context("gRPC workers panicked")?;
+                    Ok(())
+                })
+            }
+        }
         GrpcServer::Tonic => tasks.spawn(async move {
             grpc_server()
                 .http2_keepalive_interval(keepalive.map(|k| k.interval))

@@ -16,7 +16,7 @@ use prometheus_client::metrics::gauge::ConstGauge;
 use sluicegate_http::adaptive::AdaptiveLimitLayer;
 use sluicegate_http::rate_limit::Stats;
 
-use crate::proxy::loads::Loads;
+use crate::plumbing::Loads;
 
 /// A layer's counts as they are now.
 type ReadStats = Box<dyn Fn() -> Stats + Send + Sync>;

@@ -1,7 +1,10 @@
-//! The worker threads: each runs its own single-threaded runtime and accepts on the one
-//! listening socket, serving a connection itself or handing it to the worker serving fewest
-//! (`loads`).
+//! Worker threads, as nginx's worker processes: each runs its own single-threaded runtime and
+//! accepts on the one listening socket, serving a connection itself or handing it to the
+//! worker serving fewest (`loads`). A connection's work then never crosses threads: no
+//! work-stealing scheduler, no wake-up of another core. The proxy serves its clients this way,
+//! and `serve` its gRPC connections.
 
+use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,84 +13,115 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 
-use crate::proxy::connection::{ConnectionServer, State};
-use crate::proxy::error::ProxyError;
-use crate::proxy::loads::{Counted, Loads};
-use crate::proxy::upstream::UpstreamClient;
+use crate::plumbing::loads::{Counted, Loads};
+
+/// What a worker serves its connections with: made on the worker's own thread, so whatever it
+/// spawns runs on that worker's runtime.
+pub(crate) trait WorkerServer: 'static {
+    /// Serves `stream` from `peer` until it closes, on the calling worker's runtime;
+    /// `counted` is dropped when the connection no longer counts as served.
+    fn serve(&self, stream: TcpStream, peer: SocketAddr, counted: Counted);
+
+    /// Once the worker has stopped accepting: lets the connections being served finish,
+    /// within `grace` where the server bounds it.
+    fn finish(self, grace: Duration) -> impl Future<Output = ()>;
+}
+
+/// How the workers are named and started.
+pub(crate) struct Workers {
+    /// How many.
+    pub(crate) count: usize,
+    /// Their threads' name, numbered from 1 (`sluicegate-proxy` makes `sluicegate-proxy-1`).
+    pub(crate) thread_name: &'static str,
+    /// How long connections may take to finish once the workers stop accepting.
+    pub(crate) grace: Duration,
+}
 
 /// A connection on its way to the worker that serves it: the socket is out of the accepting
 /// worker's runtime until the receiving one registers it.
 type Handed = (std::net::TcpStream, SocketAddr, Counted);
 
-/// Binds the listening socket and starts each worker's thread, each with its own
-/// single-threaded runtime accepting on its own handle of that one socket; the task returned
-/// ends when every worker has finished.
+/// Binds `listen` and starts each worker's thread, each with its own single-threaded runtime
+/// accepting on its own handle of that one socket and serving with the server `server(n)`
+/// makes on its thread (`n` from 1); the task returned ends when every worker has finished,
+/// once `stopped` changes. An error: the socket could not be bound, or a thread or runtime
+/// could not be made.
 ///
-/// One socket rather than one `SO_REUSEPORT` socket per worker: a second proxy started on the
-/// same address fails with "address in use" instead of silently taking half of the
+/// One socket rather than one `SO_REUSEPORT` socket per worker: a second process started on
+/// the same address fails with "address in use" instead of silently taking half of the
 /// connections.
-pub(crate) fn start_workers(
+pub(crate) fn start_workers<S, F>(
     listen: SocketAddr,
-    workers: usize,
-    grace: Duration,
-    state: &Arc<State>,
+    workers: &Workers,
+    server: F,
     loads: &Arc<Loads>,
     stopped: &watch::Receiver<bool>,
-) -> Result<(JoinHandle<()>, SocketAddr), ProxyError> {
-    let fail = |source| ProxyError::Bind {
-        address: listen,
-        flag: "--listen",
-        source,
-    };
-    let listener = std_listener(listen).map_err(fail)?;
-    let address = listener.local_addr().map_err(fail)?;
-    let (inboxes, receivers): (Vec<_>, Vec<_>) =
-        (0..workers).map(|_| mpsc::unbounded_channel()).unzip();
+) -> std::io::Result<(JoinHandle<()>, SocketAddr)>
+where
+    S: WorkerServer,
+    F: Fn(usize) -> S + Send + Clone + 'static,
+{
+    let listener = std_listener(listen)?;
+    let address = listener.local_addr()?;
+    let main = start_workers_on(&listener, workers, server, loads, stopped)?;
+    Ok((main, address))
+}
+
+/// [`start_workers`] on a socket already listening (non-blocking, as tokio's `into_std`
+/// leaves one); the task returned ends when every worker has finished.
+pub(crate) fn start_workers_on<S, F>(
+    listener: &std::net::TcpListener,
+    workers: &Workers,
+    server: F,
+    loads: &Arc<Loads>,
+    stopped: &watch::Receiver<bool>,
+) -> std::io::Result<JoinHandle<()>>
+where
+    S: WorkerServer,
+    F: Fn(usize) -> S + Send + Clone + 'static,
+{
+    let (inboxes, receivers): (Vec<_>, Vec<_>) = (0..workers.count)
+        .map(|_| mpsc::unbounded_channel())
+        .unzip();
     let inboxes: Arc<[mpsc::UnboundedSender<Handed>]> = inboxes.into();
-    let mut done = Vec::with_capacity(workers);
+    let mut done = Vec::with_capacity(workers.count);
+    let grace = workers.grace;
     for (worker, inbox) in receivers.into_iter().enumerate() {
-        let listener = listener.try_clone().map_err(fail)?;
+        let listener = listener.try_clone()?;
         // The runtime is built here so that a failure is the caller's error, not a log line.
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
-            .build()
-            .map_err(fail)?;
+            .build()?;
         let (finished, finished_rx) = oneshot::channel::<()>();
         let worker_loop = Worker {
             index: worker,
             loads: Arc::clone(loads),
             inboxes: Arc::clone(&inboxes),
         };
-        let state = Arc::clone(state);
+        let server = server.clone();
         let stopped = stopped.clone();
+        let name = workers.thread_name;
         std::thread::Builder::new()
-            .name(format!("sluicegate-proxy-{}", worker + 1))
+            .name(format!("{name}-{}", worker + 1))
             .spawn(move || {
-                UpstreamClient::enter_worker(worker + 1);
                 runtime.block_on(async move {
+                    let server = server(worker + 1);
                     match TcpListener::from_std(listener) {
                         Ok(listener) => {
                             worker_loop
-                                .run(
-                                    listener,
-                                    inbox,
-                                    ConnectionServer::new(state),
-                                    stopped,
-                                    grace,
-                                )
+                                .run(listener, inbox, server, stopped, grace)
                                 .await;
                         }
                         Err(error) => {
-                            tracing::error!(%error, "proxy: worker {} cannot listen", worker + 1);
+                            tracing::error!(%error, "{name}: worker {} cannot listen", worker + 1);
                         }
                     }
                 });
-                // Upstream connections and pool tasks end with the runtime, before the proxy
-                // says it has stopped.
+                // Connections and the tasks they spawned end with the runtime, before the
+                // caller hears that the workers have stopped.
                 drop(runtime);
                 let _ = finished.send(());
-            })
-            .map_err(fail)?;
+            })?;
         done.push(finished_rx);
     }
     let loads = Arc::clone(loads);
@@ -98,7 +132,7 @@ pub(crate) fn start_workers(
             loads.stop_choosing(worker);
         }
     });
-    Ok((main, address))
+    Ok(main)
 }
 
 /// A non-blocking listening socket with `SO_REUSEADDR` (connections of a previous run in
@@ -128,7 +162,7 @@ impl Worker {
         self,
         listener: TcpListener,
         mut inbox: mpsc::UnboundedReceiver<Handed>,
-        server: ConnectionServer,
+        server: impl WorkerServer,
         mut stopped: watch::Receiver<bool>,
         grace: Duration,
     ) {
@@ -139,14 +173,14 @@ impl Worker {
                 Some((stream, peer, counted)) = inbox.recv() => {
                     match TcpStream::from_std(stream) {
                         Ok(stream) => server.serve(stream, peer, counted),
-                        Err(error) => tracing::warn!(%error, "proxy: cannot take a connection"),
+                        Err(error) => tracing::warn!(%error, "worker: cannot take a connection"),
                     }
                 }
                 accepted = listener.accept() => match accepted {
                     Ok((stream, peer)) => self.place(&server, stream, peer),
                     Err(error) => {
                         // Out of file descriptors, mostly: wait a little rather than spin.
-                        tracing::warn!(%error, "proxy: accept failed");
+                        tracing::warn!(%error, "worker: accept failed");
                         tokio::time::sleep(Duration::from_millis(50)).await;
                     }
                 },
@@ -166,7 +200,7 @@ impl Worker {
     }
 
     /// Serves a connection this worker accepted, or hands it to the worker serving fewest.
-    fn place(&self, server: &ConnectionServer, stream: TcpStream, peer: SocketAddr) {
+    fn place(&self, server: &impl WorkerServer, stream: TcpStream, peer: SocketAddr) {
         let _ = stream.set_nodelay(true);
         let counted = self.loads.assign(self.index);
         if counted.worker() == self.index {
@@ -176,7 +210,7 @@ impl Worker {
         let stream = match stream.into_std() {
             Ok(stream) => stream,
             Err(error) => {
-                tracing::warn!(%error, "proxy: cannot hand a connection over");
+                tracing::warn!(%error, "worker: cannot hand a connection over");
                 return;
             }
         };
