@@ -62,7 +62,8 @@ pub struct ServeArgs {
     pub grpc_message_timeout: Duration,
     /// How many threads serve gRPC connections on the lean server, each with its own runtime,
     /// new connections spread evenly over them; 0 serves them on the service's runtime.
-    /// Default: the number of CPUs.
+    /// Default: the number of CPUs in memory; 0 with Redis, whose connection runs on the
+    /// service's runtime (a worker's call to it would cross threads both ways).
     #[arg(long, env = "SLUICEGATE_GRPC_WORKERS")]
     pub grpc_workers: Option<usize>,
     /// Where to listen for HTTP (`/json`, `/healthcheck`, `/rlconfig`, `/metrics`).
@@ -168,9 +169,10 @@ impl ServeArgs {
                     timeout: self.grpc_keepalive_timeout,
                 }),
                 message_timeout: self.grpc_message_timeout,
-                workers: self
-                    .grpc_workers
-                    .unwrap_or_else(GrpcOptions::default_workers),
+                workers: self.grpc_workers.unwrap_or_else(|| match self.backend() {
+                    BackendOptions::Memory => GrpcOptions::default_workers(),
+                    BackendOptions::Redis(_) => 0,
+                }),
             },
         }
     }
@@ -259,6 +261,23 @@ mod tests {
             Duration::from_secs(2)
         );
         assert!(parse(&["--grpc-message-timeout", "0s"]).is_err());
+        Ok(())
+    }
+
+    #[test]
+    fn grpc_workers_default_to_the_cpus_in_memory_and_to_none_with_redis() -> Result<(), clap::Error>
+    {
+        let workers = |args: &[&str]| {
+            Cli::try_parse_from(["sluicegate", "--config", "rules"].iter().chain(args))
+                .map(|cli| cli.serve.to_config().grpc.workers)
+        };
+        assert_eq!(workers(&[])?, GrpcOptions::default_workers());
+        assert_eq!(workers(&["--redis", "redis://127.0.0.1:6379"])?, 0);
+        assert_eq!(
+            workers(&["--redis", "redis://127.0.0.1:6379", "--grpc-workers", "3"])?,
+            3
+        );
+        assert_eq!(workers(&["--grpc-workers", "0"])?, 0);
         Ok(())
     }
 
