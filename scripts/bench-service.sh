@@ -83,14 +83,7 @@ else
   load="$bin_dir/rls_load"
 fi
 
-work="$(mktemp -d)"
-pids=()
-cleanup() {
-  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-  for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
-  rm -rf "$work"
-}
-trap cleanup EXIT
+source scripts/lib/processes.sh
 
 server_cpu=()
 load_cpu=()
@@ -100,20 +93,6 @@ if [ "$pin" = 1 ]; then
 fi
 
 source scripts/lib/grpc-body.sh
-
-free_port() {
-  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
-
-wait_for_port() {
-  local port="$1" name="$2"
-  for _ in $(seq 1 100); do
-    if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then return 0; fi
-    sleep 0.1
-  done
-  echo "$name did not start listening on port $port" >&2
-  exit 1
-}
 
 write_bench_rules "$work/rules.yaml"
 
@@ -154,7 +133,7 @@ grpc_port[ceiling]="$(free_port)"
 "${server_cpu[@]}" "$noop" --grpc-addr "127.0.0.1:${grpc_port[ceiling]}" >"$work/ceiling.log" 2>&1 &
 pids+=($!)
 server_pid[ceiling]=$!
-wait_for_port "${grpc_port[ceiling]}" "the ceiling server"
+wait_port "${grpc_port[ceiling]}" 10 "the ceiling server"
 
 # Several `serve`s run at once: none serves the admin page (its port would be the same).
 no_admin=()
@@ -170,7 +149,7 @@ start_serve() {
     >"$work/$name.log" 2>&1 &
   pids+=($!)
   server_pid[$name]=$!
-  wait_for_port "${grpc_port[$name]}" "sluicegate serve ($name)"
+  wait_port "${grpc_port[$name]}" 10 "sluicegate serve ($name)"
 }
 
 targets=(ceiling)
@@ -188,7 +167,7 @@ if [ -z "$nghttpd_note" ]; then
     >"$work/nghttpd.log" 2>&1 &
   pids+=($!)
   server_pid[nghttpd]=$!
-  wait_for_port "${grpc_port[nghttpd]}" "nghttpd"
+  wait_port "${grpc_port[nghttpd]}" 10 "nghttpd"
   # It serves files to GET; measuring it means it answers h2load's POST too.
   if h2load -n 4 -c 1 -d "$work/body.grpc" -H 'content-type: application/grpc' \
     -H 'te: trailers' "http://127.0.0.1:${grpc_port[nghttpd]}/$method_path" 2>&1 |
@@ -219,7 +198,7 @@ else
   "${server_cpu[@]}" redis-server --port "$redis_port" --bind 127.0.0.1 --save '' \
     --appendonly no >"$work/redis-server.log" 2>&1 &
   pids+=($!)
-  wait_for_port "$redis_port" "redis-server"
+  wait_port "$redis_port" 10 "redis-server"
   start_serve redis --redis "redis://127.0.0.1:$redis_port"
   targets+=(redis)
   if [ -n "${BENCH_REDIS_LEASE:-}" ]; then
@@ -252,7 +231,7 @@ start_limitador() {
     >"$work/$name.log" 2>&1 &
   pids+=($!)
   server_pid[$name]=$!
-  wait_for_port "${grpc_port[$name]}" "limitador ($name)"
+  wait_port "${grpc_port[$name]}" 10 "limitador ($name)"
 }
 if [ -z "$limitador_note" ]; then
   # The benchmark's rule as limitador writes it: per value of the descriptor's entry `key`,

@@ -13,13 +13,14 @@ trap cleanup EXIT
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
-# wait_port PORT [SECONDS, default 10]: returns once something accepts on PORT.
+# wait_port PORT [SECONDS, default 10] [NAME]: returns once something accepts on PORT; else
+# says that NAME (by default "nothing") does not listen there, and exits.
 wait_port() {
   for _ in $(seq $(( ${2:-10} * 20 ))); do
     (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
     sleep 0.05
   done
-  echo "nothing listens on $1" >&2; exit 1
+  echo "${3:-nothing} does not listen on $1" >&2; exit 1
 }
 
 # nginx_conf NAME MAIN HTTP-BODY: writes $work/NAME/nginx.conf, an nginx as this user in the
