@@ -29,11 +29,11 @@ fn parse_positive_duration(text: &str) -> Result<Duration, String> {
 use crate::serve::clock::ServiceClock;
 use crate::serve::counters::BackendOptions;
 use crate::serve::engine::EngineOptions;
-use crate::serve::grpc_lean::Keepalive;
+use crate::serve::grpc_options::{GrpcOptions, GrpcServer, Keepalive};
 use crate::serve::headers::{HeaderOptions, LegacyHeaderNames};
 use crate::serve::key_cap::DEFAULT_MAX_KEYS;
 use crate::serve::protocol::CallLimits;
-use crate::serve::server::{GrpcOptions, GrpcServer, ServerConfig};
+use crate::serve::server::ServerConfig;
 
 /// Serve the rate limit service (Envoy gRPC and HTTP JSON).
 #[derive(Debug, Clone, Args)]

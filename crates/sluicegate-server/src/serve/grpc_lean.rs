@@ -34,26 +34,8 @@ use crate::serve::grpc_codec::{
     GrpcCode, Refusal, check_head, encode_message, ok_response, ok_trailers, unary_message,
 };
 use crate::serve::grpc_message::{ConnectionBudget, read_message};
+use crate::serve::grpc_options::{GrpcOptions, Keepalive};
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse;
-
-/// What every connection of the lean server keeps to.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct ConnectionSettings {
-    /// HTTP/2 keepalive PINGs sent by the service, if any.
-    pub(crate) keepalive: Option<Keepalive>,
-    /// How long a call's request message may take to arrive whole.
-    pub(crate) message_timeout: Duration,
-}
-
-/// HTTP/2 keepalive: a PING sent every `interval`; a peer that does not answer one within
-/// `timeout` has its connection closed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Keepalive {
-    /// How often a PING is sent.
-    pub interval: Duration,
-    /// How long an answer to it may take.
-    pub timeout: Duration,
-}
 
 /// The HTTP/2 settings of every connection: hyper's server defaults, written out. tonic's server
 /// keeps most of them, but lifts two bounds that this one keeps: 200 concurrent streams, and
@@ -81,7 +63,7 @@ fn http2_settings() -> h2::server::Builder {
 pub(crate) async fn serve(
     listener: TcpListener,
     engine: Arc<Engine>,
-    options: ConnectionSettings,
+    options: GrpcOptions,
     mut stopped: watch::Receiver<bool>,
 ) {
     let connections = LeanConnections::new(engine, options, stopped.clone());
@@ -111,7 +93,7 @@ pub(crate) async fn serve(
 /// The lean server's connections on one runtime (a worker's, or the service's).
 pub(crate) struct LeanConnections {
     engine: Arc<Engine>,
-    options: ConnectionSettings,
+    options: GrpcOptions,
     stopped: watch::Receiver<bool>,
     tasks: TaskTracker,
 }
@@ -120,7 +102,7 @@ impl LeanConnections {
     /// Connections answered from `engine`, told to stop (GOAWAY) when `stopped` turns true.
     pub(crate) fn new(
         engine: Arc<Engine>,
-        options: ConnectionSettings,
+        options: GrpcOptions,
         stopped: watch::Receiver<bool>,
     ) -> LeanConnections {
         LeanConnections {
@@ -164,7 +146,7 @@ async fn stopped_signal(stopped: &mut watch::Receiver<bool>) {
 async fn serve_connection(
     tcp: TcpStream,
     engine: Arc<Engine>,
-    options: ConnectionSettings,
+    options: GrpcOptions,
     mut stopped: watch::Receiver<bool>,
 ) {
     // A client that never sends HTTP/2's preface must not hold the shutdown up.

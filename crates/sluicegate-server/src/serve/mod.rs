@@ -14,6 +14,7 @@ mod grpc;
 mod grpc_codec;
 mod grpc_lean;
 mod grpc_message;
+mod grpc_options;
 mod headers;
 mod http;
 mod json;
@@ -42,7 +43,7 @@ pub use counters::{BackendOptions, RedisTarget};
 pub use engine::{Engine, EngineOptions, LoadedRules};
 pub use engine_error::EngineError;
 pub use grpc::{GrpcService, call_from_proto, verdict_to_proto};
-pub use grpc_lean::Keepalive;
+pub use grpc_options::{GrpcOptions, GrpcServer, Keepalive};
 pub use headers::{HeaderOptions, LegacyHeaderNames, headers_for};
 pub use http::{MAX_BODY_BYTES, router};
 pub use json::{call_from_json, proto_json_duration, verdict_to_json};
@@ -52,7 +53,4 @@ pub use protocol::{
     CallError, CallLimits, CallVerdict, Code, CurrentLimit, DescriptorCall, DescriptorVerdict,
     EnvoyUnit, LimitOverride, RateLimitCall, Statuses,
 };
-pub use server::{
-    GrpcOptions, GrpcServer, RunningServer, ServerConfig, grpc_incoming, grpc_server, runtime,
-    start,
-};
+pub use server::{RunningServer, ServerConfig, grpc_incoming, grpc_server, runtime, start};

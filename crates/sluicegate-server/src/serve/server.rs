@@ -17,7 +17,8 @@ use crate::plumbing::{Loads, Workers, admin_address_allowed, serve_admin, start_
 use crate::serve::admin::admin_router;
 use crate::serve::engine::{Engine, EngineOptions};
 use crate::serve::grpc::GrpcService;
-use crate::serve::grpc_lean::{self, ConnectionSettings, Keepalive, LeanConnections};
+use crate::serve::grpc_lean::{self, LeanConnections};
+use crate::serve::grpc_options::{GrpcOptions, GrpcServer};
 use crate::serve::http::router;
 use crate::serve::metrics::Metrics;
 use crate::serve::reload::{load_rules, rules_in_force, watch as watch_rules};
@@ -43,53 +44,6 @@ pub struct ServerConfig {
     pub admin_token: Option<String>,
     /// How gRPC is served.
     pub grpc: GrpcOptions,
-}
-
-/// Which server answers gRPC. Both answer through the same seam (`grpc::answer_request`) and
-/// are held to the same conformance suite.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
-pub enum GrpcServer {
-    /// h2 driven directly with a small hand-written unary gRPC layer, no task per call.
-    #[default]
-    Lean,
-    /// tonic's server, the path before the lean one: kept to compare against.
-    Tonic,
-}
-
-/// How gRPC is served.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct GrpcOptions {
-    /// Which server.
-    pub server: GrpcServer,
-    /// HTTP/2 keepalive PINGs sent by the service (none: it only answers the client's).
-    pub keepalive: Option<Keepalive>,
-    /// How long a call's request message may take to arrive whole, on the lean server (a call
-    /// past it is DEADLINE_EXCEEDED): bounds a call the client leaves without a deadline.
-    pub message_timeout: Duration,
-    /// Worker threads serving the lean server's connections, each on a runtime of its own
-    /// (new connections spread evenly over them); 0 serves them on the service's runtime.
-    pub workers: usize,
-}
-
-impl GrpcOptions {
-    /// The default message timeout: a rate limit request is a few hundred bytes.
-    pub const DEFAULT_MESSAGE_TIMEOUT: Duration = Duration::from_secs(10);
-
-    /// The default number of workers: one per CPU.
-    pub fn default_workers() -> usize {
-        std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
-    }
-}
-
-impl Default for GrpcOptions {
-    fn default() -> Self {
-        GrpcOptions {
-            server: GrpcServer::default(),
-            keepalive: None,
-            message_timeout: Self::DEFAULT_MESSAGE_TIMEOUT,
-            workers: Self::default_workers(),
-        }
-    }
 }
 
 /// A service that is up: its bound addresses, and the handle to stop it.
@@ -204,13 +158,9 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
     let keepalive = grpc.keepalive;
     match grpc.server {
         GrpcServer::Lean => {
-            let settings = ConnectionSettings {
-                keepalive: grpc.keepalive,
-                message_timeout: grpc.message_timeout,
-            };
             if grpc.workers == 0 {
                 tasks.spawn(async move {
-                    grpc_lean::serve(grpc_listener, grpc_engine, settings, grpc_stopped).await;
+                    grpc_lean::serve(grpc_listener, grpc_engine, grpc, grpc_stopped).await;
                     Ok(())
                 })
             } else {
@@ -221,9 +171,8 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
                     grace: Duration::MAX,
                 };
                 let stopped = grpc_stopped.clone();
-                let server = move |_| {
-                    LeanConnections::new(Arc::clone(&grpc_engine), settings, stopped.clone())
-                };
+                let server =
+                    move |_| LeanConnections::new(Arc::clone(&grpc_engine), grpc, stopped.clone());
                 let loads = Loads::new(grpc.workers);
                 let main = start_workers_on(&listener, &workers, server, &loads, &grpc_stopped)
                     .context("cannot start the gRPC workers")?;
