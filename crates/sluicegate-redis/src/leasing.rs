@@ -271,6 +271,13 @@ fn gives_back(limits: &[RedisLimit]) -> bool {
     })
 }
 
+/// The lease taken ahead becomes the one granted from, if that one is gone.
+fn promote_next(shape: &mut Shape) {
+    if shape.lease.is_none() {
+        shape.lease = shape.next.take();
+    }
+}
+
 /// The unused permits of leases to give back.
 pub(crate) fn unused_of(leases: &[(LeaseTerms, u64)]) -> u64 {
     leases.iter().map(|&(_, unused)| unused).sum()
@@ -394,7 +401,8 @@ impl Leasing {
         // A shape is followed from its second request within a lease life: most keys of a
         // wide key space are seen once in a while, and would only churn the table. While the
         // process holds no leased permits, such a shape takes the plain path without the lock
-        // (a followed shape idle for a lease life holds none either).
+        // (a followed shape idle for a lease life holds none either, once its ended leases have
+        // been handed out: see `to_return`).
         let seen_again = self.seen_again(hash, stamp.at);
         if !seen_again && self.held.load(Ordering::Relaxed) == 0 {
             return Plan::Plain;
@@ -482,15 +490,22 @@ impl Leasing {
         if shape.lease.is_some() && (!running_low || shape.asking || shape.next.is_some()) {
             return self.grant(shape, n, stamp);
         }
-        if shape.asking || (shape.lease.is_none() && stamp.at < shape.ahead_from) {
+        // No lease asked for yet: the plain path, unless permits of the shape's leases wait to
+        // go back (the plain path would find them spent), which go back with a call that
+        // leases nothing.
+        let no_lease_yet = shape.lease.is_none() && stamp.at < shape.ahead_from;
+        if shape.asking || (no_lease_yet && shape.pending.is_empty()) {
             return Plan::Plain;
         }
         let held_now = self.held.load(Ordering::Relaxed);
         let free = self.config.sizing.max_per_process.saturating_sub(held_now);
-        let want = self
-            .config
-            .sizing
-            .extra(shape.rate.per_second(stamp.at), n, free);
+        let want = if no_lease_yet {
+            Some(0)
+        } else {
+            self.config
+                .sizing
+                .extra(shape.rate.per_second(stamp.at), n, free)
+        };
         // A hot shape asks through the lease script even for no permits (at a cap): its
         // request is decided there exactly as on the plain path.
         let want = match (want, shape.lease.is_some(), !shape.pending.is_empty()) {
@@ -647,6 +662,16 @@ impl Leasing {
         }
     }
 
+    /// The leases of `shape` ended at `at` retired (see [`Leasing::retire`]).
+    fn retire_ended(&self, shape: &mut Shape, at: Micros) {
+        let ended = |slot: &mut Option<Held>| slot.take_if(|held| held.until <= at);
+        let done = [ended(&mut shape.lease), ended(&mut shape.next)];
+        for done in done.into_iter().flatten() {
+            self.retire(shape, done);
+        }
+        promote_next(shape);
+    }
+
     /// Every lease of `shape` spent, nothing given back.
     fn drop_leases(&self, shape: &mut Shape) {
         for held in [shape.lease.take(), shape.next.take()]
@@ -702,6 +727,11 @@ impl Leasing {
             if !gives_back(&shape.limits) {
                 if all {
                     self.drop_leases(shape);
+                } else {
+                    // Nothing to give back, but an ended lease of a shape gone idle would
+                    // hold its whole size against `max_per_process` until the shape is seen
+                    // again.
+                    self.retire_ended(shape, at);
                 }
                 continue;
             }
@@ -718,6 +748,7 @@ impl Leasing {
                     returning.push((held.terms, held.left));
                 }
             }
+            promote_next(shape);
             released += unused_of(&shape.pending);
             returning.append(&mut shape.pending);
             self.held.fetch_sub(released, Ordering::Relaxed);

@@ -252,3 +252,52 @@ fn a_denied_shape_takes_the_plain_path_until_it_could_pass() -> TestResult {
     ));
     Ok(())
 }
+
+#[test]
+fn a_denied_shape_still_gives_back_what_waits_to_go_back() -> TestResult {
+    // A window's lease in hand when Redis denies a request asked ahead; the lease then ends
+    // with permits unused. The plain path would find them spent: they go back first, with a
+    // call that leases nothing.
+    let leasing = leasing(10);
+    let limit = window()?;
+    take_lease(&leasing, &limit, b"k", 1_000, 10);
+    let mut denied_at = None;
+    for at in 1_001..1_010 {
+        match plan_at(&leasing, &limit, b"k", at, 1) {
+            Plan::Granted(..) => {}
+            Plan::Ask(asking) => {
+                let mut denied = reply(at, 0, 0);
+                denied.decisions = vec![Decision::deny(1_000, 0, 5_000, Some(100_000))];
+                // Granted from the lease in hand all the same.
+                assert!(asking.learn(&denied).is_some());
+                denied_at = Some(at);
+                break;
+            }
+            Plan::Plain => return Err("a shape with a lease in hand took the plain path".into()),
+        }
+    }
+    let denied_at = denied_at.ok_or("the shape never asked ahead")?;
+    let after = 1_000 + LIFE;
+    assert!(after < denied_at + 100_000);
+    let Plan::Ask(asking) = plan_at(&leasing, &limit, b"k", after, 1) else {
+        return Err("unused permits waiting to go back were left out".into());
+    };
+    assert_eq!(asking.want, 0);
+    assert!(asking.give_back.iter().map(|l| l.1).sum::<u64>() > 0);
+    Ok(())
+}
+
+#[test]
+fn an_idle_bucket_shapes_ended_lease_stops_counting_against_the_process() -> TestResult {
+    let leasing = leasing(10);
+    let limit = gcra()?;
+    take_lease(&leasing, &limit, b"k", 1_000, 10);
+    assert_eq!(leasing.held.load(std::sync::atomic::Ordering::Relaxed), 10);
+    // The shape is not seen again; a call of another shape that asks Redis hands out the
+    // ended leases, and the bucket's is retired on the way.
+    let stamp = leasing.stamp(Now::At(1_000 + LIFE + 1));
+    assert!(leasing.to_return(stamp).is_empty());
+    assert_eq!(leasing.held.load(std::sync::atomic::Ordering::Relaxed), 0);
+    assert_eq!(leasing.stats().permits_expired_unused, 10);
+    Ok(())
+}

@@ -296,7 +296,7 @@ impl RedisStore {
         }
         let cache = self.over_limit.as_deref();
         // Built here only for the cache; a leasing call builds them when its shape needs them.
-        let mut keys = cache.map(|_| self.request_keys(requests));
+        let keys = cache.map(|_| self.request_keys(requests));
         let cache_stamp = cache.map(|cache| cache.stamp(now));
         if let (Some(cache), Some(stamp), Some(keys)) = (cache, cache_stamp, &keys)
             && let Some((decisions, at)) = cache.answer(requests, keys, op, stamp)
@@ -359,12 +359,11 @@ impl RedisStore {
                     },
                 }
             }
-            // The keys go with the call unless the cache needs them after it.
-            None if asked.is_some() => {
+            // Built only for the cache, which needs them again after the call.
+            None => {
                 self.decide_in_redis(requests, keys.clone(), op, now)
                     .await?
             }
-            None => self.decide_in_redis(requests, keys.take(), op, now).await?,
         };
         if let (Some(cache), Some(asked), Some(keys)) = (cache, asked, &keys) {
             cache.learn(requests, keys, op, asked, &decided.decisions, decided.now);

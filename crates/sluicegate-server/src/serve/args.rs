@@ -63,7 +63,8 @@ pub struct ServeArgs {
     /// How many threads serve gRPC connections on the lean server, each with its own runtime,
     /// new connections spread evenly over them; 0 serves them on the service's runtime.
     /// Default: the number of CPUs in memory; 0 with Redis, whose connection runs on the
-    /// service's runtime (a worker's call to it would cross threads both ways).
+    /// service's runtime (a worker's call to it would cross threads both ways). Only the lean
+    /// server has workers: `--grpc-server tonic` serves on the service's runtime.
     #[arg(long, env = "SLUICEGATE_GRPC_WORKERS")]
     pub grpc_workers: Option<usize>,
     /// Where to listen for HTTP (`/json`, `/healthcheck`, `/rlconfig`, `/metrics`).

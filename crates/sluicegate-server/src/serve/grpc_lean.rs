@@ -3,10 +3,11 @@
 //!
 //! One task per connection, none per call: the connection's task drives HTTP/2 and every call
 //! on it. The connections are served by worker threads, each on a runtime of its own
-//! (`--grpc-workers`, see `plumbing::start_workers`), or on the service's runtime. A call is a future polled in that task; an in-memory decision is ready at its first
-//! poll, so the call is answered in the same pass that read it, and only a call waiting on
-//! Redis (or on the rest of its message) stays pending until woken. The answer's message is
-//! written into the connection's one buffer, reused call after call.
+//! (`--grpc-workers`, see `plumbing::start_workers`), or on the service's runtime. A call is a
+//! future polled in that task; an in-memory decision is ready at its first poll, so the call is
+//! answered in the same pass that read it, and only a call waiting on Redis (or on the rest of
+//! its message) stays pending until woken. The answer's message is written into the
+//! connection's one buffer, reused call after call.
 
 use std::future::{Future, poll_fn};
 use std::net::SocketAddr;
