@@ -87,11 +87,15 @@ where
     let mut done = Vec::with_capacity(workers.count);
     let grace = workers.grace;
     for (worker, inbox) in receivers.into_iter().enumerate() {
-        let listener = listener.try_clone()?;
-        // The runtime is built here so that a failure is the caller's error, not a log line.
+        // The runtime is built, and the socket registered with it, here, so that a failure is
+        // the caller's error, not a log line.
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;
+        let listener = {
+            let _entered = runtime.enter();
+            TcpListener::from_std(listener.try_clone()?)?
+        };
         let (finished, finished_rx) = oneshot::channel::<()>();
         let worker_loop = Worker {
             index: worker,
@@ -106,16 +110,9 @@ where
             .spawn(move || {
                 runtime.block_on(async move {
                     let server = server(worker + 1);
-                    match TcpListener::from_std(listener) {
-                        Ok(listener) => {
-                            worker_loop
-                                .run(listener, inbox, server, stopped, grace)
-                                .await;
-                        }
-                        Err(error) => {
-                            tracing::error!(%error, "{name}: worker {} cannot listen", worker + 1);
-                        }
-                    }
+                    worker_loop
+                        .run(listener, inbox, server, stopped, grace)
+                        .await;
                 });
                 // Connections and the tasks they spawned end with the runtime, before the
                 // caller hears that the workers have stopped.
