@@ -16,15 +16,15 @@ use crate::store::RedisStore;
 
 impl RedisStore {
     /// Decides `requests` (a check) in Redis and leases `ask.want` more permits of each with
-    /// them, giving back `ask.give_back` first; `keys[i]` is the Redis key of `requests[i]`.
+    /// them, giving back `ask.give_back` first.
     pub(crate) async fn lease_in_redis(
         &self,
         requests: &[LimitRequest<'_>],
-        keys: &[Vec<u8>],
         ask: &Asking<'_>,
         leasing: Option<&Leasing>,
         now: Now,
     ) -> Result<LeaseReply, RedisLimitError> {
+        let keys = self.request_keys(requests);
         for (i, request) in requests.iter().enumerate() {
             if keys[..i].contains(&keys[i]) {
                 return Err(RedisLimitError::Unsupported(format!(
@@ -42,7 +42,7 @@ impl RedisStore {
         if let Some(leasing) = leasing {
             leasing.count_call();
         }
-        let reply = self.call_with(Entry::Lease, keys, &args).await?;
+        let reply = self.call_with(Entry::Lease, &keys, &args).await?;
         parse_lease_reply(&reply, requests.len())
     }
 
@@ -97,7 +97,12 @@ impl RedisStore {
                 self.push_limit(&mut args, limit, 1);
             }
             leasing.count_call();
-            let back = match self.call_with(Entry::Lease, &r.keys, &args).await {
+            let keys: Vec<Vec<u8>> = r
+                .ids
+                .iter()
+                .map(|(name, key)| self.state_key(name, key))
+                .collect();
+            let back = match self.call_with(Entry::Lease, &keys, &args).await {
                 Ok(reply) => parse_return_reply(&reply),
                 Err(e) => Err(e),
             };

@@ -145,11 +145,10 @@ impl Held {
 #[derive(Debug)]
 struct Shape {
     /// Each limit's name and key, as the calls give them (the shapes are found by their hash).
-    ids: Vec<(Box<str>, Box<[u8]>)>,
-    /// The Redis keys of the call's limits, for lease calls.
-    keys: Vec<Vec<u8>>,
+    ids: Vec<LimitId>,
     limits: Vec<RedisLimit>,
-    /// Counts the changes of `limits`: a lease asked for under other limits is not kept.
+    /// Names this shape with these limits, unique in the store (a new one when the limits
+    /// change): a lease asked for under another is not kept.
     generation: u64,
     rate: LocalRate,
     last_seen: Micros,
@@ -210,7 +209,12 @@ struct Shapes {
     latest: Micros,
     /// Local grants of the shapes no longer followed.
     dropped_local_grants: u64,
+    /// The generations given out so far.
+    generations: u64,
 }
+
+/// A limit's name and key, as a call gives them.
+pub(crate) type LimitId = (Box<str>, Box<[u8]>);
 
 /// What a call does with its shape's lease.
 pub(crate) enum Plan<'a> {
@@ -227,8 +231,6 @@ pub(crate) enum Plan<'a> {
 pub(crate) struct Asking<'a> {
     leasing: &'a Leasing,
     hash: u64,
-    /// The Redis key of each limit of the call.
-    pub(crate) keys: Vec<Vec<u8>>,
     /// The shape's generation when asked.
     generation: u64,
     stamp: Stamp,
@@ -254,7 +256,8 @@ pub(crate) struct LeaseReply {
 /// A shape's leases to give back, with its limits and keys.
 #[derive(Debug, Clone)]
 pub(crate) struct Returning {
-    pub(crate) keys: Vec<Vec<u8>>,
+    /// Each limit's name and key.
+    pub(crate) ids: Vec<LimitId>,
     pub(crate) limits: Vec<RedisLimit>,
     /// Each lease and its unused permits.
     pub(crate) leases: Vec<(LeaseTerms, u64)>,
@@ -331,6 +334,7 @@ impl Leasing {
                 last_return: None,
                 latest: 0,
                 dropped_local_grants: 0,
+                generations: 0,
             }),
         }
     }
@@ -385,14 +389,8 @@ impl Leasing {
             .then_some(first.permits)
     }
 
-    /// What a check of `requests` does at `stamp`; `keys_of` builds their Redis keys (only for
-    /// a shape followed from now on: a cold call builds none here).
-    pub(crate) fn plan<'a>(
-        &'a self,
-        requests: &[LimitRequest<'_>],
-        stamp: Stamp,
-        keys_of: impl FnOnce() -> Vec<Vec<u8>>,
-    ) -> Plan<'a> {
+    /// What a check of `requests` does at `stamp`.
+    pub(crate) fn plan<'a>(&'a self, requests: &[LimitRequest<'_>], stamp: Stamp) -> Plan<'a> {
         let Some(permits) = Self::leasable(requests) else {
             return Plan::Plain;
         };
@@ -425,6 +423,8 @@ impl Leasing {
                     return Plan::Plain;
                 }
             }
+            shapes.generations += 1;
+            let generation = shapes.generations;
             shapes.by_hash.insert(
                 hash,
                 Shape {
@@ -432,9 +432,8 @@ impl Leasing {
                         .iter()
                         .map(|r| (r.name.into(), r.key.into()))
                         .collect(),
-                    keys: keys_of(),
                     limits: requests.iter().map(|r| r.limit.clone()).collect(),
-                    generation: 0,
+                    generation,
                     rate: LocalRate::default(),
                     last_seen: stamp.at,
                     asking: false,
@@ -447,18 +446,22 @@ impl Leasing {
                 },
             );
         }
-        let Some(shape) = shapes
-            .by_hash
-            .get_mut(&hash)
-            .filter(|shape| shape.is_of(requests))
-        else {
+        let Shapes {
+            by_hash,
+            generations,
+            ..
+        } = &mut *shapes;
+        let Some(shape) = by_hash.get_mut(&hash).filter(|shape| shape.is_of(requests)) else {
             return Plan::Plain;
         };
         if !shape.limits.iter().eq(requests.iter().map(|r| r.limit)) {
-            // New parameters (a rule reload): the old leases are spent, the rate starts over.
+            // New parameters (a rule reload): the old leases are spent, the rate starts over,
+            // and a lease call in flight is answered under the old ones (not kept).
             self.drop_leases(shape);
             shape.limits = requests.iter().map(|r| r.limit.clone()).collect();
-            shape.generation += 1;
+            *generations += 1;
+            shape.generation = *generations;
+            shape.asking = false;
             shape.rate = LocalRate::default();
             shape.ahead_from = 0;
         }
@@ -522,7 +525,6 @@ impl Leasing {
         Plan::Ask(Asking {
             leasing: self,
             hash,
-            keys: shape.keys.clone(),
             generation: shape.generation,
             stamp,
             want,
@@ -755,7 +757,7 @@ impl Leasing {
             returning.retain(|&(_, unused)| unused > 0);
             if !returning.is_empty() {
                 out.push(Returning {
-                    keys: shape.keys.clone(),
+                    ids: shape.ids.clone(),
                     limits: shape.limits.clone(),
                     leases: returning,
                 });
@@ -780,18 +782,14 @@ impl Asking<'_> {
         let Some(shape) = shapes
             .by_hash
             .get_mut(&self.hash)
-            .filter(|shape| timeline_kept && shape.keys == self.keys)
+            .filter(|shape| timeline_kept && shape.generation == self.generation)
         else {
-            // The shapes were dropped meanwhile: the lease is not kept, so it is spent.
+            // The shape was dropped meanwhile, or its limits changed (a rule reload): a lease
+            // asked for under others is not kept, so it is spent.
             leasing.expire(reply.leased);
             return None;
         };
         shape.asking = false;
-        if shape.generation != self.generation {
-            // The limits changed meanwhile (a rule reload): a lease of the old ones is spent.
-            leasing.expire(reply.leased);
-            return None;
-        }
         let sent = self.stamp.at;
         if !reply.decisions.iter().all(Decision::allowed) {
             // Until the request could pass (a lease life if that cannot be told), no lease.
@@ -888,7 +886,7 @@ impl Drop for Asking<'_> {
         if let Some(shape) = shapes
             .by_hash
             .get_mut(&self.hash)
-            .filter(|shape| shape.keys == self.keys)
+            .filter(|shape| shape.generation == self.generation)
         {
             shape.asking = false;
             shape.ahead_from = self.stamp.at.saturating_add(life);

@@ -57,12 +57,21 @@ fn reply(at: Micros, leased: u64, given_back: u64) -> LeaseReply {
     }
 }
 
+/// Redis's answer to a lease call at `at` that denied the request, which could pass `retry`
+/// later, and leased nothing.
+fn denied(at: Micros, retry: Micros) -> LeaseReply {
+    LeaseReply {
+        decisions: vec![Decision::deny(1_000, 0, 5_000, Some(retry))],
+        ..reply(at, 0, 0)
+    }
+}
+
 /// Asks at `at` until the shape is hot enough to lease, and takes a lease of `leased` permits
 /// ending a lease life later.
 fn take_lease(leasing: &Leasing, limit: &RedisLimit, key: &[u8], at: Micros, leased: u64) {
     for _ in 0..10_000 {
         let stamp = leasing.stamp(Now::At(at));
-        if let Plan::Ask(asking) = leasing.plan(&[request(limit, key, 1)], stamp, || keys_of(key)) {
+        if let Plan::Ask(asking) = leasing.plan(&[request(limit, key, 1)], stamp) {
             let want = asking.want;
             let reply = reply(at, if want > 0 { leased } else { 0 }, 0);
             let _ = asking.learn(&reply);
@@ -74,11 +83,6 @@ fn take_lease(leasing: &Leasing, limit: &RedisLimit, key: &[u8], at: Micros, lea
     panic!("the shape never asked for a lease");
 }
 
-/// The Redis keys of a call of `key` (written out: the table only keeps them).
-fn keys_of(key: &[u8]) -> Vec<Vec<u8>> {
-    vec![key.to_vec()]
-}
-
 fn plan_at<'a>(
     leasing: &'a Leasing,
     limit: &RedisLimit,
@@ -87,7 +91,7 @@ fn plan_at<'a>(
     permits: u64,
 ) -> Plan<'a> {
     let stamp = leasing.stamp(Now::At(at));
-    leasing.plan(&[request(limit, key, permits)], stamp, || keys_of(key))
+    leasing.plan(&[request(limit, key, permits)], stamp)
 }
 
 #[test]
@@ -181,11 +185,9 @@ fn an_ended_bucket_lease_is_spent_not_given_back() -> TestResult {
 fn a_lease_asked_for_before_a_reload_is_not_kept() -> TestResult {
     let leasing = leasing(10);
     let (old, new) = (gcra()?, RedisLimit::gcra(Rate::per_second(10)?, 1)?);
-    let keys = [b"k".to_vec()];
     let at = 1_000;
     let asking = loop {
-        let stamp = leasing.stamp(Now::At(at));
-        match leasing.plan(&[request(&old, b"k", 1)], stamp, || keys.to_vec()) {
+        match plan_at(&leasing, &old, b"k", at, 1) {
             Plan::Ask(asking) if asking.want > 0 => break asking,
             Plan::Ask(asking) => drop(asking.learn(&reply(at, 0, 0))),
             _ => {}
@@ -226,13 +228,10 @@ fn a_shape_seen_once_is_not_followed() -> TestResult {
 fn a_denied_shape_takes_the_plain_path_until_it_could_pass() -> TestResult {
     let leasing = leasing(10);
     let limit = gcra()?;
-    let keys = [b"k".to_vec()];
     let mut asked_at = None;
     for at in (1_000..).step_by(10).take(10_000) {
         if let Plan::Ask(asking) = plan_at(&leasing, &limit, b"k", at, 1) {
-            let mut denied = reply(at, 0, 0);
-            denied.decisions = vec![Decision::deny(1_000, 0, 5_000, Some(3_000))];
-            assert!(asking.learn(&denied).is_none());
+            assert!(asking.learn(&denied(at, 3_000)).is_none());
             asked_at = Some(at);
             break;
         }
@@ -240,9 +239,8 @@ fn a_denied_shape_takes_the_plain_path_until_it_could_pass() -> TestResult {
     let asked_at = asked_at.ok_or("the shape never asked Redis")?;
     // Until the request could pass (3 ms on), no lease call: the plain path.
     for at in (asked_at + 1..asked_at + 3_000).step_by(100) {
-        let stamp = leasing.stamp(Now::At(at));
         assert!(matches!(
-            leasing.plan(&[request(&limit, b"k", 1)], stamp, || keys.to_vec()),
+            plan_at(&leasing, &limit, b"k", at, 1),
             Plan::Plain
         ));
     }
@@ -266,10 +264,8 @@ fn a_denied_shape_still_gives_back_what_waits_to_go_back() -> TestResult {
         match plan_at(&leasing, &limit, b"k", at, 1) {
             Plan::Granted(..) => {}
             Plan::Ask(asking) => {
-                let mut denied = reply(at, 0, 0);
-                denied.decisions = vec![Decision::deny(1_000, 0, 5_000, Some(100_000))];
                 // Granted from the lease in hand all the same.
-                assert!(asking.learn(&denied).is_some());
+                assert!(asking.learn(&denied(at, 100_000)).is_some());
                 denied_at = Some(at);
                 break;
             }

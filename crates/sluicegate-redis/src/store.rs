@@ -292,10 +292,9 @@ impl RedisStore {
     ) -> Result<RedisMultiDecision, RedisLimitError> {
         let leasing = self.leasing.as_deref().filter(|_| op == Op::Check);
         if self.over_limit.is_none() && leasing.is_none() {
-            return self.decide_in_redis(requests, None, op, now).await;
+            return self.decide_in_redis(requests, op, now).await;
         }
         let cache = self.over_limit.as_deref();
-        // Built here only for the cache; a leasing call builds them when its shape needs them.
         let keys = cache.map(|_| self.request_keys(requests));
         let cache_stamp = cache.map(|cache| cache.stamp(now));
         if let (Some(cache), Some(stamp), Some(keys)) = (cache, cache_stamp, &keys)
@@ -313,11 +312,7 @@ impl RedisStore {
         if let Some(leasing) = leasing {
             let stamp = leasing.stamp(now);
             lease_stamp = Some(stamp);
-            let keys_of = || match &keys {
-                Some(keys) => keys.clone(),
-                None => self.request_keys(requests),
-            };
-            match leasing.plan(requests, stamp, keys_of) {
+            match leasing.plan(requests, stamp) {
                 Plan::Granted(decisions, at) => {
                     return Ok(RedisMultiDecision {
                         allowed: true,
@@ -341,9 +336,7 @@ impl RedisStore {
             .map(|((cache, stamp), keys)| cache.forget(keys, stamp));
         let decided = match asking {
             Some(ask) => {
-                let reply = self
-                    .lease_in_redis(requests, &ask.keys, &ask, leasing, now)
-                    .await?;
+                let reply = self.lease_in_redis(requests, &ask, leasing, now).await?;
                 match ask.learn(&reply) {
                     Some((decisions, at)) => RedisMultiDecision {
                         allowed: true,
@@ -359,11 +352,7 @@ impl RedisStore {
                     },
                 }
             }
-            // Built only for the cache, which needs them again after the call.
-            None => {
-                self.decide_in_redis(requests, keys.clone(), op, now)
-                    .await?
-            }
+            None => self.decide_in_redis(requests, op, now).await?,
         };
         if let (Some(cache), Some(asked), Some(keys)) = (cache, asked, &keys) {
             cache.learn(requests, keys, op, asked, &decided.decisions, decided.now);
@@ -372,19 +361,23 @@ impl RedisStore {
     }
 
     /// The Redis key of each request's limit.
-    fn request_keys(&self, requests: &[LimitRequest<'_>]) -> Vec<Vec<u8>> {
+    pub(crate) fn request_keys(&self, requests: &[LimitRequest<'_>]) -> Vec<Vec<u8>> {
         requests
             .iter()
-            .map(|r| self.keys.key(r.key, r.name.as_bytes(), ""))
+            .map(|r| self.state_key(r.name, r.key))
             .collect()
     }
 
-    /// [`RedisStore::decide_all`] in Redis; `keys`, if given, the key of each request (built
-    /// by the caller already).
+    /// The key limit `name` keeps `key`'s state under (all but a concurrency limit's, see
+    /// [`RedisStore::limit_keys`]).
+    pub(crate) fn state_key(&self, name: &str, key: &[u8]) -> Vec<u8> {
+        self.keys.key(key, name.as_bytes(), "")
+    }
+
+    /// [`RedisStore::decide_all`] in Redis.
     async fn decide_in_redis(
         &self,
         requests: &[LimitRequest<'_>],
-        keys: Option<Vec<Vec<u8>>>,
         op: Op,
         now: Now,
     ) -> Result<RedisMultiDecision, RedisLimitError> {
@@ -403,13 +396,7 @@ impl RedisStore {
             && let Some(entry) = only.limit.one_entry()
         {
             check_request(only, op)?;
-            let key = match keys.and_then(|mut keys| keys.pop()) {
-                Some(key) => key,
-                None => self.keys.key(only.key, only.name.as_bytes(), ""),
-            };
-            return self
-                .decide_one(entry, only, key, op_name, max_wait, now)
-                .await;
+            return self.decide_one(entry, only, op_name, max_wait, now).await;
         }
         let mut keys = Vec::new();
         let mut args = vec![
@@ -470,16 +457,16 @@ impl RedisStore {
     }
 
     /// One limit with an entry point of its own: fewer arguments (its parameters in one),
-    /// fewer reply values. `key` is the request's Redis key; the request is checked already.
+    /// fewer reply values. The request is checked already.
     async fn decide_one(
         &self,
         entry: OneEntry,
         request: &LimitRequest<'_>,
-        key: Vec<u8>,
         op_name: &'static str,
         max_wait: Option<Micros>,
         now: Now,
     ) -> Result<RedisMultiDecision, RedisLimitError> {
+        let key = self.state_key(request.name, request.key);
         let mut params = Joined::default();
         request
             .limit
