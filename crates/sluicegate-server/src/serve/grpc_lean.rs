@@ -117,14 +117,14 @@ impl LeanConnections {
 
 impl WorkerServer for LeanConnections {
     fn serve(&self, stream: TcpStream, _peer: SocketAddr, counted: Counted) {
-        let call = serve_connection(
+        let connection = serve_connection(
             stream,
             Arc::clone(&self.engine),
             self.options,
             self.stopped.clone(),
         );
         self.tasks.spawn(async move {
-            call.await;
+            connection.await;
             drop(counted);
         });
     }
