@@ -52,6 +52,7 @@ async fn garbage_protobuf_is_a_grpc_error_not_a_crash() -> TestResult {
         http_addr: "127.0.0.1:0".parse()?,
         engine: EngineOptions::default(),
         reload_interval: Duration::from_secs(60),
+        shutdown_grace: Duration::from_secs(30),
         admin_addr: Some("127.0.0.1:0".parse()?),
         admin_token: None,
         grpc: Default::default(),

@@ -160,6 +160,7 @@ async fn off_loopback_the_admin_api_needs_the_token() -> TestResult {
             http_addr: "127.0.0.1:0".parse()?,
             engine: EngineOptions::default(),
             reload_interval: Duration::from_secs(60),
+            shutdown_grace: Duration::from_secs(30),
             admin_addr: Some("0.0.0.0:0".parse()?),
             admin_token: token.map(str::to_owned),
             grpc: Default::default(),

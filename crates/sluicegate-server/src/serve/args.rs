@@ -123,6 +123,10 @@ pub struct ServeArgs {
     /// proxy's flag of the same name.
     #[arg(long, env = "SLUICEGATE_RELOAD_INTERVAL", default_value = "1s", value_parser = parse_reload_interval)]
     pub reload_interval: Duration,
+    /// How long a shutdown (SIGTERM, Ctrl-C) waits for the calls in flight and the connections
+    /// told to close, as the proxy's flag of the same name; those left then are closed.
+    #[arg(long, env = "SLUICEGATE_SHUTDOWN_GRACE", default_value = "30s", value_parser = sluicegate::rate::parse_duration)]
+    pub shutdown_grace: Duration,
     /// The same in milliseconds: the flag's older form, still taken.
     #[arg(long, env = "SLUICEGATE_RELOAD_INTERVAL_MS", hide = true, conflicts_with = "reload_interval", value_parser = clap::value_parser!(u64).range(10..))]
     pub reload_interval_ms: Option<u64>,
@@ -161,6 +165,7 @@ impl ServeArgs {
             reload_interval: self
                 .reload_interval_ms
                 .map_or(self.reload_interval, Duration::from_millis),
+            shutdown_grace: self.shutdown_grace,
             admin_addr: (!self.no_admin).then_some(self.admin_addr),
             admin_token: self.admin_token.clone(),
             grpc: GrpcOptions {

@@ -60,11 +60,12 @@ fn http2_settings() -> h2::server::Builder {
 
 /// Serves gRPC on `listener` from `engine` until `stopped` turns true; then sends GOAWAY on
 /// every connection, lets the calls in flight finish, and returns when every connection has
-/// closed.
+/// closed, or `grace` after it stopped.
 pub(crate) async fn serve(
     listener: TcpListener,
     engine: Arc<Engine>,
     options: GrpcOptions,
+    grace: Duration,
     mut stopped: watch::Receiver<bool>,
 ) {
     let connections = LeanConnections::new(engine, options, stopped.clone());
@@ -88,7 +89,7 @@ pub(crate) async fn serve(
         }
     }
     drop(listener);
-    connections.finish(Duration::MAX).await;
+    connections.finish(grace).await;
 }
 
 /// The lean server's connections on one runtime (a worker's, or the service's).
@@ -129,11 +130,19 @@ impl WorkerServer for LeanConnections {
         });
     }
 
-    /// Every connection has been told to stop already (GOAWAY): the calls in flight finish,
-    /// as long as they take (each is bounded by its deadline and the message timeout).
-    async fn finish(self, _grace: Duration) {
+    /// Every connection has been told to stop already (GOAWAY): the calls in flight finish
+    /// within `grace`. The connections left then are dropped with the worker's runtime.
+    async fn finish(self, grace: Duration) {
         self.tasks.close();
-        self.tasks.wait().await;
+        if tokio::time::timeout(grace, self.tasks.wait())
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                ?grace,
+                "gRPC connections still open after the shutdown grace"
+            );
+        }
     }
 }
 

@@ -38,6 +38,9 @@ pub struct ServerConfig {
     pub engine: EngineOptions,
     /// How often the rules are checked for changes.
     pub reload_interval: Duration,
+    /// How long a shutdown waits for calls in flight and connections told to close; those
+    /// left then are closed.
+    pub shutdown_grace: Duration,
     /// Where the live page and the manual switch listen (none: not served).
     pub admin_addr: Option<SocketAddr>,
     /// The token every admin API call must carry; required off loopback.
@@ -59,13 +62,28 @@ pub struct RunningServer {
     pub engine: Arc<Engine>,
     stop: watch::Sender<bool>,
     tasks: JoinSet<anyhow::Result<()>>,
+    shutdown_grace: Duration,
 }
 
 impl RunningServer {
-    /// Stops accepting, lets calls in flight finish, and waits for both listeners to close.
+    /// Stops accepting, lets calls in flight finish, and waits for the listeners to close:
+    /// up to the shutdown grace, after which the connections left are closed (a client that
+    /// never began HTTP/2, or never answers the PING that GOAWAY sends, would otherwise hold
+    /// the shutdown up for as long as it stays). Leased permits then go back to Redis.
     pub async fn shutdown(mut self) -> anyhow::Result<()> {
         let _ = self.stop.send(true);
-        let stopped = self.join().await;
+        let grace = self.shutdown_grace;
+        let stopped = match tokio::time::timeout(grace, self.join()).await {
+            Ok(stopped) => stopped,
+            Err(_) => {
+                tracing::warn!(
+                    ?grace,
+                    "connections still open after the shutdown grace: closed"
+                );
+                self.tasks.shutdown().await;
+                Ok(())
+            }
+        };
         self.engine.return_leases().await;
         stopped
     }
@@ -156,11 +174,12 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
     let mut grpc_stopped = stopped.clone();
     let grpc = config.grpc;
     let keepalive = grpc.keepalive;
+    let grace = config.shutdown_grace;
     match grpc.server {
         GrpcServer::Lean => {
             if grpc.workers == 0 {
                 tasks.spawn(async move {
-                    grpc_lean::serve(grpc_listener, grpc_engine, grpc, grpc_stopped).await;
+                    grpc_lean::serve(grpc_listener, grpc_engine, grpc, grace, grpc_stopped).await;
                     Ok(())
                 })
             } else {
@@ -168,7 +187,7 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
                 let workers = Workers {
                     count: grpc.workers,
                     thread_name: "sluicegate-grpc",
-                    grace: Duration::MAX,
+                    grace,
                 };
                 let stopped = grpc_stopped.clone();
                 let server =
@@ -251,5 +270,6 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
         engine,
         stop,
         tasks,
+        shutdown_grace: config.shutdown_grace,
     })
 }

@@ -70,6 +70,7 @@ impl Service {
             http_addr: "127.0.0.1:0".parse()?,
             engine,
             reload_interval: Duration::from_millis(20),
+            shutdown_grace: Duration::from_secs(30),
             admin_addr: Some("127.0.0.1:0".parse()?),
             admin_token: None,
             grpc: Default::default(),
