@@ -32,6 +32,7 @@ mod error;
 mod forward;
 mod guards;
 mod h2_stall;
+mod hop_by_hop;
 mod key;
 mod limit_counters;
 mod limiter;

@@ -14,74 +14,10 @@ use std::sync::Arc;
 use bytes::{BufMut, Bytes, BytesMut};
 use http::header::{self, Entry, HeaderMap, HeaderName, HeaderValue};
 use parking_lot::Mutex;
-use smallvec::SmallVec;
 
-/// Fields that describe one connection, not the message: never forwarded.
-const HOP_BY_HOP: [&str; 9] = [
-    "connection",
-    "keep-alive",
-    "proxy-connection",
-    "proxy-authenticate",
-    "proxy-authorization",
-    "te",
-    "trailer",
-    "transfer-encoding",
-    "upgrade",
-];
+use crate::proxy::hop_by_hop::FieldScan;
 
 pub(crate) static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
-
-/// Whether `name` is a hop-by-hop field, never forwarded.
-pub(crate) fn is_hop_by_hop(name: &HeaderName) -> bool {
-    // One match on the name's text: its length is compared first, so that most names are
-    // told apart by it alone.
-    matches!(
-        name.as_str(),
-        "connection"
-            | "keep-alive"
-            | "proxy-connection"
-            | "proxy-authenticate"
-            | "proxy-authorization"
-            | "te"
-            | "trailer"
-            | "transfer-encoding"
-            | "upgrade"
-    )
-}
-
-/// Whether a token of the `Connection` field needs no removal of its own: `close` is an
-/// option, not a field, and hop-by-hop fields are removed anyway.
-fn is_known_token(token: &[u8]) -> bool {
-    token.eq_ignore_ascii_case(b"close")
-        || HOP_BY_HOP
-            .iter()
-            .any(|name| token.eq_ignore_ascii_case(name.as_bytes()))
-}
-
-/// The fields the `Connection` field values `values` name, beyond the hop-by-hop ones: each
-/// is hop-by-hop for this message, and dropped with them. Only names `is_field` says the
-/// message has are kept, each once: a `Connection` of a hundred thousand tokens costs a look
-/// per token, not a list the message's every field is then compared with.
-pub(crate) fn connection_named<'a>(
-    values: impl IntoIterator<Item = &'a [u8]>,
-    is_field: impl Fn(&[u8]) -> bool,
-) -> SmallVec<[HeaderName; 2]> {
-    let mut named: SmallVec<[HeaderName; 2]> = SmallVec::new();
-    for value in values {
-        for token in value.split(|&b| b == b',') {
-            let token = token.trim_ascii();
-            if token.is_empty() || is_known_token(token) || !is_field(token) {
-                continue;
-            }
-            if let Ok(name) = HeaderName::from_bytes(token) {
-                if !named.contains(&name) {
-                    named.push(name);
-                }
-            }
-        }
-    }
-    named
-}
 
 /// Which forwarding fields the proxy appends the client's address to. A field it does not
 /// append is passed on as the client sent it, as any other field.
@@ -155,43 +91,6 @@ fn append_forwarding_fields(
     }
 }
 
-/// Whether the `Connection` values in `headers` hold the `upgrade` option.
-fn asks_upgrade(headers: &HeaderMap) -> bool {
-    headers.get_all(header::CONNECTION).iter().any(|value| {
-        value
-            .as_bytes()
-            .split(|&b| b == b',')
-            .any(|token| token.trim_ascii().eq_ignore_ascii_case(b"upgrade"))
-    })
-}
-
-/// The hop-by-hop fields of `headers`, and those its `Connection` names: each once.
-fn hop_by_hop_fields(headers: &HeaderMap, also: Option<&HeaderName>) -> SmallVec<[HeaderName; 4]> {
-    let mut dropped: SmallVec<[HeaderName; 4]> = SmallVec::new();
-    let mut has_connection = false;
-    for name in headers.keys() {
-        has_connection |= name == header::CONNECTION;
-        if is_hop_by_hop(name) || also == Some(name) {
-            dropped.push(name.clone());
-        }
-    }
-    if has_connection {
-        let values = headers
-            .get_all(header::CONNECTION)
-            .iter()
-            .map(HeaderValue::as_bytes);
-        let is_field = |token: &[u8]| {
-            std::str::from_utf8(token).is_ok_and(|token| headers.contains_key(token))
-        };
-        for name in connection_named(values, is_field) {
-            if !dropped.contains(&name) {
-                dropped.push(name);
-            }
-        }
-    }
-    dropped
-}
-
 /// Rewrites a request's target and fields as the upstream receives them, and says whether it
 /// asks the upstream to switch to WebSocket.
 ///
@@ -216,9 +115,8 @@ pub(crate) fn request_for_upstream(
     can_switch: bool,
 ) -> bool {
     let headers = &mut parts.headers;
-    let upgrade = can_switch
-        .then(|| headers.get(header::UPGRADE).cloned())
-        .flatten();
+    let scan = FieldScan::of(headers, Some(&header::EXPECT));
+    let upgrade = scan.upgrade.filter(|_| can_switch);
     let websocket = can_switch
         && !has_body
         && parts.method == http::Method::GET
@@ -226,19 +124,23 @@ pub(crate) fn request_for_upstream(
         && upgrade
             .as_ref()
             .is_some_and(|value| value.as_bytes().eq_ignore_ascii_case(b"websocket"))
-        && asks_upgrade(headers);
-    for name in hop_by_hop_fields(headers, Some(&header::EXPECT)) {
+        && scan.asks_upgrade;
+    for name in scan.dropped {
         headers.remove(name);
     }
-    let host = headers.entry(header::HOST).or_insert_with(|| {
-        parts
-            .uri
-            .authority()
-            .and_then(|authority| HeaderValue::from_str(authority.as_str()).ok())
-            .unwrap_or_else(|| fallback_host.clone())
-    });
-    // Only `Forwarded` names the host.
-    let host = appended.forwarded().then(|| host.clone());
+    // Only `Forwarded` names the host: a request that names one needs no look at it else.
+    let host = if scan.has_host && !appended.forwarded() {
+        None
+    } else {
+        let host = headers.entry(header::HOST).or_insert_with(|| {
+            parts
+                .uri
+                .authority()
+                .and_then(|authority| HeaderValue::from_str(authority.as_str()).ok())
+                .unwrap_or_else(|| fallback_host.clone())
+        });
+        appended.forwarded().then(|| host.clone())
+    };
     append_forwarding_fields(headers, client, appended, host.as_ref());
     if let Some(upgrade) = upgrade.filter(|_| websocket) {
         headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
@@ -261,29 +163,23 @@ pub(crate) fn request_for_upstream(
 /// upstream's), but for a switch's `Upgrade` and `Connection: upgrade`; a `Content-Length`
 /// given more than once (or as a list), which hyper has checked agrees, given once.
 pub(crate) fn response_for_client(headers: &mut HeaderMap, switched: bool) {
-    let upgrade = switched
-        .then(|| headers.get(header::UPGRADE).cloned())
-        .flatten();
-    for name in hop_by_hop_fields(headers, None) {
+    let scan = FieldScan::of(headers, None);
+    for name in scan.dropped {
         headers.remove(name);
     }
-    if let Some(upgrade) = upgrade {
+    if let Some(upgrade) = scan.upgrade.filter(|_| switched) {
         headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
         headers.insert(header::UPGRADE, upgrade);
     }
-    let mut lengths = headers.get_all(header::CONTENT_LENGTH).iter();
-    if let Some(first) = lengths.next() {
-        let listed = lengths.next().is_some() || first.as_bytes().contains(&b',');
-        if listed {
-            let one = first
-                .as_bytes()
-                .split(|&b| b == b',')
-                .next()
-                .map(<[u8]>::trim_ascii)
-                .and_then(|length| HeaderValue::from_bytes(length).ok());
-            if let Some(one) = one {
-                headers.insert(header::CONTENT_LENGTH, one);
-            }
+    if let Some(first) = scan.length.filter(|_| scan.length_listed) {
+        let one = first
+            .as_bytes()
+            .split(|&b| b == b',')
+            .next()
+            .map(<[u8]>::trim_ascii)
+            .and_then(|length| HeaderValue::from_bytes(length).ok());
+        if let Some(one) = one {
+            headers.insert(header::CONTENT_LENGTH, one);
         }
     }
 }
@@ -375,36 +271,6 @@ impl ForwardedClient {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn names(named: &[HeaderName]) -> Vec<&str> {
-        named.iter().map(HeaderName::as_str).collect()
-    }
-
-    #[test]
-    fn connection_names_fields_beyond_the_hop_by_hop_ones() {
-        let any = |_: &[u8]| true;
-        let values = [
-            &b"keep-alive, X-Private ,close"[..],
-            b"x-a,, Upgrade, x-private",
-        ];
-        assert_eq!(names(&connection_named(values, any)), ["x-private", "x-a"]);
-        assert!(connection_named([&b"close"[..]], any).is_empty());
-        // A token that is no field name is no field to drop.
-        assert!(connection_named([&b"a b, (c)"[..]], any).is_empty());
-        // Nor is a name the message has no field of.
-        let only_x_a = |token: &[u8]| token.eq_ignore_ascii_case(b"x-a");
-        assert_eq!(names(&connection_named(values, only_x_a)), ["x-a"]);
-    }
-
-    #[test]
-    fn hop_by_hop_names_are_known_by_their_exact_lowercase_name() {
-        for name in HOP_BY_HOP {
-            assert!(is_hop_by_hop(&HeaderName::from_static(name)), "{name}");
-        }
-        for name in ["host", "accept", "x-forwarded-for", "tee", "connections"] {
-            assert!(!is_hop_by_hop(&HeaderName::from_static(name)), "{name}");
-        }
-    }
 
     fn fields(
         client: &ForwardedClient,

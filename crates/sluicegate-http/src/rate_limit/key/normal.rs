@@ -212,23 +212,49 @@ pub fn normal_host(host: &[u8]) -> Result<Cow<'_, [u8]>, HostError> {
         return Err(HostError::Invalid);
     }
     let name = name.strip_suffix(b".").unwrap_or(name);
-    let reg_name_byte = |b: &u8| b.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=%".contains(b);
-    let valid = name.first() == Some(&b'[')
-        || (!name.is_empty()
-            && name[0] != b'.'
-            && name.iter().all(reg_name_byte)
-            && !contains(name, b".."));
-    if !valid {
-        return Err(HostError::Invalid);
-    }
-    Ok(match name.iter().any(u8::is_ascii_uppercase) {
+    let upper = if name.first() == Some(&b'[') {
+        name.iter().any(u8::is_ascii_uppercase)
+    } else {
+        reg_name_has_upper(name).ok_or(HostError::Invalid)?
+    };
+    Ok(match upper {
         true => Cow::Owned(name.to_ascii_lowercase()),
         false => Cow::Borrowed(name),
     })
 }
 
-fn contains(haystack: &[u8], needle: &[u8]) -> bool {
-    haystack.windows(needle.len()).any(|w| w == needle)
+/// The bytes of a registered name (RFC 3986's `reg-name`): unreserved, sub-delims and `%`.
+const REG_NAME_BYTES: [bool; 256] = {
+    let mut table = [false; 256];
+    let mut byte = 0;
+    while byte < 256 {
+        let b = byte as u8;
+        table[byte] = b.is_ascii_alphanumeric()
+            || matches!(b, b'-' | b'.' | b'_' | b'~')
+            || matches!(
+                b,
+                b'!' | b'$' | b'&' | b'\'' | b'(' | b')' | b'*' | b'+' | b','
+            )
+            || matches!(b, b';' | b'=' | b'%');
+        byte += 1;
+    }
+    table
+};
+
+/// Whether `name`, a registered name, has a letter in upper case; `None` if it is no name:
+/// empty, a byte outside `reg-name`, or an empty label (a leading dot, or two in a row). One
+/// pass over the bytes, each looked up in a table: every request's host goes through it.
+fn reg_name_has_upper(name: &[u8]) -> Option<bool> {
+    let (mut upper, mut after_dot) = (false, true);
+    for &b in name {
+        let dot = b == b'.';
+        if !REG_NAME_BYTES[usize::from(b)] || (dot && after_dot) {
+            return None;
+        }
+        after_dot = dot;
+        upper |= b.is_ascii_uppercase();
+    }
+    (!name.is_empty()).then_some(upper)
 }
 
 #[cfg(test)]
