@@ -14,17 +14,19 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::header::{self, HeaderValue};
+use http::request::Parts;
 use http::uri::{Authority, Scheme};
 use http::{Method, Request, Response, StatusCode, Uri};
 use http_body_util::{Either, Full};
 use tower_service::Service;
 
+use hyper::body::Incoming;
 use hyper::upgrade::OnUpgrade;
 
 use crate::proxy::client_body::ClientBody;
 use crate::proxy::error::ProxyError;
 use crate::proxy::metrics::{Metrics, RouteCounters};
-use crate::proxy::request_body::{BodyBounds, BodyFailure, take_body};
+use crate::proxy::request_body::{BodyBounds, BodyFailure, RequestBody, take_body};
 use crate::proxy::rewrite::{ForwardingFields, request_for_upstream, response_for_client};
 use crate::proxy::upstream::{PooledBody, SendError, UpstreamClient};
 
@@ -102,7 +104,8 @@ impl Service<Request<ClientBody>> for Upstream {
             );
             return Box::pin(std::future::ready(Ok(answer)));
         }
-        Box::pin(Arc::clone(&self.forwarder).forward(request))
+        let (parts, body, client_switch) = self.forwarder.rewrite(request);
+        Box::pin(Arc::clone(&self.forwarder).forward(parts, body, client_switch))
     }
 }
 
@@ -118,11 +121,13 @@ pub(crate) fn text(status: StatusCode, body: String) -> Response<UpstreamBody> {
 }
 
 impl Forwarder {
-    /// Passes `request` to the upstream and its answer back, or answers why not.
-    async fn forward(
-        self: Arc<Self>,
-        request: Request<ClientBody>,
-    ) -> Result<Response<UpstreamBody>, Infallible> {
+    /// `request`'s head rewritten for the upstream, its body, and the client's side of the
+    /// switch to WebSocket it asks for, if the upstream is asked it.
+    ///
+    /// The head is boxed: it goes through several futures on its way to hyper's, and moves as
+    /// a pointer; each of them would otherwise hold a copy, and the forwarding future would be
+    /// too large for the allocator's fast path.
+    fn rewrite(&self, request: Request<ClientBody>) -> (Box<Parts>, Incoming, Option<OnUpgrade>) {
         let (mut parts, ClientBody { body, client }) = request.into_parts();
         // Without the client's side of a switch, a switch is not asked of the upstream.
         let client_switch = parts.extensions.remove::<OnUpgrade>();
@@ -133,12 +138,29 @@ impl Forwarder {
             !http_body::Body::is_end_stream(&body),
             client_switch.is_some(),
         );
-        let client_switch = client_switch.filter(|_| websocket);
-        let body = match take_body(body, &parts.method, &mut parts.headers, self.bodies).await {
-            Ok(body) => body,
-            Err(failure) => return Ok(self.body_failed(failure)),
+        (Box::new(parts), body, client_switch.filter(|_| websocket))
+    }
+
+    /// Passes the request (`parts` rewritten, and `body`) to the upstream and its answer
+    /// back, or answers why not.
+    async fn forward(
+        self: Arc<Self>,
+        mut parts: Box<Parts>,
+        body: Incoming,
+        client_switch: Option<OnUpgrade>,
+    ) -> Result<Response<UpstreamBody>, Infallible> {
+        let body = if http_body::Body::is_end_stream(&body) {
+            // `Content-Length: 0` (passed on as it came), or no body at all.
+            RequestBody::Empty
+        } else {
+            // Boxed, as the head is: most requests have no body to take.
+            let taken = take_body(body, &parts.method, &mut parts.headers, self.bodies);
+            match Box::pin(taken).await {
+                Ok(body) => body,
+                Err(failure) => return Ok(self.body_failed(failure)),
+            }
         };
-        let request = Request::from_parts(parts, body);
+        let request = Box::new(Request::from_parts(*parts, body));
         let sent = self
             .client
             .send(request, client_switch, self.upstream_timeout)

@@ -86,7 +86,7 @@ pub(crate) struct Reach {
 enum Exchanged {
     Answered(Response<Incoming>),
     /// The connection closed before the request was sent: it may go on another.
-    NotSent(Request<RequestBody>),
+    NotSent(Box<Request<RequestBody>>),
     Stalled,
     Failed(hyper::Error),
 }
@@ -148,7 +148,7 @@ impl UpstreamClient {
     /// start.
     pub(crate) async fn send(
         &self,
-        mut request: Request<RequestBody>,
+        mut request: Box<Request<RequestBody>>,
         client_switch: Option<OnUpgrade>,
         timeout: Duration,
     ) -> Result<Response<PooledBody>, SendError> {
@@ -174,10 +174,11 @@ impl UpstreamClient {
             };
             let again = (reused && !retried)
                 .then(|| copy_to_retry(&request))
-                .flatten();
+                .flatten()
+                .map(Box::new);
             conn.timer.as_mut().reset(deadline);
             if conn.is_h2() {
-                request = self.in_absolute_form(request);
+                self.in_absolute_form(&mut request);
             }
             match exchange(&mut conn, request, watch.as_deref(), &mut wait).await {
                 Exchanged::Answered(response) => {
@@ -221,9 +222,9 @@ impl UpstreamClient {
         }
     }
 
-    /// `request` with its target in absolute form, as h2 sends it (`:scheme`, `:authority`):
+    /// Puts `request`'s target in absolute form, as h2 sends it (`:scheme`, `:authority`):
     /// the authority its `Host` names.
-    fn in_absolute_form(&self, mut request: Request<RequestBody>) -> Request<RequestBody> {
+    fn in_absolute_form(&self, request: &mut Request<RequestBody>) {
         let host = request
             .headers()
             .get(http::header::HOST)
@@ -237,7 +238,6 @@ impl UpstreamClient {
             // `:authority` says it.
             request.headers_mut().remove(http::header::HOST);
         }
-        request
     }
 
     /// The response whose head came on `conn`, its body read from it.
@@ -358,7 +358,7 @@ where
 /// Sends `request` on `conn` and waits for the response head, each wait bounded by `wait`.
 async fn exchange(
     conn: &mut Conn,
-    request: Request<RequestBody>,
+    request: Box<Request<RequestBody>>,
     watch: Option<&BodyWatch>,
     wait: &mut SendWait,
 ) -> Exchanged {
@@ -377,30 +377,32 @@ async fn exchange(
     }
     match &mut conn.sender {
         Sender::Http1(sender) => {
-            let sent = sender.try_send_request(request);
+            let sent = pin!(sender.try_send_request(*request));
             answer(sent, &mut conn.timer, watch, wait).await
         }
         Sender::H2(sender) => {
-            let sent = sender.try_send_request(request);
+            let sent = pin!(sender.try_send_request(*request));
             answer(sent, &mut conn.timer, watch, wait).await
         }
     }
 }
 
 /// Waits for the answer to a request `sent`, each wait bounded by `wait` on `timer`.
+///
+/// `sent` comes pinned where the caller made it: pinned here, hyper's future (which holds the
+/// request until it is sent) would take its room in this future twice.
 async fn answer(
-    sent: impl Future<Output = Sent>,
+    mut sent: Pin<&mut impl Future<Output = Sent>>,
     timer: &mut Pin<Box<Sleep>>,
     watch: Option<&BodyWatch>,
     wait: &mut SendWait,
 ) -> Exchanged {
-    let mut sent = pin!(sent);
     poll_fn(|cx| {
         if let Poll::Ready(sent) = sent.as_mut().poll(cx) {
             return Poll::Ready(match sent {
                 Ok(response) => Exchanged::Answered(response),
                 Err(mut failed) => match failed.take_message() {
-                    Some(request) => Exchanged::NotSent(request),
+                    Some(request) => Exchanged::NotSent(Box::new(request)),
                     None => Exchanged::Failed(failed.into_error()),
                 },
             });
