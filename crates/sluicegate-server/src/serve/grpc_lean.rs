@@ -131,7 +131,8 @@ impl WorkerServer for LeanConnections {
     }
 
     /// Every connection has been told to stop already (GOAWAY): the calls in flight finish
-    /// within `grace`. The connections left then are dropped with the worker's runtime.
+    /// within `grace`. The connections left then go with the runtime they run on: a worker's,
+    /// dropped when its thread ends; the service's, when the process exits.
     async fn finish(self, grace: Duration) {
         self.tasks.close();
         if tokio::time::timeout(grace, self.tasks.wait())

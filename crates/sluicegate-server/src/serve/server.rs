@@ -66,10 +66,13 @@ pub struct RunningServer {
 }
 
 impl RunningServer {
-    /// Stops accepting, lets calls in flight finish, and waits for the listeners to close:
-    /// up to the shutdown grace, after which the connections left are closed (a client that
-    /// never began HTTP/2, or never answers the PING that GOAWAY sends, would otherwise hold
-    /// the shutdown up for as long as it stays). Leased permits then go back to Redis.
+    /// Stops accepting, lets calls in flight finish, and waits for the listeners to close, up
+    /// to the shutdown grace; leased permits then go back to Redis. Past the grace it stops
+    /// waiting (a client that never began HTTP/2, or never answers the PING that GOAWAY
+    /// sends, would otherwise hold the shutdown up for as long as it stays): the connections
+    /// left still run on the runtime that serves them until it is dropped, as the binary does
+    /// when it exits right after, and a call among them that takes a lease leaves it to
+    /// expire.
     pub async fn shutdown(mut self) -> anyhow::Result<()> {
         let _ = self.stop.send(true);
         let grace = self.shutdown_grace;
@@ -78,7 +81,7 @@ impl RunningServer {
             Err(_) => {
                 tracing::warn!(
                     ?grace,
-                    "connections still open after the shutdown grace: closed"
+                    "connections still open after the shutdown grace: no longer waited for"
                 );
                 self.tasks.shutdown().await;
                 Ok(())
