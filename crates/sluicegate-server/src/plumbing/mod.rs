@@ -33,4 +33,4 @@ pub(crate) use stats::{
 };
 pub(crate) use tls::tls_acceptor;
 pub use tls::{TlsError, TlsFiles};
-pub(crate) use workers::{WorkerServer, Workers, start_workers, start_workers_on};
+pub(crate) use workers::{WorkerServer, Workers, finish_within, start_workers, start_workers_on};

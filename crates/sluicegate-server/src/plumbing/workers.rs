@@ -27,6 +27,14 @@ pub(crate) trait WorkerServer: 'static {
     fn finish(self, grace: Duration) -> impl Future<Output = ()>;
 }
 
+/// Waits up to `grace` for `done`, the end of what a shutdown lets finish; past it, logs that
+/// `what` is still open and stops waiting.
+pub(crate) async fn finish_within(grace: Duration, done: impl Future<Output = ()>, what: &str) {
+    if tokio::time::timeout(grace, done).await.is_err() {
+        tracing::warn!(?grace, "{what} still open after the shutdown grace");
+    }
+}
+
 /// How the workers are named and started.
 pub(crate) struct Workers {
     /// How many.

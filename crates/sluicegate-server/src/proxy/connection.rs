@@ -23,7 +23,7 @@ use tokio::time::Instant;
 use tokio_rustls::TlsAcceptor;
 
 use crate::plumbing::Modes;
-use crate::plumbing::{Counted, WorkerServer};
+use crate::plumbing::{Counted, WorkerServer, finish_within};
 use crate::proxy::branch_wakers::BranchWakers;
 use crate::proxy::client_body::ClientBody;
 use crate::proxy::client_idle::{OpenBody, Requests};
@@ -170,15 +170,7 @@ impl WorkerServer for ConnectionServer {
         tracing::info!("proxy: stopped accepting; finishing requests in flight");
         let began = tokio::time::Instant::now();
         self.stopping.send_replace(());
-        if tokio::time::timeout(grace, self.stopping.closed())
-            .await
-            .is_err()
-        {
-            tracing::warn!(
-                ?grace,
-                "proxy: requests still in flight after the grace period"
-            );
-        }
+        finish_within(grace, self.stopping.closed(), "proxy: requests").await;
         let left = grace.saturating_sub(began.elapsed());
         self.state.forwarder.client.tunnels.finish(left).await;
     }

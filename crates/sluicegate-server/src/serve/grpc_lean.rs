@@ -28,7 +28,7 @@ use tokio::sync::watch;
 use tokio::time::{Instant, Sleep};
 use tokio_util::task::TaskTracker;
 
-use crate::plumbing::{Counted, Loads, WorkerServer};
+use crate::plumbing::{Counted, Loads, WorkerServer, finish_within};
 use crate::serve::engine::Engine;
 use crate::serve::grpc::answer_request;
 use crate::serve::grpc_codec::{
@@ -135,15 +135,7 @@ impl WorkerServer for LeanConnections {
     /// dropped when its thread ends; the service's, when the process exits.
     async fn finish(self, grace: Duration) {
         self.tasks.close();
-        if tokio::time::timeout(grace, self.tasks.wait())
-            .await
-            .is_err()
-        {
-            tracing::warn!(
-                ?grace,
-                "gRPC connections still open after the shutdown grace"
-            );
-        }
+        finish_within(grace, self.tasks.wait(), "gRPC connections").await;
     }
 }
 

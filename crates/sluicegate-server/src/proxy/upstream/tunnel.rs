@@ -16,6 +16,8 @@ use tokio_util::task::TaskTracker;
 
 use sluicegate_http::rate_limit::HoldPermits;
 
+use crate::plumbing::finish_within;
+
 /// What one direction reads and writes at a time.
 const PIECE: usize = 16 * 1024;
 
@@ -42,15 +44,7 @@ impl Tunnels {
     /// Waits up to `grace` for the tunnels open to end, then closes those left.
     pub(crate) async fn finish(&self, grace: Duration) {
         self.running.close();
-        if tokio::time::timeout(grace, self.running.wait())
-            .await
-            .is_err()
-        {
-            tracing::warn!(
-                ?grace,
-                "proxy: WebSockets still open after the grace period"
-            );
-        }
+        finish_within(grace, self.running.wait(), "proxy: WebSockets").await;
         self.stop.cancel();
         self.running.wait().await;
     }
