@@ -365,6 +365,11 @@ impl Leasing {
         }
     }
 
+    /// Whether any leased permits are held (and so may be due back).
+    pub(crate) fn holds_any(&self) -> bool {
+        self.held.load(Ordering::Relaxed) != 0
+    }
+
     pub(crate) fn stats(&self) -> LeaseStats {
         let shapes = self.lock();
         let followed = shapes.by_hash.values();

@@ -322,6 +322,11 @@ impl RedisStore {
                     });
                 }
                 Plan::Ask(ask) => asking = Some(ask),
+                // A cold call while no lease is held: nothing to give back or to learn, so
+                // it costs what the plain path costs (the common case of a wide key space).
+                Plan::Plain if cache.is_none() && !leasing.holds_any() => {
+                    return self.decide_in_redis(requests, op, now).await;
+                }
                 Plan::Plain => {}
             }
         }
