@@ -1,28 +1,15 @@
 //! The example rules the README serves load, and enforce what their comments say.
 
 use std::path::PathBuf;
-use std::time::Duration;
 
-use sluicegate_server::serve::{EngineOptions, ServerConfig, start};
+use sluicegate_server::serve::{ServerConfig, start};
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 
 #[tokio::test]
 async fn the_readme_example_rules_serve() -> TestResult {
     let rules = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples/rules");
-    let server = start(ServerConfig {
-        rules,
-        load_options: Default::default(),
-        grpc_addr: "127.0.0.1:0".parse()?,
-        http_addr: "127.0.0.1:0".parse()?,
-        engine: EngineOptions::default(),
-        reload_interval: Duration::from_secs(60),
-        shutdown_grace: Duration::from_secs(30),
-        admin_addr: Some("127.0.0.1:0".parse()?),
-        admin_token: None,
-        grpc: Default::default(),
-    })
-    .await?;
+    let server = start(ServerConfig::on_free_loopback_ports(rules)).await?;
     let http = reqwest::Client::new();
     let ask = |body: &'static str| {
         let request = http

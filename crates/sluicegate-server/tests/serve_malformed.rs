@@ -1,9 +1,7 @@
 //! Bytes that are not a rate limit request, sent over a real HTTP/2 gRPC call: a clear gRPC
 //! error, and the service keeps serving.
 
-use std::time::Duration;
-
-use sluicegate_server::serve::{EngineOptions, ServerConfig, start};
+use sluicegate_server::serve::{ServerConfig, start};
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 
@@ -45,19 +43,7 @@ async fn garbage_protobuf_is_a_grpc_error_not_a_crash() -> TestResult {
         dir.path().join("rules.yaml"),
         "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
     )?;
-    let server = start(ServerConfig {
-        rules: dir.path().to_owned(),
-        load_options: Default::default(),
-        grpc_addr: "127.0.0.1:0".parse()?,
-        http_addr: "127.0.0.1:0".parse()?,
-        engine: EngineOptions::default(),
-        reload_interval: Duration::from_secs(60),
-        shutdown_grace: Duration::from_secs(30),
-        admin_addr: Some("127.0.0.1:0".parse()?),
-        admin_token: None,
-        grpc: Default::default(),
-    })
-    .await?;
+    let server = start(ServerConfig::on_free_loopback_ports(dir.path())).await?;
     let client = reqwest::Client::builder().http2_prior_knowledge().build()?;
     let url = format!("http://{}{METHOD}", server.grpc_addr);
 

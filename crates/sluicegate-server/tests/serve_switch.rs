@@ -1,8 +1,6 @@
 //! The manual switch (`PUT /admin/mode`): each mode over real gRPC and HTTP, in memory and on
 //! a real redis-server; kept across reloads and restarts; and the admin token.
 
-use std::time::Duration;
-
 use sluicegate_server::serve::{EngineOptions, ServerConfig, start};
 
 mod loopback;
@@ -154,16 +152,9 @@ async fn off_loopback_the_admin_api_needs_the_token() -> TestResult {
     std::fs::write(dir.path().join("rules.yaml"), RULES)?;
     let config = |token: Option<&str>| -> Result<ServerConfig, BoxError> {
         Ok(ServerConfig {
-            rules: dir.path().to_owned(),
-            load_options: Default::default(),
-            grpc_addr: "127.0.0.1:0".parse()?,
-            http_addr: "127.0.0.1:0".parse()?,
-            engine: EngineOptions::default(),
-            reload_interval: Duration::from_secs(60),
-            shutdown_grace: Duration::from_secs(30),
             admin_addr: Some("0.0.0.0:0".parse()?),
             admin_token: token.map(str::to_owned),
-            grpc: Default::default(),
+            ..ServerConfig::on_free_loopback_ports(dir.path())
         })
     };
     // Without a token, an admin address off loopback does not start.

@@ -9,6 +9,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::Router;
 use axum::extract::{ConnectInfo, State};
@@ -21,6 +22,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::plumbing::admin_page;
+use crate::plumbing::listener::serve_router;
 use crate::plumbing::{AdminStats, Mode, ModeChanged, ModeError, ModeTable};
 
 /// What an application answers on its admin listener.
@@ -64,18 +66,15 @@ pub fn admin_address_allowed(address: SocketAddr, token: Option<&str>) -> bool {
 }
 
 /// Serves `router` on `listener` until `stopped` turns true, with each caller's address known
-/// (the switch logs who changed a mode).
+/// (the switch logs who changed a mode), closing a connection whose client takes longer than
+/// `header_timeout` to send a request head.
 pub(crate) async fn serve_admin(
     listener: TcpListener,
     router: Router,
-    mut stopped: watch::Receiver<bool>,
-) -> std::io::Result<()> {
-    let service = router.into_make_service_with_connect_info::<SocketAddr>();
-    axum::serve(listener, service)
-        .with_graceful_shutdown(async move {
-            let _ = stopped.wait_for(|s| *s).await;
-        })
-        .await
+    header_timeout: Duration,
+    stopped: watch::Receiver<bool>,
+) {
+    serve_router("admin", listener, router, header_timeout, stopped).await;
 }
 
 /// The `Content-Type` of the metrics prometheus-client writes.

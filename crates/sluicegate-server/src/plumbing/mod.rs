@@ -1,12 +1,14 @@
 //! What `serve` and the proxy both need around their engines, written once: how Redis is
 //! reached behind the failure policy, the admin listener (`/metrics`, the live page, the
 //! manual switch) and the modes the switch sets, the live page's statistics and the typed
-//! `/admin/stats` answer both fill, the rule-file watcher, TLS at a listener, and the worker
-//! threads that serve connections each on a runtime of its own.
+//! `/admin/stats` answer both fill, the axum listeners with a bound on a request head's
+//! time, the rule-file watcher, TLS at a listener, and the worker threads that serve
+//! connections each on a runtime of its own.
 
 mod admin;
 mod admin_page;
 mod lease_metrics;
+mod listener;
 mod live;
 mod loads;
 mod modes;
@@ -20,6 +22,7 @@ mod workers;
 pub use admin::admin_address_allowed;
 pub(crate) use admin::{AdminApp, OPENMETRICS_TEXT, admin_router, serve_admin};
 pub(crate) use lease_metrics::LeaseMetrics;
+pub(crate) use listener::{accept_next, serve_router};
 pub(crate) use live::{HeavyHitters, LatencyWindow, RuleSeries, RuleStats};
 pub(crate) use loads::{Counted, Loads};
 pub use modes::{EVERY_RULE, Mode, ModeError, ModeTable, Modes};

@@ -13,6 +13,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 
+use crate::plumbing::listener::accept_next;
 use crate::plumbing::loads::{Counted, Loads};
 
 /// What a worker serves its connections with: made on the worker's own thread, so whatever it
@@ -181,14 +182,9 @@ impl Worker {
                         Err(error) => tracing::warn!(%error, "worker: cannot take a connection"),
                     }
                 }
-                accepted = listener.accept() => match accepted {
-                    Ok((stream, peer)) => self.place(&server, stream, peer),
-                    Err(error) => {
-                        // Out of file descriptors, mostly: wait a little rather than spin.
-                        tracing::warn!(%error, "worker: accept failed");
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                    }
-                },
+                (stream, peer) = accept_next(&listener, "worker") => {
+                    self.place(&server, stream, peer);
+                }
             }
         }
         // Stops taking connections: those already handed over are served by whoever took
@@ -206,7 +202,6 @@ impl Worker {
 
     /// Serves a connection this worker accepted, or hands it to the worker serving fewest.
     fn place(&self, server: &impl WorkerServer, stream: TcpStream, peer: SocketAddr) {
-        let _ = stream.set_nodelay(true);
         let counted = self.loads.assign(self.index);
         if counted.worker() == self.index {
             server.serve(stream, peer, counted);

@@ -17,7 +17,9 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::plumbing::{Loads, TlsFiles, WorkerServer as _, Workers, start_workers, tls_acceptor};
-use crate::plumbing::{Modes, RuleWatcher, admin_address_allowed, admin_router, serve_admin};
+use crate::plumbing::{
+    Modes, RuleWatcher, accept_next, admin_address_allowed, admin_router, serve_admin,
+};
 use crate::proxy::admin::ProxyAdmin;
 use crate::proxy::connection::{ConnectionServer, State};
 use crate::proxy::error::ProxyError;
@@ -357,13 +359,11 @@ pub async fn start(config: ProxyConfig) -> Result<Proxy, ProxyError> {
             let router = admin_router(Arc::new(admin), config.admin_token.clone());
             let admin_stopped = stopped.clone();
             let metrics = Arc::clone(&state.metrics);
+            let header_timeout = config.client_header_timeout;
             let task = tokio::spawn(async move {
                 let sampling = sample_every_second(series, metrics, admin_stopped.clone());
-                let (served, ()) =
-                    tokio::join!(serve_admin(listener, router, admin_stopped), sampling);
-                if let Err(error) = served {
-                    tracing::error!(%error, "proxy: the admin listener failed");
-                }
+                let served = serve_admin(listener, router, header_timeout, admin_stopped);
+                tokio::join!(served, sampling);
             });
             (Some(task), Some(addr))
         }
@@ -427,18 +427,9 @@ async fn serve(
     let server = ConnectionServer::new(state);
     loop {
         let (stream, peer) = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok(accepted) => accepted,
-                Err(error) => {
-                    // Out of file descriptors, mostly: wait a little rather than spin.
-                    tracing::warn!(%error, "proxy: accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
+            accepted = accept_next(&listener, "proxy") => accepted,
             _ = stopped.changed() => break,
         };
-        let _ = stream.set_nodelay(true);
         server.serve(stream, peer, loads.count(0));
     }
     drop(listener);

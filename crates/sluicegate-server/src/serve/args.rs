@@ -127,6 +127,12 @@ pub struct ServeArgs {
     /// told to close, as the proxy's flag of the same name; those left then are closed.
     #[arg(long, env = "SLUICEGATE_SHUTDOWN_GRACE", default_value = "30s", value_parser = sluicegate::rate::parse_duration)]
     pub shutdown_grace: Duration,
+    /// How long a client of the HTTP and admin listeners may take to send a request head, the
+    /// wait for the next one on an idle keep-alive connection included; the connection is
+    /// closed when it runs out (nginx's `client_header_timeout`, the proxy's flag of the same
+    /// name).
+    #[arg(long, env = "SLUICEGATE_CLIENT_HEADER_TIMEOUT", default_value = "60s", value_parser = sluicegate::rate::parse_duration)]
+    pub client_header_timeout: Duration,
     /// The same in milliseconds: the flag's older form, still taken.
     #[arg(long, env = "SLUICEGATE_RELOAD_INTERVAL_MS", hide = true, conflicts_with = "reload_interval", value_parser = clap::value_parser!(u64).range(10..))]
     pub reload_interval_ms: Option<u64>,
@@ -166,6 +172,7 @@ impl ServeArgs {
                 .reload_interval_ms
                 .map_or(self.reload_interval, Duration::from_millis),
             shutdown_grace: self.shutdown_grace,
+            client_header_timeout: self.client_header_timeout,
             admin_addr: (!self.no_admin).then_some(self.admin_addr),
             admin_token: self.admin_token.clone(),
             grpc: GrpcOptions {

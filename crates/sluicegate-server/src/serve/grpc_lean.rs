@@ -28,7 +28,7 @@ use tokio::sync::watch;
 use tokio::time::{Instant, Sleep};
 use tokio_util::task::TaskTracker;
 
-use crate::plumbing::{Counted, Loads, WorkerServer, finish_within};
+use crate::plumbing::{Counted, Loads, WorkerServer, accept_next, finish_within};
 use crate::serve::engine::Engine;
 use crate::serve::grpc::answer_request;
 use crate::serve::grpc_codec::{
@@ -74,18 +74,9 @@ pub(crate) async fn serve(
     loop {
         tokio::select! {
             _ = &mut stop => break,
-            accepted = listener.accept() => match accepted {
-                Ok((tcp, peer)) => {
-                    // Answers are small: sent at once, not held back for more.
-                    let _ = tcp.set_nodelay(true);
-                    connections.serve(tcp, peer, loads.count(0));
-                }
-                Err(error) => {
-                    // Out of file descriptors, most likely: connections that close make room.
-                    tracing::warn!(%error, "cannot accept a gRPC connection");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
-            },
+            (tcp, peer) = accept_next(&listener, "grpc") => {
+                connections.serve(tcp, peer, loads.count(0));
+            }
         }
     }
     drop(listener);

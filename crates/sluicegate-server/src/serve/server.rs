@@ -13,7 +13,9 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tonic::transport::server::TcpIncoming;
 
-use crate::plumbing::{Loads, Workers, admin_address_allowed, serve_admin, start_workers_on};
+use crate::plumbing::{
+    Loads, Workers, admin_address_allowed, serve_admin, serve_router, start_workers_on,
+};
 use crate::serve::admin::admin_router;
 use crate::serve::engine::{Engine, EngineOptions};
 use crate::serve::grpc::GrpcService;
@@ -41,12 +43,49 @@ pub struct ServerConfig {
     /// How long a shutdown waits for calls in flight and connections told to close; those
     /// left then are closed.
     pub shutdown_grace: Duration,
+    /// How long a client of the HTTP and admin listeners may take to send a request head,
+    /// the wait for the next one on an idle keep-alive connection included; the connection
+    /// is closed when it runs out.
+    pub client_header_timeout: Duration,
     /// Where the live page and the manual switch listen (none: not served).
     pub admin_addr: Option<SocketAddr>,
     /// The token every admin API call must carry; required off loopback.
     pub admin_token: Option<String>,
     /// How gRPC is served.
     pub grpc: GrpcOptions,
+}
+
+impl ServerConfig {
+    /// The rules in `rules` served on free loopback ports (gRPC, HTTP and admin, each
+    /// `127.0.0.1:0`: read the bound ones off [`RunningServer`]), with the command's other
+    /// defaults: an embedder's or a test's starting point.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use sluicegate_server::serve::ServerConfig;
+    ///
+    /// let config = ServerConfig {
+    ///     shutdown_grace: Duration::from_secs(5),
+    ///     ..ServerConfig::on_free_loopback_ports("examples/rules")
+    /// };
+    /// assert_eq!(config.http_addr.port(), 0);
+    /// ```
+    pub fn on_free_loopback_ports(rules: impl Into<PathBuf>) -> ServerConfig {
+        let free = SocketAddr::from(([127, 0, 0, 1], 0));
+        ServerConfig {
+            rules: rules.into(),
+            load_options: LoadOptions::default(),
+            grpc_addr: free,
+            http_addr: free,
+            engine: EngineOptions::default(),
+            reload_interval: Duration::from_secs(1),
+            shutdown_grace: Duration::from_secs(30),
+            client_header_timeout: Duration::from_secs(60),
+            admin_addr: Some(free),
+            admin_token: None,
+            grpc: GrpcOptions::default(),
+        }
+    }
 }
 
 /// A service that is up: its bound addresses, and the handle to stop it.
@@ -218,23 +257,26 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
     };
 
     let http_engine = Arc::clone(&engine);
-    let mut http_stopped = stopped.clone();
+    let http_stopped = stopped.clone();
+    let header_timeout = config.client_header_timeout;
     tasks.spawn(async move {
-        axum::serve(http_listener, router(http_engine))
-            .with_graceful_shutdown(async move {
-                let _ = http_stopped.wait_for(|s| *s).await;
-            })
-            .await
-            .context("HTTP server failed")
+        serve_router(
+            "http",
+            http_listener,
+            router(http_engine),
+            header_timeout,
+            http_stopped,
+        )
+        .await;
+        Ok(())
     });
 
     if let Some(listener) = admin_listener {
         let admin = admin_router(Arc::clone(&engine), config.admin_token.clone());
         let admin_stopped = stopped.clone();
         tasks.spawn(async move {
-            serve_admin(listener, admin, admin_stopped)
-                .await
-                .context("admin server failed")
+            serve_admin(listener, admin, header_timeout, admin_stopped).await;
+            Ok(())
         });
     }
 

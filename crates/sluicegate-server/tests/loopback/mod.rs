@@ -64,16 +64,9 @@ impl Service {
         let (service_clock, clock) = ServiceClock::manual(START);
         engine.clock = service_clock;
         let server = start(ServerConfig {
-            rules: dir.path().to_owned(),
-            load_options: Default::default(),
-            grpc_addr: "127.0.0.1:0".parse()?,
-            http_addr: "127.0.0.1:0".parse()?,
             engine,
             reload_interval: Duration::from_millis(20),
-            shutdown_grace: Duration::from_secs(30),
-            admin_addr: Some("127.0.0.1:0".parse()?),
-            admin_token: None,
-            grpc: Default::default(),
+            ..ServerConfig::on_free_loopback_ports(dir.path())
         })
         .await?;
         let grpc = RateLimitServiceClient::connect(format!("http://{}", server.grpc_addr)).await?;
