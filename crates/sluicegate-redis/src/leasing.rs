@@ -33,9 +33,10 @@
 //!   since: an estimate, which other processes' grants make optimistic), and `reset_after`
 //!   counting down from Redis's answer at the lease.
 //! - A shape is followed from its second request within a lease life (a sighting table of
-//!   64k slots by hash, read before the shapes' lock): the keys of a wide key space, each
-//!   seen once in a while, take the plain path without churning the shapes, and without the
-//!   lock while the process holds no leased permits.
+//!   4 096 slots by hash, each holding the last shape's fingerprint and time, read before the
+//!   shapes' lock): the keys of a wide key space, each seen once in a while, take the plain
+//!   path without churning the shapes, and without the lock while the process holds no leased
+//!   permits.
 //! - Bounded: at most `max_shapes` shapes are followed; at the cap, shapes unseen for a
 //!   second whose leases have all ended are dropped (a scan at most once a second; what they
 //!   held unused is spent), and new shapes take the plain path until there is room. Leases
