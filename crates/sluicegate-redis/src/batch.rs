@@ -25,9 +25,14 @@ use crate::scripts::{Entry, OneEntry};
 /// decisions per second than two (batches of 22 against 30), and four no more than three.
 const CALLS_IN_FLIGHT: usize = 3;
 
-/// Values per decision in a batch's flat reply (`lua/batch.lua`): its entry point's reply
-/// after the time (one per run), or an error padded to the same length.
+/// Values per decision in a batch's flat reply (`lua/batch.lua`), after the time (one per
+/// run): a check's remaining, reset and verdict; any other op's entry point's reply. An error
+/// is padded to the same width.
+const CHECK_REPLY_LEN: usize = 3;
 const BATCH_REPLY_LEN: usize = 5;
+
+/// A check's verdict in a batch's reply: allowed (else the retry in µs, or denied for good).
+const VERDICT_ALLOWED: i64 = -1;
 
 /// One decision of a one-limit entry point.
 #[derive(Debug)]
@@ -57,6 +62,15 @@ impl OneCall {
         cmd.arg(self.entry.batch_code());
         self.fill_args(cmd);
         cmd.arg(len);
+    }
+
+    /// How many values a batch's reply holds for this decision.
+    fn reply_len(&self) -> usize {
+        if self.op == "check" {
+            CHECK_REPLY_LEN
+        } else {
+            BATCH_REPLY_LEN
+        }
     }
 
     /// Whether the two differ in their keys alone, so one run of a batch holds both.
@@ -163,9 +177,10 @@ async fn send(store: &Link, mut batch: Vec<Queued>) {
         let _ = only.answer.send(answer);
         return;
     }
-    let run_lens: Vec<usize> = batch
+    // Each run's decisions, and the values the reply holds for each.
+    let runs: Vec<(usize, usize)> = batch
         .chunk_by(|a, b| a.call.same_args(&b.call))
-        .map(<[Queued]>::len)
+        .map(|run| (run.len(), run[0].call.reply_len()))
         .collect();
     let replies = store
         .call(Entry::Batch, |cmd| {
@@ -174,25 +189,27 @@ async fn send(store: &Link, mut batch: Vec<Queued>) {
                 cmd.arg(&queued.call.key);
             }
             let mut first = 0;
-            for &len in &run_lens {
+            for &(len, _) in &runs {
                 batch[first].call.fill_run(cmd, len);
                 first += len;
             }
         })
         .await
-        .and_then(|replies| check_length(replies, batch.len(), run_lens.len()));
+        .and_then(|replies| check_length(replies, &runs));
     match replies {
         Ok(replies) => {
             let (mut values, mut batch) = (replies.into_iter(), batch.into_iter());
-            for len in run_lens {
+            for (len, width) in runs {
                 let now = values.next().unwrap_or(Value::Nil);
                 for queued in batch.by_ref().take(len) {
                     let mut reply = Vec::with_capacity(BATCH_REPLY_LEN + 1);
                     reply.push(now.clone());
-                    reply.extend(values.by_ref().take(BATCH_REPLY_LEN));
+                    reply.extend(values.by_ref().take(width));
                     if reply.get(1).is_some_and(is_error_reply) {
                         // An error reply is the entry point's own, without a time.
                         reply.remove(0);
+                    } else if width == CHECK_REPLY_LEN {
+                        widen_check(&mut reply);
                     }
                     let _ = queued.answer.send(Ok(reply));
                 }
@@ -206,12 +223,33 @@ async fn send(store: &Link, mut batch: Vec<Queued>) {
     }
 }
 
-/// The batch's reply if it holds a time per run and a reply per decision; the error it
-/// stands for if the whole call failed (`{"ERR", kind, detail}`).
-fn check_length(replies: Vec<Value>, decisions: usize, runs: usize) -> Answer {
-    if replies.len() == runs + decisions * BATCH_REPLY_LEN {
+/// A check's `[now, remaining, reset, verdict]` as its entry point answers it: `[now, allowed,
+/// remaining, reset, retry, wait]`, a check never waiting. A verdict that is not a number is
+/// left where `allowed` goes, for the parse to name.
+fn widen_check(reply: &mut Vec<Value>) {
+    let Some(verdict) = reply.pop() else {
+        return;
+    };
+    let (allowed, retry) = match verdict {
+        Value::Int(VERDICT_ALLOWED) => (Value::Int(1), Value::Int(-1)),
+        Value::Int(retry) if retry >= 0 => (Value::Int(0), Value::Int(retry)),
+        Value::Int(_) => (Value::Int(0), Value::Int(-1)),
+        other => (other, Value::Int(-1)),
+    };
+    reply.insert(1, allowed);
+    reply.extend([retry, Value::Int(0)]);
+}
+
+/// The batch's reply if it holds a time per run and a reply per decision (`runs`: each
+/// run's decisions and their width); the error it stands for if the whole call failed
+/// (`{"ERR", kind, detail}`).
+fn check_length(replies: Vec<Value>, runs: &[(usize, usize)]) -> Answer {
+    let expected: usize = runs.iter().map(|&(len, width)| 1 + len * width).sum();
+    if replies.len() == expected {
         return Ok(replies);
     }
+    let decisions: usize = runs.iter().map(|&(len, _)| len).sum();
+    let runs = runs.len();
     if replies.first().is_some_and(is_error_reply) {
         return Err(script_error(&replies));
     }

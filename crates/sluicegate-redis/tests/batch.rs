@@ -183,6 +183,23 @@ fn batched_decisions_answer_as_asked_one_by_one() -> Result<(), BoxError> {
                 together.iter().any(Result::is_err) && together.iter().any(Result::is_ok),
                 "the trace exercises errors and decisions alike"
             );
+            // A check's reply in a batch is three values, its verdict telling allowed and
+            // denied apart (a request no limit can hold is refused before Redis is asked):
+            // the trace has both.
+            let checks = |allowed: bool, retry: bool| {
+                rounds()
+                    .into_iter()
+                    .flatten()
+                    .zip(&together)
+                    .any(|(ask, answer)| {
+                        ask.op == Op::Check
+                            && answer.as_ref().is_ok_and(|(_, d)| {
+                                d.allowed() == allowed && d.retry_after_micros().is_some() == retry
+                            })
+                    })
+            };
+            assert!(checks(true, false), "an allowed check");
+            assert!(checks(false, true), "a check denied for now");
             let command = if scripts == ScriptMode::Auto {
                 "fcall"
             } else {
