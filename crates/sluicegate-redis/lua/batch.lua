@@ -13,8 +13,8 @@
 -- for now, -2 denied for good; a check never waits), of any other run five, its entry point's
 -- reply after the time (allowed, remaining, reset_us, retry_us, wait_us); an error is "ERR",
 -- kind, detail, padded with zeros to the run's width. Flat, because Redis probes every table
--- of a reply for seven special fields: a table per decision cost more than deciding. Three
--- values, because the client's parsing of each was a third of its work per decision.
+-- of a reply for seven special fields: a table per decision cost more than deciding. A check
+-- in three values, because the client's parsing of five was a third of its work per decision.
 -- `check` decides a check without the general path's tables, or answers nothing for the
 -- cases it leaves to `decide` (the general path, which never tries the check again).
 local batch_entries = {

@@ -5,6 +5,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use sluicegate_server::flags::{duration_or_zero, positive_duration, reload_interval};
 use sluicegate_server::proxy::{ForwardingFields, TlsFiles, UpstreamProtocol};
 use sluicegate_server::redis_args::RedisArgs;
 
@@ -31,31 +32,31 @@ pub(crate) struct ProxyArgs {
     /// How long the upstream may take to answer a request's head once it has the whole
     /// request, or to take the next bytes of a request body, before a 504; and to send the
     /// next bytes of a response body before it is cut off (`60s`, `500ms`).
-    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    #[arg(long, default_value = "60s", value_parser = positive_duration)]
     upstream_timeout: Duration,
     /// How long connecting to the upstream may take before a 502.
-    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    #[arg(long, default_value = "5s", value_parser = positive_duration)]
     connect_timeout: Duration,
     /// How long an upstream connection may stay idle before it is closed (nginx's upstream
     /// `keepalive_timeout`); keep it below the upstream's own keep-alive timeout.
-    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    #[arg(long, default_value = "60s", value_parser = positive_duration)]
     upstream_keepalive_timeout: Duration,
     /// How long a client may take to send a request head, the wait for the next request on
     /// an idle keep-alive connection included (nginx's `client_header_timeout`); the
     /// connection is closed when it runs out. An h2 connection with no request open for this
     /// long is told to go away and closed (nginx's `keepalive_timeout`).
-    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    #[arg(long, default_value = "60s", value_parser = positive_duration)]
     client_header_timeout: Duration,
     /// How long a write to a client may wait for the client to read (nginx's
     /// `send_timeout`); a client that reads nothing of its response for this long has its
     /// connection closed.
-    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    #[arg(long, default_value = "60s", value_parser = positive_duration)]
     client_send_timeout: Duration,
     /// How long a client may take to send the next bytes of a request body (nginx's
     /// `client_body_timeout`); a body that stops coming for this long is answered 408 (if the
     /// upstream has not answered yet) and its upstream connection closed. A slow upload that
     /// keeps coming is never cut.
-    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    #[arg(long, default_value = "60s", value_parser = positive_duration)]
     client_body_timeout: Duration,
     /// The most bytes of a request body passed on (nginx's `client_max_body_size`; `1m`,
     /// `512k`, `2g` or bytes). A request announcing more is answered 413 before any limit
@@ -88,18 +89,18 @@ pub(crate) struct ProxyArgs {
     /// 413 on a request head, a 408, a denial whose body was not read) goes on reading and
     /// throwing away what the client sends, so that the client gets the answer and not a
     /// reset (nginx's `lingering_time`); `0` closes at once (nginx's `lingering_close off`).
-    #[arg(long, default_value = "30s", value_parser = parse_duration_or_zero)]
+    #[arg(long, default_value = "30s", value_parser = duration_or_zero)]
     lingering_time: Duration,
     /// How long a lingering connection waits for the client's next bytes before it is closed
     /// (nginx's `lingering_timeout`).
-    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    #[arg(long, default_value = "5s", value_parser = positive_duration)]
     lingering_timeout: Duration,
-    /// How often the rule file is checked for changes.
-    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    /// How often the rule file is checked for changes (at least 10 ms).
+    #[arg(long, default_value = "1s", value_parser = reload_interval)]
     reload_interval: Duration,
     /// How long a shutdown (SIGTERM, Ctrl-C) waits for requests in flight and WebSockets
     /// open (then closed).
-    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    #[arg(long, default_value = "30s", value_parser = positive_duration)]
     shutdown_grace: Duration,
     /// Shared counters: several proxies with the same Redis keep one budget.
     #[command(flatten)]
@@ -166,18 +167,6 @@ fn parse_forwarding_fields(text: &str) -> Result<ForwardingFields, String> {
             "`{text}` is not one of `both`, `x-forwarded-for`, `forwarded`, `none`"
         )),
     }
-}
-
-fn parse_duration(text: &str) -> Result<Duration, String> {
-    let duration = parse_duration_or_zero(text)?;
-    if duration.is_zero() {
-        return Err("must be more than zero".to_owned());
-    }
-    Ok(duration)
-}
-
-fn parse_duration_or_zero(text: &str) -> Result<Duration, String> {
-    sluicegate::rate::parse_duration(text).map_err(|e| e.to_string())
 }
 
 /// A size ([`parse_size`]) of at least one byte.

@@ -45,10 +45,10 @@ pub(crate) async fn accept_next(listener: &TcpListener, name: &str) -> (TcpStrea
     }
 }
 
-/// Serves `router` on `listener` (`name`d in the log) until `stopped` turns true, then waits for the requests in
-/// flight (the caller bounds that wait). Each request carries its caller's address as
-/// [`ConnectInfo`]. A connection whose client takes longer than `header_timeout` to send a
-/// request head, or to begin the next one, is closed.
+/// Serves `router` on `listener` (`name`d in the log) until `stopped` turns true, then waits
+/// for the requests in flight (the caller bounds that wait). Each request carries its
+/// caller's address as [`ConnectInfo`]. A connection whose client takes longer than
+/// `header_timeout` to send a request head, or to begin the next one, is closed.
 pub(crate) async fn serve_router(
     name: &str,
     listener: TcpListener,

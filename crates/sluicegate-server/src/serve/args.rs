@@ -7,25 +7,9 @@ use std::time::Duration;
 use clap::Args;
 use sluicegate_rules::LoadOptions;
 
+use crate::flags::{duration_or_zero, positive_duration, reload_interval};
 use crate::redis_args::RedisArgs;
 
-/// A reload interval: a duration of at least 10 ms (a shorter one would poll the files in a
-/// busy loop).
-fn parse_reload_interval(text: &str) -> Result<Duration, String> {
-    let interval = sluicegate::rate::parse_duration(text).map_err(|error| error.to_string())?;
-    if interval < Duration::from_millis(10) {
-        return Err(format!("`{text}` is shorter than 10ms"));
-    }
-    Ok(interval)
-}
-/// A keepalive or timeout duration: more than zero.
-fn parse_positive_duration(text: &str) -> Result<Duration, String> {
-    let duration = sluicegate::rate::parse_duration(text).map_err(|error| error.to_string())?;
-    if duration.is_zero() {
-        return Err(format!("`{text}` is not longer than zero"));
-    }
-    Ok(duration)
-}
 use crate::serve::clock::ServiceClock;
 use crate::serve::counters::BackendOptions;
 use crate::serve::engine::EngineOptions;
@@ -51,14 +35,14 @@ pub struct ServeArgs {
     /// Send an HTTP/2 PING on every gRPC connection this often (`30s`), and close a connection
     /// that leaves one unanswered for --grpc-keepalive-timeout. Off by default: the client's
     /// PINGs are always answered.
-    #[arg(long, env = "SLUICEGATE_GRPC_KEEPALIVE_INTERVAL", value_parser = parse_positive_duration)]
+    #[arg(long, env = "SLUICEGATE_GRPC_KEEPALIVE_INTERVAL", value_parser = positive_duration)]
     pub grpc_keepalive_interval: Option<Duration>,
     /// How long a keepalive PING may go unanswered.
-    #[arg(long, env = "SLUICEGATE_GRPC_KEEPALIVE_TIMEOUT", default_value = "20s", value_parser = parse_positive_duration)]
+    #[arg(long, env = "SLUICEGATE_GRPC_KEEPALIVE_TIMEOUT", default_value = "20s", value_parser = positive_duration)]
     pub grpc_keepalive_timeout: Duration,
     /// How long a call's request message may take to arrive whole on the lean gRPC server,
     /// whatever deadline the call sets; a call past it is answered DEADLINE_EXCEEDED.
-    #[arg(long, env = "SLUICEGATE_GRPC_MESSAGE_TIMEOUT", default_value = "10s", value_parser = parse_positive_duration)]
+    #[arg(long, env = "SLUICEGATE_GRPC_MESSAGE_TIMEOUT", default_value = "10s", value_parser = positive_duration)]
     pub grpc_message_timeout: Duration,
     /// How many threads serve gRPC connections on the lean server, each with its own runtime,
     /// new connections spread evenly over them; 0 serves them on the service's runtime.
@@ -121,17 +105,17 @@ pub struct ServeArgs {
     pub log_json: bool,
     /// How often to check the rules for changes (`500ms`, `2s`; at least 10 ms), as the
     /// proxy's flag of the same name.
-    #[arg(long, env = "SLUICEGATE_RELOAD_INTERVAL", default_value = "1s", value_parser = parse_reload_interval)]
+    #[arg(long, env = "SLUICEGATE_RELOAD_INTERVAL", default_value = "1s", value_parser = reload_interval)]
     pub reload_interval: Duration,
     /// How long a shutdown (SIGTERM, Ctrl-C) waits for the calls in flight and the connections
     /// told to close, as the proxy's flag of the same name; those left then are closed.
-    #[arg(long, env = "SLUICEGATE_SHUTDOWN_GRACE", default_value = "30s", value_parser = sluicegate::rate::parse_duration)]
+    #[arg(long, env = "SLUICEGATE_SHUTDOWN_GRACE", default_value = "30s", value_parser = duration_or_zero)]
     pub shutdown_grace: Duration,
     /// How long a client of the HTTP and admin listeners may take to send a request head, the
     /// wait for the next one on an idle keep-alive connection included; the connection is
     /// closed when it runs out (nginx's `client_header_timeout`, the proxy's flag of the same
     /// name).
-    #[arg(long, env = "SLUICEGATE_CLIENT_HEADER_TIMEOUT", default_value = "60s", value_parser = sluicegate::rate::parse_duration)]
+    #[arg(long, env = "SLUICEGATE_CLIENT_HEADER_TIMEOUT", default_value = "60s", value_parser = positive_duration)]
     pub client_header_timeout: Duration,
     /// The same in milliseconds: the flag's older form, still taken.
     #[arg(long, env = "SLUICEGATE_RELOAD_INTERVAL_MS", hide = true, conflicts_with = "reload_interval", value_parser = clap::value_parser!(u64).range(10..))]
