@@ -61,7 +61,8 @@ local function run_batch(KEYS, ARGV)
     end
     m = m + 1
     replies[m] = now
-    local check = ok and op == "check" and entry.check
+    local compact = op == "check"
+    local check = ok and compact and entry.check
     for _ = 1, count do
       local allowed, remaining, reset, retry, wait = nil, nil, nil, nil, nil
       if check then
@@ -75,7 +76,7 @@ local function run_batch(KEYS, ARGV)
       if allowed == nil then
         allowed, remaining, reset, retry, wait = decide_by_entry(entry, ok, p, KEYS[k], now, op, n)
       end
-      if op ~= "check" then
+      if not compact then
         replies[m + 1], replies[m + 2], replies[m + 3], replies[m + 4], replies[m + 5] =
           allowed, remaining, reset, retry, wait
         m = m + 5

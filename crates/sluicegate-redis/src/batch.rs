@@ -25,11 +25,12 @@ use crate::scripts::{Entry, OneEntry};
 /// decisions per second than two (batches of 22 against 30), and four no more than three.
 const CALLS_IN_FLIGHT: usize = 3;
 
-/// Values per decision in a batch's flat reply (`lua/batch.lua`), after the time (one per
-/// run): a check's remaining, reset and verdict; any other op's entry point's reply. An error
-/// is padded to the same width.
+/// Values per check in a batch's flat reply (`lua/batch.lua`), after its run's time:
+/// remaining, reset and verdict. An error is as long.
 const CHECK_REPLY_LEN: usize = 3;
-const BATCH_REPLY_LEN: usize = 5;
+/// Values per decision of any other op in a batch's flat reply: its entry point's reply after
+/// the time. An error is padded to as long.
+const FULL_REPLY_LEN: usize = 5;
 
 /// A check's verdict in a batch's reply: allowed (else the retry in µs, or denied for good).
 const VERDICT_ALLOWED: i64 = -1;
@@ -69,7 +70,7 @@ impl OneCall {
         if self.op == "check" {
             CHECK_REPLY_LEN
         } else {
-            BATCH_REPLY_LEN
+            FULL_REPLY_LEN
         }
     }
 
@@ -202,7 +203,7 @@ async fn send(store: &Link, mut batch: Vec<Queued>) {
             for (len, width) in runs {
                 let now = values.next().unwrap_or(Value::Nil);
                 for queued in batch.by_ref().take(len) {
-                    let mut reply = Vec::with_capacity(BATCH_REPLY_LEN + 1);
+                    let mut reply = Vec::with_capacity(FULL_REPLY_LEN + 1);
                     reply.push(now.clone());
                     reply.extend(values.by_ref().take(width));
                     if reply.get(1).is_some_and(is_error_reply) {

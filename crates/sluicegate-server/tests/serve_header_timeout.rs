@@ -10,15 +10,18 @@ use tokio::net::TcpStream;
 
 use sluicegate_server::serve::{ServerConfig, start};
 
-type TestResult = Result<(), Box<dyn std::error::Error>>;
+type BoxError = Box<dyn std::error::Error>;
+type TestResult = Result<(), BoxError>;
 
 /// Far longer than the header timeout the server is given: reaching it means the connection
 /// was left open.
 const HANG: Duration = Duration::from_secs(30);
 
-/// What the server sends before it closes `stream`: all of it, or an error if it is still open
-/// after [`HANG`].
-async fn read_until_closed(stream: &mut TcpStream) -> Result<Vec<u8>, Box<dyn std::error::Error>> {
+/// What the server sends on a new connection to `addr` after `sent`, until it closes it: all
+/// of it, or an error if it is still open after [`HANG`].
+async fn answer_until_closed(addr: SocketAddr, sent: &str) -> Result<String, BoxError> {
+    let mut stream = TcpStream::connect(addr).await?;
+    stream.write_all(sent.as_bytes()).await?;
     let mut received = Vec::new();
     let mut buf = [0u8; 4096];
     loop {
@@ -26,7 +29,7 @@ async fn read_until_closed(stream: &mut TcpStream) -> Result<Vec<u8>, Box<dyn st
             Err(_) => {
                 return Err("the connection is still open long past the header timeout".into());
             }
-            Ok(Ok(0) | Err(_)) => return Ok(received),
+            Ok(Ok(0) | Err(_)) => return Ok(String::from_utf8_lossy(&received).into_owned()),
             Ok(Ok(n)) => received.extend_from_slice(&buf[..n]),
         }
     }
@@ -35,21 +38,13 @@ async fn read_until_closed(stream: &mut TcpStream) -> Result<Vec<u8>, Box<dyn st
 /// A head sent in part and never finished, and a keep-alive connection left idle after its
 /// answer, are both closed; a request sent in time is answered.
 async fn closes_slow_heads(addr: SocketAddr, path: &str) -> TestResult {
-    let mut slow = TcpStream::connect(addr).await?;
-    slow.write_all(format!("GET {path} HTTP/1.1\r\nHost: sluicegate\r\n").as_bytes())
-        .await?;
-    let answered = read_until_closed(&mut slow).await?;
-    let answered = String::from_utf8_lossy(&answered);
+    let head = format!("GET {path} HTTP/1.1\r\nHost: sluicegate\r\n");
+    let answered = answer_until_closed(addr, &head).await?;
     assert!(
         answered.is_empty() || answered.starts_with("HTTP/1.1 408"),
         "an unfinished head gets no answer but a 408: {answered:?}"
     );
-
-    let mut idle = TcpStream::connect(addr).await?;
-    idle.write_all(format!("GET {path} HTTP/1.1\r\nHost: sluicegate\r\n\r\n").as_bytes())
-        .await?;
-    let answered = read_until_closed(&mut idle).await?;
-    let answered = String::from_utf8_lossy(&answered);
+    let answered = answer_until_closed(addr, &format!("{head}\r\n")).await?;
     assert!(
         answered.starts_with("HTTP/1.1 200"),
         "a whole head is answered before the idle connection is closed: {answered:?}"

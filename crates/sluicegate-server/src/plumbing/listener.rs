@@ -61,7 +61,6 @@ pub(crate) async fn serve_router(
         .http1()
         .timer(TokioTimer::new())
         .header_read_timeout(header_timeout);
-    builder.http2().timer(TokioTimer::new());
     let connections = GracefulShutdown::new();
     let stop = async move {
         // Err: every sender is gone, which only a shutdown does.

@@ -28,12 +28,18 @@ pub(crate) trait WorkerServer: 'static {
     fn finish(self, grace: Duration) -> impl Future<Output = ()>;
 }
 
-/// Waits up to `grace` for `done`, the end of what a shutdown lets finish; past it, logs that
-/// `what` is still open and stops waiting.
-pub(crate) async fn finish_within(grace: Duration, done: impl Future<Output = ()>, what: &str) {
-    if tokio::time::timeout(grace, done).await.is_err() {
+/// Waits up to `grace` for `done`, the end of what a shutdown lets finish, and gives its
+/// output; past it, logs that `what` is still open and stops waiting (`None`).
+pub(crate) async fn finish_within<T>(
+    grace: Duration,
+    done: impl Future<Output = T>,
+    what: &str,
+) -> Option<T> {
+    let finished = tokio::time::timeout(grace, done).await.ok();
+    if finished.is_none() {
         tracing::warn!(?grace, "{what} still open after the shutdown grace");
     }
+    finished
 }
 
 /// How the workers are named and started.

@@ -278,17 +278,14 @@ impl Body for RequestBody {
 /// (each wait for the next piece bounded by the client body timeout), so that a client that
 /// sends a short body slowly holds no upstream connection while it does, the body can be sent
 /// again, and it goes with its length; any other streamed, its framing made explicit in
-/// `headers` where the client's gave none.
+/// `headers` where the client's gave none. `incoming` is not at its end: a request without a
+/// body goes on as [`RequestBody::Empty`], which its caller passes without this future.
 pub(crate) async fn take_body(
     incoming: Incoming,
     method: &Method,
     headers: &mut HeaderMap,
     bounds: BodyBounds,
 ) -> Result<RequestBody, BodyFailure> {
-    if incoming.is_end_stream() {
-        // `Content-Length: 0` (passed on as it came), or no body at all.
-        return Ok(RequestBody::Empty);
-    }
     let announced = headers.contains_key(header::CONTENT_LENGTH);
     let exact = incoming.size_hint().exact();
     let limit = match exact {

@@ -14,7 +14,8 @@ use tokio::task::JoinSet;
 use tonic::transport::server::TcpIncoming;
 
 use crate::plumbing::{
-    Loads, Workers, admin_address_allowed, serve_admin, serve_router, start_workers_on,
+    Loads, Workers, admin_address_allowed, finish_within, serve_admin, serve_router,
+    start_workers_on,
 };
 use crate::serve::admin::admin_router;
 use crate::serve::engine::{Engine, EngineOptions};
@@ -115,13 +116,9 @@ impl RunningServer {
     pub async fn shutdown(mut self) -> anyhow::Result<()> {
         let _ = self.stop.send(true);
         let grace = self.shutdown_grace;
-        let stopped = match tokio::time::timeout(grace, self.join()).await {
-            Ok(stopped) => stopped,
-            Err(_) => {
-                tracing::warn!(
-                    ?grace,
-                    "connections still open after the shutdown grace: no longer waited for"
-                );
+        let stopped = match finish_within(grace, self.join(), "connections").await {
+            Some(stopped) => stopped,
+            None => {
                 self.tasks.shutdown().await;
                 Ok(())
             }
