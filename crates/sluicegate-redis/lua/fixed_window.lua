@@ -46,9 +46,24 @@ end
 -- corrupt key (the general path names what is wrong).
 local function fixed_window_check(key, now, n, p)
   local limit, window = p[1], p[2]
-  local raw = redis_pcall("GET", key)
   local _, into = idiv(now, window)
   local start, count = now - into, 0
+  local raw
+  -- A missing key is an empty window: written by the read that finds it missing when that
+  -- admits the check (see key_misses); a key there is read, and left as it was.
+  local written = key_misses > 0 and n <= limit
+  if written then
+    raw = redis_pcall("SET", key, format("%d:%d", start, n), "NX", "GET", "PX",
+      expiry_ms(start + window - now, 1, p[3]))
+  else
+    raw = redis_pcall("GET", key)
+  end
+  if raw ~= false then
+    if key_misses > -8 then key_misses = key_misses - 1 end
+  else
+    if key_misses < 8 then key_misses = key_misses + 1 end
+    if written then return 1, limit - n, start + window - now, -1, 0 end
+  end
   if raw ~= false then
     if type_of(raw) ~= "string" then return nil end
     local colon = string_find(raw, ":", 1, true)

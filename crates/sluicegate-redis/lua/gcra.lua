@@ -40,8 +40,29 @@ end
 -- general path decides it, and names what is wrong with a corrupt key).
 local function gcra_check_whole_us(key, now, n, p)
   if p.d ~= 1 then return nil end
-  local raw = redis_pcall("GET", key)
-  local tat = p.init_a
+  local tolerance, tat, raw = p.tolerance, p.init_a, nil
+  -- A missing key holds the initial TAT: written by the read that finds it missing when that
+  -- admits the check (see key_misses); a key there is read, and left as it was.
+  local fresh_after = nil
+  if key_misses > 0 then
+    fresh_after = n * p.interval
+    if tat > now then fresh_after = fresh_after + (tat - now) end
+    if fresh_after > tolerance or fresh_after >= EXACT then fresh_after = nil end
+  end
+  if fresh_after then
+    raw = redis_pcall("SET", key, format("%d", now + fresh_after), "NX", "GET", "PX",
+      expiry_ms(fresh_after, 1, p.grace_ms))
+  else
+    raw = redis_pcall("GET", key)
+  end
+  if raw ~= false then
+    if key_misses > -8 then key_misses = key_misses - 1 end
+  else
+    if key_misses < 8 then key_misses = key_misses + 1 end
+    if fresh_after then
+      return 1, (idiv(tolerance - fresh_after, p.interval)), fresh_after, -1, 0
+    end
+  end
   if raw ~= false then
     tat = to_number(raw)
     if tat == nil or tat ~= floor(tat) or tat < 0 or tat > 2 ^ 53 then return nil end
@@ -52,7 +73,6 @@ local function gcra_check_whole_us(key, now, n, p)
     if debt >= EXACT then return nil end
   end
   local debt_after = debt + n * p.interval
-  local tolerance = p.tolerance
   if debt_after <= tolerance then
     local ttl = expiry_ms(debt_after, 1, p.grace_ms)
     redis_call("SET", key, format("%d", now + debt_after), "PX", ttl)

@@ -55,6 +55,18 @@ local function ceil_div(a, b)
   return q
 end
 
+-- How a check reads its key (gcra_check_whole_us, fixed_window_check). On many keys most are
+-- missing when checked (each expires once it no longer matters), and a missing key that the
+-- check admits is written anyway: one `SET key value NX GET` then both finds it missing and
+-- writes it, a Redis call less (a call is about a sixth of a decision's cost in Redis). On a
+-- key that is there the same call writes nothing and costs more than a GET, so a check takes
+-- it only while most of the last checks found their key missing: `key_misses`, above 0.
+-- Counted up by a miss and down by a find within -8..8 by each check (inline: a Lua function
+-- call here cost more than the count), and kept from call to call in the library. Redis takes
+-- NX with GET from 7.0 on, as it does Functions: functions.lua starts the count at 0; the
+-- EVALSHA scripts (Redis 6 too) start it far below, where no call's checks can lift it.
+local key_misses = -2 ^ 40
+
 -- A stored field as an exact integer in [lo, hi], or a corrupt-state error naming it.
 local function int_field(key, name, raw, lo, hi)
   local n = to_number(raw)
