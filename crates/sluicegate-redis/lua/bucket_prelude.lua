@@ -40,7 +40,8 @@ local function bucket_deny(p, debt, retry_us)
 end
 
 -- A bucket's parameters from argv[i] on: d, interval, tolerance, burst, initial pair,
--- max_wait, grace_ms. Never modified once built (one_params keeps them).
+-- max_wait, grace_ms. Never modified once built (one_params keeps them); gcra_fresh adds
+-- what it derives from them.
 local function bucket_params(argv, i)
   return {
     d = tonumber(argv[i]),

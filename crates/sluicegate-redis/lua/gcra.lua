@@ -38,20 +38,36 @@ end
 -- calls and tables were a third of a decision's cost in Redis. The reply as batch.lua copies
 -- it: allowed, remaining, reset_us, retry_us, wait_us; nothing for any other case (the
 -- general path decides it, and names what is wrong with a corrupt key).
+-- What a check of `n` permits finds on a missing key whose initial TAT has passed (a missing
+-- key's TAT is the one of a limiter made at time 0): the debt after it (nil: not admitted),
+-- the key's time to live, and the permits left. The same for every missing key of the same
+-- parameters, so computed once per parameters and permits and kept in `p` (one_params keeps
+-- each parsed `p` from call to call).
+local function gcra_fresh(p, n)
+  if p.fresh_n ~= n then
+    local after = n * p.interval
+    if after > p.tolerance or after >= EXACT then
+      p.fresh_after = false
+    else
+      p.fresh_after, p.fresh_ttl = after, expiry_ms(after, 1, p.grace_ms)
+      p.fresh_left = (idiv(p.tolerance - after, p.interval))
+    end
+    p.fresh_n = n
+  end
+  return p.fresh_after, p.fresh_ttl, p.fresh_left
+end
+
 local function gcra_check_whole_us(key, now, n, p)
   if p.d ~= 1 then return nil end
   local tolerance, tat, raw = p.tolerance, p.init_a, nil
   -- A missing key holds the initial TAT: written by the read that finds it missing when that
   -- admits the check (see key_misses); a key there is read, and left as it was.
-  local fresh_after = nil
-  if key_misses > 0 then
-    fresh_after = n * p.interval
-    if tat > now then fresh_after = fresh_after + (tat - now) end
-    if fresh_after > tolerance or fresh_after >= EXACT then fresh_after = nil end
+  local fresh_after, fresh_ttl, fresh_left = false, nil, nil
+  if key_misses > 0 and tat <= now then
+    fresh_after, fresh_ttl, fresh_left = gcra_fresh(p, n)
   end
   if fresh_after then
-    raw = redis_pcall("SET", key, format("%d", now + fresh_after), "NX", "GET", "PX",
-      expiry_ms(fresh_after, 1, p.grace_ms))
+    raw = redis_pcall("SET", key, format("%d", now + fresh_after), "NX", "GET", "PX", fresh_ttl)
   else
     raw = redis_pcall("GET", key)
   end
@@ -59,9 +75,7 @@ local function gcra_check_whole_us(key, now, n, p)
     if key_misses > -8 then key_misses = key_misses - 1 end
   else
     if key_misses < 8 then key_misses = key_misses + 1 end
-    if fresh_after then
-      return 1, (idiv(tolerance - fresh_after, p.interval)), fresh_after, -1, 0
-    end
+    if fresh_after then return 1, fresh_left, fresh_after, -1, 0 end
   end
   if raw ~= false then
     tat = to_number(raw)
