@@ -81,7 +81,14 @@ local function fixed_window_check(key, now, n, p)
     if left < 0 then left = 0 end
     return 0, left, until_end, until_end, 0
   end
-  redis_call("SET", key, format("%d:%d", start, after), "PX", expiry_ms(until_end, 1, p[3]))
+  local value = format("%d:%d", start, after)
+  if count > 0 then
+    -- The key holds this window already, and lives until its end: every write of a window
+    -- sets the same end (a time to live from its own now to the window's end).
+    redis_call("SET", key, value, "KEEPTTL")
+  else
+    redis_call("SET", key, value, "PX", expiry_ms(until_end, 1, p[3]))
+  end
   return 1, limit - after, until_end, -1, 0
 end
 

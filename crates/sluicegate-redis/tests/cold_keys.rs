@@ -112,6 +112,22 @@ fn a_missing_key_is_read_and_written_by_one_call() -> Result<(), BoxError> {
                 "{third:?}"
             );
             assert_eq!(*third_calls, 20, "{name}");
+            // Each key lives until its state no longer matters, plus the grace, whichever
+            // read found it and whichever write wrote it last (a fixed window's second write
+            // keeps the time to live its first set): the window's end (`AT` starts one), or
+            // the TAT, which is two intervals on.
+            let grace_ms = 3_600_000;
+            let lives_ms = if name == "gcra" { 200 } else { 1_000 };
+            for key in &keys {
+                let ttl: i64 = limiter
+                    .store()
+                    .command(redis::cmd("PTTL").arg(format!("c:{{{key}}}l")))
+                    .await?;
+                assert!(
+                    ttl > grace_ms + lives_ms - 60_000 && ttl <= grace_ms + lives_ms,
+                    "{name} {key}: {ttl} ms"
+                );
+            }
         }
         Ok(())
     })
