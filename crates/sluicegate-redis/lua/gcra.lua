@@ -52,9 +52,18 @@ local function gcra_fresh(p, n)
       p.fresh_after, p.fresh_ttl = after, expiry_ms(after, 1, p.grace_ms)
       p.fresh_left = (idiv(p.tolerance - after, p.interval))
     end
-    p.fresh_n = n
+    p.fresh_n, p.fresh_at = n, nil
   end
   return p.fresh_after, p.fresh_ttl, p.fresh_left
+end
+
+-- The TAT a check writes to a missing key at `now` (see gcra_fresh) as text: the same for the
+-- whole run of a batch, which decides at one time.
+local function gcra_fresh_text(p, now, after)
+  if p.fresh_at ~= now then
+    p.fresh_at, p.fresh_text = now, format("%d", now + after)
+  end
+  return p.fresh_text
 end
 
 local function gcra_check_whole_us(key, now, n, p)
@@ -67,7 +76,8 @@ local function gcra_check_whole_us(key, now, n, p)
     fresh_after, fresh_ttl, fresh_left = gcra_fresh(p, n)
   end
   if fresh_after then
-    raw = redis_pcall("SET", key, format("%d", now + fresh_after), "NX", "GET", "PX", fresh_ttl)
+    raw = redis_pcall("SET", key, gcra_fresh_text(p, now, fresh_after), "NX", "GET", "PX",
+      fresh_ttl)
   else
     raw = redis_pcall("GET", key)
   end
