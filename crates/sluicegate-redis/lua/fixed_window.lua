@@ -40,6 +40,18 @@ local function fixed_window_decision(key, now, n, op, limit, window)
   return { 0, limit, 0, until_end, until_end, 0 }, start, after, until_end
 end
 
+-- What a check of `n` permits writes to a missing key at `now` (the window that began at
+-- `start`), and the key's time to live, as text: the same for every missing key of a batch's
+-- run, which decides at one time, so made once per run and kept in `p` (one_params keeps it
+-- from call to call).
+local function window_fresh(p, now, start, n)
+  if p.fresh_at ~= now or p.fresh_n ~= n then
+    p.fresh_at, p.fresh_n = now, n
+    p.fresh_text, p.fresh_ttl = format("%d:%d", start, n), expiry_ms(start + p[2] - now, 1, p[3])
+  end
+  return p.fresh_text, p.fresh_ttl
+end
+
 -- fixed_window_decision and its write for a check alone, with the same answer (see
 -- gcra_check_whole_us), the parameters as one_fixed_window.lua takes them ({limit,
 -- window_us, grace_ms}): allowed, remaining, reset_us, retry_us, wait_us; nothing for a
@@ -53,8 +65,8 @@ local function fixed_window_check(key, now, n, p)
   -- admits the check (see key_misses); a key there is read, and left as it was.
   local written = key_misses > 0 and n <= limit
   if written then
-    raw = redis_pcall("SET", key, format("%d:%d", start, n), "NX", "GET", "PX",
-      expiry_ms(start + window - now, 1, p[3]))
+    local text, ttl = window_fresh(p, now, start, n)
+    raw = redis_pcall("SET", key, text, "NX", "GET", "PX", ttl)
   else
     raw = redis_pcall("GET", key)
   end
