@@ -33,13 +33,8 @@ local function gcra_decision(key, now, n, op, p)
   return bucket_deny(p, debt, retry), nil
 end
 
--- gcra_decision and its write for the common case alone: a check in whole microseconds
--- (d = 1) of a key missing or holding one integer, with the same answer. The general path's
--- calls and tables were a third of a decision's cost in Redis. The reply as batch.lua copies
--- it: allowed, remaining, reset_us, retry_us, wait_us; nothing for any other case (the
--- general path decides it, and names what is wrong with a corrupt key).
 -- What a check of `n` permits finds on a missing key whose initial TAT has passed (a missing
--- key's TAT is the one of a limiter made at time 0): the debt after it (nil: not admitted),
+-- key's TAT is the one of a limiter made at time 0): the debt after it (false: not admitted),
 -- the key's time to live, and the permits left. The same for every missing key of the same
 -- parameters, so computed once per parameters and permits and kept in `p` (one_params keeps
 -- each parsed `p` from call to call).
@@ -66,6 +61,11 @@ local function gcra_fresh_text(p, now, after)
   return p.fresh_text
 end
 
+-- gcra_decision and its write for the common case alone: a check in whole microseconds
+-- (d = 1) of a key missing or holding one integer, with the same answer. The general path's
+-- calls and tables were a third of a decision's cost in Redis. The reply as batch.lua copies
+-- it: allowed, remaining, reset_us, retry_us, wait_us; nothing for any other case (the
+-- general path decides it, and names what is wrong with a corrupt key).
 local function gcra_check_whole_us(key, now, n, p)
   if p.d ~= 1 then return nil end
   local tolerance, tat, raw = p.tolerance, p.init_a, nil
