@@ -41,15 +41,12 @@ local function fixed_window_decision(key, now, n, op, limit, window)
 end
 
 -- What a check of `n` permits writes to a missing key at `now` (the window that began at
--- `start`), and the key's time to live, as text: the same for every missing key of a batch's
--- run, which decides at one time, so made once per run and kept in `p` (one_params keeps it
--- from call to call).
+-- `start`), and the key's time to live, as text (`fresh_text`, `fresh_ttl`): the same for
+-- every missing key of a batch's run, which decides at one time, so made once per run and
+-- kept in `p` (one_params keeps it from call to call). The check reads them from `p` itself.
 local function window_fresh(p, now, start, n)
-  if p.fresh_at ~= now or p.fresh_n ~= n then
-    p.fresh_at, p.fresh_n = now, n
-    p.fresh_text, p.fresh_ttl = format("%d:%d", start, n), expiry_ms(start + p[2] - now, 1, p[3])
-  end
-  return p.fresh_text, p.fresh_ttl
+  p.fresh_at, p.fresh_n = now, n
+  p.fresh_text, p.fresh_ttl = format("%d:%d", start, n), expiry_ms(start + p[2] - now, 1, p[3])
 end
 
 -- fixed_window_decision and its write for a check alone, with the same answer (see
@@ -65,8 +62,8 @@ local function fixed_window_check(key, now, n, p)
   -- admits the check (see key_misses); a key there is read, and left as it was.
   local written = key_misses > 0 and n <= limit
   if written then
-    local text, ttl = window_fresh(p, now, start, n)
-    raw = redis_pcall("SET", key, text, "NX", "GET", "PX", ttl)
+    if p.fresh_at ~= now or p.fresh_n ~= n then window_fresh(p, now, start, n) end
+    raw = redis_pcall("SET", key, p.fresh_text, "NX", "GET", "PX", p.fresh_ttl)
   else
     raw = redis_pcall("GET", key)
   end

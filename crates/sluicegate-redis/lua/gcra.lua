@@ -34,31 +34,21 @@ local function gcra_decision(key, now, n, op, p)
 end
 
 -- What a check of `n` permits finds on a missing key whose initial TAT has passed (a missing
--- key's TAT is the one of a limiter made at time 0): the debt after it (false: not admitted),
--- the key's time to live, and the permits left. The same for every missing key of the same
--- parameters, so computed once per parameters and permits and kept in `p` (one_params keeps
--- each parsed `p` from call to call).
+-- key's TAT is the one of a limiter made at time 0): the debt after it (`fresh_after`, false:
+-- not admitted), the key's time to live, and the permits left. The same for every missing key
+-- of the same parameters, so worked out once per parameters and permits and kept in `p`
+-- (one_params keeps each parsed `p` from call to call); the TAT's text (`fresh_text`) once per
+-- run of a batch, which decides at one time (`fresh_at`). The check reads them from `p`
+-- itself: a Lua call per check cost more than a field.
 local function gcra_fresh(p, n)
-  if p.fresh_n ~= n then
-    local after = n * p.interval
-    if after > p.tolerance or after >= EXACT then
-      p.fresh_after = false
-    else
-      p.fresh_after, p.fresh_ttl = after, expiry_ms(after, 1, p.grace_ms)
-      p.fresh_left = (idiv(p.tolerance - after, p.interval))
-    end
-    p.fresh_n, p.fresh_at = n, nil
+  local after = n * p.interval
+  if after > p.tolerance or after >= EXACT then
+    p.fresh_after = false
+  else
+    p.fresh_after, p.fresh_ttl = after, expiry_ms(after, 1, p.grace_ms)
+    p.fresh_left = (idiv(p.tolerance - after, p.interval))
   end
-  return p.fresh_after, p.fresh_ttl, p.fresh_left
-end
-
--- The TAT a check writes to a missing key at `now` (see gcra_fresh) as text: the same for the
--- whole run of a batch, which decides at one time.
-local function gcra_fresh_text(p, now, after)
-  if p.fresh_at ~= now then
-    p.fresh_at, p.fresh_text = now, format("%d", now + after)
-  end
-  return p.fresh_text
+  p.fresh_n, p.fresh_at = n, nil
 end
 
 -- gcra_decision and its write for the common case alone: a check in whole microseconds
@@ -71,13 +61,16 @@ local function gcra_check_whole_us(key, now, n, p)
   local tolerance, tat, raw = p.tolerance, p.init_a, nil
   -- A missing key holds the initial TAT: written by the read that finds it missing when that
   -- admits the check (see key_misses); a key there is read, and left as it was.
-  local fresh_after, fresh_ttl, fresh_left = false, nil, nil
+  local fresh_after = false
   if key_misses > 0 and tat <= now then
-    fresh_after, fresh_ttl, fresh_left = gcra_fresh(p, n)
+    if p.fresh_n ~= n then gcra_fresh(p, n) end
+    fresh_after = p.fresh_after
+    if fresh_after and p.fresh_at ~= now then
+      p.fresh_at, p.fresh_text = now, format("%d", now + fresh_after)
+    end
   end
   if fresh_after then
-    raw = redis_pcall("SET", key, gcra_fresh_text(p, now, fresh_after), "NX", "GET", "PX",
-      fresh_ttl)
+    raw = redis_pcall("SET", key, p.fresh_text, "NX", "GET", "PX", p.fresh_ttl)
   else
     raw = redis_pcall("GET", key)
   end
@@ -85,7 +78,7 @@ local function gcra_check_whole_us(key, now, n, p)
     if key_misses > -8 then key_misses = key_misses - 1 end
   else
     if key_misses < 8 then key_misses = key_misses + 1 end
-    if fresh_after then return 1, fresh_left, fresh_after, -1, 0 end
+    if fresh_after then return 1, p.fresh_left, fresh_after, -1, 0 end
   end
   if raw ~= false then
     tat = to_number(raw)
