@@ -1,6 +1,6 @@
 //! `serve`'s HTTP and admin listeners close a connection whose client is slow to send a request
-//! head (a byte at a time, or nothing after the last response): each such connection held a
-//! task and its buffers for as long as the client liked.
+//! head (a byte at a time, or nothing after the last response), over HTTP/1.1 and h2 alike:
+//! each such connection held a task and its buffers for as long as the client liked.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -52,6 +52,33 @@ async fn closes_slow_heads(addr: SocketAddr, path: &str) -> TestResult {
     Ok(())
 }
 
+/// An h2 connection (prior knowledge) that sends nothing after its preface, and one left idle
+/// after an answer, are both ended, each told first with `GOAWAY`.
+async fn closes_idle_h2(addr: SocketAddr, path: &str) -> TestResult {
+    // Nothing after the handshake: no request ever opened.
+    let (_h2, connection) = h2::client::handshake(TcpStream::connect(addr).await?).await?;
+    tokio::time::timeout(HANG, connection)
+        .await
+        .map_err(|_| "an h2 connection with no request stays open past the header timeout")??;
+
+    let (h2, connection) = h2::client::handshake(TcpStream::connect(addr).await?).await?;
+    let connection = tokio::spawn(connection);
+    let mut h2 = h2.ready().await?;
+    let request = http::Request::get(format!("http://{addr}{path}")).body(())?;
+    let (response, _) = h2.send_request(request, true)?;
+    let response = response.await?;
+    assert_eq!(response.status(), 200);
+    let mut body = response.into_body();
+    while let Some(chunk) = body.data().await {
+        chunk?;
+    }
+    // The answer came whole; the connection, idle since, is ended with a `GOAWAY` (no error).
+    tokio::time::timeout(HANG, connection)
+        .await
+        .map_err(|_| "an idle h2 connection stays open past the header timeout")???;
+    Ok(())
+}
+
 #[tokio::test]
 async fn slow_and_idle_clients_are_closed_on_both_listeners() -> TestResult {
     let dir = tempfile::tempdir()?;
@@ -67,6 +94,8 @@ async fn slow_and_idle_clients_are_closed_on_both_listeners() -> TestResult {
     closes_slow_heads(server.http_addr, "/healthcheck").await?;
     let admin = server.admin_addr.ok_or("the admin listener is on")?;
     closes_slow_heads(admin, "/metrics").await?;
+    closes_idle_h2(server.http_addr, "/healthcheck").await?;
+    closes_idle_h2(admin, "/metrics").await?;
     // The listeners still answer new connections.
     let body = reqwest::get(format!("http://{}/healthcheck", server.http_addr))
         .await?

@@ -1,27 +1,29 @@
 //! Where connections come in: the accept loop every listener shares ([`accept_next`]), and
 //! the axum listeners of both applications ([`serve_router`]: `serve`'s HTTP JSON API, and the
-//! admin listener both serve) on hyper's server with a bound on how long a client may take to
-//! send a request head, the wait for the next one on an idle keep-alive connection included
-//! (nginx's `client_header_timeout`). `axum::serve` leaves that bound unset: hyper's header
-//! timeout needs a timer, which axum does not give it, so a client that sent its head a byte
-//! at a time, or opened connections and sent nothing, held each connection and its task for
-//! as long as it liked.
+//! admin listener both serve) on hyper's server, each connection ended as the proxy's are
+//! ([`until_ended`]): closed once it has had no request open for the header timeout, over h2
+//! as over HTTP/1.1 (nginx's `client_header_timeout` and `keepalive_timeout`). `axum::serve`
+//! bounds neither: a client that sent its head a byte at a time, or opened connections and
+//! sent nothing, held each connection and its task for as long as it liked.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
 use axum::body::Body;
 use axum::extract::ConnectInfo;
 use hyper::body::Incoming;
+use hyper::server::conn::{http1, http2};
 use hyper::service::service_fn;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tower_service::Service as _;
+
+use crate::plumbing::{Ended, OpenBody, Protocol, Requests, bounded, protocol_told, until_ended};
 
 /// How long an accept that failed (out of file descriptors, say) waits before the next: the
 /// connections open meanwhile may end and give some back.
@@ -47,8 +49,9 @@ pub(crate) async fn accept_next(listener: &TcpListener, name: &str) -> (TcpStrea
 
 /// Serves `router` on `listener` (`name`d in the log) until `stopped` turns true, then waits
 /// for the requests in flight (the caller bounds that wait). Each request carries its
-/// caller's address as [`ConnectInfo`]. A connection whose client takes longer than
-/// `header_timeout` to send a request head, or to begin the next one, is closed.
+/// caller's address as [`ConnectInfo`]. A connection that has had no request open for
+/// `header_timeout` (its client slow to send a head, or idle since its last answer) is
+/// closed, over h2 as over HTTP/1.1, as the proxy's are ([`until_ended`]); zero: never.
 pub(crate) async fn serve_router(
     name: &str,
     listener: TcpListener,
@@ -56,12 +59,10 @@ pub(crate) async fn serve_router(
     header_timeout: Duration,
     mut stopped: watch::Receiver<bool>,
 ) {
-    let mut builder = auto::Builder::new(TokioExecutor::new());
-    builder
-        .http1()
-        .timer(TokioTimer::new())
-        .header_read_timeout(header_timeout);
-    let connections = GracefulShutdown::new();
+    let http1 = http1::Builder::new();
+    let http2 = http2::Builder::new(TokioExecutor::new());
+    // Told once, on shutdown; every connection holds a receiver until it has ended.
+    let stopping = watch::Sender::new(());
     let stop = async move {
         // Err: every sender is gone, which only a shutdown does.
         let _ = stopped.wait_for(|s| *s).await;
@@ -72,23 +73,80 @@ pub(crate) async fn serve_router(
             accepted = accept_next(&listener, name) => accepted,
             () = &mut stop => break,
         };
-        let router = router.clone();
-        let service = service_fn(move |mut request: hyper::Request<Incoming>| {
-            request.extensions_mut().insert(ConnectInfo(caller));
-            // A router is always ready: it is called without asking.
-            let answer = router.clone().call(request.map(Body::new));
-            async move { Ok::<_, Infallible>(answer.await.unwrap_or_else(|never| match never {})) }
-        });
-        let connection = builder
-            .serve_connection_with_upgrades(TokioIo::new(stream), service)
-            .into_owned();
-        let connection = connections.watch(connection);
+        let connection = RouterConnection {
+            router: router.clone(),
+            caller,
+            // Opened now: the wait for the first bytes counts towards the first head.
+            requests: Requests::new(),
+            header_timeout,
+            stopping: stopping.subscribe(),
+        };
+        let (http1, http2) = (http1.clone(), http2.clone());
         tokio::spawn(async move {
-            if let Err(error) = connection.await {
-                tracing::debug!(%error, %caller, "connection ended with an error");
-            }
+            let ended = connection.serve(stream, &http1, &http2).await;
+            tracing::debug!(?ended, %caller, "connection ended");
         });
     }
     drop(listener);
-    connections.shutdown().await;
+    stopping.send_replace(());
+    stopping.closed().await;
+}
+
+/// One connection of [`serve_router`]'s.
+struct RouterConnection {
+    router: Router,
+    caller: SocketAddr,
+    requests: Arc<Requests>,
+    header_timeout: Duration,
+    stopping: watch::Receiver<()>,
+}
+
+impl RouterConnection {
+    /// Serves `stream` by the protocol its first bytes tell, until it ends; `None`: it ended
+    /// before telling.
+    async fn serve(
+        self,
+        stream: TcpStream,
+        http1: &http1::Builder,
+        http2: &http2::Builder<TokioExecutor>,
+    ) -> Option<Ended> {
+        let RouterConnection {
+            router,
+            caller,
+            requests,
+            header_timeout,
+            stopping,
+        } = self;
+        let protocol = bounded(header_timeout, protocol_told(&stream))
+            .await
+            .and_then(|told| told.ok().flatten())?;
+        let idle = (!header_timeout.is_zero()).then(|| (Arc::clone(&requests), header_timeout));
+        let service = service_fn(move |mut request: hyper::Request<Incoming>| {
+            request.extensions_mut().insert(ConnectInfo(caller));
+            let open = requests.open();
+            // A router is always ready: it is called without asking.
+            let answer = router.clone().call(request.map(Body::new));
+            async move {
+                let response = answer.await.unwrap_or_else(|never| match never {});
+                Ok::<_, Infallible>(response.map(|body| OpenBody::new(body, open, None)))
+            }
+        });
+        let io = TokioIo::new(stream);
+        Some(match protocol {
+            Protocol::Http1 => {
+                let connection = http1.serve_connection(io, service);
+                let finish = |connection: Pin<&mut _>| {
+                    http1::Connection::graceful_shutdown(connection);
+                };
+                until_ended(connection, finish, protocol, stopping, idle, None).await
+            }
+            Protocol::H2 => {
+                let connection = http2.serve_connection(io, service);
+                let finish = |connection: Pin<&mut _>| {
+                    http2::Connection::graceful_shutdown(connection);
+                };
+                until_ended(connection, finish, protocol, stopping, idle, None).await
+            }
+        })
+    }
 }

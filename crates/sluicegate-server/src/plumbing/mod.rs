@@ -7,6 +7,10 @@
 
 mod admin;
 mod admin_page;
+mod branch_wakers;
+mod client_idle;
+mod connection_end;
+mod h2_stall;
 mod lease_metrics;
 mod listener;
 mod live;
@@ -21,6 +25,9 @@ mod workers;
 
 pub use admin::admin_address_allowed;
 pub(crate) use admin::{AdminApp, OPENMETRICS_TEXT, admin_router, serve_admin};
+pub(crate) use client_idle::{OpenBody, Requests};
+pub(crate) use connection_end::{Ended, Protocol, bounded, protocol_told, until_ended};
+pub(crate) use h2_stall::Stalls;
 pub(crate) use lease_metrics::LeaseMetrics;
 pub(crate) use listener::{accept_next, serve_router};
 pub(crate) use live::{HeavyHitters, LatencyWindow, RuleSeries, RuleStats};

@@ -2,12 +2,10 @@
 //! force, and the connections' graceful end.
 
 use std::convert::Infallible;
-use std::future::poll_fn;
 use std::net::SocketAddr;
 use std::num::NonZeroU32;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::Poll;
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
@@ -19,18 +17,17 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
-use tokio::time::Instant;
 use tokio_rustls::TlsAcceptor;
 
 use crate::plumbing::Modes;
-use crate::plumbing::{Counted, WorkerServer, finish_within};
-use crate::proxy::branch_wakers::BranchWakers;
+use crate::plumbing::{
+    Counted, Ended, OpenBody, Protocol, Requests, Stalls, WorkerServer, bounded, finish_within,
+    protocol_told, until_ended,
+};
 use crate::proxy::client_body::ClientBody;
-use crate::proxy::client_idle::{OpenBody, Requests};
 use crate::proxy::cpu_yield;
 use crate::proxy::forward::Forwarder;
 use crate::proxy::guards;
-use crate::proxy::h2_stall::Stalls;
 use crate::proxy::limit_counters::LimitCounters;
 use crate::proxy::lingering::{HandedBack, Lingering};
 use crate::proxy::metrics::Metrics;
@@ -73,36 +70,6 @@ pub(crate) struct State {
 /// hyper's default cap on an HTTP/1.1 connection's read buffer (`http1::Builder::max_buf_size`),
 /// which a head must fit in too.
 const HYPER_MAX_BUF_SIZE: usize = 8192 + 4096 * 100;
-
-/// What every h2 connection opens with (RFC 9113 section 3.4).
-const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
-
-/// What a client connection speaks, told by its first bytes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Protocol {
-    Http1,
-    H2,
-}
-
-/// Waits until the first bytes tell HTTP/1.1 from h2 (they are left unread for hyper);
-/// `None`: the client closed first.
-async fn protocol_told(stream: &TcpStream) -> std::io::Result<Option<Protocol>> {
-    let mut first = [0u8; H2_PREFACE.len()];
-    loop {
-        let seen = stream.peek(&mut first).await?;
-        if seen == 0 {
-            return Ok(None);
-        }
-        if first[..seen] != H2_PREFACE[..seen] {
-            return Ok(Some(Protocol::Http1));
-        }
-        if seen == first.len() {
-            return Ok(Some(Protocol::H2));
-        }
-        // Part of h2's preface: a peek would return at once until more comes.
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
 
 /// Serves client connections, each on a task of the current runtime, and lets them finish on
 /// shutdown.
@@ -298,151 +265,4 @@ impl OneConnection {
             }
         }
     }
-}
-
-/// `future`'s output, unless `bound` (not zero: no bound) runs out first.
-async fn bounded<F: Future>(bound: Duration, future: F) -> Option<F::Output> {
-    if bound.is_zero() {
-        return Some(future.await);
-    }
-    tokio::time::timeout(bound, future).await.ok()
-}
-
-/// How a connection's serving ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Ended {
-    /// hyper ended it cleanly: the client closed, an answer closed it (hyper's own 431 to a
-    /// head past the bound included), or it finished when told to.
-    Closed,
-    /// hyper ended it on an error: the client reset it, broke HTTP, or read nothing of its
-    /// response for the send timeout.
-    Failed,
-    /// The proxy dropped it: idle, stalled, or told to finish and idle since.
-    Dropped,
-}
-
-impl Ended {
-    fn of(served: &Result<(), hyper::Error>) -> Ended {
-        match served {
-            Ok(()) => Ended::Closed,
-            // hyper answered the head itself (431, or 414 for a target past 64 KiB) and closed:
-            // the client may still be sending the rest of the head, and is to read that
-            // answer, not a reset, as nginx lingers after its own 400.
-            Err(error) if error.is_parse_too_large() => Ended::Closed,
-            Err(_) => Ended::Failed,
-        }
-    }
-}
-
-/// Why a connection is told to finish what it has begun.
-enum Closing {
-    /// The proxy stops.
-    Stopping,
-    /// No request has been open for the idle timeout.
-    Idle,
-}
-
-/// Drives `connection` until it ends, or is dropped, and says which.
-///
-/// - When the proxy stops, or `idle` says no request has been open for its timeout, the
-///   connection is told to finish what it has begun (h2: `GOAWAY`). An HTTP/1.1 connection
-///   idle that long is dropped at once instead: it has nothing begun, and hyper would go on
-///   reading a head it had begun on a new connection.
-/// - A connection told to finish is dropped once no request has been open on it for the idle
-///   timeout since it was told: a head that never ends, a peer gone without a word (h2's
-///   closing ping unanswered). Requests it had begun, or that came before the client saw
-///   `GOAWAY`, finish first, however long they take.
-/// - A connection with an h2 response `stalled` says its client has taken nothing of for
-///   that long is dropped at any time, its other streams with it: hyper gives no way to reset
-///   one stream whose body it is not asking for more.
-async fn until_ended<C: Future<Output = Result<(), hyper::Error>>>(
-    connection: C,
-    finish: impl FnOnce(Pin<&mut C>),
-    protocol: Protocol,
-    mut stopping: watch::Receiver<()>,
-    idle: Option<(Arc<Requests>, Duration)>,
-    stalled: Option<(Arc<Stalls>, Duration)>,
-) -> Ended {
-    tokio::pin!(connection);
-    let idle_since = |since: Instant| {
-        let idle = idle.clone();
-        async move {
-            match idle {
-                Some((requests, timeout)) => requests.idle_for(since, timeout).await,
-                None => std::future::pending().await,
-            }
-        }
-    };
-    let opened = idle
-        .as_ref()
-        .map_or_else(Instant::now, |(requests, _)| requests.opened());
-    let idle_for = idle_since(opened);
-    tokio::pin!(idle_for);
-    let stalled_for = async {
-        match &stalled {
-            Some((stalls, timeout)) => stalls.stalled_for(*timeout).await,
-            None => std::future::pending().await,
-        }
-    };
-    tokio::pin!(stalled_for);
-    let told_to_stop = stopping.changed();
-    tokio::pin!(told_to_stop);
-    // The connection is polled at every wake-up, the rest only when their own waker fired.
-    let branches = BranchWakers::<3>::new();
-    let closing = poll_fn(|cx| {
-        let woken = branches.woken(cx);
-        // A client that goes away mid-request is no error of the proxy's.
-        if let Poll::Ready(served) = connection.as_mut().poll(cx) {
-            return Poll::Ready(Err(Ended::of(&served)));
-        }
-        if woken.has(STALLED) && branches.poll(STALLED, stalled_for.as_mut()).is_ready() {
-            stalled_log();
-            return Poll::Ready(Err(Ended::Dropped));
-        }
-        if woken.has(STOPPING) && branches.poll(STOPPING, told_to_stop.as_mut()).is_ready() {
-            return Poll::Ready(Ok(Closing::Stopping));
-        }
-        if woken.has(IDLE) && branches.poll(IDLE, idle_for.as_mut()).is_ready() {
-            return Poll::Ready(Ok(Closing::Idle));
-        }
-        Poll::Pending
-    })
-    .await;
-    let closing = match closing {
-        Ok(closing) => closing,
-        Err(ended) => return ended,
-    };
-    if matches!(closing, Closing::Idle) && protocol == Protocol::Http1 {
-        return Ended::Dropped;
-    }
-    finish(connection.as_mut());
-    let idle_after = idle_since(Instant::now());
-    tokio::pin!(idle_after);
-    branches.wake(IDLE);
-    poll_fn(|cx| {
-        let woken = branches.woken(cx);
-        if let Poll::Ready(served) = connection.as_mut().poll(cx) {
-            return Poll::Ready(Ended::of(&served));
-        }
-        if woken.has(STALLED) && branches.poll(STALLED, stalled_for.as_mut()).is_ready() {
-            stalled_log();
-            return Poll::Ready(Ended::Dropped);
-        }
-        if woken.has(IDLE) && branches.poll(IDLE, idle_after.as_mut()).is_ready() {
-            return Poll::Ready(Ended::Dropped);
-        }
-        Poll::Pending
-    })
-    .await
-}
-
-/// The branches of a connection's task ([`BranchWakers`]) beside the connection itself.
-const STALLED: usize = 0;
-const STOPPING: usize = 1;
-const IDLE: usize = 2;
-
-fn stalled_log() {
-    tracing::info!(
-        "proxy: closed a client connection: it took nothing of an h2 response for --client-send-timeout"
-    );
 }

@@ -23,15 +23,12 @@
 //! `sluicegate_proxy_connections{worker}` (client connections served, lingering ones left out).
 
 mod admin;
-mod branch_wakers;
 pub(crate) mod client_body;
-mod client_idle;
 mod connection;
 mod cpu_yield;
 mod error;
 mod forward;
 mod guards;
-mod h2_stall;
 mod hop_by_hop;
 mod key;
 mod limit_counters;

@@ -11,7 +11,7 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::{Instant, Sleep};
 
-use crate::proxy::client_idle::Requests;
+use crate::plumbing::Requests;
 
 /// `io`, where a write that cannot go on for `timeout` fails with [`io::ErrorKind::TimedOut`]
 /// (which ends the connection). The time counts from when a write first waits, and starts

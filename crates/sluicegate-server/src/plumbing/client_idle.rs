@@ -17,7 +17,7 @@ use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use tokio::time::Instant;
 
-use crate::proxy::h2_stall::{LastAsked, ms_since};
+use crate::plumbing::h2_stall::{LastAsked, ms_since};
 
 /// The requests open on one client connection, shared by its requests and its idle watch.
 #[derive(Debug)]
