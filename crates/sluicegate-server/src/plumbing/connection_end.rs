@@ -10,6 +10,13 @@ use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
 
+use bytes::Bytes;
+use http::{Request, Response};
+use hyper::body::Incoming;
+use hyper::rt::bounds::Http2ServerConnExec;
+use hyper::server::conn::{http1, http2};
+use hyper::service::Service;
+use hyper_util::rt::TokioExecutor;
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -56,6 +63,50 @@ pub(crate) async fn bounded<F: Future>(bound: Duration, future: F) -> Option<F::
         return Some(future.await);
     }
     tokio::time::timeout(bound, future).await.ok()
+}
+
+/// hyper's builders of both protocols, as a listener sets them up.
+pub(crate) struct Builders {
+    pub(crate) http1: http1::Builder,
+    pub(crate) http2: http2::Builder<TokioExecutor>,
+}
+
+/// Serves `io` with `service` by `protocol` until it ends ([`until_ended`]: `stopping`,
+/// `idle`, `stalled`). HTTP/1.1 with upgrades: a switch the service answers `101` to takes
+/// the connection over.
+pub(crate) async fn serve_until_ended<IO, S, B>(
+    io: IO,
+    service: S,
+    protocol: Protocol,
+    builders: &Builders,
+    stopping: watch::Receiver<()>,
+    idle: Option<(Arc<Requests>, Duration)>,
+    stalled: Option<(Arc<Stalls>, Duration)>,
+) -> Ended
+where
+    IO: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+    S: Service<Request<Incoming>, Response = Response<B>, Error = std::convert::Infallible>,
+    S::Future: Send + 'static,
+    B: http_body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    TokioExecutor: Http2ServerConnExec<S::Future, B>,
+{
+    match protocol {
+        Protocol::Http1 => {
+            let connection = builders.http1.serve_connection(io, service).with_upgrades();
+            let finish = |connection: Pin<&mut _>| {
+                http1::UpgradeableConnection::graceful_shutdown(connection);
+            };
+            until_ended(connection, finish, protocol, stopping, idle, stalled).await
+        }
+        Protocol::H2 => {
+            let connection = builders.http2.serve_connection(io, service);
+            let finish = |connection: Pin<&mut _>| {
+                http2::Connection::graceful_shutdown(connection);
+            };
+            until_ended(connection, finish, protocol, stopping, idle, stalled).await
+        }
+    }
 }
 
 /// How a connection's serving ended.
@@ -105,7 +156,7 @@ enum Closing {
 /// - A connection with an h2 response `stalled` says its client has taken nothing of for
 ///   that long is dropped at any time, its other streams with it: hyper gives no way to reset
 ///   one stream whose body it is not asking for more.
-pub(crate) async fn until_ended<C: Future<Output = Result<(), hyper::Error>>>(
+async fn until_ended<C: Future<Output = Result<(), hyper::Error>>>(
     connection: C,
     finish: impl FnOnce(Pin<&mut C>),
     protocol: Protocol,

@@ -1,14 +1,13 @@
 //! Where connections come in: the accept loop every listener shares ([`accept_next`]), and
 //! the axum listeners of both applications ([`serve_router`]: `serve`'s HTTP JSON API, and the
 //! admin listener both serve) on hyper's server, each connection ended as the proxy's are
-//! ([`until_ended`]): closed once it has had no request open for the header timeout, over h2
+//! ([`serve_until_ended`]): closed once it has had no request open for the header timeout, over h2
 //! as over HTTP/1.1 (nginx's `client_header_timeout` and `keepalive_timeout`). `axum::serve`
 //! bounds neither: a client that sent its head a byte at a time, or opened connections and
 //! sent nothing, held each connection and its task for as long as it liked.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -23,7 +22,9 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tower_service::Service as _;
 
-use crate::plumbing::{Ended, OpenBody, Protocol, Requests, bounded, protocol_told, until_ended};
+use crate::plumbing::{
+    Builders, Ended, OpenBody, Requests, bounded, protocol_told, serve_until_ended,
+};
 
 /// How long an accept that failed (out of file descriptors, say) waits before the next: the
 /// connections open meanwhile may end and give some back.
@@ -51,7 +52,7 @@ pub(crate) async fn accept_next(listener: &TcpListener, name: &str) -> (TcpStrea
 /// for the requests in flight (the caller bounds that wait). Each request carries its
 /// caller's address as [`ConnectInfo`]. A connection that has had no request open for
 /// `header_timeout` (its client slow to send a head, or idle since its last answer) is
-/// closed, over h2 as over HTTP/1.1, as the proxy's are ([`until_ended`]); zero: never.
+/// closed, over h2 as over HTTP/1.1, as the proxy's are ([`serve_until_ended`]); zero: never.
 pub(crate) async fn serve_router(
     name: &str,
     listener: TcpListener,
@@ -59,8 +60,10 @@ pub(crate) async fn serve_router(
     header_timeout: Duration,
     mut stopped: watch::Receiver<bool>,
 ) {
-    let http1 = http1::Builder::new();
-    let http2 = http2::Builder::new(TokioExecutor::new());
+    let builders = Arc::new(Builders {
+        http1: http1::Builder::new(),
+        http2: http2::Builder::new(TokioExecutor::new()),
+    });
     // Told once, on shutdown; every connection holds a receiver until it has ended.
     let stopping = watch::Sender::new(());
     let stop = async move {
@@ -81,9 +84,9 @@ pub(crate) async fn serve_router(
             header_timeout,
             stopping: stopping.subscribe(),
         };
-        let (http1, http2) = (http1.clone(), http2.clone());
+        let builders = Arc::clone(&builders);
         tokio::spawn(async move {
-            let ended = connection.serve(stream, &http1, &http2).await;
+            let ended = connection.serve(stream, &builders).await;
             tracing::debug!(?ended, %caller, "connection ended");
         });
     }
@@ -104,12 +107,7 @@ struct RouterConnection {
 impl RouterConnection {
     /// Serves `stream` by the protocol its first bytes tell, until it ends; `None`: it ended
     /// before telling.
-    async fn serve(
-        self,
-        stream: TcpStream,
-        http1: &http1::Builder,
-        http2: &http2::Builder<TokioExecutor>,
-    ) -> Option<Ended> {
+    async fn serve(self, stream: TcpStream, builders: &Builders) -> Option<Ended> {
         let RouterConnection {
             router,
             caller,
@@ -132,21 +130,6 @@ impl RouterConnection {
             }
         });
         let io = TokioIo::new(stream);
-        Some(match protocol {
-            Protocol::Http1 => {
-                let connection = http1.serve_connection(io, service);
-                let finish = |connection: Pin<&mut _>| {
-                    http1::Connection::graceful_shutdown(connection);
-                };
-                until_ended(connection, finish, protocol, stopping, idle, None).await
-            }
-            Protocol::H2 => {
-                let connection = http2.serve_connection(io, service);
-                let finish = |connection: Pin<&mut _>| {
-                    http2::Connection::graceful_shutdown(connection);
-                };
-                until_ended(connection, finish, protocol, stopping, idle, None).await
-            }
-        })
+        Some(serve_until_ended(io, service, protocol, builders, stopping, idle, None).await)
     }
 }

@@ -26,7 +26,9 @@ mod workers;
 pub use admin::admin_address_allowed;
 pub(crate) use admin::{AdminApp, OPENMETRICS_TEXT, admin_router, serve_admin};
 pub(crate) use client_idle::{OpenBody, Requests};
-pub(crate) use connection_end::{Ended, Protocol, bounded, protocol_told, until_ended};
+pub(crate) use connection_end::{
+    Builders, Ended, Protocol, bounded, protocol_told, serve_until_ended,
+};
 pub(crate) use h2_stall::Stalls;
 pub(crate) use lease_metrics::LeaseMetrics;
 pub(crate) use listener::{accept_next, serve_router};

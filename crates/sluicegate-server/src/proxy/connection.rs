@@ -4,7 +4,6 @@
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::num::NonZeroU32;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -21,8 +20,8 @@ use tokio_rustls::TlsAcceptor;
 
 use crate::plumbing::Modes;
 use crate::plumbing::{
-    Counted, Ended, OpenBody, Protocol, Requests, Stalls, WorkerServer, bounded, finish_within,
-    protocol_told, until_ended,
+    Builders, Counted, Ended, OpenBody, Protocol, Requests, Stalls, WorkerServer, bounded,
+    finish_within, protocol_told, serve_until_ended,
 };
 use crate::proxy::client_body::ClientBody;
 use crate::proxy::cpu_yield;
@@ -78,8 +77,7 @@ pub(crate) struct ConnectionServer {
     /// The connections are told HTTP/1.1 from h2 here ([`protocol_told`]), so each is served
     /// by its own protocol's builder (hyper-util's `auto` would tell them again, and wrap
     /// every read of the connection to give back what it read to tell).
-    http1: http1::Builder,
-    http2: http2::Builder<TokioExecutor>,
+    builders: Arc<Builders>,
     /// Told once, on shutdown; every connection holds a receiver until it has ended.
     stopping: watch::Sender<()>,
 }
@@ -101,8 +99,7 @@ impl ConnectionServer {
         http2.max_header_list_size(u32::try_from(max_header).unwrap_or(u32::MAX));
         ConnectionServer {
             state,
-            http1,
-            http2,
+            builders: Arc::new(Builders { http1, http2 }),
             stopping: watch::Sender::new(()),
         }
     }
@@ -119,8 +116,7 @@ impl WorkerServer for ConnectionServer {
             state,
             // Opened now: the wait for the first bytes counts towards the first head.
             requests: Requests::new(),
-            http1: self.http1.clone(),
-            http2: self.http2.clone(),
+            builders: Arc::clone(&self.builders),
             stopping: self.stopping.subscribe(),
         };
         tokio::spawn(async move {
@@ -148,8 +144,7 @@ struct OneConnection {
     state: Arc<State>,
     client: ForwardedClient,
     requests: Arc<Requests>,
-    http1: http1::Builder,
-    http2: http2::Builder<TokioExecutor>,
+    builders: Arc<Builders>,
     stopping: watch::Receiver<()>,
 }
 
@@ -206,8 +201,7 @@ impl OneConnection {
             state,
             client,
             requests,
-            http1,
-            http2,
+            builders,
             stopping,
         } = self;
         let header_timeout = state.client_header_timeout;
@@ -246,23 +240,8 @@ impl OneConnection {
                 Ok::<_, Infallible>(response.map(|body| OpenBody::new(body, open, asked)))
             }
         });
-        match protocol {
-            Protocol::Http1 => {
-                // Upgrades: a WebSocket handshake the upstream accepts turns the connection
-                // into a tunnel (`upstream::tunnel`).
-                let connection = http1.serve_connection(io, service).with_upgrades();
-                let finish = |connection: Pin<&mut _>| {
-                    http1::UpgradeableConnection::graceful_shutdown(connection);
-                };
-                until_ended(connection, finish, protocol, stopping, idle, stalled).await
-            }
-            Protocol::H2 => {
-                let connection = http2.serve_connection(io, service);
-                let finish = |connection: Pin<&mut _>| {
-                    http2::Connection::graceful_shutdown(connection);
-                };
-                until_ended(connection, finish, protocol, stopping, idle, stalled).await
-            }
-        }
+        // Upgrades: a WebSocket handshake the upstream accepts turns the connection into a
+        // tunnel (`upstream::tunnel`).
+        serve_until_ended(io, service, protocol, &builders, stopping, idle, stalled).await
     }
 }
