@@ -1,6 +1,7 @@
 //! `serve`'s HTTP and admin listeners close a connection whose client is slow to send a request
-//! head (a byte at a time, or nothing after the last response), over HTTP/1.1 and h2 alike:
-//! each such connection held a task and its buffers for as long as the client liked.
+//! head (a byte at a time, or nothing after the last response), over HTTP/1.1 and h2 alike,
+//! and fail a request body that stops coming: each such connection held a task and its
+//! buffers for as long as the client liked.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -52,6 +53,22 @@ async fn closes_slow_heads(addr: SocketAddr, path: &str) -> TestResult {
     Ok(())
 }
 
+/// A request body that stops coming is answered 400, naming the timeout, and its connection
+/// closed.
+async fn fails_slow_bodies(addr: SocketAddr, method_and_path: &str) -> TestResult {
+    let sent = format!(
+        "{method_and_path} HTTP/1.1\r\nHost: sluicegate\r\nContent-Type: application/json\r\n\
+         Content-Length: 100\r\n\r\n{{\"domain\":"
+    );
+    let answered = answer_until_closed(addr, &sent).await?;
+    assert!(
+        answered.starts_with("HTTP/1.1 400"),
+        "a body that stops coming is answered 400: {answered:?}"
+    );
+    assert!(answered.contains("--client-body-timeout"), "{answered:?}");
+    Ok(())
+}
+
 /// An h2 connection (prior knowledge) that sends nothing after its preface, and one left idle
 /// after an answer, are both ended, each told first with `GOAWAY`.
 async fn closes_idle_h2(addr: SocketAddr, path: &str) -> TestResult {
@@ -88,6 +105,7 @@ async fn slow_and_idle_clients_are_closed_on_both_listeners() -> TestResult {
     )?;
     let server = start(ServerConfig {
         client_header_timeout: Duration::from_millis(300),
+        client_body_timeout: Duration::from_millis(300),
         ..ServerConfig::on_free_loopback_ports(dir.path())
     })
     .await?;
@@ -96,6 +114,8 @@ async fn slow_and_idle_clients_are_closed_on_both_listeners() -> TestResult {
     closes_slow_heads(admin, "/metrics").await?;
     closes_idle_h2(server.http_addr, "/healthcheck").await?;
     closes_idle_h2(admin, "/metrics").await?;
+    fails_slow_bodies(server.http_addr, "POST /json").await?;
+    fails_slow_bodies(admin, "PUT /admin/mode").await?;
     // The listeners still answer new connections.
     let body = reqwest::get(format!("http://{}/healthcheck", server.http_addr))
         .await?

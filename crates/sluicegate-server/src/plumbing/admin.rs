@@ -9,7 +9,6 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::Router;
 use axum::extract::{ConnectInfo, State};
@@ -22,7 +21,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::plumbing::admin_page;
-use crate::plumbing::listener::serve_router;
+use crate::plumbing::listener::{ClientTimeouts, serve_router};
 use crate::plumbing::{AdminStats, Mode, ModeChanged, ModeError, ModeTable};
 
 /// What an application answers on its admin listener.
@@ -66,15 +65,14 @@ pub fn admin_address_allowed(address: SocketAddr, token: Option<&str>) -> bool {
 }
 
 /// Serves `router` on `listener` until `stopped` turns true, with each caller's address known
-/// (the switch logs who changed a mode), closing a connection whose client takes longer than
-/// `header_timeout` to send a request head.
+/// (the switch logs who changed a mode), each client bounded by `timeouts`.
 pub(crate) async fn serve_admin(
     listener: TcpListener,
     router: Router,
-    header_timeout: Duration,
+    timeouts: ClientTimeouts,
     stopped: watch::Receiver<bool>,
 ) {
-    serve_router("admin", listener, router, header_timeout, stopped).await;
+    serve_router("admin", listener, router, timeouts, stopped).await;
 }
 
 /// The `Content-Type` of the metrics prometheus-client writes.

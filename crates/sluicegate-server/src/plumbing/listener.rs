@@ -22,6 +22,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tower_service::Service as _;
 
+use crate::plumbing::body_timeout::BodyWithTimeout;
 use crate::plumbing::{
     Builders, Ended, OpenBody, Requests, bounded, protocol_told, serve_until_ended,
 };
@@ -48,16 +49,29 @@ pub(crate) async fn accept_next(listener: &TcpListener, name: &str) -> (TcpStrea
     }
 }
 
+/// How long a client of an axum listener may take to send what it sends.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ClientTimeouts {
+    /// A connection with no request open for this long (its client slow to send a head, or
+    /// idle since its last answer) is closed (nginx's `client_header_timeout` and
+    /// `keepalive_timeout`); zero: never.
+    pub(crate) header: Duration,
+    /// A request body whose next bytes take longer than this fails (nginx's
+    /// `client_body_timeout`); zero: never.
+    pub(crate) body: Duration,
+}
+
 /// Serves `router` on `listener` (`name`d in the log) until `stopped` turns true, then waits
 /// for the requests in flight (the caller bounds that wait). Each request carries its
-/// caller's address as [`ConnectInfo`]. A connection that has had no request open for
-/// `header_timeout` (its client slow to send a head, or idle since its last answer) is
-/// closed, over h2 as over HTTP/1.1, as the proxy's are ([`serve_until_ended`]); zero: never.
+/// caller's address as [`ConnectInfo`]. A connection that has had no request open for the
+/// header timeout is closed, over h2 as over HTTP/1.1, as the proxy's are
+/// ([`serve_until_ended`]); a body that stops coming for the body timeout fails to be read
+/// ([`BodyWithTimeout`]: the route that reads it answers 400 naming the timeout).
 pub(crate) async fn serve_router(
     name: &str,
     listener: TcpListener,
     router: Router,
-    header_timeout: Duration,
+    timeouts: ClientTimeouts,
     mut stopped: watch::Receiver<bool>,
 ) {
     let builders = Arc::new(Builders {
@@ -81,7 +95,7 @@ pub(crate) async fn serve_router(
             caller,
             // Opened now: the wait for the first bytes counts towards the first head.
             requests: Requests::new(),
-            header_timeout,
+            timeouts,
             stopping: stopping.subscribe(),
         };
         let builders = Arc::clone(&builders);
@@ -100,7 +114,7 @@ struct RouterConnection {
     router: Router,
     caller: SocketAddr,
     requests: Arc<Requests>,
-    header_timeout: Duration,
+    timeouts: ClientTimeouts,
     stopping: watch::Receiver<()>,
 }
 
@@ -112,9 +126,10 @@ impl RouterConnection {
             router,
             caller,
             requests,
-            header_timeout,
+            timeouts,
             stopping,
         } = self;
+        let header_timeout = timeouts.header;
         let protocol = bounded(header_timeout, protocol_told(&stream))
             .await
             .and_then(|told| told.ok().flatten())?;
@@ -123,7 +138,12 @@ impl RouterConnection {
             request.extensions_mut().insert(ConnectInfo(caller));
             let open = requests.open();
             // A router is always ready: it is called without asking.
-            let answer = router.clone().call(request.map(Body::new));
+            let request = if timeouts.body.is_zero() {
+                request.map(Body::new)
+            } else {
+                request.map(|body| Body::new(BodyWithTimeout::new(body, timeouts.body)))
+            };
+            let answer = router.clone().call(request);
             async move {
                 let response = answer.await.unwrap_or_else(|never| match never {});
                 Ok::<_, Infallible>(response.map(|body| OpenBody::new(body, open, None)))

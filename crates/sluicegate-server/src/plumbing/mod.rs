@@ -7,6 +7,7 @@
 
 mod admin;
 mod admin_page;
+mod body_timeout;
 mod branch_wakers;
 mod client_idle;
 mod connection_end;
@@ -31,7 +32,7 @@ pub(crate) use connection_end::{
 };
 pub(crate) use h2_stall::Stalls;
 pub(crate) use lease_metrics::LeaseMetrics;
-pub(crate) use listener::{accept_next, serve_router};
+pub(crate) use listener::{ClientTimeouts, accept_next, serve_router};
 pub(crate) use live::{HeavyHitters, LatencyWindow, RuleSeries, RuleStats};
 pub(crate) use loads::{Counted, Loads};
 pub use modes::{EVERY_RULE, Mode, ModeError, ModeTable, Modes};

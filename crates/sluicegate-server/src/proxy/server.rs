@@ -16,10 +16,11 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::plumbing::{Loads, TlsFiles, WorkerServer as _, Workers, start_workers, tls_acceptor};
 use crate::plumbing::{
-    Modes, RuleWatcher, accept_next, admin_address_allowed, admin_router, serve_admin,
+    ClientTimeouts, Modes, RuleWatcher, accept_next, admin_address_allowed, admin_router,
+    serve_admin,
 };
+use crate::plumbing::{Loads, TlsFiles, WorkerServer as _, Workers, start_workers, tls_acceptor};
 use crate::proxy::admin::ProxyAdmin;
 use crate::proxy::connection::{ConnectionServer, State};
 use crate::proxy::error::ProxyError;
@@ -359,10 +360,13 @@ pub async fn start(config: ProxyConfig) -> Result<Proxy, ProxyError> {
             let router = admin_router(Arc::new(admin), config.admin_token.clone());
             let admin_stopped = stopped.clone();
             let metrics = Arc::clone(&state.metrics);
-            let header_timeout = config.client_header_timeout;
+            let timeouts = ClientTimeouts {
+                header: config.client_header_timeout,
+                body: config.client_body_timeout,
+            };
             let task = tokio::spawn(async move {
                 let sampling = sample_every_second(series, metrics, admin_stopped.clone());
-                let served = serve_admin(listener, router, header_timeout, admin_stopped);
+                let served = serve_admin(listener, router, timeouts, admin_stopped);
                 tokio::join!(served, sampling);
             });
             (Some(task), Some(addr))

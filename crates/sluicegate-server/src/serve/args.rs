@@ -117,6 +117,11 @@ pub struct ServeArgs {
     /// name).
     #[arg(long, env = "SLUICEGATE_CLIENT_HEADER_TIMEOUT", default_value = "60s", value_parser = positive_duration)]
     pub client_header_timeout: Duration,
+    /// How long a client of the HTTP and admin listeners may take to send the next bytes of
+    /// a request body (nginx's `client_body_timeout`, the proxy's flag of the same name); a
+    /// body that stops coming for this long is answered 400 and its connection closed.
+    #[arg(long, env = "SLUICEGATE_CLIENT_BODY_TIMEOUT", default_value = "60s", value_parser = positive_duration)]
+    pub client_body_timeout: Duration,
     /// The same in milliseconds: the flag's older form, still taken.
     #[arg(long, env = "SLUICEGATE_RELOAD_INTERVAL_MS", hide = true, conflicts_with = "reload_interval", value_parser = clap::value_parser!(u64).range(10..))]
     pub reload_interval_ms: Option<u64>,
@@ -157,6 +162,7 @@ impl ServeArgs {
                 .map_or(self.reload_interval, Duration::from_millis),
             shutdown_grace: self.shutdown_grace,
             client_header_timeout: self.client_header_timeout,
+            client_body_timeout: self.client_body_timeout,
             admin_addr: (!self.no_admin).then_some(self.admin_addr),
             admin_token: self.admin_token.clone(),
             grpc: GrpcOptions {

@@ -14,8 +14,8 @@ use tokio::task::JoinSet;
 use tonic::transport::server::TcpIncoming;
 
 use crate::plumbing::{
-    Loads, Workers, admin_address_allowed, finish_within, serve_admin, serve_router,
-    start_workers_on,
+    ClientTimeouts, Loads, Workers, admin_address_allowed, finish_within, serve_admin,
+    serve_router, start_workers_on,
 };
 use crate::serve::admin::admin_router;
 use crate::serve::engine::{Engine, EngineOptions};
@@ -48,6 +48,9 @@ pub struct ServerConfig {
     /// the wait for the next one on an idle keep-alive connection included; the connection
     /// is closed when it runs out.
     pub client_header_timeout: Duration,
+    /// How long a client of the HTTP and admin listeners may take to send the next bytes of
+    /// a request body; a body that stops coming for this long is answered 400 (zero: never).
+    pub client_body_timeout: Duration,
     /// Where the live page and the manual switch listen (none: not served).
     pub admin_addr: Option<SocketAddr>,
     /// The token every admin API call must carry; required off loopback.
@@ -82,6 +85,7 @@ impl ServerConfig {
             reload_interval: Duration::from_secs(1),
             shutdown_grace: Duration::from_secs(30),
             client_header_timeout: Duration::from_secs(60),
+            client_body_timeout: Duration::from_secs(60),
             admin_addr: Some(free),
             admin_token: None,
             grpc: GrpcOptions::default(),
@@ -255,13 +259,16 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
 
     let http_engine = Arc::clone(&engine);
     let http_stopped = stopped.clone();
-    let header_timeout = config.client_header_timeout;
+    let timeouts = ClientTimeouts {
+        header: config.client_header_timeout,
+        body: config.client_body_timeout,
+    };
     tasks.spawn(async move {
         serve_router(
             "http",
             http_listener,
             router(http_engine),
-            header_timeout,
+            timeouts,
             http_stopped,
         )
         .await;
@@ -272,7 +279,7 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
         let admin = admin_router(Arc::clone(&engine), config.admin_token.clone());
         let admin_stopped = stopped.clone();
         tasks.spawn(async move {
-            serve_admin(listener, admin, header_timeout, admin_stopped).await;
+            serve_admin(listener, admin, timeouts, admin_stopped).await;
             Ok(())
         });
     }
