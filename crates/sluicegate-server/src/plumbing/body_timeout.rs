@@ -11,69 +11,103 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
-use tokio::time::Sleep;
+use tokio::time::{Instant, Sleep};
 
-/// Why a body read failed: its next bytes did not come within the timeout.
+/// Why a body read failed: its next bytes did not come within the timeout, or the body
+/// itself failed.
 #[derive(Debug)]
-pub(crate) struct BodyTimedOut(Duration);
+pub(crate) enum TimedBodyError<E> {
+    /// Nothing more came for this long.
+    TimedOut(Duration),
+    /// The body's own error (the client went away, or broke its framing).
+    Body(E),
+}
 
-impl fmt::Display for BodyTimedOut {
+impl<E: fmt::Display> fmt::Display for TimedBodyError<E> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "the request body's next bytes did not come within {:?} (--client-body-timeout)",
-            self.0
-        )
-    }
-}
-
-impl std::error::Error for BodyTimedOut {}
-
-pin_project_lite::pin_project! {
-    /// `body`, failing with [`BodyTimedOut`] once it has given nothing for `timeout`. The
-    /// timer is made only when a read has to wait: a body that came with its head costs none.
-    pub(crate) struct BodyWithTimeout<B> {
-        #[pin]
-        body: B,
-        timeout: Duration,
-        waiting: Option<Pin<Box<Sleep>>>,
-    }
-}
-
-impl<B> BodyWithTimeout<B> {
-    pub(crate) fn new(body: B, timeout: Duration) -> BodyWithTimeout<B> {
-        BodyWithTimeout {
-            body,
-            timeout,
-            waiting: None,
+        match self {
+            TimedBodyError::TimedOut(timeout) => write!(
+                f,
+                "the request body's next bytes did not come within {timeout:?} (--client-body-timeout)"
+            ),
+            TimedBodyError::Body(error) => error.fmt(f),
         }
     }
 }
 
-impl<B> Body for BodyWithTimeout<B>
-where
-    B: Body<Data = Bytes>,
-    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-{
+impl<E: std::error::Error + 'static> std::error::Error for TimedBodyError<E> {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            TimedBodyError::TimedOut(_) => None,
+            TimedBodyError::Body(error) => Some(error),
+        }
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// `body`, failing with [`TimedBodyError::TimedOut`] once it has given nothing for
+    /// `timeout` (none: never). An empty piece is no progress: a client cannot hold the wait
+    /// open with empty h2 `DATA` frames. The timer is made the first time a read waits: a
+    /// body that came with its head costs none.
+    #[derive(Debug)]
+    pub(crate) struct BodyWithTimeout<B> {
+        #[pin]
+        body: B,
+        timeout: Option<Duration>,
+        timer: Option<Pin<Box<Sleep>>>,
+        waits: bool,
+    }
+}
+
+impl<B> BodyWithTimeout<B> {
+    pub(crate) fn new(body: B, timeout: Option<Duration>) -> BodyWithTimeout<B> {
+        BodyWithTimeout {
+            body,
+            timeout,
+            timer: None,
+            waits: false,
+        }
+    }
+
+    /// Whether the last read waits for the client (only counted with a timeout).
+    pub(crate) fn waits(&self) -> bool {
+        self.waits
+    }
+}
+
+impl<B: Body<Data = Bytes>> Body for BodyWithTimeout<B> {
     type Data = Bytes;
-    type Error = Box<dyn std::error::Error + Send + Sync>;
+    type Error = TimedBodyError<B::Error>;
 
     fn poll_frame(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
-        let this = self.project();
-        if let Poll::Ready(frame) = this.body.poll_frame(cx) {
-            *this.waiting = None;
-            return Poll::Ready(frame.map(|frame| frame.map_err(Into::into)));
+        let mut this = self.project();
+        loop {
+            match this.body.as_mut().poll_frame(cx) {
+                Poll::Ready(Some(Ok(frame))) if frame.data_ref().is_some_and(Bytes::is_empty) => {}
+                Poll::Ready(next) => {
+                    *this.waits = false;
+                    return Poll::Ready(next.map(|next| next.map_err(TimedBodyError::Body)));
+                }
+                Poll::Pending => break,
+            }
         }
-        let timeout = *this.timeout;
-        let waiting = this
-            .waiting
-            .get_or_insert_with(|| Box::pin(tokio::time::sleep(timeout)));
-        match waiting.as_mut().poll(cx) {
-            Poll::Ready(()) => Poll::Ready(Some(Err(Box::new(BodyTimedOut(timeout))))),
-            Poll::Pending => Poll::Pending,
+        let Some(timeout) = *this.timeout else {
+            return Poll::Pending;
+        };
+        if !*this.waits {
+            *this.waits = true;
+            let due = Instant::now() + timeout;
+            match this.timer.as_mut() {
+                Some(timer) => timer.as_mut().reset(due),
+                None => *this.timer = Some(Box::pin(tokio::time::sleep_until(due))),
+            }
+        }
+        match this.timer.as_mut().map(|timer| timer.as_mut().poll(cx)) {
+            Some(Poll::Ready(())) => Poll::Ready(Some(Err(TimedBodyError::TimedOut(timeout)))),
+            _ => Poll::Pending,
         }
     }
 
@@ -97,7 +131,7 @@ mod tests {
         let (sender, receiver) =
             tokio::sync::mpsc::channel::<Result<Frame<Bytes>, std::io::Error>>(1);
         let stream = tokio_stream::wrappers::ReceiverStream::new(receiver);
-        let mut body = BodyWithTimeout::new(StreamBody::new(stream), timeout);
+        let mut body = BodyWithTimeout::new(StreamBody::new(stream), Some(timeout));
         let feeder = tokio::spawn(async move {
             // Each piece a little before the timeout: the wait counts from the last read.
             for _ in 0..3 {
@@ -122,7 +156,10 @@ mod tests {
             .await
             .expect("an error")
             .expect_err("timed out");
-        assert!(error.is::<BodyTimedOut>(), "{error}");
+        assert!(
+            matches!(error, TimedBodyError::TimedOut(t) if t == timeout),
+            "{error}"
+        );
         assert_eq!(last.elapsed(), timeout);
         assert_eq!(last - started, (timeout - Duration::from_secs(1)) * 3);
         feeder.abort();

@@ -22,9 +22,8 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tower_service::Service as _;
 
-use crate::plumbing::body_timeout::BodyWithTimeout;
 use crate::plumbing::{
-    Builders, Ended, OpenBody, Requests, bounded, protocol_told, serve_until_ended,
+    BodyWithTimeout, Builders, Ended, OpenBody, Requests, bounded, protocol_told, serve_until_ended,
 };
 
 /// How long an accept that failed (out of file descriptors, say) waits before the next: the
@@ -141,7 +140,7 @@ impl RouterConnection {
             let request = if timeouts.body.is_zero() {
                 request.map(Body::new)
             } else {
-                request.map(|body| Body::new(BodyWithTimeout::new(body, timeouts.body)))
+                request.map(|body| Body::new(BodyWithTimeout::new(body, Some(timeouts.body))))
             };
             let answer = router.clone().call(request);
             async move {

@@ -26,6 +26,7 @@ mod workers;
 
 pub use admin::admin_address_allowed;
 pub(crate) use admin::{AdminApp, OPENMETRICS_TEXT, admin_router, serve_admin};
+pub(crate) use body_timeout::{BodyWithTimeout, TimedBodyError};
 pub(crate) use client_idle::{OpenBody, Requests};
 pub(crate) use connection_end::{
     Builders, Ended, Protocol, bounded, protocol_told, serve_until_ended,

@@ -18,7 +18,8 @@ use http::{Method, Request};
 use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
 use parking_lot::Mutex;
-use tokio::time::{Instant, Sleep};
+
+use crate::plumbing::{BodyWithTimeout, TimedBodyError};
 
 /// How the proxy takes request bodies.
 #[derive(Debug, Clone, Copy)]
@@ -120,12 +121,11 @@ pub(crate) enum RequestBody {
 pub(crate) struct Streaming {
     /// What was read of it before the request was sent.
     first: Option<Bytes>,
-    incoming: Incoming,
+    /// Each wait for the client's next piece bounded by the client body timeout.
+    incoming: BodyWithTimeout<Incoming>,
     max_size: Option<u64>,
     taken: u64,
-    client_timeout: Option<Duration>,
-    /// The wait for the client's next piece, made the first time one is waited for.
-    timer: Option<Pin<Box<Sleep>>>,
+    /// Whether the watch was last told the body waits on the client.
     waiting: bool,
     watch: Arc<BodyWatch>,
 }
@@ -172,59 +172,28 @@ impl Streaming {
             return Poll::Ready(Some(self.take(first).map(Frame::data)));
         }
         loop {
-            match Pin::new(&mut self.incoming).poll_frame(cx) {
-                Poll::Pending => {
-                    return match self.wait_for_client(cx) {
-                        Some(failed) => Poll::Ready(Some(Err(failed))),
-                        None => Poll::Pending,
-                    };
-                }
-                Poll::Ready(next) => {
-                    if self.waiting {
-                        self.waiting = false;
-                        self.watch.waits_on_client.store(false, Ordering::Relaxed);
-                    }
-                    match next {
-                        None => {
-                            self.ended();
-                            return Poll::Ready(None);
-                        }
-                        Some(Err(error)) => {
-                            return Poll::Ready(Some(Err(self
-                                .watch
-                                .fail(BodyFailure::Client(error)))));
-                        }
-                        Some(Ok(frame)) => match frame.into_data() {
-                            // An empty piece is no progress.
-                            Ok(data) if data.is_empty() => {}
-                            Ok(data) => return Poll::Ready(Some(self.take(data).map(Frame::data))),
-                            // Trailers end the body; hyper's HTTP/1.1 client sends none.
-                            Err(_) => {}
-                        },
-                    }
-                }
+            let next = Pin::new(&mut self.incoming).poll_frame(cx);
+            let waits = self.incoming.waits();
+            if waits != self.waiting {
+                self.waiting = waits;
+                self.watch.waits_on_client.store(waits, Ordering::Relaxed);
             }
+            let failure = match next {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(None) => {
+                    self.ended();
+                    return Poll::Ready(None);
+                }
+                Poll::Ready(Some(Err(TimedBodyError::TimedOut(_)))) => BodyFailure::ClientTimeout,
+                Poll::Ready(Some(Err(TimedBodyError::Body(error)))) => BodyFailure::Client(error),
+                Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
+                    Ok(data) => return Poll::Ready(Some(self.take(data).map(Frame::data))),
+                    // Trailers end the body; hyper's HTTP/1.1 client sends none.
+                    Err(_) => continue,
+                },
+            };
+            return Poll::Ready(Some(Err(self.watch.fail(failure))));
         }
-    }
-
-    /// Starts, or goes on with, the wait for the client's next piece: the failure once it has
-    /// lasted the client body timeout.
-    fn wait_for_client(&mut self, cx: &mut Context<'_>) -> Option<BodyFailed> {
-        let timeout = self.client_timeout?;
-        if !self.waiting {
-            let due = Instant::now() + timeout;
-            self.waiting = true;
-            self.watch.waits_on_client.store(true, Ordering::Relaxed);
-            match self.timer.as_mut() {
-                Some(timer) => timer.as_mut().reset(due),
-                None => self.timer = Some(Box::pin(tokio::time::sleep_until(due))),
-            }
-        }
-        let timer = self.timer.as_mut()?;
-        if timer.as_mut().poll(cx).is_ready() {
-            return Some(self.watch.fail(BodyFailure::ClientTimeout));
-        }
-        None
     }
 }
 
@@ -296,11 +265,9 @@ pub(crate) async fn take_body(
     };
     let mut streaming = Streaming {
         first: None,
-        incoming,
+        incoming: BodyWithTimeout::new(incoming, bounds.client_timeout),
         max_size: bounds.max_size,
         taken: 0,
-        client_timeout: bounds.client_timeout,
-        timer: None,
         waiting: false,
         watch: Arc::default(),
     };
