@@ -661,6 +661,40 @@ async fn on_shutdown_a_head_never_finished_does_not_hold_the_proxy_for_its_grace
 }
 
 #[tokio::test]
+async fn on_shutdown_connections_that_sent_nothing_are_not_waited_for() -> TestResult {
+    use tokio::io::AsyncWriteExt;
+    let upstream = Upstream::start().await?;
+    // Both far past the wait below: reaching either means the proxy waited for them.
+    let mut proxy = ProxyProcess::passing(
+        &upstream,
+        &[
+            "--client-header-timeout",
+            "300s",
+            "--shutdown-grace",
+            "300s",
+        ],
+    )?;
+    let silent = tokio::net::TcpStream::connect(proxy.address).await?;
+    // Partway into h2's preface: told neither protocol yet.
+    let mut partial = tokio::net::TcpStream::connect(proxy.address).await?;
+    partial.write_all(b"PRI * HTTP/2.0\r\n").await?;
+    eventually("both connections counted", || async {
+        Ok(proxy.metric_sum("sluicegate_proxy_connections").await? == 2)
+    })
+    .await?;
+    proxy.terminate()?;
+    let exited = tokio::time::timeout(
+        Duration::from_secs(60),
+        tokio::task::spawn_blocking(move || proxy.child.wait()),
+    )
+    .await;
+    let status = exited.map_err(|_| "the proxy waited for connections that sent nothing")???;
+    assert!(status.success(), "{status:?}");
+    drop((silent, partial));
+    Ok(())
+}
+
+#[tokio::test]
 async fn an_h2_connection_with_no_request_open_is_closed_and_one_with_a_request_open_is_not()
 -> TestResult {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};

@@ -125,3 +125,39 @@ async fn slow_and_idle_clients_are_closed_on_both_listeners() -> TestResult {
     server.shutdown().await?;
     Ok(())
 }
+
+/// A shutdown does not wait for connections whose client has sent nothing yet: they have
+/// nothing begun to finish.
+#[tokio::test]
+async fn a_shutdown_does_not_wait_for_silent_connections() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    std::fs::write(
+        dir.path().join("rules.yaml"),
+        "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
+    )?;
+    // Both far past the wait below: reaching either means the shutdown waited for a silent
+    // connection.
+    let server = start(ServerConfig {
+        client_header_timeout: Duration::from_secs(300),
+        shutdown_grace: Duration::from_secs(300),
+        ..ServerConfig::on_free_loopback_ports(dir.path())
+    })
+    .await?;
+    let admin = server.admin_addr.ok_or("the admin listener is on")?;
+    let silent_http = TcpStream::connect(server.http_addr).await?;
+    let silent_admin = TcpStream::connect(admin).await?;
+    // Partway into h2's preface: told neither protocol yet.
+    let mut partial = TcpStream::connect(server.http_addr).await?;
+    partial.write_all(b"PRI * HTTP/2.0\r\n").await?;
+    // Served before the shutdown begins: the listeners have taken the three connections.
+    let body = reqwest::get(format!("http://{}/healthcheck", server.http_addr))
+        .await?
+        .text()
+        .await?;
+    assert_eq!(body, "OK");
+    tokio::time::timeout(HANG, server.shutdown())
+        .await
+        .map_err(|_| "the shutdown waited for connections that sent nothing")??;
+    drop((silent_http, silent_admin, partial));
+    Ok(())
+}

@@ -57,6 +57,19 @@ pub(crate) async fn protocol_told(stream: &TcpStream) -> std::io::Result<Option<
     }
 }
 
+/// `future`'s output, unless the server stops first (`stopping` told): what a connection
+/// waits for before it has begun anything (its first bytes, a TLS handshake) is not waited
+/// for by a shutdown.
+pub(crate) async fn unless_stopped<F: Future>(
+    stopping: &mut watch::Receiver<()>,
+    future: F,
+) -> Option<F::Output> {
+    tokio::select! {
+        output = future => Some(output),
+        _ = stopping.changed() => None,
+    }
+}
+
 /// `future`'s output, unless `bound` (not zero: no bound) runs out first.
 pub(crate) async fn bounded<F: Future>(bound: Duration, future: F) -> Option<F::Output> {
     if bound.is_zero() {

@@ -23,7 +23,8 @@ use tokio::sync::watch;
 use tower_service::Service as _;
 
 use crate::plumbing::{
-    BodyWithTimeout, Builders, Ended, OpenBody, Requests, bounded, protocol_told, serve_until_ended,
+    BodyWithTimeout, Builders, Ended, OpenBody, Requests, bounded, protocol_told,
+    serve_until_ended, unless_stopped,
 };
 
 /// How long an accept that failed (out of file descriptors, say) waits before the next: the
@@ -126,12 +127,16 @@ impl RouterConnection {
             caller,
             requests,
             timeouts,
-            stopping,
+            mut stopping,
         } = self;
         let header_timeout = timeouts.header;
-        let protocol = bounded(header_timeout, protocol_told(&stream))
-            .await
-            .and_then(|told| told.ok().flatten())?;
+        let protocol = unless_stopped(
+            &mut stopping,
+            bounded(header_timeout, protocol_told(&stream)),
+        )
+        .await
+        .flatten()
+        .and_then(|told| told.ok().flatten())?;
         let idle = (!header_timeout.is_zero()).then(|| (Arc::clone(&requests), header_timeout));
         let service = service_fn(move |mut request: hyper::Request<Incoming>| {
             request.extensions_mut().insert(ConnectInfo(caller));

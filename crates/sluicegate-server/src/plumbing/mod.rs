@@ -29,7 +29,7 @@ pub(crate) use admin::{AdminApp, OPENMETRICS_TEXT, admin_router, serve_admin};
 pub(crate) use body_timeout::{BodyWithTimeout, TimedBodyError};
 pub(crate) use client_idle::{OpenBody, Requests};
 pub(crate) use connection_end::{
-    Builders, Ended, Protocol, bounded, protocol_told, serve_until_ended,
+    Builders, Ended, Protocol, bounded, protocol_told, serve_until_ended, unless_stopped,
 };
 pub(crate) use h2_stall::Stalls;
 pub(crate) use lease_metrics::LeaseMetrics;

@@ -21,7 +21,7 @@ use tokio_rustls::TlsAcceptor;
 use crate::plumbing::Modes;
 use crate::plumbing::{
     Builders, Counted, Ended, OpenBody, Protocol, Requests, Stalls, WorkerServer, bounded,
-    finish_within, protocol_told, serve_until_ended,
+    finish_within, protocol_told, serve_until_ended, unless_stopped,
 };
 use crate::proxy::client_body::ClientBody;
 use crate::proxy::cpu_yield;
@@ -151,12 +151,15 @@ struct OneConnection {
 impl OneConnection {
     /// Serves a plain TCP connection: HTTP/1.1 or h2 told by its first bytes; an HTTP/1.1
     /// connection the proxy ends lingers (`counted` is dropped when it starts to).
-    async fn serve_plain(self, stream: TcpStream, counted: Counted) {
+    async fn serve_plain(mut self, stream: TcpStream, counted: Counted) {
         let header_timeout = self.state.client_header_timeout;
         // hyper waits for the first bytes that tell HTTP/1.1 from h2 before it serves
-        // anything, and these are waited for here first: that wait is bounded too.
-        let Some(protocol) = bounded(header_timeout, protocol_told(&stream))
+        // anything, and these are waited for here first: that wait is bounded too, and a
+        // shutdown does not wait for it.
+        let told = bounded(header_timeout, protocol_told(&stream));
+        let Some(protocol) = unless_stopped(&mut self.stopping, told)
             .await
+            .flatten()
             .and_then(|told| told.ok().flatten())
         else {
             return;
@@ -179,9 +182,10 @@ impl OneConnection {
     /// Serves a connection over TLS: its handshake bounded by the header timeout, h2 or
     /// HTTP/1.1 as ALPN agreed (HTTP/1.1 when the client named neither). It does not linger:
     /// what a client still sends after the answer is read by rustls only to be dropped.
-    async fn serve_tls(self, stream: TcpStream, acceptor: &TlsAcceptor) {
+    async fn serve_tls(mut self, stream: TcpStream, acceptor: &TlsAcceptor) {
         let header_timeout = self.state.client_header_timeout;
-        let Some(Ok(stream)) = bounded(header_timeout, acceptor.accept(stream)).await else {
+        let handshake = bounded(header_timeout, acceptor.accept(stream));
+        let Some(Some(Ok(stream))) = unless_stopped(&mut self.stopping, handshake).await else {
             return;
         };
         let protocol = if stream.get_ref().1.alpn_protocol() == Some(b"h2") {
