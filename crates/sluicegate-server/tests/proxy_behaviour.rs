@@ -636,7 +636,7 @@ async fn a_request_without_its_one_host_is_refused_before_any_limit() -> TestRes
 async fn on_shutdown_a_head_never_finished_does_not_hold_the_proxy_for_its_grace() -> TestResult {
     use tokio::io::AsyncWriteExt;
     let upstream = Upstream::start().await?;
-    let mut proxy = ProxyProcess::passing(
+    let proxy = ProxyProcess::passing(
         &upstream,
         &["--client-header-timeout", "20s", "--shutdown-grace", "300s"],
     )?;
@@ -646,17 +646,24 @@ async fn on_shutdown_a_head_never_finished_does_not_hold_the_proxy_for_its_grace
         Ok(proxy.metric_sum("sluicegate_proxy_connections").await? == 1)
     })
     .await?;
-    proxy.terminate()?;
     // Told to finish, a connection in the middle of its first head has begun nothing: it is
     // dropped a header timeout later, not waited for until the grace runs out.
+    exits_on_sigterm(proxy, "the proxy waited for the unfinished head").await?;
+    drop(partial);
+    Ok(())
+}
+
+/// Sends `proxy` SIGTERM and waits for it to exit, well within the grace the tests give it
+/// (`waited`: what it waited for if it does not).
+async fn exits_on_sigterm(mut proxy: ProxyProcess, waited: &'static str) -> TestResult {
+    proxy.terminate()?;
     let exited = tokio::time::timeout(
         Duration::from_secs(60),
         tokio::task::spawn_blocking(move || proxy.child.wait()),
     )
     .await;
-    let status = exited.map_err(|_| "the proxy waited for the unfinished head")???;
+    let status = exited.map_err(|_| waited)???;
     assert!(status.success(), "{status:?}");
-    drop(partial);
     Ok(())
 }
 
@@ -665,7 +672,7 @@ async fn on_shutdown_connections_that_sent_nothing_are_not_waited_for() -> TestR
     use tokio::io::AsyncWriteExt;
     let upstream = Upstream::start().await?;
     // Both far past the wait below: reaching either means the proxy waited for them.
-    let mut proxy = ProxyProcess::passing(
+    let proxy = ProxyProcess::passing(
         &upstream,
         &[
             "--client-header-timeout",
@@ -682,14 +689,7 @@ async fn on_shutdown_connections_that_sent_nothing_are_not_waited_for() -> TestR
         Ok(proxy.metric_sum("sluicegate_proxy_connections").await? == 2)
     })
     .await?;
-    proxy.terminate()?;
-    let exited = tokio::time::timeout(
-        Duration::from_secs(60),
-        tokio::task::spawn_blocking(move || proxy.child.wait()),
-    )
-    .await;
-    let status = exited.map_err(|_| "the proxy waited for connections that sent nothing")???;
-    assert!(status.success(), "{status:?}");
+    exits_on_sigterm(proxy, "the proxy waited for connections that sent nothing").await?;
     drop((silent, partial));
     Ok(())
 }

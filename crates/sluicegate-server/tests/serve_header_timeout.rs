@@ -96,13 +96,19 @@ async fn closes_idle_h2(addr: SocketAddr, path: &str) -> TestResult {
     Ok(())
 }
 
-#[tokio::test]
-async fn slow_and_idle_clients_are_closed_on_both_listeners() -> TestResult {
+/// A directory holding a rule file of one rule.
+fn rules_dir() -> Result<tempfile::TempDir, BoxError> {
     let dir = tempfile::tempdir()?;
     std::fs::write(
         dir.path().join("rules.yaml"),
         "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
     )?;
+    Ok(dir)
+}
+
+#[tokio::test]
+async fn slow_and_idle_clients_are_closed_on_both_listeners() -> TestResult {
+    let dir = rules_dir()?;
     let server = start(ServerConfig {
         client_header_timeout: Duration::from_millis(300),
         client_body_timeout: Duration::from_millis(300),
@@ -130,11 +136,7 @@ async fn slow_and_idle_clients_are_closed_on_both_listeners() -> TestResult {
 /// nothing begun to finish.
 #[tokio::test]
 async fn a_shutdown_does_not_wait_for_silent_connections() -> TestResult {
-    let dir = tempfile::tempdir()?;
-    std::fs::write(
-        dir.path().join("rules.yaml"),
-        "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
-    )?;
+    let dir = rules_dir()?;
     // Both far past the wait below: reaching either means the shutdown waited for a silent
     // connection.
     let server = start(ServerConfig {
