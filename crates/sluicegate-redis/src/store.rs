@@ -472,7 +472,10 @@ impl RedisStore {
         now: Now,
     ) -> Result<RedisMultiDecision, RedisLimitError> {
         let key = self.state_key(request.name, request.key);
-        let mut params = Joined::default();
+        // Room for a bucket's nine numbers at their common sizes: grown from empty, the
+        // parameters took three reallocations per decision (an eighth of the client's
+        // instructions per decision, callgrind, 100k keys).
+        let mut params = Joined(Vec::with_capacity(96));
         request
             .limit
             .push_args(&mut params, max_wait, "", self.grace_ms);
