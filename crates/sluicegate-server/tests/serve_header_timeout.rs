@@ -96,6 +96,13 @@ async fn closes_idle_h2(addr: SocketAddr, path: &str) -> TestResult {
     Ok(())
 }
 
+/// Whether a new connection to `addr` gets `200` for `GET path`.
+async fn answers(addr: SocketAddr, path: &str) -> TestResult {
+    let status = reqwest::get(format!("http://{addr}{path}")).await?.status();
+    assert_eq!(status, 200, "GET {path} on {addr}");
+    Ok(())
+}
+
 /// A directory holding a rule file of one rule.
 fn rules_dir() -> Result<tempfile::TempDir, BoxError> {
     let dir = tempfile::tempdir()?;
@@ -123,11 +130,8 @@ async fn slow_and_idle_clients_are_closed_on_both_listeners() -> TestResult {
     fails_slow_bodies(server.http_addr, "POST /json").await?;
     fails_slow_bodies(admin, "PUT /admin/mode").await?;
     // The listeners still answer new connections.
-    let body = reqwest::get(format!("http://{}/healthcheck", server.http_addr))
-        .await?
-        .text()
-        .await?;
-    assert_eq!(body, "OK");
+    answers(server.http_addr, "/healthcheck").await?;
+    answers(admin, "/metrics").await?;
     server.shutdown().await?;
     Ok(())
 }
@@ -151,12 +155,10 @@ async fn a_shutdown_does_not_wait_for_silent_connections() -> TestResult {
     // Partway into h2's preface: told neither protocol yet.
     let mut partial = TcpStream::connect(server.http_addr).await?;
     partial.write_all(b"PRI * HTTP/2.0\r\n").await?;
-    // Served before the shutdown begins: the listeners have taken the three connections.
-    let body = reqwest::get(format!("http://{}/healthcheck", server.http_addr))
-        .await?
-        .text()
-        .await?;
-    assert_eq!(body, "OK");
+    // A request on a later connection answered: each listener has taken the connections
+    // made to it before (a listener accepts in the order they came).
+    answers(server.http_addr, "/healthcheck").await?;
+    answers(admin, "/metrics").await?;
     tokio::time::timeout(HANG, server.shutdown())
         .await
         .map_err(|_| "the shutdown waited for connections that sent nothing")??;

@@ -59,12 +59,14 @@ pub(crate) async fn protocol_told(stream: &TcpStream) -> std::io::Result<Option<
 
 /// `future`'s output, unless the server stops first (`stopping` told): what a connection
 /// waits for before it has begun anything (its first bytes, a TLS handshake) is not waited
-/// for by a shutdown.
+/// for by a shutdown. When both are ready the output wins: whether a connection whose first
+/// bytes have come is served does not depend on which wake-up came first.
 pub(crate) async fn unless_stopped<F: Future>(
     stopping: &mut watch::Receiver<()>,
     future: F,
 ) -> Option<F::Output> {
     tokio::select! {
+        biased;
         output = future => Some(output),
         _ = stopping.changed() => None,
     }
