@@ -37,9 +37,23 @@ pub(crate) enum Protocol {
     H2,
 }
 
-/// Waits until the first bytes tell HTTP/1.1 from h2 (they are left unread for hyper);
-/// `None`: the client closed first.
-pub(crate) async fn protocol_told(stream: &TcpStream) -> std::io::Result<Option<Protocol>> {
+/// What the first bytes of `stream` tell (left unread for hyper): hyper waits for them before
+/// it serves anything, so they are waited for here first, bounded by `header_timeout` and
+/// not past a shutdown (`stopping`). `None`: the client closed, failed, or took too long, or
+/// the server stops.
+pub(crate) async fn protocol_told(
+    stream: &TcpStream,
+    header_timeout: Duration,
+    stopping: &mut watch::Receiver<()>,
+) -> Option<Protocol> {
+    unless_stopped(stopping, bounded(header_timeout, first_bytes(stream)))
+        .await
+        .flatten()
+        .and_then(|told| told.ok().flatten())
+}
+
+/// Waits until the first bytes tell HTTP/1.1 from h2; `None`: the client closed first.
+async fn first_bytes(stream: &TcpStream) -> std::io::Result<Option<Protocol>> {
     let mut first = [0u8; H2_PREFACE.len()];
     loop {
         let seen = stream.peek(&mut first).await?;

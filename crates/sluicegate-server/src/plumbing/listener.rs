@@ -23,8 +23,7 @@ use tokio::sync::watch;
 use tower_service::Service as _;
 
 use crate::plumbing::{
-    BodyWithTimeout, Builders, Ended, OpenBody, Requests, bounded, protocol_told,
-    serve_until_ended, unless_stopped,
+    BodyWithTimeout, Builders, Ended, OpenBody, Requests, protocol_told, serve_until_ended,
 };
 
 /// How long an accept that failed (out of file descriptors, say) waits before the next: the
@@ -130,13 +129,7 @@ impl RouterConnection {
             mut stopping,
         } = self;
         let header_timeout = timeouts.header;
-        let protocol = unless_stopped(
-            &mut stopping,
-            bounded(header_timeout, protocol_told(&stream)),
-        )
-        .await
-        .flatten()
-        .and_then(|told| told.ok().flatten())?;
+        let protocol = protocol_told(&stream, header_timeout, &mut stopping).await?;
         let idle = (!header_timeout.is_zero()).then(|| (Arc::clone(&requests), header_timeout));
         let service = service_fn(move |mut request: hyper::Request<Incoming>| {
             request.extensions_mut().insert(ConnectInfo(caller));

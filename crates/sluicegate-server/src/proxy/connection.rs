@@ -153,14 +153,7 @@ impl OneConnection {
     /// connection the proxy ends lingers (`counted` is dropped when it starts to).
     async fn serve_plain(mut self, stream: TcpStream, counted: Counted) {
         let header_timeout = self.state.client_header_timeout;
-        // hyper waits for the first bytes that tell HTTP/1.1 from h2 before it serves
-        // anything, and these are waited for here first: that wait is bounded too, and a
-        // shutdown does not wait for it.
-        let told = bounded(header_timeout, protocol_told(&stream));
-        let Some(protocol) = unless_stopped(&mut self.stopping, told)
-            .await
-            .flatten()
-            .and_then(|told| told.ok().flatten())
+        let Some(protocol) = protocol_told(&stream, header_timeout, &mut self.stopping).await
         else {
             return;
         };
