@@ -125,8 +125,6 @@ pub(crate) struct Streaming {
     incoming: BodyWithTimeout<Incoming>,
     max_size: Option<u64>,
     taken: u64,
-    /// Whether the watch was last told the body waits on the client.
-    waiting: bool,
     watch: Arc<BodyWatch>,
 }
 
@@ -173,11 +171,9 @@ impl Streaming {
         }
         loop {
             let next = Pin::new(&mut self.incoming).poll_frame(cx);
-            let waits = self.incoming.waits();
-            if waits != self.waiting {
-                self.waiting = waits;
-                self.watch.waits_on_client.store(waits, Ordering::Relaxed);
-            }
+            self.watch
+                .waits_on_client
+                .store(self.incoming.waits(), Ordering::Relaxed);
             let failure = match next {
                 Poll::Pending => return Poll::Pending,
                 Poll::Ready(None) => {
@@ -268,7 +264,6 @@ pub(crate) async fn take_body(
         incoming: BodyWithTimeout::new(incoming, bounds.client_timeout),
         max_size: bounds.max_size,
         taken: 0,
-        waiting: false,
         watch: Arc::default(),
     };
     if let Some(limit) = limit {
