@@ -461,7 +461,7 @@ async fn only_the_chosen_forwarding_fields_get_the_client() -> TestResult {
 async fn sigterm_finishes_requests_in_flight_and_stops_accepting() -> TestResult {
     let upstream = Upstream::start().await?;
     let rules = "routes:\n  - { prefix: / }\n";
-    let mut proxy = ProxyProcess::start(&upstream.url(), rules, &[])?;
+    let proxy = ProxyProcess::start(&upstream.url(), rules, &[])?;
     let url = proxy.url("/slow?hold_ms=1000");
     let in_flight = tokio::spawn(async move { client().get(url).send().await?.text().await });
     // The request reaches the upstream before the signal (it holds it for a second).
@@ -469,8 +469,12 @@ async fn sigterm_finishes_requests_in_flight_and_stops_accepting() -> TestResult
     proxy.terminate()?;
     let body = in_flight.await??;
     assert!(body.contains("/slow"), "{body}");
-    let status = tokio::task::spawn_blocking(move || proxy.child.wait()).await??;
-    assert!(status.success(), "{status:?}");
+    proxy
+        .exits_cleanly(
+            Duration::from_secs(60),
+            "the proxy did not exit after its request",
+        )
+        .await?;
     Ok(())
 }
 
@@ -655,15 +659,9 @@ async fn on_shutdown_a_head_never_finished_does_not_hold_the_proxy_for_its_grace
 
 /// Sends `proxy` SIGTERM and waits for it to exit, well within the grace the tests give it
 /// (`waited`: what it waited for if it does not).
-async fn exits_on_sigterm(mut proxy: ProxyProcess, waited: &'static str) -> TestResult {
+async fn exits_on_sigterm(proxy: ProxyProcess, waited: &'static str) -> TestResult {
     proxy.terminate()?;
-    let exited = tokio::time::timeout(
-        Duration::from_secs(60),
-        tokio::task::spawn_blocking(move || proxy.child.wait()),
-    )
-    .await;
-    let status = exited.map_err(|_| waited)???;
-    assert!(status.success(), "{status:?}");
+    proxy.exits_cleanly(Duration::from_secs(60), waited).await?;
     Ok(())
 }
 

@@ -212,7 +212,7 @@ async fn a_concurrency_limit_counts_a_websocket_until_its_tunnel_closes() -> Tes
 async fn on_sigterm_a_websocket_goes_on_for_the_grace_and_is_then_closed() -> TestResult {
     let upstream = EchoUpstream::start().await?;
     let rules = "routes:\n  - { prefix: / }\n";
-    let mut proxy = ProxyProcess::start(&upstream.url(), rules, &["--shutdown-grace", "5s"])?;
+    let proxy = ProxyProcess::start(&upstream.url(), rules, &["--shutdown-grace", "5s"])?;
     let mut client = TcpStream::connect(proxy.address).await?;
     client.write_all(HANDSHAKE.as_bytes()).await?;
     assert!(
@@ -232,7 +232,11 @@ async fn on_sigterm_a_websocket_goes_on_for_the_grace_and_is_then_closed() -> Te
     // After the grace, the tunnel is closed and the proxy exits.
     let mut rest = Vec::new();
     tokio::time::timeout(Duration::from_secs(60), client.read_to_end(&mut rest)).await??;
-    let status = tokio::task::spawn_blocking(move || proxy.child.wait()).await??;
-    assert!(status.success(), "{status:?}");
+    proxy
+        .exits_cleanly(
+            Duration::from_secs(60),
+            "the proxy did not exit after its grace",
+        )
+        .await?;
     Ok(())
 }

@@ -322,6 +322,26 @@ impl ProxyProcess {
         Ok(sum)
     }
 
+    /// Waits (off the runtime's threads) for the process to exit, within `within`, and checks
+    /// that it exited cleanly; `waited` says what it waited for if it does not exit in time.
+    pub async fn exits_cleanly(
+        self,
+        within: Duration,
+        waited: &'static str,
+    ) -> Result<(), BoxError> {
+        let mut proxy = self;
+        let exited = tokio::time::timeout(
+            within,
+            tokio::task::spawn_blocking(move || proxy.child.wait()),
+        )
+        .await;
+        let status = exited.map_err(|_| waited)???;
+        if !status.success() {
+            return Err(format!("the proxy exited with {status:?}").into());
+        }
+        Ok(())
+    }
+
     /// Sends SIGTERM.
     pub fn terminate(&self) -> Result<(), BoxError> {
         let status = Command::new("kill")
