@@ -32,11 +32,11 @@
 //!   (what Redis reported left when the lease was taken, less what the process granted from it
 //!   since: an estimate, which other processes' grants make optimistic), and `reset_after`
 //!   counting down from Redis's answer at the lease.
-//! - A shape is followed from its second request within a lease life (a sighting table of
-//!   4 096 slots by hash, each holding the last shape's fingerprint and time, read before the
-//!   shapes' lock): the keys of a wide key space, each seen once in a while, take the plain
-//!   path without churning the shapes, and without the lock while the process holds no leased
-//!   permits.
+//! - A shape is followed from its second request on one thread within a lease life (a table
+//!   of 4 096 slots by hash per thread, each holding the last shape's fingerprint and time,
+//!   read before the shapes' lock: see [`crate::sightings`]): the keys of a wide key space,
+//!   each seen once in a while, take the plain path without churning the shapes, and without
+//!   the lock while the process holds no leased permits.
 //! - Bounded: at most `max_shapes` shapes are followed; at the cap, shapes unseen for a
 //!   second whose leases have all ended are dropped (a scan at most once a second; what they
 //!   held unused is spent), and new shapes take the plain path until there is room. Leases
@@ -45,7 +45,7 @@
 use std::collections::HashMap;
 use std::hash::{BuildHasher as _, Hash as _, Hasher as _};
 use std::num::NonZeroU64;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use sluicegate::lease::{LeaseKind, LeaseSizing, LeaseTerms, LocalRate, lease_kind};
@@ -54,6 +54,7 @@ use sluicegate::{ConfigError, Decision, Micros};
 
 use crate::limit::RedisLimit;
 use crate::reply::LimitRequest;
+use crate::sightings::Sightings;
 use crate::stamp::{Stamp, Stamper, Timeline};
 
 /// How a [`RedisStore`](crate::RedisStore) leases permits.
@@ -287,13 +288,6 @@ pub(crate) fn unused_of(leases: &[(LeaseTerms, u64)]) -> u64 {
     leases.iter().map(|&(_, unused)| unused).sum()
 }
 
-/// Slots of the sightings of shapes (a power of two: 16 KiB, which stays in the core's cache;
-/// on 100k cold keys, a table of 256 KiB missed it on nearly every call, the load of a slot
-/// taking 40% of the calling task's own samples). Each slot holds the last sighting's
-/// fingerprint and tick, so a slot shared by many keys lets none of them in by mistake; it
-/// only forgets a shape another one overwrote, which the next sighting mends.
-const SIGHTINGS: usize = 1 << 12;
-
 /// How often, at most, the shapes are scanned for idle ones at the cap.
 const SWEEP_EVERY: Micros = 1_000_000;
 
@@ -313,9 +307,8 @@ pub(crate) struct Leasing {
     permits_expired: AtomicU64,
     /// Hashes the keys of a call's shape.
     hasher: foldhash::fast::RandomState,
-    /// When shapes were last seen, in 1 024 µs ticks, by their hash (see
-    /// [`Leasing::seen_again`]).
-    sightings: Box<[AtomicU32]>,
+    /// When shapes were last seen, by their hash.
+    sightings: Sightings,
     shapes: Mutex<Shapes>,
 }
 
@@ -331,7 +324,7 @@ impl Leasing {
             permits_returned: AtomicU64::new(0),
             permits_expired: AtomicU64::new(0),
             hasher: foldhash::fast::RandomState::default(),
-            sightings: (0..SIGHTINGS).map(|_| AtomicU32::new(0)).collect(),
+            sightings: Sightings::new(config.sizing.life),
             shapes: Mutex::new(Shapes {
                 timeline: Timeline::Given,
                 by_hash: HashMap::default(),
@@ -406,12 +399,12 @@ impl Leasing {
         };
         let n = permits.get();
         let hash = self.hash_of(requests);
-        // A shape is followed from its second request within a lease life: most keys of a
+        // A shape is followed from its second request on a thread within a lease life: most keys of a
         // wide key space are seen once in a while, and would only churn the table. While the
         // process holds no leased permits, such a shape takes the plain path without the lock
         // (a followed shape idle for a lease life holds none either, once its ended leases have
         // been handed out: see `to_return`).
-        let seen_again = self.seen_again(hash, stamp.at);
+        let seen_again = self.sightings.seen_again(hash, stamp.at);
         if !seen_again && self.held.load(Ordering::Relaxed) == 0 {
             return Plan::Plain;
         }
@@ -554,28 +547,6 @@ impl Leasing {
         hasher.finish()
     }
 
-    /// Records a sighting of the shape of `hash` at `at`; whether it was seen within a lease
-    /// life before. A slot holds the fingerprint of the shape last seen in it (the hash's top
-    /// 16 bits) and the time, in 1 024 µs ticks that wrap at 16 bits (67 s).
-    fn seen_again(&self, hash: u64, at: Micros) -> bool {
-        // Truncated on purpose: the slot index, the fingerprint and the tick.
-        let slot = &self.sightings[(hash as usize) & (SIGHTINGS - 1)];
-        let fingerprint = (hash >> 48) as u32;
-        let tick = ((at >> 10) as u32 & 0xffff) | 1;
-        let sighting = (fingerprint << 16) | tick;
-        // Written only when it changes: a hot shape's slot stays shared between cores.
-        let last = slot.load(Ordering::Relaxed);
-        if last != sighting {
-            slot.store(sighting, Ordering::Relaxed);
-        }
-        let within = u32::try_from(self.config.sizing.life >> 10)
-            .unwrap_or(u32::MAX)
-            .min(0x7fff);
-        last != 0
-            && last >> 16 == fingerprint
-            && tick.wrapping_sub(last & 0xffff) & 0xffff <= within + 1
-    }
-
     /// Drops the shapes unseen for a second, not asking, whose leases have all ended; at most
     /// once a second. What they held unused is spent: a window's permits come back when it
     /// passes, a bucket's by time.
@@ -608,9 +579,7 @@ impl Leasing {
             shapes.dropped_local_grants += shape.local_grants;
         }
         shapes.by_hash.clear();
-        for slot in &self.sightings {
-            slot.store(0, Ordering::Relaxed);
-        }
+        self.sightings.forget_all();
         shapes.last_sweep = None;
         shapes.last_return = None;
         shapes.latest = 0;

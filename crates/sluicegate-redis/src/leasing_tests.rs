@@ -297,29 +297,3 @@ fn an_idle_bucket_shapes_ended_lease_stops_counting_against_the_process() -> Tes
     assert_eq!(leasing.stats().permits_expired_unused, 10);
     Ok(())
 }
-
-/// A sighting counts within a lease life, for its own shape only, across the tick's wrap.
-#[test]
-fn sightings_know_their_shape_and_their_life() {
-    let table = leasing(16);
-    let (hash, other) = (0x1234_0000_0000_0007, 0x4321_0000_0000_0007);
-    assert!(!table.seen_again(hash, 5_000), "first sighting");
-    assert!(
-        table.seen_again(hash, 5_000 + LIFE / 2),
-        "again within a life"
-    );
-    // Another shape in the same slot is not let in by this one's sighting, and takes the slot.
-    assert!(!table.seen_again(other, 5_000 + LIFE / 2));
-    assert!(
-        !table.seen_again(hash, 5_000 + LIFE / 2),
-        "overwritten, seen anew"
-    );
-    assert!(
-        !table.seen_again(hash, 5_000 + 3 * LIFE),
-        "after more than a life"
-    );
-    // Ticks of 1 024 µs wrap at 16 bits (about 67 s): a sighting either side of the wrap counts.
-    let wrap = (1 << 26) - 3_000;
-    assert!(!table.seen_again(hash, wrap));
-    assert!(table.seen_again(hash, wrap + LIFE / 2));
-}

@@ -42,6 +42,7 @@ mod redisson;
 mod reply;
 mod report;
 mod scripts;
+mod sightings;
 mod stamp;
 mod store;
 #[cfg(feature = "testing")]
