@@ -2,11 +2,10 @@
 //! request within a lease life (see [`crate::leasing`]): the keys of a wide key space, each
 //! seen once in a while, take the plain path without churning the leased shapes.
 //!
-//! Every thread keeps its own table of slots, shared by the stores it serves. On 100k cold
-//! keys each call writes a slot; with one table per store, the runtime's worker threads wrote
-//! into the same cache lines from two cores, and leasing cost the client an eighth more CPU
-//! per decision (`perf stat`, BENCHMARKS.md) where its instructions were 4% more. A shape whose
-//! calls run on several threads is then followed from its second request on one of them.
+//! Every thread keeps its own table of slots, shared by the stores it serves: on a wide key
+//! space every call writes a slot, and with one table per store a runtime's worker threads
+//! would all write the same cache lines from their cores. A shape whose calls run on several
+//! threads is then followed from its second request on one of them.
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU32, Ordering};
