@@ -29,7 +29,8 @@
 #
 # Environment: BENCH_PAIRS="allow deny" measures only those pairs (default all five: allow deny
 # bare floor lean; also `plain`: nginx as a plain proxy against `sluicegate proxy` with no
-# rules, what the proxy costs without any limit),
+# rules, what the proxy costs without any limit; and `floor-allow`: nginx `limit_req` against
+# hyper's floor, how much room the allowed target leaves the proxy over hyper's own work),
 # BENCH_ROUNDS=9 rounds per pair and run (default 9), BENCH_RUNS=3 runs (default 3),
 # SLUICEGATE_PROXY_ARGS="--workers 2" adds arguments to every `sluicegate proxy`,
 # BENCH_FORWARDING=both the fields every `sluicegate proxy` appends the client to (default
@@ -109,7 +110,7 @@ pids+=($!)
 wait_port "$l_floor"
 
 declare -A port=([upstream]=$up [proxy-bare]=$p_bare [nginx-allow]=$n_allow [sg-allow]=$s_allow [nginx-deny]=$n_deny [sg-deny]=$s_deny [nginx-plain]=$n_plain [hyper-floor]=$h_floor [httparse-floor]=$l_floor)
-declare -A pair=([bare]="upstream proxy-bare" [allow]="nginx-allow sg-allow" [deny]="nginx-deny sg-deny" [floor]="nginx-plain hyper-floor" [lean]="nginx-plain httparse-floor" [plain]="nginx-plain proxy-bare")
+declare -A pair=([bare]="upstream proxy-bare" [allow]="nginx-allow sg-allow" [deny]="nginx-deny sg-deny" [floor]="nginx-plain hyper-floor" [lean]="nginx-plain httparse-floor" [plain]="nginx-plain proxy-bare" [floor-allow]="nginx-allow hyper-floor")
 read -r -a pairs <<<"${BENCH_PAIRS:-allow deny bare floor lean}"
 rounds="${BENCH_ROUNDS:-9}"
 runs="${BENCH_RUNS:-3}"
