@@ -399,11 +399,11 @@ impl Leasing {
         };
         let n = permits.get();
         let hash = self.hash_of(requests);
-        // A shape is followed from its second request on a thread within a lease life: most keys of a
-        // wide key space are seen once in a while, and would only churn the table. While the
-        // process holds no leased permits, such a shape takes the plain path without the lock
-        // (a followed shape idle for a lease life holds none either, once its ended leases have
-        // been handed out: see `to_return`).
+        // A shape is followed from its second request on a thread within a lease life: most
+        // keys of a wide key space are seen once in a while, and would only churn the table.
+        // While the process holds no leased permits, such a shape takes the plain path without
+        // the lock (a followed shape idle for a lease life holds none either, once its ended
+        // leases have been handed out: see `to_return`).
         let seen_again = self.sightings.seen_again(hash, stamp.at);
         if !seen_again && self.held.load(Ordering::Relaxed) == 0 {
             return Plan::Plain;

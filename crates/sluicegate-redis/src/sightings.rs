@@ -26,8 +26,13 @@ thread_local! {
 /// every thread shares between stores) do not count for another's.
 static SALTS: AtomicU32 = AtomicU32::new(0);
 
-/// Odd, so that successive salts differ in the fingerprint's 16 bits for 65 536 stores.
+/// Odd, so that successive salts differ in the fingerprint's 16 bits for 65 536 in a row.
 const SALT_STEP: u32 = 0x9e37;
+
+/// A salt no store holds (for 65 536 salts in a row).
+fn new_salt() -> u32 {
+    SALTS.fetch_add(SALT_STEP, Ordering::Relaxed)
+}
 
 /// One store's view of the threads' sightings.
 #[derive(Debug)]
@@ -42,7 +47,7 @@ impl Sightings {
     /// Sightings that count for `life`.
     pub(crate) fn new(life: Micros) -> Sightings {
         Sightings {
-            salt: AtomicU32::new(SALTS.fetch_add(SALT_STEP, Ordering::Relaxed)),
+            salt: AtomicU32::new(new_salt()),
             within: u32::try_from(life >> 10).unwrap_or(u32::MAX).min(0x7fff),
         }
     }
@@ -62,9 +67,9 @@ impl Sightings {
             && tick.wrapping_sub(last & 0xffff) & 0xffff <= self.within + 1
     }
 
-    /// Forgets every sighting (on every thread).
+    /// Forgets every sighting (on every thread): a new salt, which no other store holds.
     pub(crate) fn forget_all(&self) {
-        self.salt.fetch_add(SALT_STEP, Ordering::Relaxed);
+        self.salt.store(new_salt(), Ordering::Relaxed);
     }
 }
 
