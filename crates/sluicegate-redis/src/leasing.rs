@@ -36,7 +36,8 @@
 //!   of 4 096 slots by hash per thread, each holding the last shape's fingerprint and time,
 //!   read before the shapes' lock: see [`crate::sightings`]): the keys of a wide key space,
 //!   each seen once in a while, take the plain path without churning the shapes, and without
-//!   the lock while the process holds no leased permits.
+//!   the lock while the process holds no leased permits. A thread that sees only first
+//!   sightings then sights one call in eight, the others taking the plain path unhashed.
 //! - Bounded: at most `max_shapes` shapes are followed; at the cap, shapes unseen for a
 //!   second whose leases have all ended are dropped (a scan at most once a second; what they
 //!   held unused is spent), and new shapes take the plain path until there is room. Leases
@@ -362,6 +363,12 @@ impl Leasing {
     /// Whether any leased permits are held (and so may be due back).
     pub(crate) fn holds_any(&self) -> bool {
         self.held.load(Ordering::Relaxed) != 0
+    }
+
+    /// Whether a call may take the plain path at once, neither stamped nor sighted: nothing
+    /// is held, and this thread sees a cold key space ([`crate::sightings::skips_this_call`]).
+    pub(crate) fn skips_cold_call(&self) -> bool {
+        !self.holds_any() && crate::sightings::skips_this_call()
     }
 
     pub(crate) fn stats(&self) -> LeaseStats {

@@ -23,8 +23,35 @@ use sluicegate::Micros;
 /// a shape another one overwrote, which the next sighting mends.
 const SLOTS: usize = 1 << 12;
 
+/// First sightings in a row after which a thread sees a cold key space, and sights only one
+/// call in [`SAMPLE_EVERY`] (see [`skips_this_call`]).
+const COLD_STREAK: u32 = 64;
+
+/// While a thread sees a cold key space, one call in this many is sighted.
+const SAMPLE_EVERY: u32 = 8;
+
 thread_local! {
     static TABLE: Box<[Cell<u32>]> = (0..SLOTS).map(|_| Cell::new(0)).collect();
+    /// This thread's first sightings in a row (of any store's shapes).
+    static STREAK: Cell<u32> = const { Cell::new(0) };
+    /// This thread's calls while it sees a cold key space.
+    static CALLS: Cell<u32> = const { Cell::new(0) };
+}
+
+/// Whether a call on this thread, while the process holds no leased permits, may take the
+/// plain path without being sighted (hashed, timed, looked up): after [`COLD_STREAK`] first
+/// sightings in a row, all but one call in [`SAMPLE_EVERY`]. On 100k cold keys every call
+/// is a first sighting, and a few hundred client instructions and a clock read per call,
+/// small as they are, made the batches that leave for Redis smaller, and Redis's work per
+/// decision larger (BENCHMARKS.md). A shape warming up in such a key space is sighted at an
+/// eighth of its rate until one of its sightings finds it seen again, which ends the streak.
+pub(crate) fn skips_this_call() -> bool {
+    if STREAK.get() < COLD_STREAK {
+        return false;
+    }
+    let calls = CALLS.get().wrapping_add(1);
+    CALLS.set(calls);
+    calls % SAMPLE_EVERY != 0
 }
 
 /// Gives each table of sightings its own salt, so that one store's sightings (in the tables
@@ -67,9 +94,15 @@ impl Sightings {
         let tick = ((at >> 10) as u32 & 0xffff) | 1;
         let sighting = (fingerprint << 16) | tick;
         let last = TABLE.with(|table| table[index].replace(sighting));
-        last != 0
+        let seen = last != 0
             && last >> 16 == fingerprint
-            && tick.wrapping_sub(last & 0xffff) & 0xffff <= self.within + 1
+            && tick.wrapping_sub(last & 0xffff) & 0xffff <= self.within + 1;
+        STREAK.set(if seen {
+            0
+        } else {
+            STREAK.get().saturating_add(1)
+        });
+        seen
     }
 
     /// Forgets every sighting (on every thread): a new salt, which no other store holds.
@@ -109,6 +142,34 @@ mod tests {
         let wrap = (1 << 26) - 3_000;
         assert!(!table.seen_again(hash, wrap));
         assert!(table.seen_again(hash, wrap + LIFE / 2));
+    }
+
+    /// A thread that sees only first sightings sights one call in eight, until a shape is
+    /// seen again.
+    #[test]
+    fn a_thread_seeing_a_cold_key_space_sights_one_call_in_eight() {
+        std::thread::scope(|scope| {
+            let answers = scope.spawn(|| {
+                let table = Sightings::new(LIFE);
+                let mut answers = Vec::new();
+                // Each key in a slot of its own, with a fingerprint of its own.
+                for key in 1..u64::from(COLD_STREAK) {
+                    answers.push(skips_this_call());
+                    table.seen_again((key << 48) | key, 1_000);
+                }
+                // Not yet cold: every call is sighted.
+                answers.push(skips_this_call());
+                table.seen_again(1 << 60, 1_000);
+                let skipped = (0..16).filter(|_| skips_this_call()).count();
+                table.seen_again(1 << 60, 2_000);
+                (answers, skipped, skips_this_call())
+            });
+            let (before, skipped, after) = answers.join().ok().unwrap_or_default();
+            assert_eq!(before.len(), COLD_STREAK as usize);
+            assert!(before.iter().all(|skips| !skips), "warming up: {before:?}");
+            assert_eq!(skipped, 14, "two calls in sixteen sighted");
+            assert!(!after, "a shape seen again ends the streak");
+        });
     }
 
     /// Stores share each thread's table, not their sightings; forgetting is for every thread.

@@ -310,6 +310,9 @@ impl RedisStore {
         let mut asking = None;
         let mut lease_stamp = None;
         if let Some(leasing) = leasing {
+            if cache.is_none() && leasing.skips_cold_call() {
+                return self.decide_in_redis(requests, op, now).await;
+            }
             let stamp = leasing.stamp(now);
             lease_stamp = Some(stamp);
             match leasing.plan(requests, stamp) {
