@@ -216,6 +216,49 @@ fn batched_decisions_answer_as_asked_one_by_one() -> Result<(), BoxError> {
     })
 }
 
+/// A batch far longer than the rounds above: 120 decisions asked one op after another, a run
+/// each, whose reply holds 720 values, in one or a few calls.
+#[test]
+fn a_batch_of_many_runs_answers_as_asked_one_by_one() -> Result<(), BoxError> {
+    let server = RedisServer::start()?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async {
+        let config = |prefix: &str, max_batch: usize| StoreConfig {
+            prefix: prefix.into(),
+            expiry_grace: Duration::from_secs(3600),
+            max_batch,
+            ..StoreConfig::default()
+        };
+        let batched = limiters(&server.store(config("batched:", 200)).await?)?;
+        let alone = limiters(&server.store(config("alone:", 1)).await?)?;
+        let _ = batched[0].check(b"warm-up").await?;
+        let keys: [&'static [u8]; 3] = [b"a", b"b", b"c"];
+        let asks: Vec<Ask> = (0..120_u64)
+            .map(|i| Ask {
+                limiter: usize::try_from(i % 3).unwrap_or(0),
+                key: keys[usize::try_from(i / 3 % 3).unwrap_or(0)],
+                permits: 1,
+                op: if i % 2 == 0 { Op::Charge } else { Op::Peek },
+                at: 1_000_000 + i * 1_000,
+            })
+            .collect();
+        let before = command_calls(batched[0].store()).await?;
+        let together = ask_together(&batched, &asks).await?;
+        let after = command_calls(batched[0].store()).await?;
+        let mut one_by_one = Vec::new();
+        for &ask in &asks {
+            one_by_one.push(ask_one(&alone[ask.limiter], ask).await);
+        }
+        assert_eq!(together, one_by_one);
+        assert!(together.iter().all(Result::is_ok), "{together:?}");
+        let calls = calls_of(&after, "fcall") - calls_of(&before, "fcall");
+        assert!(calls <= 3, "{calls} calls for 120 decisions");
+        Ok(())
+    })
+}
+
 #[test]
 fn a_corrupt_key_fails_alone_in_its_batch() -> Result<(), BoxError> {
     let server = RedisServer::start()?;
