@@ -19,6 +19,9 @@
 # on its current-thread runtime ("1 thread", as Node runs), rate-limiter-flexible as INFLIGHT async workers on one ioredis connection, `limits`
 # as INFLIGHT asyncio tasks on redis-py's connection pool. Every key gets 100 per second.
 #
+# Each row gives the CPU time per decision of Redis and of the client (user and system, every
+# thread): on a small machine both share the cores, so either can be what a change moves.
+#
 # BENCH_PIN=1 runs redis-server on CPU 0 and every client (and redis-benchmark) on CPU 1, so
 # that on a small machine the server and the client under test do not take turns on one core.
 #
@@ -71,8 +74,19 @@ cli() { redis-cli -p "$port" "$@"; }
 # Redis's CPU time so far, in clock ticks (user + system).
 redis_ticks() { awk '{print $14 + $15}' "/proc/$redis_pid/stat"; }
 
+# timed COMMAND...: runs it, passes its output on, and writes the CPU seconds it used (user
+# and system, every thread) to $dir/client_cpu.
+timed() {
+  python3 -c '
+import resource, subprocess, sys
+out = subprocess.run(sys.argv[2:], stdout=subprocess.PIPE, check=True).stdout
+usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+open(sys.argv[1], "w").write(str(usage.ru_utime + usage.ru_stime))
+sys.stdout.buffer.write(out)' "$dir/client_cpu" "$@"
+}
+
 # run KEYS COMMAND...: one contender's run; appends its JSON line with keys, the round and the
-# Redis CPU it used.
+# CPU that Redis and the client used.
 run() {
   local keys=$1 before after line
   shift
@@ -80,13 +94,16 @@ run() {
   cli script flush >/dev/null
   cli config resetstat >/dev/null
   before=$(redis_ticks)
-  line=$(${client_cpu[@]+"${client_cpu[@]}"} "$@")
+  line=$(timed ${client_cpu[@]+"${client_cpu[@]}"} "$@")
   after=$(redis_ticks)
-  python3 - "$line" "$keys" "$round" "$((after - before))" "$(getconf CLK_TCK)" >>"$results" <<'PY'
+  python3 - "$line" "$keys" "$round" "$((after - before))" "$(getconf CLK_TCK)" "$(cat "$dir/client_cpu")" \
+    >>"$results" <<'PY'
 import json, sys
 row = json.loads(sys.argv[1])
 row.update(keys=int(sys.argv[2]), round=int(sys.argv[3]))
-row["redis_us_per_decision"] = int(sys.argv[4]) / int(sys.argv[5]) * 1e6 / max(row["decisions"], 1)
+decisions = max(row["decisions"], 1)
+row["redis_us_per_decision"] = int(sys.argv[4]) / int(sys.argv[5]) * 1e6 / decisions
+row["client_us_per_decision"] = float(sys.argv[6]) * 1e6 / decisions
 print(json.dumps(row))
 PY
   tail -1 "$results" >&2
@@ -162,14 +179,15 @@ ceilings = {k[1]: v for k, v in med.items() if k[0] == "redis-benchmark"}
 (c64_name, c64), (cp_name, cp) = sorted(ceilings.items(), key=lambda kv: "-P 1)" not in kv[0])
 print("ceilings (median): " + "; ".join(f"{n}: {v:,.0f}/s" for n, v in ceilings.items()))
 print()
-print("| keys | implementation | algorithm | decisions/s (median) | runs | Redis CPU µs/decision | vs rate-limiter-flexible | of ceiling -c N -P 1 | of ceiling -c 1 -P N |")
-print("|---:|---|---|---:|---|---:|---:|---:|---:|")
+print("| keys | implementation | algorithm | decisions/s (median) | runs | Redis CPU µs/decision | client CPU µs/decision | vs rate-limiter-flexible | of ceiling -c N -P 1 | of ceiling -c 1 -P N |")
+print("|---:|---|---|---:|---|---:|---:|---:|---:|---:|")
 for (impl, alg, keys), per_second in med.items():
     if impl == "redis-benchmark":
         continue
     base = med.get(("rate-limiter-flexible", "fixed-window", keys))
     runs = "/".join(f'{r["per_second"]:,.0f}' for r in groups[(impl, alg, keys)])
     cpu = statistics.median(r["redis_us_per_decision"] for r in groups[(impl, alg, keys)])
+    client = statistics.median(r["client_us_per_decision"] for r in groups[(impl, alg, keys)])
     ratio = f"{per_second / base:.2f}x" if base else "-"
-    print(f"| {keys:,} | {impl} | {alg} | {per_second:,.0f} | {runs} | {cpu:.1f} | {ratio} | {per_second / c64:.2f} | {per_second / cp:.2f} |")
+    print(f"| {keys:,} | {impl} | {alg} | {per_second:,.0f} | {runs} | {cpu:.1f} | {client:.1f} | {ratio} | {per_second / c64:.2f} | {per_second / cp:.2f} |")
 PY
