@@ -39,8 +39,8 @@ impl KeyScheme {
 }
 
 /// Percent-escapes the bytes that delimit tags and suffixes, so that any bytes make a key and
-/// two different (tag, name) pairs never make the same key. Copies the runs between them
-/// whole: a push per byte was most of the cost of a key.
+/// two different (tag, name) pairs never make the same key. The runs between escaped bytes
+/// are copied whole, not a byte at a time: a key is built on every decision.
 fn escape_into(out: &mut Vec<u8>, mut bytes: &[u8]) {
     const HEX: &[u8; 16] = b"0123456789ABCDEF";
     while let Some(at) = bytes
