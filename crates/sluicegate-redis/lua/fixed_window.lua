@@ -73,13 +73,23 @@ local function fixed_window_check(key, now, n, p)
     if key_misses < 8 then key_misses = key_misses + 1 end
     if written then return 1, limit - n, start + window - now, -1, 0 end
   end
+  -- This window's start as the text a state begins with, made once per window and kept in
+  -- `p`: a key counted in this window already (the common find) is read by comparing its
+  -- start as text, and written by adding its count to it.
+  if p.prefix_start ~= start then p.prefix_start, p.prefix = start, format("%d:", start) end
+  local prefix = p.prefix
   if raw ~= false then
     if type_of(raw) ~= "string" then return nil end
-    local colon = string_find(raw, ":", 1, true)
-    if colon == nil then return nil end
-    local s, c = to_number(string_sub(raw, 1, colon - 1)), to_number(string_sub(raw, colon + 1))
-    if s == nil or s ~= floor(s) or s < 0 or s > 2 ^ 53 then return nil end
-    if c == nil or c ~= floor(c) or c < 0 or c > EXACT then return nil end
+    local s, c
+    if string_sub(raw, 1, #prefix) == prefix then
+      s, c = start, to_number(string_sub(raw, #prefix + 1))
+    else
+      local colon = string_find(raw, ":", 1, true)
+      if colon == nil then return nil end
+      s, c = to_number(string_sub(raw, 1, colon - 1)), to_number(string_sub(raw, colon + 1))
+      if s == nil or s % 1 ~= 0 or s < 0 or s > 2 ^ 53 then return nil end
+    end
+    if c == nil or c % 1 ~= 0 or c < 0 or c > EXACT then return nil end
     if c > 0 and s >= start then start, count = s, c end
   end
   local until_end = start + window - now
@@ -90,7 +100,13 @@ local function fixed_window_check(key, now, n, p)
     if left < 0 then left = 0 end
     return 0, left, until_end, until_end, 0
   end
-  local value = format("%d:%d", start, after)
+  local value
+  -- Lua writes a number it joins to a string with 14 significant digits: exact below 10^14.
+  if start == p.prefix_start and after < 1e14 then
+    value = prefix .. after
+  else
+    value = format("%d:%d", start, after)
+  end
   if count > 0 then
     -- The key holds this window already, and lives until its end: every write of a window
     -- sets the same end (a time to live from its own now to the window's end).

@@ -20,7 +20,8 @@
 
 local EXACT = 4503599627370496 -- 2^52: every stored difference stays below this
 -- Numbers reach Redis through string.format("%d") (exact for integers below 2^63, and cheaper
--- than redis.call's own %.17g), never through Lua's tostring or `..`, which keep 14 digits.
+-- than redis.call's own %.17g), not through Lua's tostring or `..`, which keep 14 digits: only
+-- a number checked to be below 10^14 is joined with `..` (fixed_window_check).
 
 -- The standard functions a decision calls, as library locals: a global costs a lookup through
 -- Redis's protected globals on every use, about twice a local's cost. Every entry point binds

@@ -69,7 +69,10 @@ mod tests {
         );
         assert_ne!(keys.key(b"a", b"b:l", ""), keys.key(b"a", b"b", ":l"));
         assert_eq!(keys.key(&[0, 255], b"", ""), b"rl:{\x00\xff}".to_vec());
-        assert_eq!(keys.key(b"%%", b"::x:", ""), b"rl:{%25%25}%3A%3Ax%3A".to_vec());
+        assert_eq!(
+            keys.key(b"%%", b"::x:", ""),
+            b"rl:{%25%25}%3A%3Ax%3A".to_vec()
+        );
         assert!(KeyScheme::new("bad{").is_err());
         Ok(())
     }

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use sluicegate::state_machine::Op;
 use sluicegate::store::Now;
-use sluicegate::{Algorithm, Gcra, QueueDelay, Rate, TokenBucket};
+use sluicegate::{Algorithm, FixedWindow, Gcra, QueueDelay, Rate, TokenBucket};
 use sluicegate_redis::{RedisLimit, RedisLimitError, RedisLimiter, RedisStore, StoreConfig};
 
 use sluicegate_redis::testing::RedisServer;
@@ -480,5 +480,45 @@ async fn a_limit_left_uncharged_reports_what_it_still_has() -> Result<(), BoxErr
         let peek = per_user.decide(b"u", one(), Op::Peek, now).await?;
         assert_eq!(peek.remaining(), 95, "{name}");
     }
+    Ok(())
+}
+
+/// A fixed window's state is text: its count written exactly on either side of 10^14, where
+/// a check joins a count below it to the window's start and formats one at or above it. On
+/// explicit times, against the same window in memory.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fixed_window_counts_exactly_past_fourteen_digits() -> Result<(), BoxError> {
+    let server = RedisServer::start()?;
+    let store = server
+        .store(StoreConfig {
+            expiry_grace: Duration::from_secs(3600),
+            ..StoreConfig::default()
+        })
+        .await?;
+    let (limit, window) = (1 << 50, Duration::from_secs(10));
+    let core = FixedWindow::new(limit, window)?;
+    let redis = RedisLimiter::new(store.clone(), RedisLimit::fixed_window(limit, window)?, "w");
+    let mut state = core.initial_state(0);
+    // 3e13 three times crosses 10^14; then more past it, and the next window starts empty.
+    let asks: [(u64, u64); 6] = [
+        (3 * 10_u64.pow(13), 1_000_000),
+        (3 * 10_u64.pow(13), 2_000_000),
+        (3 * 10_u64.pow(13), 3_000_000),
+        (10_u64.pow(13) + 7, 4_000_000),
+        (1, 5_000_000),
+        (5, 12_000_000),
+    ];
+    for (permits, at) in asks {
+        let permits = NonZeroU64::new(permits).ok_or("zero permits")?;
+        let multi = store
+            .decide_all(&[redis.request_n(b"k", permits)], Op::Check, Now::At(at))
+            .await?;
+        let expected = core.decide(&mut state, at, permits, Op::Check)?;
+        assert_eq!(multi.decisions, vec![expected], "{permits} at {at}");
+    }
+    let last = store
+        .decide_all(&[redis.request(b"k")], Op::Peek, Now::At(12_000_001))
+        .await?;
+    assert_eq!(last.decisions[0].remaining(), limit - 5);
     Ok(())
 }
