@@ -75,7 +75,7 @@ local function fixed_window_check(key, now, n, p)
   end
   -- This window's start as the text a state begins with, made once per window and kept in
   -- `p`: a key counted in this window already (the common find) is read by comparing its
-  -- start as text, and written by adding its count to it.
+  -- start as text, and written by joining its new count to that text.
   if p.prefix_start ~= start then p.prefix_start, p.prefix = start, format("%d:", start) end
   local prefix = p.prefix
   if raw ~= false then
