@@ -1,8 +1,31 @@
 -- Fixed window. Concatenated after prelude.lua (see src/scripts.rs).
 
+-- A window's start as the text its state begins with ("start:"), each made once: a key
+-- counted in the current window already (the common find: every check of a key seen before
+-- in its window) is read by comparing its start as text, and written by joining its new count
+-- to that text, instead of parsing and formatting both numbers. At most 256 are kept.
+local window_prefixes, window_prefix_count = {}, 0
+local function window_prefix(start)
+  local text = window_prefixes[start]
+  if text == nil then
+    text = format("%d:", start)
+    if window_prefix_count >= 256 then window_prefixes, window_prefix_count = {}, 0 end
+    window_prefixes[start] = text
+    window_prefix_count = window_prefix_count + 1
+  end
+  return text
+end
+
+-- The state of a window that started at `start` holding `count`: Lua writes a number it joins
+-- to a string with 14 significant digits, exact below 10^14; a larger count is formatted.
+local function window_state(start, count)
+  if count < 1e14 then return window_prefix(start) .. count end
+  return format("%d:%d", start, count)
+end
+
 -- Writes a window that started at `start` holding `count`, living until its end.
 local function write_window(key, start, count, until_end, grace_ms)
-  set_state(key, format("%d:%d", start, count), until_end, 1, grace_ms)
+  set_state(key, window_state(start, count), until_end, 1, grace_ms)
 end
 
 -- Fixed window (fixed_window.rs). State: the string "s:c" (window start us, count).
@@ -14,11 +37,16 @@ local function fixed_window_decision(key, now, n, op, limit, window)
   local _, into = idiv(now, window)
   local start, count = now - into, 0
   if raw ~= false then
-    -- A plain find and two subs cost less than a pattern with captures.
-    local colon = string_find(raw, ":", 1, true)
-    if colon == nil then bad_state(key, raw) end
-    local s = int_field(key, "s", string_sub(raw, 1, colon - 1), 0, 2 ^ 53)
-    local c = int_field(key, "c", string_sub(raw, colon + 1), 0, EXACT)
+    local prefix, s, c = window_prefix(start), start, nil
+    if string_sub(raw, 1, #prefix) == prefix then
+      c = int_field(key, "c", string_sub(raw, #prefix + 1), 0, EXACT)
+    else
+      -- A plain find and two subs cost less than a pattern with captures.
+      local colon = string_find(raw, ":", 1, true)
+      if colon == nil then bad_state(key, raw) end
+      s = int_field(key, "s", string_sub(raw, 1, colon - 1), 0, 2 ^ 53)
+      c = int_field(key, "c", string_sub(raw, colon + 1), 0, EXACT)
+    end
     if c > 0 and s >= start then start, count = s, c end
   end
   local until_end = start + window - now
@@ -46,7 +74,7 @@ end
 -- kept in `p` (one_params keeps it from call to call). The check reads them from `p` itself.
 local function window_fresh(p, now, start, n)
   p.fresh_at, p.fresh_n = now, n
-  p.fresh_text, p.fresh_ttl = format("%d:%d", start, n), expiry_ms(start + p[2] - now, 1, p[3])
+  p.fresh_text, p.fresh_ttl = window_state(start, n), expiry_ms(start + p[2] - now, 1, p[3])
 end
 
 -- fixed_window_decision and its write for a check alone, with the same answer (see
@@ -73,10 +101,9 @@ local function fixed_window_check(key, now, n, p)
     if key_misses < 8 then key_misses = key_misses + 1 end
     if written then return 1, limit - n, start + window - now, -1, 0 end
   end
-  -- This window's start as the text a state begins with, made once per window and kept in
-  -- `p`: a key counted in this window already (the common find) is read by comparing its
-  -- start as text, and written by joining its new count to that text.
-  if p.prefix_start ~= start then p.prefix_start, p.prefix = start, format("%d:", start) end
+  -- The last window's start as text, kept in `p` too: comparing a field costs less than the
+  -- call of window_prefix, on every check.
+  if p.prefix_start ~= start then p.prefix_start, p.prefix = start, window_prefix(start) end
   local prefix = p.prefix
   if raw ~= false then
     if type_of(raw) ~= "string" then return nil end
@@ -100,12 +127,12 @@ local function fixed_window_check(key, now, n, p)
     if left < 0 then left = 0 end
     return 0, left, until_end, until_end, 0
   end
+  -- window_state, without its calls when the state is this window's.
   local value
-  -- Lua writes a number it joins to a string with 14 significant digits: exact below 10^14.
   if start == p.prefix_start and after < 1e14 then
     value = prefix .. after
   else
-    value = format("%d:%d", start, after)
+    value = window_state(start, after)
   end
   if count > 0 then
     -- The key holds this window already, and lives until its end: every write of a window

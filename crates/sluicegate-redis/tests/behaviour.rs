@@ -498,7 +498,6 @@ async fn a_fixed_window_counts_exactly_past_fourteen_digits() -> Result<(), BoxE
     let (limit, window) = (1 << 50, Duration::from_secs(10));
     let core = FixedWindow::new(limit, window)?;
     let redis = RedisLimiter::new(store.clone(), RedisLimit::fixed_window(limit, window)?, "w");
-    let mut state = core.initial_state(0);
     // 3e13 three times crosses 10^14; then more past it, and the next window starts empty.
     let asks: [(u64, u64); 6] = [
         (3 * 10_u64.pow(13), 1_000_000),
@@ -508,17 +507,28 @@ async fn a_fixed_window_counts_exactly_past_fourteen_digits() -> Result<(), BoxE
         (1, 5_000_000),
         (5, 12_000_000),
     ];
-    for (permits, at) in asks {
-        let permits = NonZeroU64::new(permits).ok_or("zero permits")?;
-        let multi = store
-            .decide_all(&[redis.request_n(b"k", permits)], Op::Check, Now::At(at))
+    // A check decides by its own code; a charge, and a call of two limits, by the general one.
+    let other = RedisLimiter::new(store.clone(), RedisLimit::fixed_window(limit, window)?, "o");
+    for (key, op, both) in [
+        (&b"k"[..], Op::Check, false),
+        (b"c", Op::Charge, false),
+        (b"m", Op::Check, true),
+    ] {
+        let mut state = core.initial_state(0);
+        for (permits, at) in asks {
+            let permits = NonZeroU64::new(permits).ok_or("zero permits")?;
+            let mut requests = vec![redis.request_n(key, permits)];
+            if both {
+                requests.push(other.request_n(key, permits));
+            }
+            let multi = store.decide_all(&requests, op, Now::At(at)).await?;
+            let expected = core.decide(&mut state, at, permits, op)?;
+            assert_eq!(multi.decisions[0], expected, "{op:?} {permits} at {at}");
+        }
+        let last = store
+            .decide_all(&[redis.request(key)], Op::Peek, Now::At(12_000_001))
             .await?;
-        let expected = core.decide(&mut state, at, permits, Op::Check)?;
-        assert_eq!(multi.decisions, vec![expected], "{permits} at {at}");
+        assert_eq!(last.decisions[0].remaining(), limit - 5, "{op:?}");
     }
-    let last = store
-        .decide_all(&[redis.request(b"k")], Op::Peek, Now::At(12_000_001))
-        .await?;
-    assert_eq!(last.decisions[0].remaining(), limit - 5);
     Ok(())
 }
