@@ -83,8 +83,13 @@ end
 -- corrupt key (the general path names what is wrong).
 local function fixed_window_check(key, now, n, p)
   local limit, window = p[1], p[2]
-  local _, into = idiv(now, window)
-  local start, count = now - into, 0
+  -- The window `now` falls in, found once per time (a batch's run decides at one) and kept
+  -- in `p`.
+  if p.start_at ~= now then
+    local _, into = idiv(now, window)
+    p.start_at, p.start_of = now, now - into
+  end
+  local start, count = p.start_of, 0
   local raw
   -- A missing key is an empty window: written by the read that finds it missing when that
   -- admits the check (see key_misses); a key there is read, and left as it was.
