@@ -1,25 +1,18 @@
 -- Fixed window. Concatenated after prelude.lua (see src/scripts.rs).
 
--- A window's start as the text its state begins with ("start:"), each made once: a key
--- counted in the current window already (the common find: every check of a key seen before
--- in its window) is read by comparing its start as text, and written by joining its new count
--- to that text, instead of parsing and formatting both numbers. At most 256 are kept.
-local window_prefixes, window_prefix_count = {}, 0
-local function window_prefix(start)
-  local text = window_prefixes[start]
-  if text == nil then
-    text = format("%d:", start)
-    if window_prefix_count >= 256 then window_prefixes, window_prefix_count = {}, 0 end
-    window_prefixes[start] = text
-    window_prefix_count = window_prefix_count + 1
-  end
-  return text
-end
+-- A window's start as the text its state begins with ("start:"): a key counted in the
+-- current window already (the common find: every check of a key seen before in its window)
+-- is read by comparing its start as text, and written by joining its new count to that text,
+-- instead of parsing and formatting both numbers.
+local window_prefix = formatted_once("%d:", 256)
 
--- The state of a window that started at `start` holding `count`: Lua writes a number it joins
--- to a string with 14 significant digits, exact below 10^14; a larger count is formatted.
+-- Lua writes a number it joins to a string with 14 significant digits: a count below this is
+-- joined exactly.
+local JOINED_EXACTLY = 1e14
+
+-- The state of a window that started at `start` holding `count`.
 local function window_state(start, count)
-  if count < 1e14 then return window_prefix(start) .. count end
+  if count < JOINED_EXACTLY then return window_prefix(start) .. count end
   return format("%d:%d", start, count)
 end
 
@@ -83,11 +76,12 @@ end
 -- corrupt key (the general path names what is wrong).
 local function fixed_window_check(key, now, n, p)
   local limit, window = p[1], p[2]
-  -- The window `now` falls in, found once per time (a batch's run decides at one) and kept
-  -- in `p`.
+  -- The window `now` falls in and its start as text, found once per time (a batch's run
+  -- decides at one) and kept in `p`: a field read costs less than a call, on every check.
   if p.start_at ~= now then
     local _, into = idiv(now, window)
     p.start_at, p.start_of = now, now - into
+    p.prefix = window_prefix(now - into)
   end
   local start, count = p.start_of, 0
   local raw
@@ -106,9 +100,6 @@ local function fixed_window_check(key, now, n, p)
     if key_misses < 8 then key_misses = key_misses + 1 end
     if written then return 1, limit - n, start + window - now, -1, 0 end
   end
-  -- The last window's start as text, kept in `p` too: comparing a field costs less than the
-  -- call of window_prefix, on every check.
-  if p.prefix_start ~= start then p.prefix_start, p.prefix = start, window_prefix(start) end
   local prefix = p.prefix
   if raw ~= false then
     if type_of(raw) ~= "string" then return nil end
@@ -134,7 +125,7 @@ local function fixed_window_check(key, now, n, p)
   end
   -- window_state, without its calls when the state is this window's.
   local value
-  if start == p.prefix_start and after < 1e14 then
+  if start == p.start_of and after < JOINED_EXACTLY then
     value = prefix .. after
   else
     value = window_state(start, after)

@@ -21,7 +21,7 @@
 local EXACT = 4503599627370496 -- 2^52: every stored difference stays below this
 -- Numbers reach Redis through string.format("%d") (exact for integers below 2^63, and cheaper
 -- than redis.call's own %.17g), not through Lua's tostring or `..`, which keep 14 digits: only
--- a number checked to be below 10^14 is joined with `..` (fixed_window_check).
+-- a count checked to be below 10^14 is joined with `..` (JOINED_EXACTLY in fixed_window.lua).
 
 -- The standard functions a decision calls, as library locals: a global costs a lookup through
 -- Redis's protected globals on every use, about twice a local's cost. Every entry point binds
@@ -83,20 +83,26 @@ local function hash_fields(key, ...)
   return values
 end
 
--- A time to live in ms as a string, each formatted once: the lives a limit gives its keys
--- take few values (at most its tolerance or window in ms), and a lookup costs a fraction of
--- a format. At most 4096 are kept.
-local ms_texts, ms_count = {}, 0
-local function ms_text(ms)
-  local text = ms_texts[ms]
-  if text == nil then
-    text = format("%d", ms)
-    if ms_count >= 4096 then ms_texts, ms_count = {}, 0 end
-    ms_texts[ms] = text
-    ms_count = ms_count + 1
+-- `format(pattern, n)` for a number `n`, each text made once: the numbers a decision writes
+-- again and again (a key's life in ms, a window's start) take few values, and a lookup costs a
+-- fraction of a format. At most `most` texts are kept: at the cap they are all dropped.
+local function formatted_once(pattern, most)
+  local texts, count = {}, 0
+  return function(n)
+    local text = texts[n]
+    if text == nil then
+      text = format(pattern, n)
+      if count >= most then texts, count = {}, 0 end
+      texts[n] = text
+      count = count + 1
+    end
+    return text
   end
-  return text
 end
+
+-- A time to live in ms as a string: a limit gives its keys lives of at most its tolerance or
+-- window in ms.
+local ms_text = formatted_once("%d", 4096)
 
 -- A key's time to live in ms, as a string: until `ticks` (of 1/d us) from now, rounded up,
 -- plus the grace; at least 1.

@@ -93,6 +93,13 @@ fn rounds() -> Vec<Vec<Ask>> {
         .collect()
 }
 
+/// A current-thread runtime: the tasks it spawns queue in the order they were spawned.
+fn one_thread() -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+}
+
 /// A decision and the time it was made at, or the error.
 type Answer = Result<(u64, Decision), String>;
 
@@ -128,9 +135,7 @@ async fn ask_together(limiters: &[RedisLimiter], round: &[Ask]) -> Result<Vec<An
 #[test]
 fn batched_decisions_answer_as_asked_one_by_one() -> Result<(), BoxError> {
     let server = RedisServer::start()?;
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
+    let runtime = one_thread()?;
     runtime.block_on(async {
         for scripts in [ScriptMode::Auto, ScriptMode::Eval] {
             let prefix = format!("{scripts:?}:");
@@ -221,9 +226,7 @@ fn batched_decisions_answer_as_asked_one_by_one() -> Result<(), BoxError> {
 #[test]
 fn a_batch_of_many_runs_answers_as_asked_one_by_one() -> Result<(), BoxError> {
     let server = RedisServer::start()?;
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
+    let runtime = one_thread()?;
     runtime.block_on(async {
         let config = |prefix: &str, max_batch: usize| StoreConfig {
             prefix: prefix.into(),
@@ -262,9 +265,7 @@ fn a_batch_of_many_runs_answers_as_asked_one_by_one() -> Result<(), BoxError> {
 #[test]
 fn a_corrupt_key_fails_alone_in_its_batch() -> Result<(), BoxError> {
     let server = RedisServer::start()?;
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
+    let runtime = one_thread()?;
     runtime.block_on(async {
         let store = server
             .store(StoreConfig {
