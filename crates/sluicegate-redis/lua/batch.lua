@@ -9,12 +9,16 @@
 -- six per run: entry ("g": one_gcra, "f": one_fixed_window), now ("" = TIME, read once per
 -- call), op, permits, parameters, and how many decisions (keys) the run holds. KEYS: one per
 -- decision, in order. Reply: one flat array: per run its time, then per decision of a check
--- run three values (remaining, reset_us, and the verdict: -1 allowed, a retry_us >= 0 denied
--- for now, -2 denied for good; a check never waits), of any other run five, its entry point's
--- reply after the time (allowed, remaining, reset_us, retry_us, wait_us); an error is "ERR",
--- kind, detail, padded with zeros to the run's width. Flat, because Redis probes every table
--- of a reply for seven special fields: a table per decision cost more than deciding. A check
--- in three values, because the client's parsing of five was a third of its work per decision.
+-- run one value or three; of any other run five, its entry point's reply after the time
+-- (allowed, remaining, reset_us, retry_us, wait_us), an error ("ERR", kind, detail) padded with
+-- zeros to five. A check in one value, when it is allowed and its entry's check gave the
+-- value the rest follows from (gcra_check_whole_us, fixed_window_check): that value, >= 0.
+-- Else three:
+-- -1 - remaining, reset_us, and the verdict (-1 allowed, a retry_us >= 0 denied for now, -2
+-- denied for good; a check never waits); or "ERR", kind, detail. Flat, because Redis probes
+-- every table of a reply for seven special fields: a table per decision cost more than
+-- deciding. A check in one value, because Redis turns each value of a reply into RESP at about
+-- 500 instructions, and the client reads each at about 600.
 -- `check` decides a check without the general path's tables, or answers nothing for the
 -- cases it leaves to `decide` (the general path, which never tries the check again).
 local batch_entries = {
@@ -64,14 +68,14 @@ local function run_batch(KEYS, ARGV)
     local compact = op == "check"
     local check = ok and compact and entry.check
     for _ = 1, count do
-      local allowed, remaining, reset, retry, wait = nil, nil, nil, nil, nil
+      local allowed, remaining, reset, retry, wait, value = nil, nil, nil, nil, nil, nil
       if check then
         -- Not under pcall (2% of Redis's instructions per decision): a check raises nothing.
         -- It reads with redis.pcall, answers nothing for a state it does not know, and its
         -- one write cannot be refused once the call has begun (Redis refuses a function
         -- that may write before it runs, when out of memory). A check that answers nothing
         -- wrote nothing (its write is its last step): decided again in full.
-        allowed, remaining, reset, retry, wait = check(KEYS[k], now, n, p)
+        allowed, remaining, reset, retry, wait, value = check(KEYS[k], now, n, p)
       end
       if allowed == nil then
         allowed, remaining, reset, retry, wait = decide_by_entry(entry, ok, p, KEYS[k], now, op, n)
@@ -83,13 +87,16 @@ local function run_batch(KEYS, ARGV)
       elseif allowed == "ERR" then
         replies[m + 1], replies[m + 2], replies[m + 3] = allowed, remaining, reset
         m = m + 3
+      elseif value ~= nil then
+        replies[m + 1] = value
+        m = m + 1
       else
         local verdict = -1
         if allowed ~= 1 then
           verdict = retry
           if verdict < 0 then verdict = -2 end
         end
-        replies[m + 1], replies[m + 2], replies[m + 3] = remaining, reset, verdict
+        replies[m + 1], replies[m + 2], replies[m + 3] = -1 - remaining, reset, verdict
         m = m + 3
       end
       k = k + 1

@@ -72,8 +72,10 @@ end
 
 -- fixed_window_decision and its write for a check alone, with the same answer (see
 -- gcra_check_whole_us), the parameters as one_fixed_window.lua takes them ({limit,
--- window_us, grace_ms}): allowed, remaining, reset_us, retry_us, wait_us; nothing for a
--- corrupt key (the general path names what is wrong).
+-- window_us, grace_ms}): allowed, remaining, reset_us, retry_us, wait_us, and for an allowed
+-- check counted in the window `now` falls in its remaining again, what batch.lua's one-value
+-- reply holds (its reset is the time left in that window); nothing for a corrupt key (the
+-- general path names what is wrong).
 local function fixed_window_check(key, now, n, p)
   local limit, window = p[1], p[2]
   -- The window `now` falls in and its start as text, found once per time (a batch's run
@@ -98,7 +100,7 @@ local function fixed_window_check(key, now, n, p)
     if key_misses > -8 then key_misses = key_misses - 1 end
   else
     if key_misses < 8 then key_misses = key_misses + 1 end
-    if written then return 1, limit - n, start + window - now, -1, 0 end
+    if written then return 1, limit - n, start + window - now, -1, 0, limit - n end
   end
   local prefix = p.prefix
   if raw ~= false then
@@ -124,8 +126,8 @@ local function fixed_window_check(key, now, n, p)
     return 0, left, until_end, until_end, 0
   end
   -- window_state, without its calls when the state is this window's.
-  local value
-  if start == p.start_of and after < JOINED_EXACTLY then
+  local value, current = nil, start == p.start_of
+  if current and after < JOINED_EXACTLY then
     value = prefix .. after
   else
     value = window_state(start, after)
@@ -137,6 +139,7 @@ local function fixed_window_check(key, now, n, p)
   else
     redis_call("SET", key, value, "PX", expiry_ms(until_end, 1, p[3]))
   end
+  if current then return 1, limit - after, until_end, -1, 0, limit - after end
   return 1, limit - after, until_end, -1, 0
 end
 

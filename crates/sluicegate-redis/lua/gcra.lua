@@ -54,8 +54,10 @@ end
 -- gcra_decision and its write for the common case alone: a check in whole microseconds
 -- (d = 1) of a key missing or holding one integer, with the same answer. The general path's
 -- calls and tables were a third of a decision's cost in Redis. The reply as batch.lua copies
--- it: allowed, remaining, reset_us, retry_us, wait_us; nothing for any other case (the
--- general path decides it, and names what is wrong with a corrupt key).
+-- it: allowed, remaining, reset_us, retry_us, wait_us, and for an allowed check its reset
+-- again, what batch.lua's one-value reply holds (the rest follows from it: remaining is
+-- (tolerance - reset) / interval); nothing for any other case (the general path decides it,
+-- and names what is wrong with a corrupt key).
 local function gcra_check_whole_us(key, now, n, p)
   if p.d ~= 1 then return nil end
   local tolerance, tat, raw = p.tolerance, p.init_a, nil
@@ -78,7 +80,7 @@ local function gcra_check_whole_us(key, now, n, p)
     if key_misses > -8 then key_misses = key_misses - 1 end
   else
     if key_misses < 8 then key_misses = key_misses + 1 end
-    if fresh_after then return 1, p.fresh_left, fresh_after, -1, 0 end
+    if fresh_after then return 1, p.fresh_left, fresh_after, -1, 0, fresh_after end
   end
   if raw ~= false then
     tat = to_number(raw)
@@ -93,7 +95,7 @@ local function gcra_check_whole_us(key, now, n, p)
   if debt_after <= tolerance then
     local ttl = expiry_ms(debt_after, 1, p.grace_ms)
     redis_call("SET", key, format("%d", now + debt_after), "PX", ttl)
-    return 1, (idiv(tolerance - debt_after, p.interval)), debt_after, -1, 0
+    return 1, (idiv(tolerance - debt_after, p.interval)), debt_after, -1, 0, debt_after
   end
   -- A charge may have left a debt past the tolerance.
   local left = tolerance - debt

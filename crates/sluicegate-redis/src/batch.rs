@@ -25,11 +25,9 @@ use crate::scripts::{Entry, OneEntry};
 /// decisions per second than two (batches of 22 against 30), and four no more than three.
 const CALLS_IN_FLIGHT: usize = 3;
 
-/// Values per check in a batch's flat reply (`lua/batch.lua`), after its run's time:
-/// remaining, reset and verdict. An error is as long.
-const CHECK_REPLY_LEN: usize = 3;
-/// Values per decision of any other op in a batch's flat reply: its entry point's reply after
-/// the time. An error is padded to as long.
+/// Values per decision of an op other than a check in a batch's flat reply (`lua/batch.lua`):
+/// its entry point's reply after the time. An error is padded to as long. A check takes one
+/// value or three ([`CheckReply`]).
 const FULL_REPLY_LEN: usize = 5;
 
 /// A check's verdict in a batch's reply: allowed (else the retry in µs, or denied for good).
@@ -45,6 +43,51 @@ pub(crate) struct OneCall {
     pub(crate) permits: u64,
     /// The limit's parameters, joined by `:` (see `one_params` in `lua/prelude.lua`).
     pub(crate) params: Vec<u8>,
+    /// What an allowed check's one value in a batch's reply stands for.
+    pub(crate) compact: Compact,
+}
+
+/// What an allowed check's reply in a batch comes down to, when it is one value (the last
+/// value `gcra_check_whole_us` and `fixed_window_check` return, in `lua/`): the rest follows
+/// from it, the run's time and the limit's parameters, exactly as the script works it out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Compact {
+    /// A fixed window this many µs long: the value is what is left; the reset is the time left
+    /// in the window the run's time falls in.
+    Window { window_us: u64 },
+    /// GCRA or a token bucket in whole microseconds: the value is the reset (the debt after
+    /// the check); what is left is `(tolerance - reset) / interval`.
+    Bucket { interval: u64, tolerance: u64 },
+    /// Never one value (a bucket counting in ticks below a microsecond).
+    Never,
+}
+
+impl Compact {
+    /// The reply `[now, allowed, remaining, reset, retry, wait]` the one value `value` of an
+    /// allowed check at `now` stands for.
+    fn widen(self, now: i64, value: i64) -> Option<Vec<Value>> {
+        let (now, value) = (u64::try_from(now).ok()?, u64::try_from(value).ok()?);
+        let (remaining, reset) = match self {
+            Compact::Window { window_us } => (value, window_us - now.checked_rem(window_us)?),
+            Compact::Bucket {
+                interval,
+                tolerance,
+            } => (
+                (tolerance.checked_sub(value)?).checked_div(interval)?,
+                value,
+            ),
+            Compact::Never => return None,
+        };
+        let int = |v: u64| i64::try_from(v).ok().map(Value::Int);
+        Some(vec![
+            int(now)?,
+            Value::Int(1),
+            int(remaining)?,
+            int(reset)?,
+            Value::Int(-1),
+            Value::Int(0),
+        ])
+    }
 }
 
 impl OneCall {
@@ -65,13 +108,9 @@ impl OneCall {
         cmd.arg(len);
     }
 
-    /// How many values a batch's reply holds for this decision.
-    fn reply_len(&self) -> usize {
-        if self.op == "check" {
-            CHECK_REPLY_LEN
-        } else {
-            FULL_REPLY_LEN
-        }
+    /// Whether a batch's reply answers this decision as a check ([`CheckReply`]).
+    fn is_check(&self) -> bool {
+        self.op == "check"
     }
 
     /// Whether the two differ in their keys alone, so one run of a batch holds both.
@@ -178,10 +217,10 @@ async fn send(store: &Link, mut batch: Vec<Queued>) {
         let _ = only.answer.send(answer);
         return;
     }
-    // Each run's decisions, and the values the reply holds for each.
-    let runs: Vec<(usize, usize)> = batch
+    // Each run's decisions.
+    let runs: Vec<usize> = batch
         .chunk_by(|a, b| a.call.same_args(&b.call))
-        .map(|run| (run.len(), run[0].call.reply_len()))
+        .map(<[Queued]>::len)
         .collect();
     let replies = store
         .call(Entry::Batch, |cmd| {
@@ -190,30 +229,17 @@ async fn send(store: &Link, mut batch: Vec<Queued>) {
                 cmd.arg(&queued.call.key);
             }
             let mut first = 0;
-            for &(len, _) in &runs {
+            for &len in &runs {
                 batch[first].call.fill_run(cmd, len);
                 first += len;
             }
         })
         .await
-        .and_then(|replies| check_length(replies, &runs));
+        .and_then(|replies| split_replies(replies, &batch, &runs));
     match replies {
         Ok(replies) => {
-            let (mut values, mut batch) = (replies.into_iter(), batch.into_iter());
-            for (len, width) in runs {
-                let now = values.next().unwrap_or(Value::Nil);
-                for queued in batch.by_ref().take(len) {
-                    let mut reply = Vec::with_capacity(FULL_REPLY_LEN + 1);
-                    reply.push(now.clone());
-                    reply.extend(values.by_ref().take(width));
-                    if reply.get(1).is_some_and(is_error_reply) {
-                        // An error reply is the entry point's own, without a time.
-                        reply.remove(0);
-                    } else if width == CHECK_REPLY_LEN {
-                        widen_check(&mut reply);
-                    }
-                    let _ = queued.answer.send(Ok(reply));
-                }
+            for (queued, reply) in batch.into_iter().zip(replies) {
+                let _ = queued.answer.send(Ok(reply));
             }
         }
         Err(error) => {
@@ -222,6 +248,101 @@ async fn send(store: &Link, mut batch: Vec<Queued>) {
             }
         }
     }
+}
+
+/// The first value of a check's reply in a batch, and so how many follow.
+enum CheckReply {
+    /// An allowed check in one value ([`Compact`]).
+    Compact(i64),
+    /// `-1 - remaining`, then reset and verdict.
+    Full(i64),
+    /// `"ERR"`, then kind and detail.
+    Error,
+}
+
+impl CheckReply {
+    fn of(first: &Value) -> Option<CheckReply> {
+        match first {
+            Value::Int(value) if *value >= 0 => Some(CheckReply::Compact(*value)),
+            Value::Int(value) => Some(CheckReply::Full(*value)),
+            other if is_error_reply(other) => Some(CheckReply::Error),
+            _ => None,
+        }
+    }
+}
+
+/// Each decision's reply, as its entry point would give it alone, from a batch's flat reply
+/// to `batch` in `runs` (each run's decisions); the error the reply stands for if the whole
+/// call failed (`{"ERR", kind, detail}`) or the reply is not one to `batch`.
+fn split_replies(
+    replies: Vec<Value>,
+    batch: &[Queued],
+    runs: &[usize],
+) -> Result<Vec<Vec<Value>>, RedisLimitError> {
+    if replies.first().is_some_and(is_error_reply) {
+        return Err(script_error(&replies));
+    }
+    let unexpected = |replies: &[Value]| {
+        let decisions: usize = runs.iter().sum();
+        RedisLimitError::UnexpectedReply(format!(
+            "{} values in reply to a batch of {decisions} decisions in {} runs",
+            replies.len(),
+            runs.len(),
+        ))
+    };
+    let mut answers = Vec::with_capacity(batch.len());
+    let mut values = replies.iter();
+    let mut decisions = batch.iter();
+    for &len in runs {
+        let now = values.next().ok_or_else(|| unexpected(&replies))?;
+        for queued in decisions.by_ref().take(len) {
+            let reply = if queued.call.is_check() {
+                check_reply(now, &mut values, queued.call.compact)
+            } else {
+                let mut reply = Vec::with_capacity(FULL_REPLY_LEN + 1);
+                reply.push(now.clone());
+                reply.extend(values.by_ref().take(FULL_REPLY_LEN).cloned());
+                (reply.len() == FULL_REPLY_LEN + 1).then_some(reply)
+            };
+            let mut reply = reply.ok_or_else(|| unexpected(&replies))?;
+            if reply.get(1).is_some_and(is_error_reply) {
+                // An error reply is the entry point's own, without a time.
+                reply.remove(0);
+            }
+            answers.push(reply);
+        }
+    }
+    if values.next().is_some() {
+        return Err(unexpected(&replies));
+    }
+    Ok(answers)
+}
+
+/// A check's reply at `now`, read from `values`, as its entry point answers it alone:
+/// `[now, allowed, remaining, reset, retry, wait]` (a check never waits), or `[now, "ERR",
+/// kind, detail]`; nothing if `values` does not hold one.
+fn check_reply<'a>(
+    now: &Value,
+    values: &mut impl Iterator<Item = &'a Value>,
+    compact: Compact,
+) -> Option<Vec<Value>> {
+    let first = values.next()?;
+    let remaining = match CheckReply::of(first)? {
+        CheckReply::Compact(value) => {
+            let Value::Int(now) = now else {
+                return None;
+            };
+            return compact.widen(*now, value);
+        }
+        CheckReply::Full(value) => Value::Int(-1 - value),
+        CheckReply::Error => first.clone(),
+    };
+    let (second, third) = (values.next()?.clone(), values.next()?.clone());
+    let mut reply = vec![now.clone(), remaining, second, third];
+    if !is_error_reply(&reply[1]) {
+        widen_check(&mut reply);
+    }
+    Some(reply)
 }
 
 /// A check's `[now, remaining, reset, verdict]` as its entry point answers it: `[now, allowed,
@@ -241,21 +362,85 @@ fn widen_check(reply: &mut Vec<Value>) {
     reply.extend([retry, Value::Int(0)]);
 }
 
-/// The batch's reply if it holds a time per run and a reply per decision (`runs`: each
-/// run's decisions and their width); the error it stands for if the whole call failed
-/// (`{"ERR", kind, detail}`).
-fn check_length(replies: Vec<Value>, runs: &[(usize, usize)]) -> Answer {
-    let expected: usize = runs.iter().map(|&(len, width)| 1 + len * width).sum();
-    if replies.len() == expected {
-        return Ok(replies);
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ints(values: &[i64]) -> Vec<Value> {
+        values.iter().copied().map(Value::Int).collect()
     }
-    let decisions: usize = runs.iter().map(|&(len, _)| len).sum();
-    let runs = runs.len();
-    if replies.first().is_some_and(is_error_reply) {
-        return Err(script_error(&replies));
+
+    /// A check's reply read from `values` at time `now`, and what was left unread.
+    fn read(now: i64, values: &[Value], compact: Compact) -> (Option<Vec<Value>>, usize) {
+        let mut rest = values.iter();
+        let reply = check_reply(&Value::Int(now), &mut rest, compact);
+        (reply, rest.count())
     }
-    Err(RedisLimitError::UnexpectedReply(format!(
-        "{} values in reply to a batch of {decisions} decisions in {runs} runs",
-        replies.len(),
-    )))
+
+    #[test]
+    fn one_value_of_a_fixed_window_is_what_is_left_until_the_window_ends() {
+        let window = Compact::Window {
+            window_us: 1_000_000,
+        };
+        let (reply, left) = read(1_500_000, &ints(&[2, 9]), window);
+        assert_eq!(reply, Some(ints(&[1_500_000, 1, 2, 500_000, -1, 0])));
+        assert_eq!(left, 1, "one value read");
+        // At a window's very start the whole window is left.
+        let (reply, _) = read(3_000_000, &ints(&[0]), window);
+        assert_eq!(reply, Some(ints(&[3_000_000, 1, 0, 1_000_000, -1, 0])));
+    }
+
+    #[test]
+    fn one_value_of_a_bucket_is_its_reset_and_what_is_left_follows() {
+        let bucket = Compact::Bucket {
+            interval: 250_000,
+            tolerance: 500_000,
+        };
+        let (reply, _) = read(7, &ints(&[250_000]), bucket);
+        assert_eq!(reply, Some(ints(&[7, 1, 1, 250_000, -1, 0])));
+        let (reply, _) = read(7, &ints(&[249_999]), bucket);
+        assert_eq!(
+            reply,
+            Some(ints(&[7, 1, 1, 249_999, -1, 0])),
+            "rounded down"
+        );
+        // A reset past the tolerance, or one value where none can be, is no reply.
+        assert_eq!(read(7, &ints(&[500_001]), bucket).0, None);
+        assert_eq!(read(7, &ints(&[1]), Compact::Never).0, None);
+        assert_eq!(read(-1, &ints(&[1]), bucket).0, None);
+    }
+
+    #[test]
+    fn three_values_carry_what_is_left_below_zero_and_the_verdict() {
+        let never = Compact::Never;
+        // Allowed, 2 left, reset 7 µs.
+        let (reply, left) = read(5, &ints(&[-3, 7, -1, 4]), never);
+        assert_eq!(reply, Some(ints(&[5, 1, 2, 7, -1, 0])));
+        assert_eq!(left, 1, "three values read");
+        // Denied for now (retry in 9 µs), and for good.
+        assert_eq!(
+            read(5, &ints(&[-1, 7, 9]), never).0,
+            Some(ints(&[5, 0, 0, 7, 9, 0]))
+        );
+        assert_eq!(
+            read(5, &ints(&[-1, 7, -2]), never).0,
+            Some(ints(&[5, 0, 0, 7, -1, 0]))
+        );
+        // Cut short, or a first value of no kind, is no reply.
+        assert_eq!(read(5, &ints(&[-3, 7]), never).0, None);
+        assert_eq!(read(5, &[Value::Nil], never).0, None);
+    }
+
+    #[test]
+    fn an_error_is_its_three_values_after_the_time() {
+        let error = [
+            Value::BulkString(b"ERR".to_vec()),
+            Value::BulkString(b"corrupt".to_vec()),
+            Value::BulkString(b"k".to_vec()),
+        ];
+        let (reply, _) = read(5, &error, Compact::Never);
+        let mut expected = vec![Value::Int(5)];
+        expected.extend(error);
+        assert_eq!(reply, Some(expected));
+    }
 }

@@ -10,6 +10,7 @@ use sluicegate::{
     LeakyQueue, Micros, QueueDelay, Rate, SlidingLog, SlidingWindow, TokenBucket,
 };
 
+use crate::batch::Compact;
 use crate::scripts::OneEntry;
 
 /// The largest window length, limit, or limit times window (weighted sliding window) the
@@ -385,6 +386,26 @@ impl RedisLimit {
             | LimitKind::LeakyQueue { .. }
             | LimitKind::SlidingLog { .. }
             | LimitKind::SlidingWindow { .. } => None,
+        }
+    }
+
+    /// What an allowed check's one value in a batch's reply stands for.
+    pub(crate) fn compact(&self) -> Compact {
+        match &self.kind {
+            LimitKind::Gcra(b) | LimitKind::TokenBucket(b) if b.pace.ticks_per_micro == 1 => {
+                Compact::Bucket {
+                    interval: b.pace.interval,
+                    tolerance: b.tolerance,
+                }
+            }
+            LimitKind::FixedWindow { window, .. } => Compact::Window { window_us: *window },
+            LimitKind::Gcra(_)
+            | LimitKind::TokenBucket(_)
+            | LimitKind::LeakyBucket(_)
+            | LimitKind::LeakyQueue { .. }
+            | LimitKind::Concurrency { .. }
+            | LimitKind::SlidingLog { .. }
+            | LimitKind::SlidingWindow { .. } => Compact::Never,
         }
     }
 

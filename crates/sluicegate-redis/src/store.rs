@@ -489,6 +489,7 @@ impl RedisStore {
             op: op_name,
             permits: request.permits.get(),
             params: params.0,
+            compact: request.limit.compact(),
         };
         let reply = match &self.batcher {
             Some(batcher) => match batcher.call(call, self.timeout()).await {

@@ -188,23 +188,31 @@ fn batched_decisions_answer_as_asked_one_by_one() -> Result<(), BoxError> {
                 together.iter().any(Result::is_err) && together.iter().any(Result::is_ok),
                 "the trace exercises errors and decisions alike"
             );
-            // A check's reply in a batch is three values, its verdict telling allowed and
-            // denied apart (a request no limit can hold is refused before Redis is asked):
-            // the trace has both.
-            let checks = |allowed: bool, retry: bool| {
+            // A check's reply in a batch is one value when it is allowed on GCRA in whole
+            // microseconds or a fixed window (the rest worked out from it), else three, its
+            // verdict telling allowed and denied apart (the token bucket's tick is below a
+            // microsecond: its allowed checks take three; a request no limit can hold is
+            // refused before Redis is asked): the trace has each.
+            let checks = |limiter: usize, allowed: bool, retry: bool| {
                 rounds()
                     .into_iter()
                     .flatten()
                     .zip(&together)
                     .any(|(ask, answer)| {
                         ask.op == Op::Check
+                            && ask.limiter == limiter
                             && answer.as_ref().is_ok_and(|(_, d)| {
                                 d.allowed() == allowed && d.retry_after_micros().is_some() == retry
                             })
                     })
             };
-            assert!(checks(true, false), "an allowed check");
-            assert!(checks(false, true), "a check denied for now");
+            for limiter in 0..3 {
+                assert!(
+                    checks(limiter, true, false),
+                    "an allowed check of {limiter}"
+                );
+                assert!(checks(limiter, false, true), "a denied check of {limiter}");
+            }
             let command = if scripts == ScriptMode::Auto {
                 "fcall"
             } else {
@@ -221,6 +229,25 @@ fn batched_decisions_answer_as_asked_one_by_one() -> Result<(), BoxError> {
     })
 }
 
+/// The limiters on a store batching up to `max_batch` decisions, its code loaded, and on one
+/// that sends each decision alone; keys never expire before a decision at an earlier explicit
+/// time has read them.
+async fn batched_and_alone(
+    server: &RedisServer,
+    max_batch: usize,
+) -> Result<(Vec<RedisLimiter>, Vec<RedisLimiter>), BoxError> {
+    let config = |prefix: &str, max_batch: usize| StoreConfig {
+        prefix: prefix.into(),
+        expiry_grace: Duration::from_secs(3600),
+        max_batch,
+        ..StoreConfig::default()
+    };
+    let batched = limiters(&server.store(config("batched:", max_batch)).await?)?;
+    let alone = limiters(&server.store(config("alone:", 1)).await?)?;
+    let _ = batched[0].check(b"warm-up").await?;
+    Ok((batched, alone))
+}
+
 /// A batch far longer than the rounds above: 120 decisions asked one op after another, a run
 /// each, whose reply holds 720 values, in one or a few calls.
 #[test]
@@ -228,15 +255,7 @@ fn a_batch_of_many_runs_answers_as_asked_one_by_one() -> Result<(), BoxError> {
     let server = RedisServer::start()?;
     let runtime = one_thread()?;
     runtime.block_on(async {
-        let config = |prefix: &str, max_batch: usize| StoreConfig {
-            prefix: prefix.into(),
-            expiry_grace: Duration::from_secs(3600),
-            max_batch,
-            ..StoreConfig::default()
-        };
-        let batched = limiters(&server.store(config("batched:", 200)).await?)?;
-        let alone = limiters(&server.store(config("alone:", 1)).await?)?;
-        let _ = batched[0].check(b"warm-up").await?;
+        let (batched, alone) = batched_and_alone(&server, 200).await?;
         let keys: [&'static [u8]; 3] = [b"a", b"b", b"c"];
         let asks: Vec<Ask> = (0..120_u64)
             .map(|i| Ask {
@@ -258,6 +277,48 @@ fn a_batch_of_many_runs_answers_as_asked_one_by_one() -> Result<(), BoxError> {
         assert!(together.iter().all(Result::is_ok), "{together:?}");
         let calls = calls_of(&after, "fcall") - calls_of(&before, "fcall");
         assert!(calls <= 3, "{calls} calls for 120 decisions");
+        Ok(())
+    })
+}
+
+/// A fixed-window check at a time behind its key's window (another process's clock ahead of
+/// this one's) counts into the window the key holds, so its reset is that window's and not the
+/// one its own time falls in: a batch answers it in full, as its entry point does alone.
+#[test]
+fn a_check_behind_its_keys_window_answers_in_a_batch_as_alone() -> Result<(), BoxError> {
+    let server = RedisServer::start()?;
+    let runtime = one_thread()?;
+    runtime.block_on(async {
+        let (batched, alone) = batched_and_alone(&server, 64).await?;
+        let ask = |key: &'static [u8], at: u64| Ask {
+            limiter: 2,
+            key,
+            permits: 1,
+            op: Op::Check,
+            at,
+        };
+        // The key counted at 2.1 s, in the window [2 s, 3 s); then checks at 1.5 s: the first
+        // ones go alone while call slots are free, the rest (the key's among them) together.
+        let ahead = [ask(b"k", 2_100_000)];
+        let keys: [&'static [u8]; 6] = [b"a", b"b", b"c", b"d", b"e", b"k"];
+        let behind: Vec<Ask> = keys.iter().map(|&key| ask(key, 1_500_000)).collect();
+        let mut together = ask_together(&batched, &ahead).await?;
+        together.extend(ask_together(&batched, &behind).await?);
+        let mut one_by_one = Vec::new();
+        for &ask in ahead.iter().chain(&behind) {
+            one_by_one.push(ask_one(&alone[ask.limiter], ask).await);
+        }
+        assert_eq!(together, one_by_one);
+        let Some(Ok((_, behind_k))) = together.last() else {
+            return Err(format!("{together:?}").into());
+        };
+        assert!(behind_k.allowed());
+        assert_eq!(behind_k.remaining(), 1, "counted in the key's window");
+        assert_eq!(
+            behind_k.reset_after_micros(),
+            1_500_000,
+            "that window's end"
+        );
         Ok(())
     })
 }
