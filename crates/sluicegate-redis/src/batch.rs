@@ -404,6 +404,12 @@ mod tests {
             Some(ints(&[7, 1, 1, 249_999, -1, 0])),
             "rounded down"
         );
+        let (reply, _) = read(7, &ints(&[1]), bucket);
+        assert_eq!(
+            reply,
+            Some(ints(&[7, 1, 1, 1, -1, 0])),
+            "a microsecond short of two"
+        );
         // A reset past the tolerance, or one value where none can be, is no reply.
         assert_eq!(read(7, &ints(&[500_001]), bucket).0, None);
         assert_eq!(read(7, &ints(&[1]), Compact::Never).0, None);

@@ -26,7 +26,8 @@ struct Ask {
 }
 
 /// The one-limit entry points: GCRA in whole microseconds, a token bucket (GCRA's code) whose
-/// interval (7/3 ms) needs a sub-microsecond tick, a fixed window.
+/// interval (7/3 ms) needs a sub-microsecond tick, a fixed window, a token bucket in whole
+/// microseconds.
 fn limiters(store: &RedisStore) -> Result<Vec<RedisLimiter>, BoxError> {
     Ok(vec![
         RedisLimiter::new(
@@ -43,6 +44,11 @@ fn limiters(store: &RedisStore) -> Result<Vec<RedisLimiter>, BoxError> {
             store.clone(),
             RedisLimit::fixed_window(3, Duration::from_secs(1))?,
             "f",
+        ),
+        RedisLimiter::new(
+            store.clone(),
+            RedisLimit::token_bucket(Rate::per_second(5)?, 2)?,
+            "b",
         ),
     ])
 }
@@ -73,7 +79,7 @@ fn rounds() -> Vec<Vec<Ask>> {
         .map(|round| {
             let mut asks = Vec::new();
             for run in 0..12_u64 {
-                let limiter = usize::try_from(next(3)).unwrap_or(0);
+                let limiter = usize::try_from(next(4)).unwrap_or(0);
                 let op = ops[usize::try_from(next(5)).unwrap_or(0)];
                 let permits = 1 + next(2);
                 let at = 1_000_000 + round * 300_000 + run * next(3) * 10_000;
@@ -188,11 +194,11 @@ fn batched_decisions_answer_as_asked_one_by_one() -> Result<(), BoxError> {
                 together.iter().any(Result::is_err) && together.iter().any(Result::is_ok),
                 "the trace exercises errors and decisions alike"
             );
-            // A check's reply in a batch is one value when it is allowed on GCRA in whole
-            // microseconds or a fixed window (the rest worked out from it), else three, its
-            // verdict telling allowed and denied apart (the token bucket's tick is below a
-            // microsecond: its allowed checks take three; a request no limit can hold is
-            // refused before Redis is asked): the trace has each.
+            // A check's reply in a batch is one value when it is allowed on GCRA or a token
+            // bucket in whole microseconds, or a fixed window (the rest worked out from it),
+            // else three, its verdict telling allowed and denied apart (the first token
+            // bucket's tick is below a microsecond: its allowed checks take three; a request
+            // no limit can hold is refused before Redis is asked): the trace has each.
             let checks = |limiter: usize, allowed: bool, retry: bool| {
                 rounds()
                     .into_iter()
@@ -206,7 +212,7 @@ fn batched_decisions_answer_as_asked_one_by_one() -> Result<(), BoxError> {
                             })
                     })
             };
-            for limiter in 0..3 {
+            for limiter in 0..4 {
                 assert!(
                     checks(limiter, true, false),
                     "an allowed check of {limiter}"
