@@ -26,6 +26,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod batch;
+mod compact;
 mod connection;
 mod decide;
 mod error;

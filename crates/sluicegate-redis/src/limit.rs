@@ -10,7 +10,7 @@ use sluicegate::{
     LeakyQueue, Micros, QueueDelay, Rate, SlidingLog, SlidingWindow, TokenBucket,
 };
 
-use crate::batch::Compact;
+use crate::compact::Compact;
 use crate::scripts::OneEntry;
 
 /// The largest window length, limit, or limit times window (weighted sliding window) the
