@@ -11,14 +11,14 @@
 -- decision, in order. Reply: one flat array: per run its time, then per decision of a check
 -- run one value or three; of any other run five, its entry point's reply after the time
 -- (allowed, remaining, reset_us, retry_us, wait_us), an error ("ERR", kind, detail) padded with
--- zeros to five. A check in one value, when it is allowed and its entry's check gave the
--- value the rest follows from (gcra_check_whole_us, fixed_window_check): that value, >= 0.
--- Else three:
+-- zeros to five. A check in one value when its entry's check gave the value the rest follows
+-- from (gcra_check_whole_us, fixed_window_check): twice that value if allowed, twice it plus
+-- one if denied (>= 0 either way; below 2^53, where Lua counts exactly). Else three:
 -- -1 - remaining, reset_us, and the verdict (-1 allowed, a retry_us >= 0 denied for now, -2
 -- denied for good; a check never waits); or "ERR", kind, detail. Flat, because Redis probes
 -- every table of a reply for seven special fields: a table per decision cost more than
 -- deciding. A check in one value, because Redis turns each value of a reply into RESP at about
--- 500 instructions, and the client reads each at about 600.
+-- 700 instructions, and the client reads each at about 600.
 -- `check` decides a check without the general path's tables, or answers nothing for the
 -- cases it leaves to `decide` (the general path, which never tries the check again).
 local batch_entries = {
@@ -40,6 +40,9 @@ end
 -- than clearing its end. Redis reads a reply up to its first nil, and has read it before the
 -- next call begins.
 local batch_replies = {}
+
+-- The values a check's one-value reply holds: doubled, they stay below 2^53.
+local COMPACT_BELOW = 2 ^ 52
 
 local function run_batch(KEYS, ARGV)
   local replies, server_now, k, i, m = batch_replies, nil, 1, 1, 0
@@ -87,8 +90,8 @@ local function run_batch(KEYS, ARGV)
       elseif allowed == "ERR" then
         replies[m + 1], replies[m + 2], replies[m + 3] = allowed, remaining, reset
         m = m + 3
-      elseif value ~= nil then
-        replies[m + 1] = value
+      elseif value ~= nil and value < COMPACT_BELOW then
+        if allowed == 1 then replies[m + 1] = value * 2 else replies[m + 1] = value * 2 + 1 end
         m = m + 1
       else
         local verdict = -1

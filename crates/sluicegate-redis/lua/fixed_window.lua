@@ -72,10 +72,10 @@ end
 
 -- fixed_window_decision and its write for a check alone, with the same answer (see
 -- gcra_check_whole_us), the parameters as one_fixed_window.lua takes them ({limit,
--- window_us, grace_ms}): allowed, remaining, reset_us, retry_us, wait_us, and for an allowed
--- check counted in the window `now` falls in its remaining again, what batch.lua's one-value
--- reply holds (its reset is the time left in that window); nothing for a corrupt key (the
--- general path names what is wrong).
+-- window_us, grace_ms}): allowed, remaining, reset_us, retry_us, wait_us, and for a check
+-- that counts in the window `now` falls in its remaining again, what batch.lua's one-value
+-- reply holds (its reset, and a denial's retry, are the time left in that window); nothing
+-- for a corrupt key (the general path names what is wrong).
 local function fixed_window_check(key, now, n, p)
   local limit, window = p[1], p[2]
   -- The window `now` falls in and its start as text, found once per time (a batch's run
@@ -123,6 +123,7 @@ local function fixed_window_check(key, now, n, p)
   if after > limit then
     local left = limit - count
     if left < 0 then left = 0 end
+    if start == p.start_of then return 0, left, until_end, until_end, 0, left end
     return 0, left, until_end, until_end, 0
   end
   -- window_state, without its calls when the state is this window's.

@@ -210,7 +210,7 @@ async fn send(store: &Link, mut batch: Vec<Queued>) {
 
 /// The first value of a check's reply in a batch, and so how many follow.
 enum CheckReply {
-    /// An allowed check in one value ([`Compact`]).
+    /// A check in one value ([`Compact`]).
     Compact(i64),
     /// `-1 - remaining`, then reset and verdict.
     Full(i64),
@@ -255,7 +255,7 @@ fn split_replies(
         let now = values.next().ok_or_else(|| unexpected(&replies))?;
         for queued in decisions.by_ref().take(len) {
             let reply = if queued.call.is_check() {
-                check_reply(now, &mut values, queued.call.compact)
+                check_reply(now, &mut values, queued.call.compact, queued.call.permits)
             } else {
                 let mut reply = Vec::with_capacity(FULL_REPLY_LEN + 1);
                 reply.push(now.clone());
@@ -283,6 +283,7 @@ fn check_reply<'a>(
     now: &Value,
     values: &mut impl Iterator<Item = &'a Value>,
     compact: Compact,
+    permits: u64,
 ) -> Option<Vec<Value>> {
     let first = values.next()?;
     let remaining = match CheckReply::of(first)? {
@@ -290,7 +291,7 @@ fn check_reply<'a>(
             let Value::Int(now) = now else {
                 return None;
             };
-            return compact.widen(*now, value);
+            return compact.widen(*now, value, permits);
         }
         CheckReply::Full(value) => Value::Int(-1 - value),
         CheckReply::Error => first.clone(),
@@ -328,10 +329,11 @@ mod tests {
         values.iter().copied().map(Value::Int).collect()
     }
 
-    /// A check's reply read from `values` at time `now`, and what was left unread.
+    /// A check's reply (of one permit) read from `values` at time `now`, and what was left
+    /// unread.
     fn read(now: i64, values: &[Value], compact: Compact) -> (Option<Vec<Value>>, usize) {
         let mut rest = values.iter();
-        let reply = check_reply(&Value::Int(now), &mut rest, compact);
+        let reply = check_reply(&Value::Int(now), &mut rest, compact, 1);
         (reply, rest.count())
     }
 
@@ -340,12 +342,16 @@ mod tests {
         let window = Compact::Window {
             window_us: 1_000_000,
         };
-        let (reply, left) = read(1_500_000, &ints(&[2, 9]), window);
+        // Allowed with 2 left: 2 doubled.
+        let (reply, left) = read(1_500_000, &ints(&[4, 9]), window);
         assert_eq!(reply, Some(ints(&[1_500_000, 1, 2, 500_000, -1, 0])));
         assert_eq!(left, 1, "one value read");
         // At a window's very start the whole window is left.
         let (reply, _) = read(3_000_000, &ints(&[0]), window);
         assert_eq!(reply, Some(ints(&[3_000_000, 1, 0, 1_000_000, -1, 0])));
+        // Denied with none left (doubled, plus one): retry when the window ends.
+        let (reply, _) = read(1_500_000, &ints(&[1]), window);
+        assert_eq!(reply, Some(ints(&[1_500_000, 0, 0, 500_000, 500_000, 0])));
     }
 
     #[test]
@@ -354,24 +360,26 @@ mod tests {
             interval: 250_000,
             tolerance: 500_000,
         };
-        let (reply, _) = read(7, &ints(&[250_000]), bucket);
+        let (reply, _) = read(7, &ints(&[500_000]), bucket);
         assert_eq!(reply, Some(ints(&[7, 1, 1, 250_000, -1, 0])));
-        let (reply, _) = read(7, &ints(&[249_999]), bucket);
+        let (reply, _) = read(7, &ints(&[499_998]), bucket);
         assert_eq!(
             reply,
             Some(ints(&[7, 1, 1, 249_999, -1, 0])),
             "rounded down"
         );
-        let (reply, _) = read(7, &ints(&[1]), bucket);
+        let (reply, _) = read(7, &ints(&[2]), bucket);
         assert_eq!(
             reply,
             Some(ints(&[7, 1, 1, 1, -1, 0])),
             "a microsecond short of two"
         );
-        // A reset past the tolerance, or one value where none can be, is no reply.
-        assert_eq!(read(7, &ints(&[500_001]), bucket).0, None);
-        assert_eq!(read(7, &ints(&[1]), Compact::Never).0, None);
-        assert_eq!(read(-1, &ints(&[1]), bucket).0, None);
+        // Denied at a debt of 400 ms: none left, a retry once a permit's interval fits.
+        let (reply, _) = read(7, &ints(&[800_001]), bucket);
+        assert_eq!(reply, Some(ints(&[7, 0, 0, 400_000, 150_000, 0])));
+        // One value where none can be is no reply.
+        assert_eq!(read(7, &ints(&[2]), Compact::Never).0, None);
+        assert_eq!(read(-1, &ints(&[2]), bucket).0, None);
     }
 
     #[test]
