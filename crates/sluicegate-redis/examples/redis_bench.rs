@@ -137,9 +137,10 @@ async fn run() -> Result<(), BoxError> {
     let label = std::env::var("BENCH_LABEL").unwrap_or("sluicegate-redis".into());
     let total = total.load(Ordering::Relaxed);
     let hits = limiter.store().over_limit_stats().hits;
-    let local_grants = limiter.store().lease_stats().local_grants;
+    let leasing = limiter.store().lease_stats();
+    let (local_grants, lease_calls) = (leasing.local_grants, leasing.lease_calls);
     println!(
-        "{{\"impl\":\"{label}\",\"algorithm\":\"{algorithm}\",\"tasks\":{tasks},\"decisions\":{total},\"allowed\":{},\"seconds\":{secs:.3},\"per_second\":{:.0},\"over_limit_cache\":{over_limit_cache},\"cache_hits\":{hits},\"lease\":{lease},\"local_grants\":{local_grants}}}",
+        "{{\"impl\":\"{label}\",\"algorithm\":\"{algorithm}\",\"tasks\":{tasks},\"decisions\":{total},\"allowed\":{},\"seconds\":{secs:.3},\"per_second\":{:.0},\"over_limit_cache\":{over_limit_cache},\"cache_hits\":{hits},\"lease\":{lease},\"local_grants\":{local_grants},\"lease_calls\":{lease_calls}}}",
         allowed.load(Ordering::Relaxed),
         total as f64 / secs
     );
