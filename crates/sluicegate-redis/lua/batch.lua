@@ -41,9 +41,6 @@ end
 -- next call begins.
 local batch_replies = {}
 
--- The values a check's one-value reply holds: doubled, they stay below 2^53.
-local COMPACT_BELOW = 2 ^ 52
-
 local function run_batch(KEYS, ARGV)
   local replies, server_now, k, i, m = batch_replies, nil, 1, 1, 0
   while ARGV[i] ~= nil do
@@ -91,6 +88,7 @@ local function run_batch(KEYS, ARGV)
         replies[m + 1], replies[m + 2], replies[m + 3] = allowed, remaining, reset
         m = m + 3
       elseif value ~= nil and value < COMPACT_BELOW then
+        -- compact_of, without its call.
         if allowed == 1 then replies[m + 1] = value * 2 else replies[m + 1] = value * 2 + 1 end
         m = m + 1
       else

@@ -16,8 +16,12 @@ end
 
 local function one_fixed_window_with(key, now, op, n, p)
   if op == "check" then
-    local allowed, remaining, reset, retry, wait = fixed_window_check(key, now, n, p)
-    if allowed ~= nil then return { now, allowed, remaining, reset, retry, wait } end
+    local allowed, remaining, reset, retry, wait, value = fixed_window_check(key, now, n, p)
+    if allowed ~= nil then
+      local compact = compact_of(allowed, value)
+      if compact ~= nil then return { now, compact } end
+      return { now, allowed, remaining, reset, retry, wait }
+    end
   end
   return one_fixed_window_general(key, now, op, n, p)
 end

@@ -1,6 +1,7 @@
 -- The entry point of one GCRA limit alone (RedisLimiter's common case), taking fewer arguments
 -- than decide.lua: ARGV now ("" = TIME), op, permits, then GCRA's parameters as one string
--- (see one_params); KEYS the key. Reply: see one_reply (prelude.lua). Concatenated after
+-- (see one_params); KEYS the key. Reply: see one_reply (prelude.lua), or for a check whose
+-- reply comes down to one value, {now, value} (see compact_of). Concatenated after
 -- prelude.lua, bucket_prelude.lua and gcra.lua (see src/scripts.rs): as an EVALSHA script,
 -- without the other algorithms, since every call of a script builds the closures of
 -- everything it defines.
@@ -15,8 +16,12 @@ end
 
 local function one_gcra_with(key, now, op, n, p)
   if op == "check" then
-    local allowed, remaining, reset, retry, wait = gcra_check_whole_us(key, now, n, p)
-    if allowed ~= nil then return { now, allowed, remaining, reset, retry, wait } end
+    local allowed, remaining, reset, retry, wait, value = gcra_check_whole_us(key, now, n, p)
+    if allowed ~= nil then
+      local compact = compact_of(allowed, value)
+      if compact ~= nil then return { now, compact } end
+      return { now, allowed, remaining, reset, retry, wait }
+    end
   end
   return one_gcra_general(key, now, op, n, p)
 end

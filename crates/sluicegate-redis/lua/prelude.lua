@@ -148,6 +148,17 @@ local function decision_time(at)
   return to_number(at)
 end
 
+-- A check's reply in one value (batch.lua, and the one-limit entry points called alone): the
+-- value its check returned last (gcra_check_whole_us, fixed_window_check), from which the
+-- client works out the rest, doubled, plus one for a denial; nil when there is none, or when
+-- doubled it would pass 2^53, where Lua stops counting exactly.
+local COMPACT_BELOW = 2 ^ 52
+local function compact_of(allowed, value)
+  if value == nil or value >= COMPACT_BELOW then return nil end
+  if allowed == 1 then return value * 2 end
+  return value * 2 + 1
+end
+
 -- The reply of a one-limit entry point (one_*.lua), its state charged if it allowed and op is
 -- not a peek: {now, allowed, remaining, reset_us, retry_us, wait_us}, made of the decision
 -- itself (the client knows the limit). The charge is `write(...)`, if `write` is not nil:

@@ -49,14 +49,33 @@ pub(crate) struct OneCall {
 }
 
 impl OneCall {
-    /// Its own entry point's reply, from a call of its own.
+    /// Its own entry point's reply, from a call of its own: `[now, allowed, remaining, reset,
+    /// retry, wait]`, or an error's.
     pub(crate) async fn send_alone(&self, store: &Link) -> Answer {
-        store
+        let reply = store
             .call(self.entry.entry(), |cmd| {
                 cmd.arg(1).arg(&self.key);
                 self.fill_args(cmd);
             })
-            .await
+            .await?;
+        self.widen_alone(reply)
+    }
+
+    /// A check's reply of two values, its time and one value ([`Compact`]), as the six its
+    /// entry point answers otherwise; any other reply as it is.
+    fn widen_alone(&self, reply: Vec<Value>) -> Answer {
+        let [Value::Int(now), Value::Int(value)] = reply[..] else {
+            return Ok(reply);
+        };
+        self.is_check()
+            .then(|| self.compact.widen(now, value, self.permits))
+            .flatten()
+            .ok_or_else(|| {
+                RedisLimitError::UnexpectedReply(format!(
+                    "the one value {value} at {now} in reply to a {} of {}",
+                    self.op, self.permits
+                ))
+            })
     }
 
     /// The arguments of a run of `len` decisions like this one in a batch.
@@ -401,6 +420,30 @@ mod tests {
         // Cut short, or a first value of no kind, is no reply.
         assert_eq!(read(5, &ints(&[-3, 7]), never).0, None);
         assert_eq!(read(5, &[Value::Nil], never).0, None);
+    }
+
+    #[test]
+    fn a_call_alone_widens_a_checks_one_value_and_nothing_else() {
+        let call = |op: &'static str| OneCall {
+            entry: OneEntry::FixedWindow,
+            key: b"k".to_vec(),
+            now: Now::Store,
+            op,
+            permits: 1,
+            params: Vec::new(),
+            compact: Compact::Window {
+                window_us: 1_000_000,
+            },
+        };
+        let widened = call("check").widen_alone(ints(&[1_500_000, 4])).ok();
+        assert_eq!(widened, Some(ints(&[1_500_000, 1, 2, 500_000, -1, 0])));
+        let full = ints(&[1_500_000, 1, 2, 500_000, -1, 0]);
+        assert_eq!(call("check").widen_alone(full.clone()).ok(), Some(full));
+        // Only a check answers in one value.
+        assert!(matches!(
+            call("charge").widen_alone(ints(&[1_500_000, 4])),
+            Err(RedisLimitError::UnexpectedReply(_))
+        ));
     }
 
     #[test]
