@@ -16,12 +16,8 @@ end
 
 local function one_fixed_window_with(key, now, op, n, p)
   if op == "check" then
-    local allowed, remaining, reset, retry, wait, value = fixed_window_check(key, now, n, p)
-    if allowed ~= nil then
-      local compact = compact_of(allowed, value)
-      if compact ~= nil then return { now, compact } end
-      return { now, allowed, remaining, reset, retry, wait }
-    end
+    local reply = check_alone(fixed_window_check, key, now, n, p)
+    if reply ~= nil then return reply end
   end
   return one_fixed_window_general(key, now, op, n, p)
 end

@@ -159,6 +159,17 @@ local function compact_of(allowed, value)
   return value * 2 + 1
 end
 
+-- A one-limit entry point's check (one_gcra.lua, one_fixed_window.lua) as `check` decides it
+-- (gcra_check_whole_us, fixed_window_check): {now, value} (compact_of), or {now, allowed,
+-- remaining, reset_us, retry_us, wait_us}; nil for what `check` leaves to the general path.
+local function check_alone(check, key, now, n, p)
+  local allowed, remaining, reset, retry, wait, value = check(key, now, n, p)
+  if allowed == nil then return nil end
+  local compact = compact_of(allowed, value)
+  if compact ~= nil then return { now, compact } end
+  return { now, allowed, remaining, reset, retry, wait }
+end
+
 -- The reply of a one-limit entry point (one_*.lua), its state charged if it allowed and op is
 -- not a peek: {now, allowed, remaining, reset_us, retry_us, wait_us}, made of the decision
 -- itself (the client knows the limit). The charge is `write(...)`, if `write` is not nil:
