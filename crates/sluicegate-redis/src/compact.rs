@@ -1,9 +1,10 @@
-//! What an allowed check's one value in a batch's reply stands for (`lua/batch.lua`): the
-//! rest of its reply follows from it, the run's time and the limit's parameters.
+//! What a check's one value in a reply stands for (a batch's, `lua/batch.lua`, or a one-limit
+//! entry point's called alone, `compact_of` in `lua/prelude.lua`): the rest of its reply
+//! follows from it, the run's time, its permits and the limit's parameters.
 
 use redis::Value;
 
-/// What a check's reply in a batch comes down to, when it is one value (the last value
+/// What a check's reply comes down to, when it is one value (the last value
 /// `gcra_check_whole_us` and `fixed_window_check` return, in `lua/`): the rest follows from it,
 /// the run's time and the limit's parameters, exactly as the script works it out. The value
 /// comes doubled, plus one if the check was denied.
