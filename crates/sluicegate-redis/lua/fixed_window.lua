@@ -73,7 +73,7 @@ end
 -- fixed_window_decision and its write for a check alone, with the same answer (see
 -- gcra_check_whole_us), the parameters as one_fixed_window.lua takes them ({limit,
 -- window_us, grace_ms}): allowed, remaining, reset_us, retry_us, wait_us, and for a check
--- that counts in the window `now` falls in its remaining again, what batch.lua's one-value
+-- that counts in the window `now` falls in its remaining again, what a one-value
 -- reply holds (its reset, and a denial's retry, are the time left in that window); nothing
 -- for a corrupt key (the general path names what is wrong).
 local function fixed_window_check(key, now, n, p)

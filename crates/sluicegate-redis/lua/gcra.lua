@@ -53,12 +53,12 @@ end
 
 -- gcra_decision and its write for the common case alone: a check in whole microseconds
 -- (d = 1) of a key missing or holding one integer, with the same answer. The general path's
--- calls and tables were a third of a decision's cost in Redis. The reply as batch.lua copies
--- it: allowed, remaining, reset_us, retry_us, wait_us, and its reset again (the debt after an
--- allowed check, before a denied one), what batch.lua's one-value reply holds (the rest
--- follows from it: remaining is (tolerance - reset) / interval, a denial's retry reset + n *
--- interval - tolerance); nothing for any other case (the general path decides it, and names
--- what is wrong with a corrupt key).
+-- calls and tables were a third of a decision's cost in Redis. The reply as batch.lua and
+-- check_alone (prelude.lua) take it: allowed, remaining, reset_us, retry_us, wait_us, and its
+-- reset again (the debt after an allowed check, before a denied one), what a one-value reply
+-- holds (the rest follows from it: remaining is (tolerance - reset) / interval, a denial's
+-- retry reset + n * interval - tolerance); nothing for any other case (the general path
+-- decides it, and names what is wrong with a corrupt key).
 local function gcra_check_whole_us(key, now, n, p)
   if p.d ~= 1 then return nil end
   local tolerance, tat, raw = p.tolerance, p.init_a, nil

@@ -44,7 +44,7 @@ pub(crate) struct OneCall {
     pub(crate) permits: u64,
     /// The limit's parameters, joined by `:` (see `one_params` in `lua/prelude.lua`).
     pub(crate) params: Vec<u8>,
-    /// What an allowed check's one value in a batch's reply stands for.
+    /// What a check's one-value reply stands for ([`Compact`]).
     pub(crate) compact: Compact,
 }
 
@@ -393,9 +393,12 @@ mod tests {
             Some(ints(&[7, 1, 1, 1, -1, 0])),
             "a microsecond short of two"
         );
-        // Denied at a debt of 400 ms: none left, a retry once a permit's interval fits.
+        // Denied at a debt of 400 ms: none left, a retry once a permit's interval fits; for
+        // two permits, once both do.
         let (reply, _) = read(7, &ints(&[800_001]), bucket);
         assert_eq!(reply, Some(ints(&[7, 0, 0, 400_000, 150_000, 0])));
+        let two = check_reply(&Value::Int(7), &mut ints(&[800_001]).iter(), bucket, 2);
+        assert_eq!(two, Some(ints(&[7, 0, 0, 400_000, 400_000, 0])));
         // One value where none can be is no reply.
         assert_eq!(read(7, &ints(&[2]), Compact::Never).0, None);
         assert_eq!(read(-1, &ints(&[2]), bucket).0, None);

@@ -6,8 +6,8 @@ use redis::Value;
 
 /// What a check's reply comes down to, when it is one value (the last value
 /// `gcra_check_whole_us` and `fixed_window_check` return, in `lua/`): the rest follows from it,
-/// the run's time and the limit's parameters, exactly as the script works it out. The value
-/// comes doubled, plus one if the check was denied.
+/// the run's time, the check's permits and the limit's parameters, exactly as the script works
+/// it out. The value comes doubled, plus one if the check was denied.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Compact {
     /// A fixed window this many µs long: the value is what is left; the reset, and a denial's

@@ -389,7 +389,7 @@ impl RedisLimit {
         }
     }
 
-    /// What an allowed check's one value in a batch's reply stands for.
+    /// What a check's one-value reply stands for ([`Compact`]).
     pub(crate) fn compact(&self) -> Compact {
         match &self.kind {
             LimitKind::Gcra(b) | LimitKind::TokenBucket(b) if b.pace.ticks_per_micro == 1 => {

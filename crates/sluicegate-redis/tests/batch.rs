@@ -194,11 +194,12 @@ fn batched_decisions_answer_as_asked_one_by_one() -> Result<(), BoxError> {
                 together.iter().any(Result::is_err) && together.iter().any(Result::is_ok),
                 "the trace exercises errors and decisions alike"
             );
-            // A check's reply in a batch is one value when it is allowed on GCRA or a token
-            // bucket in whole microseconds, or a fixed window (the rest worked out from it),
-            // else three, its verdict telling allowed and denied apart (the first token
-            // bucket's tick is below a microsecond: its allowed checks take three; a request
-            // no limit can hold is refused before Redis is asked): the trace has each.
+            // A check's reply is one value on GCRA or a token bucket in whole microseconds,
+            // or a fixed window (the rest worked out from it, in a batch and alone alike:
+            // tests/differential.rs holds that against the core), else three, its verdict
+            // telling allowed and denied apart (the first token bucket's tick is below a
+            // microsecond: all its checks take three; a request no limit can hold is refused
+            // before Redis is asked): the trace has an allowed and a denied check of each.
             let checks = |limiter: usize, allowed: bool, retry: bool| {
                 rounds()
                     .into_iter()
