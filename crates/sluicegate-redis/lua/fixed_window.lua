@@ -120,14 +120,16 @@ local function fixed_window_check(key, now, n, p)
   local until_end = start + window - now
   if until_end < 0 then until_end = 0 end
   local after = count + n
+  -- Counted in the window `now` falls in (not one ahead of it): its one-value reply says so.
+  local current = start == p.start_of
   if after > limit then
     local left = limit - count
     if left < 0 then left = 0 end
-    if start == p.start_of then return 0, left, until_end, until_end, 0, left end
+    if current then return 0, left, until_end, until_end, 0, left end
     return 0, left, until_end, until_end, 0
   end
   -- window_state, without its calls when the state is this window's.
-  local value, current = nil, start == p.start_of
+  local value
   if current and after < JOINED_EXACTLY then
     value = prefix .. after
   else

@@ -276,17 +276,9 @@ fn split_replies(
             let reply = if queued.call.is_check() {
                 check_reply(now, &mut values, queued.call.compact, queued.call.permits)
             } else {
-                let mut reply = Vec::with_capacity(FULL_REPLY_LEN + 1);
-                reply.push(now.clone());
-                reply.extend(values.by_ref().take(FULL_REPLY_LEN).cloned());
-                (reply.len() == FULL_REPLY_LEN + 1).then_some(reply)
+                full_reply(now, &mut values)
             };
-            let mut reply = reply.ok_or_else(|| unexpected(&replies))?;
-            if reply.get(1).is_some_and(is_error_reply) {
-                // An error reply is the entry point's own, without a time.
-                reply.remove(0);
-            }
-            answers.push(reply);
+            answers.push(reply.ok_or_else(|| unexpected(&replies))?);
         }
     }
     if values.next().is_some() {
@@ -295,9 +287,25 @@ fn split_replies(
     Ok(answers)
 }
 
+/// A reply of another op at `now`, read from `values`, as its entry point answers it alone:
+/// `[now, allowed, remaining, reset, retry, wait]`, or an error's `["ERR", kind, detail, 0,
+/// 0]` (its time left out); nothing if `values` does not hold one.
+fn full_reply<'a>(now: &Value, values: &mut impl Iterator<Item = &'a Value>) -> Option<Vec<Value>> {
+    let mut reply = Vec::with_capacity(FULL_REPLY_LEN + 1);
+    reply.push(now.clone());
+    reply.extend(values.by_ref().take(FULL_REPLY_LEN).cloned());
+    if reply.len() != FULL_REPLY_LEN + 1 {
+        return None;
+    }
+    if is_error_reply(&reply[1]) {
+        reply.remove(0);
+    }
+    Some(reply)
+}
+
 /// A check's reply at `now`, read from `values`, as its entry point answers it alone:
-/// `[now, allowed, remaining, reset, retry, wait]` (a check never waits), or `[now, "ERR",
-/// kind, detail]`; nothing if `values` does not hold one.
+/// `[now, allowed, remaining, reset, retry, wait]` (a check never waits), or an error's
+/// `["ERR", kind, detail]`; nothing if `values` does not hold one.
 fn check_reply<'a>(
     now: &Value,
     values: &mut impl Iterator<Item = &'a Value>,
@@ -305,39 +313,38 @@ fn check_reply<'a>(
     permits: u64,
 ) -> Option<Vec<Value>> {
     let first = values.next()?;
-    let remaining = match CheckReply::of(first)? {
+    match CheckReply::of(first)? {
         CheckReply::Compact(value) => {
             let Value::Int(now) = now else {
                 return None;
             };
-            return compact.widen(*now, value, permits);
+            compact.widen(*now, value, permits)
         }
-        CheckReply::Full(value) => Value::Int(-1 - value),
-        CheckReply::Error => first.clone(),
-    };
-    let (second, third) = (values.next()?.clone(), values.next()?.clone());
-    let mut reply = vec![now.clone(), remaining, second, third];
-    if !is_error_reply(&reply[1]) {
-        widen_check(&mut reply);
+        CheckReply::Full(value) => {
+            let (reset, verdict) = (values.next()?.clone(), values.next()?.clone());
+            let (allowed, retry) = match verdict {
+                Value::Int(VERDICT_ALLOWED) => (Value::Int(1), Value::Int(-1)),
+                Value::Int(retry) if retry >= 0 => (Value::Int(0), Value::Int(retry)),
+                Value::Int(_) => (Value::Int(0), Value::Int(-1)),
+                // Left where `allowed` goes, for the parse to name.
+                other => (other, Value::Int(-1)),
+            };
+            let remaining = Value::Int(-1 - value);
+            Some(vec![
+                now.clone(),
+                allowed,
+                remaining,
+                reset,
+                retry,
+                Value::Int(0),
+            ])
+        }
+        CheckReply::Error => Some(vec![
+            first.clone(),
+            values.next()?.clone(),
+            values.next()?.clone(),
+        ]),
     }
-    Some(reply)
-}
-
-/// A check's `[now, remaining, reset, verdict]` as its entry point answers it: `[now, allowed,
-/// remaining, reset, retry, wait]`, a check never waiting. A verdict that is not a number is
-/// left where `allowed` goes, for the parse to name.
-fn widen_check(reply: &mut Vec<Value>) {
-    let Some(verdict) = reply.pop() else {
-        return;
-    };
-    let (allowed, retry) = match verdict {
-        Value::Int(VERDICT_ALLOWED) => (Value::Int(1), Value::Int(-1)),
-        Value::Int(retry) if retry >= 0 => (Value::Int(0), Value::Int(retry)),
-        Value::Int(_) => (Value::Int(0), Value::Int(-1)),
-        other => (other, Value::Int(-1)),
-    };
-    reply.insert(1, allowed);
-    reply.extend([retry, Value::Int(0)]);
 }
 
 #[cfg(test)]
@@ -450,15 +457,13 @@ mod tests {
     }
 
     #[test]
-    fn an_error_is_its_three_values_after_the_time() {
+    fn an_error_is_its_three_values_without_the_time() {
         let error = [
             Value::BulkString(b"ERR".to_vec()),
             Value::BulkString(b"corrupt".to_vec()),
             Value::BulkString(b"k".to_vec()),
         ];
         let (reply, _) = read(5, &error, Compact::Never);
-        let mut expected = vec![Value::Int(5)];
-        expected.extend(error);
-        assert_eq!(reply, Some(expected));
+        assert_eq!(reply, Some(error.to_vec()));
     }
 }

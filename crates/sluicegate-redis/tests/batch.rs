@@ -121,6 +121,18 @@ async fn ask_one(limiter: &RedisLimiter, ask: Ask) -> Answer {
     Ok((multi.now, decision))
 }
 
+/// Each ask, in order, on `limiters`, one after another: no two in flight, so none batched.
+async fn ask_one_by_one(
+    limiters: &[RedisLimiter],
+    asks: impl IntoIterator<Item = Ask>,
+) -> Vec<Answer> {
+    let mut answers = Vec::new();
+    for ask in asks {
+        answers.push(ask_one(&limiters[ask.limiter], ask).await);
+    }
+    answers
+}
+
 /// Every ask of a round started at once, in order, on a current-thread runtime: they queue
 /// in that order, so the batch holds them in that order.
 async fn ask_together(limiters: &[RedisLimiter], round: &[Ask]) -> Result<Vec<Answer>, BoxError> {
@@ -185,10 +197,7 @@ fn batched_decisions_answer_as_asked_one_by_one() -> Result<(), BoxError> {
                 together.extend(ask_together(&batched_limiters, &round).await?);
             }
             let after = command_calls(&batched).await?;
-            let mut one_by_one = Vec::new();
-            for ask in rounds().into_iter().flatten() {
-                one_by_one.push(ask_one(&alone_limiters[ask.limiter], ask).await);
-            }
+            let one_by_one = ask_one_by_one(&alone_limiters, rounds().into_iter().flatten()).await;
             assert_eq!(together, one_by_one, "{scripts:?}");
             assert!(
                 together.iter().any(Result::is_err) && together.iter().any(Result::is_ok),
@@ -276,10 +285,7 @@ fn a_batch_of_many_runs_answers_as_asked_one_by_one() -> Result<(), BoxError> {
         let before = command_calls(batched[0].store()).await?;
         let together = ask_together(&batched, &asks).await?;
         let after = command_calls(batched[0].store()).await?;
-        let mut one_by_one = Vec::new();
-        for &ask in &asks {
-            one_by_one.push(ask_one(&alone[ask.limiter], ask).await);
-        }
+        let one_by_one = ask_one_by_one(&alone, asks.iter().copied()).await;
         assert_eq!(together, one_by_one);
         assert!(together.iter().all(Result::is_ok), "{together:?}");
         let calls = calls_of(&after, "fcall") - calls_of(&before, "fcall");
@@ -312,10 +318,7 @@ fn a_check_behind_its_keys_window_answers_in_a_batch_as_alone() -> Result<(), Bo
         let behind: Vec<Ask> = keys.iter().map(|&key| ask(key, 1_500_000)).collect();
         let mut together = ask_together(&batched, &ahead).await?;
         together.extend(ask_together(&batched, &behind).await?);
-        let mut one_by_one = Vec::new();
-        for &ask in ahead.iter().chain(&behind) {
-            one_by_one.push(ask_one(&alone[ask.limiter], ask).await);
-        }
+        let one_by_one = ask_one_by_one(&alone, ahead.iter().chain(&behind).copied()).await;
         assert_eq!(together, one_by_one);
         let behind_k: Vec<&Decision> = together[together.len() - 3..]
             .iter()
